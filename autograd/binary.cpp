@@ -1,0 +1,100 @@
+// Elementwise ops of two tensors, with NumPy broadcasting, forward and backward side by side.
+//
+// Broadcasting in backward: an input that was repeated to the output's shape receives the sum of
+// the gradient over the repeated dims (sum_to), so every gradient has its input's shape.
+#include "autograd/check.h"
+#include "autograd/ops.h"
+#include "core/factory.h"
+#include "kernels/elementwise.h"
+
+namespace mg {
+
+namespace {
+
+using kernels::BinaryOp;
+
+// Checks two operands and computes op(a, b) into a new tensor of the broadcast shape.
+Tensor binary_forward(BinaryOp kind, const char* op, const Tensor& a, const Tensor& b) {
+  check::same_device(op, {a, b});
+  check::floating(op, a);
+  check::floating(op, b);
+  check::same_dtype(op, a, b);
+  Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape(), op), check::like(a));
+  kernels::binary(kind, a, b, out);
+  return out;
+}
+
+// The gradient for input i, reduced to its shape, or nothing when input i needs none.
+Tensor grad_for(const std::vector<bool>& needs_grad, std::size_t i, const Shape& shape, auto&& compute) {
+  return needs_grad[i] ? sum_to(compute(), shape) : Tensor();
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Add, "mg::add", a, b);
+  record("add", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return g; })};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Sub, "mg::sub", a, b);
+  record("sub", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return neg(g); })};
+  });
+  return out;
+}
+
+// d(a*b) = b da + a db: saves both inputs.
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, "mg::mul", a, b);
+  record("mul", {a, b}, out, [a, b](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a.shape(), [&] { return mul(g, b); }),
+                 grad_for(needs, 1, b.shape(), [&] { return mul(g, a); })};
+  });
+  return out;
+}
+
+// d(a/b) = da / b - (a/b) db / b: saves b and the output.
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Div, "mg::div", a, b);
+  record("div", {a, b}, out, [a_shape = a.shape(), b, out](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
+                 grad_for(needs, 1, b.shape(), [&] { return neg(div(mul(g, out), b)); })};
+  });
+  return out;
+}
+
+// d(a^b) = b a^(b-1) da + a^b log(a) db: saves both inputs and the output.
+Tensor pow(const Tensor& base, const Tensor& exponent) {
+  Tensor out = binary_forward(BinaryOp::Pow, "mg::pow", base, exponent);
+  record("pow", {base, exponent}, out, [base, exponent, out](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, base.shape(), [&] { return mul(g, mul(exponent, pow(base, sub(exponent, 1.0)))); }),
+                 grad_for(needs, 1, exponent.shape(), [&] { return mul(g, mul(out, log(base))); })};
+  });
+  return out;
+}
+
+// The gradient flows to a where the mask selects a, to b elsewhere.
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
+  const char* op = "mg::where";
+  check::same_device(op, {mask, a, b});
+  check::floating(op, a);
+  check::same_dtype(op, a, b);
+  MG_CHECK(mask.dtype() == DType::I32 || mask.dtype() == a.dtype(),
+           "{}: the mask must be i32 or have the values' dtype ({}), got {}", op, a.dtype(), mask.dtype());
+  Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), op), b.shape(), op);
+  Tensor out = Tensor::empty(shape, check::like(a));
+  kernels::where(mask, a, b, out);
+  record("where", {mask, a, b}, out, [mask, a_shape = a.shape(), b_shape = b.shape()](const Tensor& g,
+                                                                                      const auto& needs) {
+    Tensor zero = zeros({}, check::like(g));
+    return Grads{Tensor(), grad_for(needs, 1, a_shape, [&] { return where(mask, g, zero); }),
+                 grad_for(needs, 2, b_shape, [&] { return where(mask, zero, g); })};
+  });
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,23 @@
+// cast: the op that changes a tensor's dtype. Its backward is a cast back (tinygrad's rule), which is
+// how an f32 parameter used in f16 under autocast receives an f32 gradient.
+#include "autograd/check.h"
+#include "autograd/ops.h"
+#include "kernels/copy.h"
+
+namespace mg {
+
+Tensor cast(const Tensor& x, DType dtype) {
+  MG_CHECK(x.defined(), "mg::cast: the tensor is undefined");
+  if (x.dtype() == dtype) return x;
+  MG_CHECK(dtype != DType::F64 || x.device().is_cpu(), "mg::cast: f64 lives on the CPU only; the tensor is on {}",
+           x.device());
+  Tensor out = Tensor::empty(x.shape(), {.dtype = dtype, .device = x.device()});
+  kernels::cast(x, out);
+  // Only a floating result can carry a gradient (a cast to i32 ends the graph).
+  if (is_floating(dtype)) {
+    record("cast", {x}, out, [source = x.dtype()](const Tensor& g, const auto&) { return Grads{cast(g, source)}; });
+  }
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,23 @@
+// Preconditions shared by the ops. Each throws mg::Error naming the op, the offending values and
+// what to do, before any output is allocated or any kernel runs.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg::check {
+
+// The tensor is defined and has elements of a floating dtype.
+void floating(const char* op, const Tensor& t);
+// Every tensor is defined and all share the first one's device.
+void same_device(const char* op, const std::vector<Tensor>& tensors);
+// a and b share a dtype; the message suggests mg::cast or amp::Autocast.
+void same_dtype(const char* op, const Tensor& a, const Tensor& b);
+// The tensor has at least one element (for ops whose result is undefined on nothing).
+void not_empty(const char* op, const Tensor& t);
+
+// Output options for a result like `t`: same dtype and device.
+inline TensorOptions like(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }
+
+}  // namespace mg::check

@@ -1,0 +1,96 @@
+// Losses. cross_entropy is one fused op (log-softmax, pick the label, reduce); mse_loss is derived
+// from sub, mul and mean, so it needs no backward of its own.
+#include "autograd/check.h"
+#include "autograd/ops.h"
+#include "kernels/copy.h"
+#include "kernels/elementwise.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+
+namespace mg {
+
+namespace {
+
+// Checks every label before any kernel runs; returns how many rows are not ignored.
+std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64_t ignore_index) {
+  MG_CHECK(labels.device().is_cpu(), "mg::cross_entropy: labels on {} cannot be checked in this build", labels.device());
+  const std::int32_t* label = labels.data<std::int32_t>();
+  std::int64_t counted = 0;
+  for (std::int64_t r = 0; r < labels.numel(); ++r) {
+    if (label[r] == ignore_index) continue;
+    MG_CHECK(label[r] >= 0 && label[r] < classes,
+             "mg::cross_entropy: label {} at row {} is out of range for {} classes (valid: 0..{}, or the "
+             "ignore_index {})", label[r], r, classes, classes - 1, ignore_index);
+    ++counted;
+  }
+  return counted;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options) {
+  const char* op = "mg::cross_entropy";
+  check::same_device(op, {logits, labels});
+  check::floating(op, logits);
+  MG_CHECK(logits.dim() == 2, "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
+           "[batch * time, classes])", op, logits.shape());
+  MG_CHECK(labels.dtype() == DType::I32, "{}: labels must be i32 class indices, got {}; for probabilities as "
+           "targets there is no op yet", op, labels.dtype());
+  MG_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
+           "{}: labels must be [rows] = [{}] to match logits {}, got shape {}", op, logits.size(0), logits.shape(),
+           labels.shape());
+  check::not_empty(op, logits);
+  const std::int64_t rows = logits.size(0);
+  const std::int64_t counted = count_labels(labels, logits.size(1), options.ignore_index);
+
+  // Per-row losses and log-sum-exps in the compute dtype (f32; f64 for f64).
+  const DType compute = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  TensorOptions compute_options{.dtype = compute, .device = logits.device()};
+  Tensor row_loss = Tensor::empty({rows}, compute_options);
+  Tensor lse = Tensor::empty({rows}, compute_options);
+  kernels::cross_entropy(logits, labels, options.ignore_index, row_loss, lse);
+
+  // The reduction, still in the compute dtype; the result is rounded once into the logits' dtype.
+  const Reduction reduction = options.reduction;
+  const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(counted) : 1.0;
+  Tensor reduced = row_loss;
+  if (reduction != Reduction::None) {
+    reduced = Tensor::empty({}, compute_options);
+    kernels::reduce(kernels::ReduceOp::Sum, row_loss, {1, rows, 1}, reduced);
+    kernels::unary(kernels::UnaryOp::MulScalar, reduced, reduced, {scale});
+  }
+  Tensor loss = Tensor::empty(reduced.shape(), check::like(logits));
+  kernels::cast(reduced, loss);
+
+  // Saves the logits, labels and per-row log-sum-exp; the softmax is rebuilt in backward.
+  record("cross_entropy", {logits, labels}, loss,
+         [logits, labels, lse, scale, rows, compute_options, ignore = options.ignore_index](const Tensor& g,
+                                                                                            const auto&) {
+           // Each row's weight: g[r] (None), or the scalar g times 1 (Sum) or 1/count (Mean).
+           Tensor g_compute = Tensor::empty(g.shape(), compute_options);
+           kernels::cast(g, g_compute);
+           Tensor row_weight = Tensor::empty({rows}, compute_options);
+           kernels::unary(kernels::UnaryOp::MulScalar, g_compute, row_weight, {scale});
+           Tensor dlogits = Tensor::empty(logits.shape(), check::like(logits));
+           kernels::cross_entropy_backward(logits, labels, lse, row_weight, ignore, dlogits);
+           return Grads{dlogits, Tensor()};
+         });
+  return loss;
+}
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction) {
+  MG_CHECK(prediction.defined() && target.defined(), "mg::mse_loss: an input is undefined");
+  MG_CHECK(prediction.shape() == target.shape(),
+           "mg::mse_loss: prediction {} and target {} must have the same shape (no broadcasting: it hides bugs)",
+           prediction.shape(), target.shape());
+  Tensor diff = sub(prediction, target);
+  Tensor squared = mul(diff, diff);
+  switch (reduction) {
+    case Reduction::Mean: return mean(squared);
+    case Reduction::Sum: return sum(squared);
+    case Reduction::None: return squared;
+  }
+  return squared;
+}
+
+}  // namespace mg

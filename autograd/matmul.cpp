@@ -1,0 +1,65 @@
+// matmul: C = op(A) op(B) with op = identity or transpose, forward and backward side by side.
+//
+// Backward, with X^T written as a layout flag (no copies):
+//   dA = dC op(B)^T   (stored as A: transposed back when A was used transposed)
+//   dB = op(A)^T dC
+// which, for each combination of flags, is one more call to matmul itself (see below).
+#include "autograd/check.h"
+#include "autograd/ops.h"
+#include "kernels/gemm.h"
+
+namespace mg {
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+  const char* op = "mg::matmul";
+  check::same_device(op, {a, b});
+  check::floating(op, a);
+  check::floating(op, b);
+  check::same_dtype(op, a, b);
+  const bool ta = options.transpose_a, tb = options.transpose_b;
+
+  // [batch, m, k] x [k, n]: one 2-D product over all rows, so the shared operand's gradient is
+  // summed over the batch by the GEMM itself.
+  if (a.dim() == 3 && b.dim() == 2) {
+    MG_CHECK(!ta, "{}: a 3-D left operand {} with a 2-D right operand {} cannot use transpose_a; "
+             "use batched [batch, k, m] x [batch, k, n] instead", op, a.shape(), b.shape());
+    Tensor rows = matmul(reshape(a, {a.size(0) * a.size(1), a.size(2)}), b, options);
+    return reshape(rows, {a.size(0), a.size(1), rows.size(1)});
+  }
+  MG_CHECK((a.dim() == 2 && b.dim() == 2) || (a.dim() == 3 && b.dim() == 3),
+           "{}: supports [m, k] x [k, n], [batch, m, k] x [batch, k, n] and [batch, m, k] x [k, n]; got shapes "
+           "{} and {}", op, a.shape(), b.shape());
+  const bool batched = a.dim() == 3;
+  const int rows = batched ? 1 : 0;  // index of the first matrix dim
+  kernels::GemmShape shape;
+  shape.batch = batched ? a.size(0) : 1;
+  shape.m = ta ? a.size(rows + 1) : a.size(rows);
+  shape.k = ta ? a.size(rows) : a.size(rows + 1);
+  const std::int64_t k_of_b = tb ? b.size(rows + 1) : b.size(rows);
+  shape.n = tb ? b.size(rows) : b.size(rows + 1);
+  shape.transpose_a = ta;
+  shape.transpose_b = tb;
+  MG_CHECK(!batched || b.size(0) == shape.batch, "{}: batch sizes differ: {} and {} (shapes {} and {})", op,
+           shape.batch, b.size(0), a.shape(), b.shape());
+  MG_CHECK(shape.k == k_of_b,
+           "{}: inner dimensions differ: {}{} has k = {} but {}{} has k = {}; the product needs op(a) [m, k] and "
+           "op(b) [k, n]", op, a.shape(), ta ? " (transposed)" : "", shape.k, b.shape(), tb ? " (transposed)" : "",
+           k_of_b);
+
+  Shape out_shape = batched ? Shape{shape.batch, shape.m, shape.n} : Shape{shape.m, shape.n};
+  Tensor c = Tensor::empty(out_shape, check::like(a));
+  kernels::gemm(a, b, c, shape);
+
+  // Saves a and b (under autocast these are the f16 copies, half the memory of f32).
+  record("matmul", {a, b}, c, [a, b, ta, tb](const Tensor& g, const auto& needs) {
+    Tensor da, db;
+    if (needs[0]) da = ta ? matmul(b, g, {.transpose_a = tb, .transpose_b = true})    // dA = op(B) dC^T
+                          : matmul(g, b, {.transpose_a = false, .transpose_b = !tb});  // dA = dC op(B)^T
+    if (needs[1]) db = tb ? matmul(g, a, {.transpose_a = true, .transpose_b = ta})    // dB = dC^T op(A)
+                          : matmul(a, g, {.transpose_a = !ta, .transpose_b = false});  // dB = op(A)^T dC
+    return Grads{da, db};
+  });
+  return c;
+}
+
+}  // namespace mg

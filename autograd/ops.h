@@ -1,0 +1,126 @@
+// The differentiable op API. Each op computes its output and, when an input requires grad and
+// grad mode is on, records its backward on the tape (autograd/tape.h).
+//
+// Dtype rules, for every op below:
+//   - inputs of a multi-input op must share one dtype and one device; nothing is cast implicitly
+//     (amp::Autocast is the place where casts are inserted, and then they are recorded ops too);
+//   - elementwise math runs in f32 (f64 for f64) and is rounded once to the output dtype on store;
+//   - reductions, softmax and losses accumulate in f32 (f64 for f64);
+//   - matmul multiplies f16/bf16 exactly and accumulates in f32, like Tensor Cores;
+//   - gradients have the dtype of the tensor they belong to.
+// Bad input (shapes that do not fit, mixed dtypes or devices, labels out of range, empty tensors
+// where a result would be undefined) throws mg::Error naming the op before anything is computed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "core/tensor.h"
+
+namespace mg {
+
+// ---- elementwise, two tensors with NumPy broadcasting (autograd/binary.cpp)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& base, const Tensor& exponent);  // the base's gradient needs base > 0 where exponent varies
+// mask ? a : b, elementwise with broadcasting; the mask is i32 or a's dtype, non-zero selects a.
+// The mask gets no gradient.
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+
+// ---- elementwise, one tensor (autograd/unary.cpp)
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);    // gradient sign(x), 0 at 0
+Tensor clamp(const Tensor& x, double min, double max);  // gradient passes where min <= x <= max
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);   // gradient 0 at 0
+Tensor gelu(const Tensor& x);   // exact (erf) form
+
+// ---- scalar arithmetic (autograd/unary.cpp); the scalar is rounded like any value in f32 math
+Tensor add(const Tensor& x, double scalar);
+Tensor sub(const Tensor& x, double scalar);
+Tensor rsub(double scalar, const Tensor& x);  // scalar - x
+Tensor mul(const Tensor& x, double scalar);
+Tensor div(const Tensor& x, double scalar);
+Tensor rdiv(double scalar, const Tensor& x);  // scalar / x
+Tensor pow(const Tensor& x, double exponent);
+
+// ---- matrix products (autograd/matmul.cpp)
+struct MatmulOptions {
+  bool transpose_a = false;  // use a^T: a is stored [k, m] (or [batch, k, m])
+  bool transpose_b = false;  // use b^T: b is stored [n, k] (or [batch, n, k]); nn::Linear's weight
+};
+// [m, k] x [k, n] -> [m, n];  [batch, m, k] x [batch, k, n] -> [batch, m, n];
+// [batch, m, k] x [k, n] -> [batch, m, n] (a shared right operand, e.g. a weight applied per step).
+// Transposes are layout flags of the GEMM, never copies; backward uses the same flags.
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
+
+// ---- shapes (autograd/shape_ops.cpp, autograd/broadcast.cpp)
+Tensor reshape(const Tensor& x, const Shape& shape);  // one size may be -1; a view (shares data)
+Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);  // a copy
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);   // a copy: out dim d = x dim dims[d]
+Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim);
+Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim);       // a new dim of size tensors.size()
+// Elements [begin, end) along dim; begin/end may be negative (from the end). A view along dim 0.
+Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t end);
+Tensor clone(const Tensor& x);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);  // repeats size-1 and missing leading dims
+Tensor sum_to(const Tensor& x, const Shape& shape);        // the reverse: sums the repeated dims away
+
+// ---- reductions (autograd/reduce.cpp); dims may be negative
+Tensor sum(const Tensor& x);  // of everything: a scalar (shape {})
+Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);  // the gradient goes to the first maximum
+Tensor max(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// Position of the first maximum (i32; not differentiable). argmax(x) indexes the flattened tensor.
+Tensor argmax(const Tensor& x);
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
+
+// ---- softmax and losses (autograd/softmax.cpp, autograd/loss.cpp)
+Tensor softmax(const Tensor& x, std::int64_t dim);
+Tensor log_softmax(const Tensor& x, std::int64_t dim);
+
+enum class Reduction { Mean, Sum, None };
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::Mean;  // Mean divides by the rows whose label is not ignored
+  std::int64_t ignore_index = -100;       // rows with this label contribute nothing
+};
+// logits [rows, classes] (any floating dtype) and labels i32 [rows] in [0, classes). The loss has
+// the logits' dtype: a scalar, or [rows] for Reduction::None. All math in f32 (f64 for f64); a mean
+// over zero counted rows is NaN, as in PyTorch.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
+// mean (or sum) of (prediction - target)^2; shapes must match exactly.
+Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// ---- casts and lookups (autograd/cast.cpp, autograd/embedding.cpp)
+// x in another dtype, rounded to nearest even. Backward casts the gradient back to x's dtype, so an
+// f32 parameter used through an f16 cast receives an f32 gradient. Returns x itself if the dtype matches.
+Tensor cast(const Tensor& x, DType dtype);
+// Rows of weight [num_embeddings, dim] picked by i32 indices of any shape: [..., dim].
+// The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---- operators
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& x, double s) { return add(x, s); }
+inline Tensor operator-(const Tensor& x, double s) { return sub(x, s); }
+inline Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
+inline Tensor operator/(const Tensor& x, double s) { return div(x, s); }
+inline Tensor operator+(double s, const Tensor& x) { return add(x, s); }
+inline Tensor operator-(double s, const Tensor& x) { return rsub(s, x); }
+inline Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
+inline Tensor operator/(double s, const Tensor& x) { return rdiv(s, x); }
+
+}  // namespace mg

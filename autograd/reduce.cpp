@@ -1,0 +1,118 @@
+// Reductions: sum, mean, max (and argmax), over everything or along one dim.
+// They accumulate in f32 (f64 for f64) and round once into the input's dtype (kernels/reduce.h).
+#include "autograd/check.h"
+#include "autograd/ops.h"
+#include "kernels/index.h"
+#include "kernels/reduce.h"
+
+namespace mg {
+
+namespace {
+
+using kernels::ReduceOp;
+using kernels::ReduceShape;
+
+// How a reduction along `dim` views the input, and the shape of its result.
+struct Plan {
+  ReduceShape view;
+  Shape out_shape;   // as requested (keepdim or not)
+  Shape kept_shape;  // with the reduced dim kept as 1: what backward broadcasts from
+};
+
+Plan plan_all(const Tensor& x) { return {{1, x.numel(), 1}, {}, Shape(x.shape().size(), 1)}; }
+
+Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, const char* op) {
+  const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), op));
+  Plan plan{{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())}, x.shape(),
+            x.shape()};
+  plan.kept_shape[d] = 1;
+  if (keepdim) plan.out_shape[d] = 1;
+  else plan.out_shape.erase(plan.out_shape.begin() + static_cast<std::ptrdiff_t>(d));
+  return plan;
+}
+
+Tensor sum_or_mean(const Tensor& x, const Plan& plan, ReduceOp kind, const char* op) {
+  Tensor out = Tensor::empty(plan.out_shape, check::like(x));
+  kernels::reduce(kind, x, plan.view, out);
+  const double scale = kind == ReduceOp::Mean ? 1.0 / static_cast<double>(plan.view.n) : 1.0;
+  // d sum / dx = 1 and d mean / dx = 1/n for every element that was reduced.
+  record(op, {x}, out, [x_shape = x.shape(), kept = plan.kept_shape, scale](const Tensor& g, const auto&) {
+    Tensor spread = broadcast_to(reshape(g, kept), x_shape);
+    return Grads{scale == 1.0 ? spread : mul(spread, scale)};
+  });
+  return out;
+}
+
+// The gradient of a max goes to the position of the first maximum (saved as i32 indices).
+Tensor max_along(const Tensor& x, const Plan& plan, const char* op) {
+  Tensor out = Tensor::empty(plan.out_shape, check::like(x));
+  Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
+  kernels::reduce(ReduceOp::Max, x, plan.view, out, &indices);
+  record(op, {x}, out, [x_shape = x.shape(), view = plan.view, indices](const Tensor& g, const auto&) {
+    Tensor dx = Tensor::empty(x_shape, check::like(g));
+    kernels::scatter_along_dim(g, indices, view, dx);
+    return Grads{dx};
+  });
+  return out;
+}
+
+Tensor argmax_along(const Tensor& x, const Plan& plan) {
+  Tensor values = Tensor::empty(plan.out_shape, check::like(x));
+  Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
+  kernels::reduce(ReduceOp::Max, x, plan.view, values, &indices);
+  return indices;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) {
+  check::floating("mg::sum", x);
+  return sum_or_mean(x, plan_all(x), ReduceOp::Sum, "sum");
+}
+
+Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim) {
+  check::floating("mg::sum", x);
+  return sum_or_mean(x, plan_dim(x, dim, keepdim, "mg::sum"), ReduceOp::Sum, "sum");
+}
+
+Tensor mean(const Tensor& x) {
+  check::floating("mg::mean", x);
+  check::not_empty("mg::mean", x);
+  return sum_or_mean(x, plan_all(x), ReduceOp::Mean, "mean");
+}
+
+Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim) {
+  check::floating("mg::mean", x);
+  Plan plan = plan_dim(x, dim, keepdim, "mg::mean");
+  MG_CHECK(plan.view.n > 0, "mg::mean: dim {} of shape {} is empty; the mean of nothing is undefined", dim,
+           x.shape());
+  return sum_or_mean(x, plan, ReduceOp::Mean, "mean");
+}
+
+Tensor max(const Tensor& x) {
+  check::floating("mg::max", x);
+  check::not_empty("mg::max", x);
+  return max_along(x, plan_all(x), "max");
+}
+
+Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
+  check::floating("mg::max", x);
+  Plan plan = plan_dim(x, dim, keepdim, "mg::max");
+  MG_CHECK(plan.view.n > 0, "mg::max: dim {} of shape {} is empty; the max of nothing is undefined", dim, x.shape());
+  return max_along(x, plan, "max");
+}
+
+Tensor argmax(const Tensor& x) {
+  check::floating("mg::argmax", x);
+  check::not_empty("mg::argmax", x);
+  return argmax_along(x, plan_all(x));
+}
+
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
+  check::floating("mg::argmax", x);
+  Plan plan = plan_dim(x, dim, keepdim, "mg::argmax");
+  MG_CHECK(plan.view.n > 0, "mg::argmax: dim {} of shape {} is empty", dim, x.shape());
+  return argmax_along(x, plan);
+}
+
+}  // namespace mg

@@ -1,0 +1,160 @@
+#include "autograd/tape.h"
+
+#include <unordered_map>
+
+#include "core/factory.h"
+#include "kernels/elementwise.h"
+
+namespace mg {
+
+namespace {
+
+struct NodeInput {
+  std::uint64_t id;
+  bool requires_grad;
+  Tensor leaf;  // held only for leaves that require grad: backward adds into their .grad
+  Shape shape;  // to check the gradient a backward function returns
+  DType dtype;
+};
+
+struct Node {
+  const char* op;
+  std::vector<NodeInput> inputs;
+  std::uint64_t output_id;
+  BackwardFn backward;  // owns the tensors the op saved
+};
+
+thread_local std::vector<Node> tape;
+thread_local bool grad_mode = true;
+
+// A gradient that will become a leaf's .grad must own its memory: later in-place updates of the
+// .grad (accumulation, unscaling, zeroing) must not write into a tensor someone else holds.
+Tensor owned(Tensor grad) {
+  const auto& impl = grad.impl_ptr();
+  if (impl.use_count() == 1 && impl->storage.use_count() == 1) return grad;
+  Tensor copy = Tensor::empty(grad.shape(), {.dtype = grad.dtype(), .device = grad.device()});
+  kernels::unary(kernels::UnaryOp::Copy, grad, copy);
+  return copy;
+}
+
+Tensor sum_of(const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
+  kernels::binary(kernels::BinaryOp::Add, a, b, out);
+  return out;
+}
+
+void check_gradient(const Node& node, std::size_t i, const Tensor& grad) {
+  const NodeInput& input = node.inputs[i];
+  MG_CHECK(grad.shape() == input.shape && grad.dtype() == input.dtype,
+           "backward of {}: the gradient for input {} is {} {}, but the input is {} {} (a bug in the op's "
+           "backward function)", node.op, i, grad.shape(), grad.dtype(), input.shape, input.dtype);
+}
+
+// The reverse walk. Returns the gradient of every leaf it reached, keyed by id.
+std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& root, const Tensor& seed,
+                                                                  bool keep_tape) {
+  std::unordered_map<std::uint64_t, Tensor> pending;  // gradients of non-leaf tensors, by id
+  std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> leaves;  // id -> (leaf, gradient)
+  pending.emplace(root.id(), seed);
+  for (auto node = tape.rbegin(); node != tape.rend(); ++node) {
+    auto found = pending.find(node->output_id);
+    if (found == pending.end()) continue;  // not on a path to the root
+    Tensor grad_output = std::move(found->second);
+    pending.erase(found);
+
+    std::vector<bool> needs_grad;
+    for (const NodeInput& input : node->inputs) needs_grad.push_back(input.requires_grad);
+    MG_CHECK(node->backward, "backward: the node of {} was already used by a backward; pass "
+             "{{.keep_tape = true}} to the first backward to run twice", node->op);
+    Grads grads = node->backward(grad_output, needs_grad);
+    if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
+    MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
+             node->op, grads.size(), node->inputs.size());
+
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const NodeInput& input = node->inputs[i];
+      if (!input.requires_grad || !grads[i].defined()) continue;
+      check_gradient(*node, i, grads[i]);
+      if (input.leaf.defined()) {
+        auto [slot, fresh] = leaves.try_emplace(input.id, input.leaf, grads[i]);
+        if (!fresh) slot->second.second = sum_of(slot->second.second, grads[i]);
+      } else {
+        auto [slot, fresh] = pending.try_emplace(input.id, grads[i]);
+        if (!fresh) slot->second = sum_of(slot->second, grads[i]);
+      }
+    }
+  }
+  return leaves;
+}
+
+}  // namespace
+
+bool grad_enabled() { return grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  if (!grad_mode) return;
+  bool any = false;
+  for (const Tensor& input : inputs) any = any || input.requires_grad();
+  if (!any) return;
+  Node node{op, {}, output.id(), std::move(backward)};
+  for (const Tensor& input : inputs) {
+    bool is_tracked_leaf = input.is_leaf() && input.requires_grad();
+    node.inputs.push_back({input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(),
+                           input.dtype()});
+  }
+  output.impl().requires_grad = true;
+  output.impl().is_leaf = false;
+  tape.push_back(std::move(node));
+}
+
+void backward(const Tensor& loss, BackwardOptions options) {
+  MG_CHECK(loss.defined(), "backward: the loss tensor is undefined");
+  MG_CHECK(loss.numel() == 1,
+           "backward: the loss has shape {} ({} elements); reduce it to one value with mg::sum or mg::mean, "
+           "or pass a seed gradient of shape {}: backward(output, seed)", loss.shape(), loss.numel(), loss.shape());
+  backward(loss, ones_like(loss), options);
+}
+
+void backward(const Tensor& output, const Tensor& seed, BackwardOptions options) {
+  MG_CHECK(output.defined() && seed.defined(), "backward: the output or the seed gradient is undefined");
+  MG_CHECK(seed.shape() == output.shape() && seed.dtype() == output.dtype() && seed.device() == output.device(),
+           "backward: the seed gradient ({} {} on {}) must match the output ({} {} on {})", seed.shape(),
+           seed.dtype(), seed.device(), output.shape(), output.dtype(), output.device());
+  MG_CHECK(output.requires_grad(),
+           "backward: the output does not require grad: no input of the ops that made it requires grad (set "
+           "requires_grad on the parameters), or it was computed under NoGradGuard");
+  NoGradGuard no_grad;  // backward formulas are not recorded: there is no double backward
+  if (output.is_leaf()) {
+    Tensor grad = output.grad();
+    if (grad.defined()) kernels::binary(kernels::BinaryOp::Add, grad, seed, grad);
+    else output.impl().grad = owned(seed).impl_ptr();
+    return;
+  }
+  bool on_tape = false;
+  for (const Node& node : tape) on_tape = on_tape || node.output_id == output.id();
+  MG_CHECK(on_tape, "backward: the output was made by ops that are no longer on the tape (a previous backward "
+           "cleared it); recompute the forward pass, or pass {{.keep_tape = true}} to the first backward");
+
+  std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> leaves;
+  try {
+    leaves = walk(output, seed, options.keep_tape);
+  } catch (...) {
+    tape.clear();  // partly consumed: unusable, and .grad has not been touched
+    throw;
+  }
+  if (!options.keep_tape) tape.clear();
+  for (auto& [id, entry] : leaves) {
+    auto& [leaf, grad] = entry;
+    Tensor existing = leaf.grad();
+    if (existing.defined()) kernels::binary(kernels::BinaryOp::Add, existing, grad, existing);
+    else leaf.impl().grad = owned(std::move(grad)).impl_ptr();
+  }
+}
+
+std::size_t tape_size() { return tape.size(); }
+void clear_tape() { tape.clear(); }
+
+}  // namespace mg

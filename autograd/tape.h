@@ -1,0 +1,75 @@
+// The tape: reverse-mode autodiff as a list of recorded ops.
+//
+// Every differentiable op calls record() after computing its output. If grad mode is on and some
+// input requires grad, one Node is appended to this thread's tape: which tensors went in, which
+// came out, and a backward function that owns whatever the op saved. The tape is therefore already
+// in topological order, and backward() is one loop over it in reverse:
+//
+//   for each node, last to first:
+//     if nothing has sent a gradient to its output: skip it
+//     grads = node.backward(grad of output)        // then the node's saved tensors are released
+//     send grads[i] to input i                     // summed when an input is used twice
+//   add the gradients that reached leaves into their .grad
+//
+// Backward formulas are written with the same mg:: ops as forward code, and run with grad mode off.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg {
+
+// ---- grad mode (thread-local; on by default)
+
+bool grad_enabled();
+
+// Turns recording off for its scope: evaluation, optimizer updates, gradient bookkeeping.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// ---- recording an op
+
+using Grads = std::vector<Tensor>;
+
+// Computes the gradients of an op's inputs from the gradient of its output (same shape and dtype as
+// the output). needs_grad[i] says whether input i wants one; for the others the function may return
+// an undefined Tensor (and should, when computing it costs work). A returned gradient must have its
+// input's shape and dtype.
+using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vector<bool>& needs_grad)>;
+
+// Appends a node when grad mode is on and some input requires grad; the output then requires grad
+// and is no longer a leaf. Otherwise does nothing (and `backward` is dropped with what it captured).
+void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
+
+// ---- running backward
+
+struct BackwardOptions {
+  // Keep the nodes (and their saved tensors) so that backward can run again over the same graph.
+  bool keep_tape = false;
+};
+
+// Backpropagates from a one-element tensor (a loss), seeding its gradient with 1.
+// Accumulates (adds) into .grad of every leaf that requires grad and was used; gradients have the
+// leaf's dtype (a cast's backward casts back, so an f32 parameter used in f16 gets an f32 grad).
+// Unless keep_tape, clears this thread's tape, releasing each node's saved tensors as it goes.
+// If anything throws, no .grad is changed and the tape is cleared.
+void backward(const Tensor& loss, BackwardOptions options = {});
+// Backpropagates from any tensor with an explicit seed gradient of the same shape and dtype.
+void backward(const Tensor& output, const Tensor& seed, BackwardOptions options = {});
+
+// Nodes on this thread's tape. Forward passes with grad mode on that never reach backward()
+// stay on the tape: evaluate under NoGradGuard, or call clear_tape().
+std::size_t tape_size();
+void clear_tape();
+
+}  // namespace mg

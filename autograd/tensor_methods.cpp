@@ -1,0 +1,27 @@
+// The Tensor methods that are ops (declared in core/tensor.h). Each is one call to the op, so the
+// method form and the function form record the same node on the tape.
+#include "autograd/ops.h"
+#include "kernels/copy.h"
+
+namespace mg {
+
+Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+Tensor Tensor::reshape(const Shape& shape) const { return mg::reshape(*this, shape); }
+Tensor Tensor::clone() const { return mg::clone(*this); }
+Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const { return mg::slice(*this, 0, begin, end); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  MG_CHECK(src.defined(), "Tensor::copy_: the source is undefined");
+  MG_CHECK(!(requires_grad() && grad_enabled()),
+           "Tensor::copy_: this tensor requires grad and an in-place write would not be recorded; do it under "
+           "NoGradGuard (as an optimizer step does)");
+  MG_CHECK(src.shape() == shape() && src.device() == device(),
+           "Tensor::copy_: the source ({} on {}) must match this tensor ({} on {})", src.shape(), src.device(),
+           shape(), device());
+  // A source that shares memory with this tensor is copied first, so overlapping views stay correct.
+  Tensor source = shares_storage_with(src) ? mg::clone(src.detach()) : src;
+  kernels::cast(source, *this);
+  return *this;
+}
+
+}  // namespace mg

@@ -1,0 +1,111 @@
+#include "core/allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+
+namespace mg {
+
+namespace {
+constexpr std::size_t kAlignment = 64;  // a cache line, and a full AVX-512 vector
+constexpr std::size_t kSmallestClass = 256;
+}  // namespace
+
+std::size_t CachingCpuAllocator::size_class(std::size_t nbytes) {
+  if (nbytes <= kSmallestClass) return kSmallestClass;
+  // Four classes per power of two: 1024, 1280, 1536, 1792, 2048, ...
+  std::size_t power = std::bit_floor(nbytes);
+  std::size_t step = power / 4;
+  return (nbytes + step - 1) / step * step;
+}
+
+CachingCpuAllocator::~CachingCpuAllocator() { empty_cache(); }
+
+void* CachingCpuAllocator::allocate(std::size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  std::size_t size = size_class(nbytes);
+  {
+    std::lock_guard lock(mutex_);
+    stats_.allocated_bytes += size;
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    auto it = free_blocks_.find(size);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      ++stats_.cache_hits;
+      return ptr;
+    }
+    ++stats_.system_allocations;
+    stats_.reserved_bytes += size;
+  }
+  void* ptr = std::aligned_alloc(kAlignment, size);  // size is a multiple of 64 by construction
+  if (ptr == nullptr) {
+    // Free what the cache holds and try once more before giving up.
+    empty_cache();
+    ptr = std::aligned_alloc(kAlignment, size);
+  }
+  if (ptr == nullptr) {
+    std::lock_guard lock(mutex_);
+    stats_.allocated_bytes -= size;
+    stats_.reserved_bytes -= size;
+    throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes ({} held by tensors)",
+                            size, stats_.allocated_bytes));
+  }
+  return ptr;
+}
+
+void CachingCpuAllocator::deallocate(void* ptr, std::size_t nbytes) {
+  if (ptr == nullptr) return;
+  std::size_t size = size_class(nbytes);
+  std::lock_guard lock(mutex_);
+  stats_.allocated_bytes -= size;
+  free_blocks_[size].push_back(ptr);
+}
+
+AllocatorStats CachingCpuAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void CachingCpuAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+}
+
+void CachingCpuAllocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* ptr : blocks) std::free(ptr);
+    stats_.reserved_bytes -= size * blocks.size();
+  }
+  free_blocks_.clear();
+}
+
+CachingCpuAllocator& cpu_allocator() {
+  // Never destroyed: tensors held in static objects may be freed after main() returns.
+  static auto* allocator = new CachingCpuAllocator();
+  return *allocator;
+}
+
+namespace {
+Allocator* cuda_allocator = nullptr;
+}  // namespace
+
+Allocator& allocator_for(Device device) {
+  if (device.is_cpu()) return cpu_allocator();
+  MG_CHECK(cuda_allocator != nullptr,
+           "allocate on {}: no CUDA allocator is registered ({}); create tensors on the CPU, or "
+           "build with -DMG_CUDA=ON on a machine with a GPU",
+           device, built_with_cuda() ? "this build has CUDA, but its backend is not set up yet" : "this build has no CUDA backend");
+  return *cuda_allocator;
+}
+
+void set_allocator(DeviceType type, Allocator* allocator) {
+  MG_CHECK(type == DeviceType::CUDA, "set_allocator: the CPU allocator cannot be replaced");
+  cuda_allocator = allocator;
+}
+
+}  // namespace mg

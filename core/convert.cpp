@@ -1,0 +1,118 @@
+#include "core/convert.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace mg {
+
+namespace detail {
+
+void f32_to_f16_portable(const float* src, half* dst, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = half(src[i]);
+}
+
+void f16_to_f32_portable(const half* src, float* dst, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+float round_to_odd_float(double x) {
+  float f = static_cast<float>(x);  // round to nearest
+  if (std::isnan(x) || static_cast<double>(f) == x) return f;
+  // Inexact: step back toward zero if rounding went away from it, then mark "inexact" in the last bit.
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | 1u);
+}
+
+}  // namespace detail
+
+namespace {
+
+void f32_to_f16(const float* src, half* dst, std::int64_t count) {
+  std::int64_t i = 0;
+#if defined(__F16C__)
+  // 8 lanes per instruction; imm 0 = round to nearest even (the MXCSR mode is not consulted).
+  for (; i + 8 <= count; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+#endif
+  detail::f32_to_f16_portable(src + i, dst + i, count - i);
+}
+
+void f16_to_f32(const half* src, float* dst, std::int64_t count) {
+  std::int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= count; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  detail::f16_to_f32_portable(src + i, dst + i, count - i);
+}
+
+// bf16 is the top half of an f32: round to nearest even by adding 0x7FFF plus the lowest kept bit,
+// then truncate. NaN is kept quiet explicitly (the add could otherwise carry it into inf).
+// Written branch-free so the compiler vectorises it.
+void f32_to_bf16(const float* src, bfloat16* dst, std::int64_t count) {
+  auto* out = reinterpret_cast<std::uint16_t*>(dst);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, src + i, 4);
+    std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+    out[i] = static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x0040u) : rounded);
+  }
+}
+
+void bf16_to_f32(const bfloat16* src, float* dst, std::int64_t count) {
+  const auto* in = reinterpret_cast<const std::uint16_t*>(src);
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
+    std::memcpy(dst + i, &bits, 4);
+  }
+}
+
+template <class From, class To>
+void convert_loop(const From* src, To* dst, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = scalar_cast<To>(src[i]);
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count) {
+  if (count <= 0) return;
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<std::size_t>(count) * dtype_size(src_dtype));
+    return;
+  }
+  // The hot pairs of mixed-precision training get their own vectorised loops.
+  if (src_dtype == DType::F32 && dst_dtype == DType::F16)
+    return f32_to_f16(static_cast<const float*>(src), static_cast<half*>(dst), count);
+  if (src_dtype == DType::F16 && dst_dtype == DType::F32)
+    return f16_to_f32(static_cast<const half*>(src), static_cast<float*>(dst), count);
+  if (src_dtype == DType::F32 && dst_dtype == DType::BF16)
+    return f32_to_bf16(static_cast<const float*>(src), static_cast<bfloat16*>(dst), count);
+  if (src_dtype == DType::BF16 && dst_dtype == DType::F32)
+    return bf16_to_f32(static_cast<const bfloat16*>(src), static_cast<float*>(dst), count);
+  visit_dtype(src_dtype, "convert", [&](auto src_zero) {
+    using From = decltype(src_zero);
+    visit_dtype(dst_dtype, "convert", [&](auto dst_zero) {
+      using To = decltype(dst_zero);
+      convert_loop(static_cast<const From*>(src), static_cast<To*>(dst), count);
+    });
+  });
+}
+
+double load_as_double(const void* data, DType dtype, std::int64_t i) {
+  return visit_dtype(dtype, "load_as_double", [&](auto zero) {
+    using T = decltype(zero);
+    return scalar_cast<double>(static_cast<const T*>(data)[i]);
+  });
+}
+
+}  // namespace mg

@@ -1,0 +1,64 @@
+// Conversions between dtypes, scalar and bulk.
+//
+// Every conversion rounds to nearest, ties to even, keeps subnormals (nothing is flushed to zero),
+// and keeps inf and NaN. So 2^-24 becomes the smallest f16 subnormal, 2^-25 (a tie) becomes 0,
+// 65504 is exact and 65520 (a tie) becomes inf, exactly as on a GPU.
+//
+// Bulk f32 <-> f16 uses the CPU's F16C instructions when the build targets them (MG_NATIVE on a
+// CPU that has them); otherwise a portable loop gives bit-identical results.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/scalar_types.h"
+
+namespace mg {
+
+// Scalar conversion with the rounding rules above. From f64, the result is rounded once (not
+// through f32), so f64 references round exactly like the hardware would.
+template <class To, class From>
+To scalar_cast(From x);
+
+// Converts `count` contiguous elements from src (src_dtype) to dst (dst_dtype). Floating -> i32
+// truncates toward zero, saturates at the i32 range and maps NaN to 0.
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count);
+
+// Element i of a buffer, read as double (for formatting, item() and tests).
+double load_as_double(const void* data, DType dtype, std::int64_t i);
+
+namespace detail {
+// The portable paths, kept callable so tests can prove the F16C path gives the same bits.
+void f32_to_f16_portable(const float* src, half* dst, std::int64_t count);
+void f16_to_f32_portable(const half* src, float* dst, std::int64_t count);
+// Rounds a double to float with "round to odd": truncate, then set the last bit if inexact.
+// A second rounding from that float to f16/bf16 is then exactly the single rounding of the double.
+float round_to_odd_float(double x);
+}  // namespace detail
+
+// ---- implementation of the template -------------------------------------------------------------
+
+template <class To, class From>
+To scalar_cast(From x) {
+  constexpr bool to_low = std::is_same_v<To, half> || std::is_same_v<To, bfloat16>;
+  constexpr bool from_low = std::is_same_v<From, half> || std::is_same_v<From, bfloat16>;
+  if constexpr (std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (from_low) {
+    return scalar_cast<To>(static_cast<float>(x));  // f16/bf16 -> f32 is exact
+  } else if constexpr (to_low && std::is_same_v<From, double>) {
+    return To(detail::round_to_odd_float(x));
+  } else if constexpr (to_low) {
+    return To(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, std::int32_t>) {
+    // Out-of-range float -> int is undefined in C++; define it as saturation, NaN -> 0.
+    if (x != x) return 0;
+    if (x >= 2147483647.0) return 2147483647;
+    if (x <= -2147483648.0) return -2147483647 - 1;
+    return static_cast<std::int32_t>(x);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+}  // namespace mg

@@ -1,0 +1,40 @@
+// Device: where a tensor's memory lives. The CPU is always there; CUDA devices carry an index.
+// A CUDA tensor needs an allocator registered for DeviceType::CUDA (the CUDA backend does that);
+// every op checks that its inputs share one device before it dispatches to a kernel.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+namespace mg {
+
+enum class DeviceType : std::uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static constexpr Device cpu() { return {DeviceType::CPU, 0}; }
+  static constexpr Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  constexpr bool is_cpu() const { return type == DeviceType::CPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::CUDA; }
+  friend constexpr bool operator==(Device, Device) = default;
+};
+
+// Number of CUDA devices visible to this process: 0 when built without CUDA, without a driver
+// or without a GPU. Tests that need a GPU skip with a message when this is 0.
+int cuda_device_count();
+inline bool cuda_is_available() { return cuda_device_count() > 0; }
+// True when this build contains the CUDA backend (MG_CUDA=AUTO found nvcc, or MG_CUDA=ON).
+bool built_with_cuda();
+
+}  // namespace mg
+
+template <>
+struct fmt::formatter<mg::Device> : fmt::formatter<std::string_view> {
+  auto format(mg::Device device, fmt::format_context& ctx) const {
+    if (device.is_cpu()) return fmt::format_to(ctx.out(), "cpu");
+    return fmt::format_to(ctx.out(), "cuda:{}", device.index);
+  }
+};

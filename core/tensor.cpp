@@ -1,0 +1,75 @@
+#include "core/tensor.h"
+
+#include <atomic>
+
+namespace mg {
+
+std::uint64_t next_tensor_id() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+TensorImpl& Tensor::impl() const {
+  MG_CHECK(impl_ != nullptr, "Tensor: this tensor is undefined (default-constructed or an empty grad)");
+  return *impl_;
+}
+
+Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
+  for (std::int64_t size : shape)
+    MG_CHECK(size >= 0, "Tensor::empty: negative size in shape {}", shape);
+  MG_CHECK(options.device.is_cpu() || options.dtype != DType::F64,
+           "Tensor::empty: f64 lives on the CPU only (asked for {}); it is the reference precision", options.device);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = options.dtype;
+  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype),
+                                            options.device);
+  impl->id = next_tensor_id();
+  Tensor tensor(std::move(impl));
+  if (options.requires_grad) tensor.set_requires_grad(true);
+  return tensor;
+}
+
+std::int64_t Tensor::size(std::int64_t dim) const {
+  return shape()[static_cast<std::size_t>(normalize_dim(dim, shape().size(), "Tensor::size"))];
+}
+
+double Tensor::item() const {
+  MG_CHECK(numel() == 1, "Tensor::item: needs exactly one element, the tensor has shape {} ({} elements)",
+           shape(), numel());
+  MG_CHECK(device().is_cpu(), "Tensor::item: the tensor is on {}; copy it to the CPU first", device());
+  return load_as_double(data_ptr(), dtype(), 0);
+}
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  MG_CHECK(!requires_grad || is_floating(dtype()),
+           "Tensor::set_requires_grad: a {} tensor cannot require grad; only floating-point tensors are "
+           "differentiable", dtype());
+  MG_CHECK(is_leaf(), "Tensor::set_requires_grad: only leaves (tensors you created) can be changed; this "
+           "one was produced by an op; use detach() to make a new leaf");
+  impl().requires_grad = requires_grad;
+  return *this;
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  if (!grad.defined()) {
+    impl().grad.reset();
+    return;
+  }
+  MG_CHECK(grad.shape() == shape() && grad.dtype() == dtype() && grad.device() == device(),
+           "Tensor::set_grad: the gradient ({} {} on {}) must match the tensor ({} {} on {})", grad.shape(),
+           grad.dtype(), grad.device(), shape(), dtype(), device());
+  impl().grad = grad.impl_ptr();
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->dtype = dtype();
+  impl->storage = this->impl().storage;
+  impl->offset = this->impl().offset;
+  impl->id = next_tensor_id();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace mg

@@ -1,0 +1,29 @@
+// Data movement: dtype casts, dim permutations, and block copies along one dim (cat, slice).
+// None of these do arithmetic, so CPU and GPU results are bit-identical.
+//
+// cast:            out = x converted to out's dtype (same shape); round to nearest even, subnormals kept
+// permute:         out[i_perm[0], ..., i_perm[r-1]] = x[i_0, ..., i_{r-1}], out.shape[d] = x.shape[perm[d]]
+// copy_along_dim:  with src and dst equal in every dim but `dim` (and of one dtype), copies
+//                  src[..., src_start : src_start+length, ...] into dst[..., dst_start : dst_start+length, ...]
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg::kernels {
+
+void cast(const Tensor& x, Tensor& out);
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length);
+
+namespace cpu {
+void cast(const Tensor& x, Tensor& out);
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length);
+}  // namespace cpu
+
+}  // namespace mg::kernels

@@ -1,0 +1,60 @@
+// CPU data movement: casts, permutations and block copies along a dim (kernels/copy.h).
+// Bytes are moved without arithmetic, so these kernels work for every dtype.
+// Run their tests: build/tests/test_ops_shape.
+#include <cstring>
+
+#include "kernels/copy.h"
+
+namespace mg::kernels::cpu {
+
+void cast(const Tensor& x, Tensor& out) { convert(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel()); }
+
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
+  if (out.numel() == 0) return;
+  const std::size_t rank = perm.size();
+  const std::size_t element = dtype_size(x.dtype());
+  // x's stride for each dim of out: stepping out's dim d steps x's dim perm[d].
+  std::vector<std::int64_t> x_stride(rank), source_stride(rank);
+  for (std::size_t d = rank, stride = 1; d-- > 0; stride *= static_cast<std::size_t>(x.shape()[d]))
+    x_stride[d] = static_cast<std::int64_t>(stride);
+  for (std::size_t d = 0; d < rank; ++d) source_stride[d] = x_stride[static_cast<std::size_t>(perm[d])];
+
+  // When the last dim stays last, whole rows are contiguous in both: copy them with memcpy.
+  const bool rows_contiguous = rank > 0 && perm.back() == static_cast<int>(rank) - 1;
+  const std::int64_t row = rows_contiguous ? out.shape().back() : 1;
+  const std::size_t outer_rank = rows_contiguous ? rank - 1 : rank;
+
+  const auto* src = static_cast<const char*>(x.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  std::vector<std::int64_t> index(outer_rank, 0);
+  std::int64_t source = 0;
+  for (std::int64_t done = 0; done < out.numel(); done += row) {
+    std::memcpy(dst + static_cast<std::size_t>(done) * element, src + static_cast<std::size_t>(source) * element,
+                static_cast<std::size_t>(row) * element);
+    for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's (outer) dims
+      source += source_stride[d];
+      if (++index[d] < out.shape()[d]) break;
+      source -= source_stride[d] * out.shape()[d];
+      index[d] = 0;
+    }
+  }
+}
+
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length) {
+  const auto d = static_cast<std::size_t>(dim);
+  const std::size_t element = dtype_size(src.dtype());
+  const std::int64_t outer = product(src.shape(), 0, d);
+  const std::int64_t inner = product(src.shape(), d + 1, src.shape().size());
+  const std::int64_t src_dim = src.shape()[d], dst_dim = dst.shape()[d];
+  const auto* from = static_cast<const char*>(src.data_ptr());
+  auto* to = static_cast<char*>(dst.data_ptr());
+  const auto block = static_cast<std::size_t>(length * inner) * element;
+  if (block == 0) return;
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::memcpy(to + static_cast<std::size_t>((o * dst_dim + dst_start) * inner) * element,
+                from + static_cast<std::size_t>((o * src_dim + src_start) * inner) * element, block);
+  }
+}
+
+}  // namespace mg::kernels::cpu

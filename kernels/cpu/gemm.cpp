@@ -1,0 +1,63 @@
+// CPU GEMM on Eigen: C[b] = op(A[b]) * op(B[b]) (shapes and layouts in kernels/gemm.h).
+//
+// f32 and f64 map the tensors' memory as row-major Eigen matrices and multiply in place: no copies,
+// so mixgrad's f32 matmul runs at Eigen's speed (bench/matmul measures it).
+// f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
+// pass (F16C for f16), multiplied and accumulated by Eigen in f32, and the result rounded once on
+// store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
+// the hardware's, up to the order of the f32 additions. Eigen::half matrices are never multiplied
+// directly: Eigen's half GEMM emulates every operation and is ~400x slower.
+// Run its tests: build/tests/test_ops_matmul; its benchmark: build/bench/matmul.
+#include <Eigen/Core>
+
+#include "kernels/gemm.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// C = op(A) * op(B) for one matrix of the batch, all of element type T (float or double).
+template <class T>
+void gemm_one(const T* a, const T* b, T* c, const GemmShape& s) {
+  Eigen::Map<const RowMajor<T>> A(a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
+  Eigen::Map<const RowMajor<T>> B(b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
+  Eigen::Map<RowMajor<T>> C(c, s.m, s.n);
+  if (!s.transpose_a && !s.transpose_b) C.noalias() = A * B;
+  else if (!s.transpose_a) C.noalias() = A * B.transpose();
+  else if (!s.transpose_b) C.noalias() = A.transpose() * B;
+  else C.noalias() = A.transpose() * B.transpose();
+}
+
+template <class T>
+void gemm_batched(const T* a, const T* b, T* c, const GemmShape& s) {
+  for (std::int64_t i = 0; i < s.batch; ++i)
+    gemm_one(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
+}
+
+// A tensor's values as f32: the tensor itself when it is f32, else a converted copy from the cache.
+Tensor as_f32(const Tensor& t) {
+  if (t.dtype() == DType::F32) return t;
+  Tensor copy = Tensor::empty(t.shape(), {.dtype = DType::F32});
+  convert(t.data_ptr(), t.dtype(), copy.data_ptr(), DType::F32, t.numel());
+  return copy;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
+  if (c.numel() == 0) return;
+  if (a.dtype() == DType::F64) {
+    gemm_batched(a.data<double>(), b.data<double>(), c.data<double>(), s);
+    return;
+  }
+  // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
+  Tensor a32 = as_f32(a), b32 = as_f32(b);
+  Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
+  gemm_batched(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
+  if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
+}
+
+}  // namespace mg::kernels::cpu

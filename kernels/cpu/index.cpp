@@ -1,0 +1,60 @@
+// CPU row gather and scatter-add: the embedding lookup and its gradient (kernels/index.h).
+// Run their tests: build/tests/test_ops_index.
+#include <cstring>
+#include <vector>
+
+#include "kernels/index.h"
+
+namespace mg::kernels::cpu {
+
+void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
+  const std::int64_t count = indices.numel();
+  const std::size_t row_bytes = static_cast<std::size_t>(table.size(1)) * dtype_size(table.dtype());
+  const auto* src = static_cast<const char*>(table.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const std::int32_t* index = indices.data<std::int32_t>();
+  for (std::int64_t i = 0; i < count; ++i)
+    std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes, src + static_cast<std::size_t>(index[i]) * row_bytes,
+                row_bytes);
+}
+
+void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table) {
+  visit_floating(grad_table.dtype(), "scatter_add_rows", [&](auto zero) {
+    using C = compute_t<decltype(zero)>;
+    const std::int64_t width = grad_table.size(1);
+    const std::int64_t count = indices.numel();
+    // Accumulate in the compute type; an f32/f64 table is its own accumulator.
+    Tensor acc = grad_table.dtype() == dtype_of<C>() ? grad_table
+                                                      : Tensor::empty(grad_table.shape(), {.dtype = dtype_of<C>()});
+    C* sum = acc.data<C>();
+    std::memset(sum, 0, acc.nbytes());
+    std::vector<C> row(static_cast<std::size_t>(width));
+    const auto* src = static_cast<const char*>(grad.data_ptr());
+    const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(grad.dtype());
+    const std::int32_t* index = indices.data<std::int32_t>();
+    for (std::int64_t i = 0; i < count; ++i) {
+      convert(src + static_cast<std::size_t>(i) * row_bytes, grad.dtype(), row.data(), dtype_of<C>(), width);
+      C* target = sum + static_cast<std::int64_t>(index[i]) * width;
+      for (std::int64_t j = 0; j < width; ++j) target[j] += row[static_cast<std::size_t>(j)];
+    }
+    if (!acc.shares_storage_with(grad_table))
+      convert(sum, dtype_of<C>(), grad_table.data_ptr(), grad_table.dtype(), grad_table.numel());
+  });
+}
+
+void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& s, Tensor& out) {
+  const std::size_t element = dtype_size(out.dtype());
+  std::memset(out.data_ptr(), 0, out.nbytes());  // all-zero bits are 0.0 in every floating dtype
+  const auto* src = static_cast<const char*>(values.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const std::int32_t* index = indices.data<std::int32_t>();
+  for (std::int64_t o = 0; o < s.outer; ++o) {
+    for (std::int64_t i = 0; i < s.inner; ++i) {
+      std::int64_t from = o * s.inner + i;
+      std::int64_t to = (o * s.n + index[from]) * s.inner + i;
+      std::memcpy(dst + static_cast<std::size_t>(to) * element, src + static_cast<std::size_t>(from) * element, element);
+    }
+  }
+}
+
+}  // namespace mg::kernels::cpu

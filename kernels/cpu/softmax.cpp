@@ -1,0 +1,140 @@
+// CPU softmax, log-softmax and fused cross-entropy (formulas in kernels/softmax.h).
+//
+// Every row (the n elements along the softmax dim) is gathered into an f32 (f64 for f64) buffer,
+// processed there with the max subtracted before exponentiating (so exp never overflows), and
+// scattered back rounded to the storage dtype. For the common inner == 1 case the gather is a
+// contiguous conversion.
+// Run its tests: build/tests/test_ops_softmax.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/softmax.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+// Moves row (o, i) of an [outer, n, inner] tensor between its storage and a compute-type buffer.
+// With inner == 1 the row is contiguous and converts in one call; otherwise its elements are
+// `inner` apart.
+template <class C>
+struct RowAccess {
+  const ReduceShape& s;
+
+  std::size_t byte_offset(const Tensor& t, std::int64_t o, std::int64_t j, std::int64_t i) const {
+    return static_cast<std::size_t>((o * s.n + j) * s.inner + i) * dtype_size(t.dtype());
+  }
+  void load(const Tensor& t, std::int64_t o, std::int64_t i, C* buffer) const {
+    const auto* base = static_cast<const char*>(t.data_ptr());
+    if (s.inner == 1) return convert(base + byte_offset(t, o, 0, 0), t.dtype(), buffer, dtype_of<C>(), s.n);
+    for (std::int64_t j = 0; j < s.n; ++j)
+      convert(base + byte_offset(t, o, j, i), t.dtype(), buffer + j, dtype_of<C>(), 1);
+  }
+  void store(const C* buffer, Tensor& t, std::int64_t o, std::int64_t i) const {
+    auto* base = static_cast<char*>(t.data_ptr());
+    if (s.inner == 1) return convert(buffer, dtype_of<C>(), base + byte_offset(t, o, 0, 0), t.dtype(), s.n);
+    for (std::int64_t j = 0; j < s.n; ++j)
+      convert(buffer + j, dtype_of<C>(), base + byte_offset(t, o, j, i), t.dtype(), 1);
+  }
+};
+
+// max and log(sum(exp(x - max))) of one row.
+template <class C>
+void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum) {
+  max = -std::numeric_limits<C>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
+  if (std::isinf(max)) max = 0;  // all -inf (or +inf present): keep the arithmetic defined
+  C sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+  log_sum = std::log(sum);
+}
+
+template <class Fn>
+void visit_compute(DType dtype, const char* op, Fn&& fn) {
+  visit_floating(dtype, op, [&](auto zero) { fn(compute_t<decltype(zero)>{}); });
+}
+
+}  // namespace
+
+void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
+  visit_compute(x.dtype(), "softmax", [&](auto zero) {
+    using C = decltype(zero);
+    RowAccess<C> rows{s};
+    std::vector<C> row(static_cast<std::size_t>(s.n));
+    for (std::int64_t o = 0; o < s.outer; ++o) {
+      for (std::int64_t i = 0; i < s.inner; ++i) {
+        rows.load(x, o, i, row.data());
+        C max, log_sum;
+        row_max_logsum(row.data(), s.n, max, log_sum);
+        for (C& v : row) v = log ? v - max - log_sum : std::exp(v - max - log_sum);
+        rows.store(row.data(), y, o, i);
+      }
+    }
+  });
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, bool log, Tensor& dx) {
+  visit_compute(y.dtype(), "softmax backward", [&](auto zero) {
+    using C = decltype(zero);
+    RowAccess<C> rows{s};
+    std::vector<C> yr(static_cast<std::size_t>(s.n)), gr(static_cast<std::size_t>(s.n));
+    for (std::int64_t o = 0; o < s.outer; ++o) {
+      for (std::int64_t i = 0; i < s.inner; ++i) {
+        rows.load(y, o, i, yr.data());
+        rows.load(dy, o, i, gr.data());
+        C dot = 0;  // softmax: sum(dy * y); log_softmax: sum(dy)
+        for (std::int64_t j = 0; j < s.n; ++j) dot += log ? gr[j] : gr[j] * yr[j];
+        for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - std::exp(yr[j]) * dot : yr[j] * (gr[j] - dot);
+        rows.store(gr.data(), dx, o, i);
+      }
+    }
+  });
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& lse) {
+  visit_compute(logits.dtype(), "cross_entropy", [&](auto zero) {
+    using C = decltype(zero);
+    const std::int64_t rows = logits.size(0), classes = logits.size(1);
+    ReduceShape s{rows, classes, 1};
+    RowAccess<C> access{s};
+    std::vector<C> row(static_cast<std::size_t>(classes));
+    const std::int32_t* label = labels.data<std::int32_t>();
+    C* loss_out = loss.data<C>();
+    C* lse_out = lse.data<C>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      access.load(logits, r, 0, row.data());
+      C max, log_sum;
+      row_max_logsum(row.data(), classes, max, log_sum);
+      C logsumexp = max + log_sum;
+      lse_out[r] = logsumexp;
+      loss_out[r] = label[r] == ignore_index ? C(0) : logsumexp - row[label[r]];
+    }
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
+  visit_compute(logits.dtype(), "cross_entropy backward", [&](auto zero) {
+    using C = decltype(zero);
+    const std::int64_t rows = logits.size(0), classes = logits.size(1);
+    ReduceShape s{rows, classes, 1};
+    RowAccess<C> access{s};
+    std::vector<C> row(static_cast<std::size_t>(classes));
+    const std::int32_t* label = labels.data<std::int32_t>();
+    const C* lse_in = lse.data<C>();
+    const C* weight = row_weight.data<C>();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      bool ignored = label[r] == ignore_index;
+      access.load(logits, r, 0, row.data());
+      for (std::int64_t c = 0; c < classes; ++c) {
+        C p = std::exp(row[c] - lse_in[r]);
+        row[c] = ignored ? C(0) : weight[r] * (p - (c == label[r] ? C(1) : C(0)));
+      }
+      access.store(row.data(), dlogits, r, 0);
+    }
+  });
+}
+
+}  // namespace mg::kernels::cpu

@@ -1,0 +1,104 @@
+// The dispatch point: every kernel family enters here, and the device of its output picks the
+// backend. Ops have already checked that all tensors share that device.
+//
+// Today only the CPU backend exists (kernels/cpu/). The CUDA backend adds a `cuda::` namespace
+// beside `cpu::` in each family header and one line per function below; until it lands, a tensor on
+// a GPU gets this error instead of reaching host code with a device pointer.
+#include "kernels/copy.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/index.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+
+namespace mg::kernels {
+
+namespace {
+
+void require_cpu(const char* kernel, const Tensor& out) {
+  MG_CHECK(out.device().is_cpu(),
+           "kernel {}: no kernel for tensors on {} in this build (the CUDA backend is not part of it yet); "
+           "create the tensors on the CPU", kernel, out.device());
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars) {
+  require_cpu("unary", out);
+  cpu::unary(op, x, out, scalars);
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars) {
+  require_cpu("binary", out);
+  cpu::binary(op, a, b, out, scalars);
+}
+
+void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out) {
+  require_cpu("where", out);
+  cpu::where(mask, a, b, out);
+}
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape) {
+  require_cpu("gemm", c);
+  cpu::gemm(a, b, c, shape);
+}
+
+void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices) {
+  require_cpu("reduce", out);
+  cpu::reduce(op, x, shape, out, indices);
+}
+
+void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y) {
+  require_cpu("softmax", y);
+  cpu::softmax(x, shape, log, y);
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx) {
+  require_cpu("softmax_backward", dx);
+  cpu::softmax_backward(y, dy, shape, log, dx);
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& lse) {
+  require_cpu("cross_entropy", loss);
+  cpu::cross_entropy(logits, labels, ignore_index, loss, lse);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
+  require_cpu("cross_entropy_backward", dlogits);
+  cpu::cross_entropy_backward(logits, labels, lse, row_weight, ignore_index, dlogits);
+}
+
+void cast(const Tensor& x, Tensor& out) {
+  require_cpu("cast", out);
+  cpu::cast(x, out);
+}
+
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
+  require_cpu("permute", out);
+  cpu::permute(x, perm, out);
+}
+
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length) {
+  require_cpu("copy_along_dim", dst);
+  cpu::copy_along_dim(src, src_start, dst, dst_start, dim, length);
+}
+
+void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
+  require_cpu("gather_rows", out);
+  cpu::gather_rows(table, indices, out);
+}
+
+void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table) {
+  require_cpu("scatter_add_rows", grad_table);
+  cpu::scatter_add_rows(grad, indices, grad_table);
+}
+
+void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
+  require_cpu("scatter_along_dim", out);
+  cpu::scatter_along_dim(values, indices, shape, out);
+}
+
+}  // namespace mg::kernels

@@ -1,0 +1,41 @@
+// Elementwise kernels: unary, binary and where, with NumPy broadcasting of the inputs to `out`.
+//
+// Requires (checked by the ops before they get here): inputs and out on one device, floating
+// dtypes equal to out's (where's mask: i32 or out's dtype), inputs broadcastable to out's shape.
+// Guarantees: every element of out is written; math in f32 (f64 for f64), rounded once on store.
+// `out` may be the same tensor as an input of the same shape (in-place use).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace mg::kernels {
+
+enum class UnaryOp : std::uint8_t {
+  Copy, Neg, Exp, Log, Sqrt, Abs, Tanh, Sigmoid, Relu, Gelu,
+  AddScalar, MulScalar, DivScalar, PowScalar, RDivScalar, Clamp,  // use Scalars::a (and b for Clamp)
+};
+
+enum class BinaryOp : std::uint8_t {
+  Add, Sub, Mul, Div, Pow,
+  // backward formulas (kernels/functors.h): first input the gradient, second the saved tensor
+  ReluGrad, AbsGrad, TanhGrad, SigmoidGrad, SqrtGrad, GeluGrad, ClampGrad, PowScalarGrad,
+};
+
+struct Scalars {
+  double a = 0.0;
+  double b = 0.0;
+};
+
+void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars = {});
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars = {});
+void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out);
+
+namespace cpu {
+void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars);
+void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out);
+}  // namespace cpu
+
+}  // namespace mg::kernels

@@ -1,0 +1,116 @@
+// The math of every elementwise op, written once.
+//
+// Each functor is a scalar function of the compute type C (float for f32/f16/bf16, double for
+// f64). The CPU loop (kernels/cpu/elementwise.cpp) calls them over chunks of converted values; the
+// CUDA kernels call the same functors per thread, which is why they are MG_HOST_DEVICE. Values are
+// computed in C and rounded to the storage dtype only on store.
+//
+// The *Grad functors are the backward formulas, fused so that an f16 gradient is rounded once
+// instead of once per intermediate: g is the incoming gradient, x the saved input, y the saved output.
+#pragma once
+
+#include <cmath>
+
+#ifdef __CUDACC__
+#define MG_HOST_DEVICE __host__ __device__
+#else
+#define MG_HOST_DEVICE
+#endif
+
+namespace mg::functors {
+
+inline constexpr double kInvSqrt2 = 0.70710678118654752440;   // 1/sqrt(2)
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+
+// ---- unary: y = f(x), with up to two scalar parameters a, b
+struct Copy { template <class C> MG_HOST_DEVICE C operator()(C x) const { return x; } };
+struct Neg { template <class C> MG_HOST_DEVICE C operator()(C x) const { return -x; } };
+struct Exp { template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::exp(x); } };
+struct Log { template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::log(x); } };
+struct Sqrt { template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::sqrt(x); } };
+struct Abs { template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::fabs(x); } };
+struct Tanh { template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::tanh(x); } };
+struct Sigmoid {
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return C(1) / (C(1) + std::exp(-x)); }
+};
+struct Relu { template <class C> MG_HOST_DEVICE C operator()(C x) const { return x > C(0) ? x : C(0); } };
+// The exact GELU, x * Phi(x) with the normal CDF Phi (PyTorch's default, approximate="none").
+struct Gelu {
+  template <class C> MG_HOST_DEVICE C operator()(C x) const {
+    return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
+  }
+};
+struct AddScalar {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x + C(a); }
+};
+struct MulScalar {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x * C(a); }
+};
+struct PowScalar {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return std::pow(x, C(a)); }
+};
+struct DivScalar {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x / C(a); }
+};
+// a / x: the scalar-divided-by-tensor case (a - x is AddScalar after Neg).
+struct RDivScalar {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return C(a) / x; }
+};
+// min(max(x, a), b); NaN stays NaN.
+struct Clamp {
+  double a, b;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x < C(a) ? C(a) : (x > C(b) ? C(b) : x); }
+};
+
+// ---- binary: z = f(a, b) after broadcasting
+struct Add { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a + b; } };
+struct Sub { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a - b; } };
+struct Mul { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a * b; } };
+struct Div { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a / b; } };
+struct Pow { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return std::pow(a, b); } };
+
+// ---- backward formulas: dx = f(g, saved)
+struct ReluGrad {  // saved x: the gradient passes where x > 0 (0 at the kink, as PyTorch)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : C(0); }
+};
+struct AbsGrad {  // saved x: g * sign(x), with sign(0) = 0
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
+    return x > C(0) ? g : (x < C(0) ? -g : C(0));
+  }
+};
+struct TanhGrad {  // saved y = tanh(x): g * (1 - y^2)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C y) const { return g * (C(1) - y * y); }
+};
+struct SigmoidGrad {  // saved y = sigmoid(x): g * y * (1 - y)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C y) const { return g * y * (C(1) - y); }
+};
+struct SqrtGrad {  // saved y = sqrt(x): g / (2 y)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C y) const { return g / (C(2) * y); }
+};
+struct GeluGrad {  // saved x: g * (Phi(x) + x * phi(x))
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
+    C cdf = C(0.5) * (C(1) + std::erf(x * C(kInvSqrt2)));
+    C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+};
+struct ClampGrad {  // saved x: the gradient passes where a <= x <= b
+  double a, b;
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return (x >= C(a) && x <= C(b)) ? g : C(0); }
+};
+struct PowScalarGrad {  // saved x: g * a * x^(a-1)
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return g * C(a) * std::pow(x, C(a) - C(1)); }
+};
+
+// ---- ternary
+struct Where {  // the mask is loaded as C: non-zero selects a
+  template <class C> MG_HOST_DEVICE C operator()(C mask, C a, C b) const { return mask != C(0) ? a : b; }
+};
+
+}  // namespace mg::functors

@@ -1,0 +1,43 @@
+// Softmax, log-softmax and fused cross-entropy. All math in f32 (f64 for f64): exponentials of
+// f16 logits are exactly what overflows, so these ops never compute in f16 (paper, section 3.3).
+//
+// softmax / log_softmax: x, y, dy, dx share one dtype and the [outer, n, inner] view of
+// kernels/reduce.h, with the softmax taken along n.
+//   forward   y = softmax(x)                      or  y = log_softmax(x)
+//   backward  dx = y * (dy - sum(dy * y))         or  dx = dy - exp(y) * sum(dy)
+//
+// cross_entropy on logits [rows, classes] and i32 labels [rows]:
+//   forward  writes loss[r] = logsumexp(x[r]) - x[r, label[r]] (0 where label == ignore_index) and
+//            the logsumexp lse[r], both in the compute dtype (f32; f64 for f64 logits), so backward
+//            rebuilds the softmax without saving it
+//   backward dx[r, c] = row_weight[r] * (exp(x[r, c] - lse[r]) - [c == label[r]]), in x's dtype;
+//            rows with label == ignore_index get 0. row_weight (compute dtype) carries the reduction:
+//            g for sum, g / count for mean, g[r] for none.
+// Labels are range-checked by the op before the kernel runs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/reduce.h"
+
+namespace mg::kernels {
+
+void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& lse);
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
+
+namespace cpu {
+void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& lse);
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
+}  // namespace cpu
+
+}  // namespace mg::kernels

@@ -1,0 +1,75 @@
+// Helpers shared by the test suites.
+//
+// How to add a test: pick the suite of the module (tests/test_<module>.cpp), write a TEST_CASE that
+// builds inputs with the factories, and check
+//   - forward values against hand-computed numbers (check_values) or an f64 reference,
+//   - gradients with check_gradients (central differences in f64, error <= 1e-6),
+//   - f16/bf16 results within tolerance(dtype, factor): factor * eps of the dtype, with the factor
+//     derived from the computation (e.g. 1 rounding of the result: 0.5 ulp),
+//   - bad input with check_error(fn, "mg::op"), which also asserts the message names the op.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mixgrad.h"
+
+namespace mg::testing {
+
+// The relative tolerance for `factor` units of the dtype's eps (f16: 2^-10, bf16: 2^-7).
+inline double tolerance(DType dtype, double factor) { return factor * dtype_eps(dtype); }
+
+// An f64 CPU tensor with the given values (a leaf that requires grad unless told otherwise).
+inline Tensor f64(const std::vector<double>& values, const Shape& shape, bool requires_grad = true) {
+  return from_vector(values, shape, {.dtype = DType::F64, .requires_grad = requires_grad});
+}
+
+// Uniform values in [low, high) as an f64 leaf; each seed gives its own values.
+inline Tensor random_f64(const Shape& shape, double low, double high, std::uint64_t seed, bool requires_grad = true) {
+  Generator generator(seed);
+  Tensor t = uniform(shape, low, high, generator, {.dtype = DType::F64});
+  return t.set_requires_grad(requires_grad);
+}
+
+// Every value of `got` within atol + rtol * |expected| of `expected` (same count).
+inline void check_values(const Tensor& got, const std::vector<double>& expected, double rtol = 1e-12,
+                         double atol = 1e-12) {
+  std::vector<double> values = got.to_vector<double>();
+  REQUIRE(values.size() == expected.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO("element " << i << ": got " << values[i] << ", expected " << expected[i]);
+    if (std::isnan(expected[i])) CHECK(std::isnan(values[i]));
+    else CHECK(std::fabs(values[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]));
+  }
+}
+
+// Same, against another tensor (compared as doubles).
+inline void check_close(const Tensor& got, const Tensor& expected, double rtol, double atol = 0.0) {
+  CHECK(got.shape() == expected.shape());
+  check_values(got, expected.to_vector<double>(), rtol, atol);
+}
+
+// gradcheck with the default f64 settings (h = 1e-6, error <= 1e-6); the report is printed on failure.
+inline void check_gradients(const std::string& name, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                            const std::vector<Tensor>& inputs) {
+  GradcheckResult result = gradcheck(name, fn, inputs);
+  INFO(result.report);
+  CHECK(result.passed);
+}
+
+// fn must throw mg::Error whose message contains `needle` (usually the op's name, "mg::add").
+template <class Fn>
+void check_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    FAIL("no mg::Error was thrown; expected one mentioning '" << needle << "'");
+  } catch (const Error& error) {
+    INFO("message: " << error.what());
+    CHECK(std::string(error.what()).find(needle) != std::string::npos);
+  }
+}
+
+}  // namespace mg::testing
