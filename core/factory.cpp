@@ -26,15 +26,10 @@ Tensor from_floats(const std::vector<float>& values, const Shape& shape, TensorO
 // 24 random bits as a float in [0, 1): every value is exactly representable in f32.
 float unit_float(std::uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
 
-std::uint32_t random_word(std::uint64_t first_block, std::uint64_t word, std::uint64_t seed) {
-  return philox4x32(first_block + word / 4, seed)[word % 4];
-}
-
-}  // namespace
-
-Tensor full(const Shape& shape, double value, TensorOptions options) {
-  Tensor out = host_tensor(shape, options, "mg::full");
-  visit_dtype(out.dtype(), "mg::full", [&](auto zero) {
+// Every element set to `value` (rounded to the dtype); `op` names the factory in errors.
+Tensor filled(const Shape& shape, double value, TensorOptions options, const char* op) {
+  Tensor out = host_tensor(shape, options, op);
+  visit_dtype(out.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     T stored = scalar_cast<T>(value);
     T* data = out.data<T>();
@@ -43,8 +38,11 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   return out;
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+}  // namespace
+
+Tensor full(const Shape& shape, double value, TensorOptions options) { return filled(shape, value, options, "mg::full"); }
+Tensor zeros(const Shape& shape, TensorOptions options) { return filled(shape, 0.0, options, "mg::zeros"); }
+Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1.0, options, "mg::ones"); }
 
 Tensor zeros_like(const Tensor& like) { return full_like(like, 0.0); }
 Tensor ones_like(const Tensor& like) { return full_like(like, 1.0); }
@@ -92,7 +90,7 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& generator
   std::uint64_t first = generator.reserve(n);
   std::vector<float> values(n);
   auto lo = static_cast<float>(low), width = static_cast<float>(high - low);
-  for (std::uint64_t i = 0; i < n; ++i) values[i] = lo + width * unit_float(random_word(first, i, generator.seed()));
+  for (std::uint64_t i = 0; i < n; ++i) values[i] = lo + width * unit_float(random_word(generator.seed(), first, i));
   return from_floats(values, shape, options, "mg::uniform");
 }
 
@@ -105,8 +103,8 @@ Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
   for (std::uint64_t i = 0; i < n; ++i) {
     std::uint64_t pair = i / 2;
     // u1 in (0, 1] so the log is finite; u2 in [0, 1).
-    double u1 = (static_cast<double>(random_word(first, 2 * pair, generator.seed()) >> 8) + 1.0) * 0x1p-24;
-    double u2 = unit_float(random_word(first, 2 * pair + 1, generator.seed()));
+    double u1 = (static_cast<double>(random_word(generator.seed(), first, 2 * pair) >> 8) + 1.0) * 0x1p-24;
+    double u2 = unit_float(random_word(generator.seed(), first, 2 * pair + 1));
     double radius = std::sqrt(-2.0 * std::log(u1));
     double angle = 2.0 * std::numbers::pi * u2;
     values[i] = static_cast<float>(radius * (i % 2 == 0 ? std::cos(angle) : std::sin(angle)));
@@ -125,7 +123,7 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generato
   std::vector<double> values(n);
   for (std::uint64_t i = 0; i < n; ++i) {
     // Multiply-shift maps a 32-bit word onto [0, range) (Lemire); the bias is below 2^-32 * range.
-    std::uint64_t r = (static_cast<std::uint64_t>(random_word(first, i, generator.seed())) * range) >> 32;
+    std::uint64_t r = (static_cast<std::uint64_t>(random_word(generator.seed(), first, i)) * range) >> 32;
     values[i] = static_cast<double>(low + static_cast<std::int64_t>(r));
   }
   return from_vector(values, shape, options);

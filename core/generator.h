@@ -11,8 +11,13 @@
 
 namespace mg {
 
-// Ten rounds of Philox on a 128-bit counter with a 64-bit key: four 32-bit random words.
-std::array<std::uint32_t, 4> philox4x32(std::uint64_t counter, std::uint64_t key);
+// Ten rounds of Philox on a 128-bit counter with a 64-bit key: four 32-bit random words
+// (bit-identical to Random123's philox4x32_10, whose published answers the tests check).
+std::array<std::uint32_t, 4> philox4x32(std::array<std::uint32_t, 4> counter, std::array<std::uint32_t, 2> key);
+
+// Word `word` of a draw whose first block is `first_block`, under `seed`: lane word % 4 of block
+// first_block + word / 4, with the block number in the counter's low 64 bits and the seed as key.
+std::uint32_t random_word(std::uint64_t seed, std::uint64_t first_block, std::uint64_t word);
 
 class Generator {
  public:
@@ -24,7 +29,7 @@ class Generator {
   void set_state(std::uint64_t seed, std::uint64_t offset) { seed_ = seed; offset_ = offset; }
 
   // Reserves enough blocks for `words` 32-bit words; returns the first block's counter.
-  // Word w of the draw is then lane w % 4 of philox4x32(first + w / 4, seed).
+  // Word w of the draw is then random_word(seed(), first, w).
   std::uint64_t reserve(std::uint64_t words);
 
  private:

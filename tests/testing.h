@@ -42,6 +42,7 @@ inline void check_values(const Tensor& got, const std::vector<double>& expected,
   for (std::size_t i = 0; i < values.size(); ++i) {
     INFO("element " << i << ": got " << values[i] << ", expected " << expected[i]);
     if (std::isnan(expected[i])) CHECK(std::isnan(values[i]));
+    else if (std::isinf(expected[i])) CHECK(values[i] == expected[i]);
     else CHECK(std::fabs(values[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]));
   }
 }
@@ -67,7 +68,7 @@ void check_error(Fn&& fn, const std::string& needle) {
     fn();
     FAIL("no mg::Error was thrown; expected one mentioning '" << needle << "'");
   } catch (const Error& error) {
-    INFO("message: " << error.what());
+    INFO("message: " << std::string(error.what()));
     CHECK(std::string(error.what()).find(needle) != std::string::npos);
   }
 }

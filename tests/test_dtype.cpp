@@ -1,0 +1,163 @@
+// DType properties and conversions: the rounding rules every AMP phenomenon rests on.
+// Covers f16 and bf16 edge cases (subnormals, ties to even, overflow to inf, NaN), the F16C bulk
+// path against the portable one bit for bit, single rounding from f64, and float -> i32.
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "tests/testing.h"
+
+using namespace mg;
+
+namespace {
+
+// f32 -> f16 -> f32 through the bulk converter (the F16C path for counts of 8 or more).
+float through_f16(float x) {
+  std::vector<float> in(16, x), back(16);
+  std::vector<half> h(16);
+  convert(in.data(), DType::F32, h.data(), DType::F16, 16);
+  convert(h.data(), DType::F16, back.data(), DType::F32, 16);
+  return back[3];
+}
+
+float through_bf16(float x) {
+  std::vector<float> in(16, x), back(16);
+  std::vector<bfloat16> b(16);
+  convert(in.data(), DType::F32, b.data(), DType::BF16, 16);
+  convert(b.data(), DType::BF16, back.data(), DType::F32, 16);
+  return back[3];
+}
+
+std::uint16_t bits(half h) { return std::bit_cast<std::uint16_t>(h); }
+std::uint16_t bits(bfloat16 b) { return std::bit_cast<std::uint16_t>(b); }
+
+}  // namespace
+
+TEST_CASE("dtype: sizes, names, eps and max") {
+  CHECK(dtype_size(DType::F32) == 4);
+  CHECK(dtype_size(DType::F16) == 2);
+  CHECK(dtype_size(DType::BF16) == 2);
+  CHECK(dtype_size(DType::F64) == 8);
+  CHECK(dtype_size(DType::I32) == 4);
+  CHECK(dtype_name(DType::BF16) == "bf16");
+  CHECK(fmt::format("{}", DType::F16) == "f16");
+  CHECK(dtype_eps(DType::F16) == std::ldexp(1.0, -10));
+  CHECK(dtype_eps(DType::BF16) == std::ldexp(1.0, -7));
+  CHECK(dtype_eps(DType::F32) == std::numeric_limits<float>::epsilon());
+  CHECK(dtype_max(DType::F16) == 65504.0);
+  CHECK(dtype_max(DType::BF16) == static_cast<double>(std::bit_cast<float>(0x7F7F0000u)));
+  CHECK(dtype_max(DType::I32) == 2147483647.0);
+  CHECK(is_floating(DType::BF16));
+  CHECK_FALSE(is_floating(DType::I32));
+  CHECK_THROWS_AS(dtype_eps(DType::I32), Error);
+}
+
+TEST_CASE("dtype: f16 rounding edge cases") {
+  const float smallest_subnormal = std::ldexp(1.0f, -24);
+  CHECK(through_f16(smallest_subnormal) == smallest_subnormal);             // 2^-24 survives
+  CHECK(bits(half(smallest_subnormal)) == 0x0001);
+  CHECK(through_f16(std::ldexp(1.0f, -25)) == 0.0f);                        // tie between 0 and 2^-24: even is 0
+  CHECK(through_f16(1.5f * std::ldexp(1.0f, -25)) == smallest_subnormal);   // above the tie: up
+  CHECK(through_f16(std::ldexp(1.0f, -14)) == std::ldexp(1.0f, -14));       // min normal
+  CHECK(bits(half(std::ldexp(1.0f, -14))) == 0x0400);
+  CHECK(through_f16(3.0f * std::ldexp(1.0f, -24)) == 3.0f * std::ldexp(1.0f, -24));  // subnormals are kept
+  CHECK(through_f16(65504.0f) == 65504.0f);                                 // max, exact
+  CHECK(through_f16(65519.0f) == 65504.0f);                                 // below the tie: down
+  CHECK(std::isinf(through_f16(65520.0f)));                                 // the tie rounds to even: inf
+  CHECK(std::isinf(through_f16(1e6f)));
+  CHECK(std::isinf(through_f16(-INFINITY)));
+  CHECK(through_f16(-INFINITY) < 0);
+  CHECK(std::isnan(through_f16(NAN)));
+  CHECK(std::signbit(through_f16(-0.0f)));
+  CHECK(through_f16(1.0f + std::ldexp(1.0f, -11)) == 1.0f);                  // tie at 1: to even (1.0)
+  CHECK(through_f16(1.0f + 3.0f * std::ldexp(1.0f, -11)) == 1.0f + std::ldexp(1.0f, -9));  // tie: to even (up)
+  CHECK(through_f16(2049.0f) == 2048.0f);  // above 2048 the spacing is 2: 2048 + 1 is lost
+}
+
+TEST_CASE("dtype: bf16 rounding edge cases") {
+  CHECK(through_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);                       // tie: to even
+  CHECK(through_bf16(1.0f + 3.0f * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+  CHECK(through_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 1.0f + std::ldexp(1.0f, -7));
+  const float bf16_max = std::bit_cast<float>(0x7F7F0000u);
+  CHECK(through_bf16(bf16_max) == bf16_max);
+  CHECK(std::isinf(through_bf16(std::numeric_limits<float>::max())));           // above max + half ulp: inf
+  CHECK(through_bf16(std::ldexp(1.0f, -133)) == std::ldexp(1.0f, -133));        // smallest subnormal
+  CHECK(through_bf16(std::ldexp(1.0f, -134)) == 0.0f);                          // tie: to even (0)
+  CHECK(through_bf16(1.5f * std::ldexp(1.0f, -134)) == std::ldexp(1.0f, -133));
+  CHECK(through_bf16(std::ldexp(1.0f, -100)) == std::ldexp(1.0f, -100));        // f32's range: no underflow
+  CHECK(std::isnan(through_bf16(NAN)));
+  // A NaN whose payload lies only in the low bits must stay NaN, not become inf.
+  CHECK(std::isnan(through_bf16(std::bit_cast<float>(0x7F800001u))));
+  CHECK(std::isinf(through_bf16(INFINITY)));
+  CHECK(bits(bfloat16(1.0f)) == 0x3F80);
+}
+
+TEST_CASE("dtype: the F16C bulk path matches the portable path bit for bit") {
+  // Every f16 value to f32. The only allowed difference: F16C (like a GPU) returns signalling NaNs
+  // quieted; both paths still give NaN.
+  std::vector<half> all(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) all[i] = std::bit_cast<half>(static_cast<std::uint16_t>(i));
+  std::vector<float> fast(65536), portable(65536);
+  convert(all.data(), DType::F16, fast.data(), DType::F32, 65536);
+  detail::f16_to_f32_portable(all.data(), portable.data(), 65536);
+  int mismatches = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    bool both_nan = std::isnan(fast[i]) && std::isnan(portable[i]);
+    if (!both_nan && std::bit_cast<std::uint32_t>(fast[i]) != std::bit_cast<std::uint32_t>(portable[i])) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+
+  // f32 -> f16 over random bit patterns and every exact tie in the subnormal and normal range.
+  std::vector<float> inputs;
+  Generator generator(7);
+  Tensor random_bits = randint(0, std::int64_t{1} << 32, {1 << 16}, generator, {.dtype = DType::F64});
+  for (double v : random_bits.to_vector<double>()) inputs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(v)));
+  for (int e = -26; e <= 16; ++e)
+    for (float m : {1.0f, 1.5f, 1.25f, 1.0009765625f, 1.00048828125f}) inputs.push_back(std::ldexp(m, e));
+  std::vector<half> h_fast(inputs.size()), h_portable(inputs.size());
+  convert(inputs.data(), DType::F32, h_fast.data(), DType::F16, static_cast<std::int64_t>(inputs.size()));
+  detail::f32_to_f16_portable(inputs.data(), h_portable.data(), static_cast<std::int64_t>(inputs.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    bool both_nan = std::isnan(static_cast<float>(h_fast[i])) && std::isnan(static_cast<float>(h_portable[i]));
+    INFO("input bits " << std::bit_cast<std::uint32_t>(inputs[i]));
+    CHECK((both_nan || bits(h_fast[i]) == bits(h_portable[i])));
+  }
+}
+
+TEST_CASE("dtype: f64 rounds to f16 and bf16 once, not through f32") {
+  // 1 + 2^-11 + 2^-40 is just above the f16 tie between 1 and 1 + 2^-10, so it rounds up. Through f32
+  // it would first become exactly the tie (2^-40 is below f32's precision) and then round to 1.
+  const double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  CHECK(static_cast<float>(scalar_cast<half>(x)) == 1.0f + std::ldexp(1.0f, -10));
+  CHECK(static_cast<float>(half(static_cast<float>(x))) == 1.0f);  // the double rounding we avoid
+  const double y = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  CHECK(static_cast<float>(scalar_cast<bfloat16>(y)) == 1.0f + std::ldexp(1.0f, -7));
+  Tensor t = from_vector({x, -x, 65520.0, std::ldexp(1.0, -25), std::ldexp(1.0, -25) * 1.0000001},
+                         {5}, {.dtype = DType::F64});
+  std::vector<double> h = t.to(DType::F16).to_vector<double>();
+  CHECK(h[0] == 1.0 + std::ldexp(1.0, -10));
+  CHECK(h[1] == -(1.0 + std::ldexp(1.0, -10)));
+  CHECK(std::isinf(h[2]));
+  CHECK(h[3] == 0.0);
+  CHECK(h[4] == std::ldexp(1.0, -24));
+}
+
+TEST_CASE("dtype: float to i32 truncates toward zero and saturates") {
+  Tensor t = from_vector({2.7, -2.7, 1e10, -1e10, NAN, 0.0}, {6});
+  CHECK(t.to(DType::I32).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{2, -2, 2147483647, -2147483647 - 1, 0, 0});
+  Tensor labels = from_vector({3, -1, 7}, {3}, {.dtype = DType::I32});
+  CHECK(labels.to(DType::F16).to_vector<double>() == std::vector<double>{3, -1, 7});
+}
+
+TEST_CASE("dtype: casts between every pair keep exactly representable values") {
+  const std::vector<double> values{0.0, 1.0, -2.5, 0.375, 1024.0, -0.0};
+  for (DType from : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    for (DType to : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+      INFO(dtype_name(from) << " -> " << dtype_name(to));
+      Tensor t = from_vector(values, {6}, {.dtype = from});
+      CHECK(t.to(to).dtype() == to);
+      CHECK(t.to(to).to_vector<double>() == values);
+    }
+  }
+}

@@ -1,0 +1,181 @@
+// The tape: what is recorded and when, how backward walks it, how gradients accumulate and in which
+// dtype, and that saved tensors are released as the walk goes.
+#include <memory>
+#include <thread>
+
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+// A custom op y = 2x whose backward holds `witness` (a stand-in for a saved tensor) and calls
+// `on_backward` when it runs.
+Tensor doubled(const Tensor& x, std::shared_ptr<int> witness, std::function<void()> on_backward = {}) {
+  Tensor y = mul(x.detach(), 2.0);
+  record("doubled", {x}, y, [witness, on_backward](const Tensor& g, const auto&) {
+    if (on_backward) on_backward();
+    return Grads{mul(g, 2.0)};
+  });
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("tape: backward seeds 1 and fills .grad of leaves") {
+  Tensor x = f64({1, 2, 3}, {3});
+  Tensor loss = sum(mul(x, x));  // d/dx = 2x
+  CHECK(tape_size() == 2);
+  backward(loss);
+  check_values(x.grad(), {2, 4, 6});
+  CHECK(tape_size() == 0);  // cleared
+  CHECK(x.grad().dtype() == DType::F64);
+}
+
+TEST_CASE("tape: gradients accumulate over two backwards and over reuse") {
+  Tensor x = f64({1, 2}, {2});
+  backward(sum(mul(x, 3.0)));
+  backward(sum(mul(x, 3.0)));
+  check_values(x.grad(), {6, 6});
+  x.zero_grad();
+  // x used twice in one graph (a diamond): the two paths add.
+  Tensor y = add(mul(x, 2.0), exp(x));
+  backward(sum(y));
+  check_values(x.grad(), {2 + std::exp(1.0), 2 + std::exp(2.0)});
+  // keep_tape: the same graph twice.
+  x.zero_grad();
+  Tensor z = sum(mul(x, x));
+  backward(z, {.keep_tape = true});
+  backward(z);
+  check_values(x.grad(), {4, 8});
+}
+
+TEST_CASE("tape: a second backward over a cleared tape is a clear error") {
+  Tensor x = f64({1}, {1});
+  Tensor y = sum(exp(x));
+  backward(y);
+  check_error([&] { backward(y); }, "no longer on the tape");
+}
+
+TEST_CASE("tape: NoGradGuard and inputs without grad record nothing") {
+  Tensor x = f64({1, 2}, {2});
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE(grad_enabled());
+    Tensor y = exp(x);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(tape_size() == 0);
+    {
+      NoGradGuard nested;
+    }
+    CHECK_FALSE(grad_enabled());  // restored to the outer guard's state
+  }
+  CHECK(grad_enabled());
+  Tensor constant = f64({1, 2}, {2}, false);
+  Tensor y = exp(mul(constant, 2.0));
+  CHECK_FALSE(y.requires_grad());
+  CHECK(tape_size() == 0);
+  check_error([&] { backward(sum(y)); }, "does not require grad");
+}
+
+TEST_CASE("tape: each node's saved tensors are released as the walk reaches it") {
+  auto first_saved = std::make_shared<int>(1);
+  auto second_saved = std::make_shared<int>(2);
+  std::weak_ptr<int> first_watch = first_saved, second_watch = second_saved;
+  bool second_released_before_first_ran = false;
+  Tensor x = f64({1, 2}, {2});
+  // first runs last in backward; by then second's node (run first) must have let go of its tensor.
+  Tensor a = doubled(x, std::move(first_saved), [&] { second_released_before_first_ran = second_watch.expired(); });
+  Tensor b = doubled(a, std::move(second_saved));
+  Tensor loss = sum(b);
+  CHECK_FALSE(first_watch.expired());
+  backward(loss);
+  CHECK(second_released_before_first_ran);
+  CHECK(first_watch.expired());
+  check_values(x.grad(), {4, 4});
+}
+
+TEST_CASE("tape: a cast carries the gradient back in the source dtype") {
+  Tensor w = from_vector({0.5, -1.0, 2.0}, {3}, {.requires_grad = true});  // f32 master
+  Tensor w16 = cast(w, DType::F16);
+  CHECK(w16.dtype() == DType::F16);
+  Tensor loss = sum(mul(w16, w16));  // in f16
+  CHECK(loss.dtype() == DType::F16);
+  backward(loss);
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == DType::F32);
+  check_values(w.grad(), {1.0, -2.0, 4.0});
+  CHECK(cast(w, DType::F32).id() == w.id());  // a cast to the same dtype is the tensor itself
+  clear_tape();
+}
+
+TEST_CASE("tape: leaf gradients own their memory") {
+  Tensor a = f64({1, 2}, {2});
+  Tensor b = f64({3, 4}, {2});
+  backward(sum(add(a, b)));  // add's backward hands the same gradient to both
+  CHECK_FALSE(a.grad().shares_storage_with(b.grad()));
+  Tensor seed = f64({1, 1}, {2}, false);
+  Tensor leaf = f64({0, 0}, {2});
+  backward(leaf, seed);  // backward from a leaf: the seed is copied, not adopted
+  CHECK_FALSE(leaf.grad().shares_storage_with(seed));
+  check_values(leaf.grad(), {1, 1});
+}
+
+TEST_CASE("tape: backward with a seed gradient for a non-scalar output") {
+  Tensor x = f64({1, 2, 3}, {3});
+  Tensor y = mul(x, x);
+  check_error([&] { backward(y); }, "pass a seed gradient");
+  CHECK(tape_size() == 1);  // the failed call changed nothing
+  backward(y, f64({1, 0, -1}, {3}, false));
+  check_values(x.grad(), {2, 0, -6});
+  check_error([&] { backward(mul(x, 1.0), f64({1}, {1}, false)); }, "must match the output");
+  clear_tape();
+}
+
+TEST_CASE("tape: a backward that throws leaves every .grad as it was") {
+  Tensor x = f64({1, 2}, {2});
+  x.set_grad(f64({10, 20}, {2}, false));
+  Tensor y = mul(x, 3.0);
+  Tensor z = doubled(y, nullptr, [] { throw Error("custom op failed on purpose"); });
+  check_error([&] { backward(sum(z)); }, "on purpose");
+  check_values(x.grad(), {10, 20});
+  CHECK(tape_size() == 0);
+}
+
+TEST_CASE("tape: a backward function returning a wrong shape is reported") {
+  Tensor x = f64({1, 2}, {2});
+  Tensor y = mul(x.detach(), 1.0);
+  record("broken", {x}, y, [](const Tensor&, const auto&) { return Grads{f64({1}, {1}, false)}; });
+  check_error([&] { backward(sum(y)); }, "backward of broken");
+}
+
+TEST_CASE("tape: each thread has its own tape") {
+  Tensor x = f64({1}, {1});
+  Tensor y = exp(x);
+  std::size_t other_thread_tape = 99;
+  std::thread worker([&] {
+    Tensor z = exp(f64({1}, {1}));
+    other_thread_tape = tape_size();
+    clear_tape();
+  });
+  worker.join();
+  CHECK(other_thread_tape == 1);
+  CHECK(tape_size() == 1);
+  clear_tape();
+}
+
+TEST_CASE("tape: gradcheck reports a wrong backward") {
+  // A deliberately wrong op: forward x^2, backward claims 3x.
+  auto wrong = [](const std::vector<Tensor>& in) {
+    Tensor y = mul(in[0].detach(), in[0].detach());
+    Tensor x = in[0];
+    record("wrong_square", {x}, y, [x](const Tensor& g, const auto&) { return Grads{mul(g, mul(x, 3.0))}; });
+    return y;
+  };
+  GradcheckResult result = gradcheck("wrong_square", wrong, {f64({0.5, 1.5}, {2})});
+  CHECK_FALSE(result.passed);
+  CHECK(result.report.find("gradcheck wrong_square: input 0") != std::string::npos);
+  CHECK(result.report.find("above tolerance") != std::string::npos);
+  CHECK(result.max_error > 0.1);
+}
