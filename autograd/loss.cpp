@@ -80,6 +80,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOpt
 
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction) {
   MG_CHECK(prediction.defined() && target.defined(), "mg::mse_loss: an input is undefined");
+  check::same_device("mg::mse_loss", {prediction, target});  // checked here so that errors name mse_loss
+  check::floating("mg::mse_loss", prediction);
+  check::same_dtype("mg::mse_loss", prediction, target);
   MG_CHECK(prediction.shape() == target.shape(),
            "mg::mse_loss: prediction {} and target {} must have the same shape (no broadcasting: it hides bugs)",
            prediction.shape(), target.shape());

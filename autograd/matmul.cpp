@@ -23,6 +23,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
   if (a.dim() == 3 && b.dim() == 2) {
     MG_CHECK(!ta, "{}: a 3-D left operand {} with a 2-D right operand {} cannot use transpose_a; "
              "use batched [batch, k, m] x [batch, k, n] instead", op, a.shape(), b.shape());
+    const std::int64_t k_of_b = tb ? b.size(1) : b.size(0);
+    MG_CHECK(a.size(2) == k_of_b, "{}: inner dimensions differ: {} has k = {} but {}{} has k = {}", op, a.shape(),
+             a.size(2), b.shape(), tb ? " (transposed)" : "", k_of_b);
     Tensor rows = matmul(reshape(a, {a.size(0) * a.size(1), a.size(2)}), b, options);
     return reshape(rows, {a.size(0), a.size(1), rows.size(1)});
   }

@@ -94,8 +94,8 @@ struct CrossEntropyOptions {
   std::int64_t ignore_index = -100;       // rows with this label contribute nothing
 };
 // logits [rows, classes] (any floating dtype) and labels i32 [rows] in [0, classes). The loss has
-// the logits' dtype: a scalar, or [rows] for Reduction::None. All math in f32 (f64 for f64); a mean
-// over zero counted rows is NaN, as in PyTorch.
+// the logits' dtype: a scalar, or [rows] for Reduction::None. All math in f32 (f64 for f64). Ignored
+// rows get a zero gradient; a mean over zero counted rows is NaN, as in PyTorch.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
 // mean (or sum) of (prediction - target)^2; shapes must match exactly.
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::Mean);

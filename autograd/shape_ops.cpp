@@ -131,6 +131,8 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
     MG_CHECK(tensors[i].defined() && tensors[i].shape() == tensors[0].shape(),
              "mg::stack: tensor {} has shape {} but tensor 0 has {}; stacked tensors must have one shape", i,
              tensors[i].defined() ? tensors[i].shape() : Shape{}, tensors[0].shape());
+    MG_CHECK(tensors[i].dtype() == tensors[0].dtype(), "mg::stack: tensor {} is {} but tensor 0 is {}; cast them to "
+             "one dtype", i, tensors[i].dtype(), tensors[0].dtype());  // here, not in cat, so errors name stack
     Shape shape = tensors[i].shape();
     shape.insert(shape.begin() + d, 1);
     expanded.push_back(reshape(tensors[i], shape));

@@ -105,9 +105,16 @@ Tensor add(const Tensor& x, double scalar) {
   return y;
 }
 
-Tensor sub(const Tensor& x, double scalar) { return add(x, -scalar); }
+// Both delegate; the check first, so that an error names the op the caller used, not mg::add/mg::neg.
+Tensor sub(const Tensor& x, double scalar) {
+  check::floating("mg::sub", x);
+  return add(x, -scalar);
+}
 
-Tensor rsub(double scalar, const Tensor& x) { return add(neg(x), scalar); }
+Tensor rsub(double scalar, const Tensor& x) {
+  check::floating("mg::sub", x);
+  return add(neg(x), scalar);
+}
 
 Tensor mul(const Tensor& x, double scalar) {
   Tensor y = unary_forward(UnaryOp::MulScalar, "mg::mul", x, {scalar});

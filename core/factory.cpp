@@ -66,7 +66,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
            "mg::from_vector: {} values do not fill shape {} ({} elements)", values.size(), shape, numel(shape));
   if (options.dtype == DType::I32) {
     for (std::size_t i = 0; i < values.size(); ++i)
-      MG_CHECK(values[i] == std::trunc(values[i]) && std::fabs(values[i]) <= 2147483647.0,
+      MG_CHECK(values[i] == std::trunc(values[i]) && values[i] >= -2147483648.0 && values[i] <= 2147483647.0,
                "mg::from_vector: value {} at index {} is not a 32-bit integer, but the dtype is i32", values[i], i);
   }
   Tensor out = host_tensor(shape, options, "mg::from_vector");

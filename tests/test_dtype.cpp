@@ -11,22 +11,16 @@ using namespace mg;
 
 namespace {
 
-// f32 -> f16 -> f32 through the bulk converter (the F16C path for counts of 8 or more).
-float through_f16(float x) {
+// f32 -> dtype -> f32 through the bulk converter (the F16C path for f16: counts of 8 or more).
+float round_trip(float x, DType dtype) {
   std::vector<float> in(16, x), back(16);
-  std::vector<half> h(16);
-  convert(in.data(), DType::F32, h.data(), DType::F16, 16);
-  convert(h.data(), DType::F16, back.data(), DType::F32, 16);
+  std::vector<std::uint16_t> stored(16);
+  convert(in.data(), DType::F32, stored.data(), dtype, 16);
+  convert(stored.data(), dtype, back.data(), DType::F32, 16);
   return back[3];
 }
-
-float through_bf16(float x) {
-  std::vector<float> in(16, x), back(16);
-  std::vector<bfloat16> b(16);
-  convert(in.data(), DType::F32, b.data(), DType::BF16, 16);
-  convert(b.data(), DType::BF16, back.data(), DType::F32, 16);
-  return back[3];
-}
+float through_f16(float x) { return round_trip(x, DType::F16); }
+float through_bf16(float x) { return round_trip(x, DType::BF16); }
 
 std::uint16_t bits(half h) { return std::bit_cast<std::uint16_t>(h); }
 std::uint16_t bits(bfloat16 b) { return std::bit_cast<std::uint16_t>(b); }

@@ -173,3 +173,14 @@ TEST_CASE("tensor: fmt shows values, shape and dtype, and abbreviates large tens
   CHECK(large.find("shape=[40, 50]") != std::string::npos);
   CHECK(std::count(large.begin(), large.end(), '\n') == 6);  // 3 + "..." + 3 rows
 }
+
+TEST_CASE("tensor: devices and the CUDA build flag") {
+  CHECK(Device::cpu().is_cpu());
+  CHECK(Device::cuda(1).index == 1);
+  CHECK(fmt::format("{}", Device::cuda(1)) == "cuda:1");
+  CHECK(Device::cuda(0) != Device::cpu());
+  const int gpus = cuda_device_count();
+  CHECK(gpus >= 0);
+  if (!built_with_cuda()) CHECK(gpus == 0);
+  if (gpus == 0) MESSAGE("no CUDA device visible (built with CUDA: " << built_with_cuda() << "): GPU tests skip");
+}

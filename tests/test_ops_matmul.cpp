@@ -1,0 +1,228 @@
+// matmul (autograd/matmul.cpp, kernels/cpu/gemm.cpp): 2-D, batched 3-D and 3-D x 2-D products in
+// all four transpose layouts, odd sizes (1, 7, 17, [5,784]x[784,10]) and k = 0. Forward values are
+// checked against hand-computed numbers and plain f64 loops, gradients with f64 gradchecks for every
+// layout, f16/bf16 against an f64 reference built from the rounded operands (exact products, f32
+// accumulation, one rounding on store), and bad shapes/dtypes against errors naming mg::matmul.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+struct Dims {
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool batched = false, shared_b = false;  // shared_b: [batch, m, k] x [k, n]
+};
+
+Dims dims_of(const Tensor& a, const Tensor& b, MatmulOptions o) {
+  Dims d;
+  d.batched = a.dim() == 3;
+  d.shared_b = d.batched && b.dim() == 2;
+  d.batch = d.batched ? a.size(0) : 1;
+  d.m = o.transpose_a ? a.size(-1) : a.size(-2);
+  d.k = o.transpose_a ? a.size(-2) : a.size(-1);
+  d.n = o.transpose_b ? b.size(-2) : b.size(-1);
+  return d;
+}
+
+// op(A) op(B) by plain loops in f64 over the operands' own (already rounded) values, and the
+// largest sum of |products| of one element: the scale of any accumulation error.
+struct Reference {
+  std::vector<double> c;
+  double abs_scale = 0.0;
+};
+
+Reference reference_matmul(const Tensor& a, const Tensor& b, MatmulOptions o) {
+  const Dims d = dims_of(a, b, o);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  Reference r;
+  for (std::int64_t t = 0; t < d.batch; ++t) {
+    const double* A = av.data() + t * d.m * d.k;
+    const double* B = bv.data() + (d.shared_b ? 0 : t * d.k * d.n);
+    for (std::int64_t i = 0; i < d.m; ++i) {
+      for (std::int64_t j = 0; j < d.n; ++j) {
+        double sum = 0.0, abs_sum = 0.0;
+        for (std::int64_t p = 0; p < d.k; ++p) {
+          double x = o.transpose_a ? A[p * d.m + i] : A[i * d.k + p];
+          double y = o.transpose_b ? B[j * d.k + p] : B[p * d.n + j];
+          sum += x * y;
+          abs_sum += std::fabs(x * y);
+        }
+        r.c.push_back(sum);
+        r.abs_scale = std::max(r.abs_scale, abs_sum);
+      }
+    }
+  }
+  return r;
+}
+
+// matmul against the reference. Allowed error per element: final_rtol * |exact| for the rounding
+// into the output dtype, plus (k + 1) * unit * max sum|products| for the products and the
+// accumulation in the compute precision (unit = 2^-24 for f32, 2^-53 for f64), in any order.
+void check_matmul(const Tensor& a, const Tensor& b, MatmulOptions o, double final_rtol, double unit,
+                  double extra_atol = 0.0) {
+  const Dims d = dims_of(a, b, o);
+  INFO("m " << d.m << ", n " << d.n << ", k " << d.k << ", batch " << d.batch << ", transpose_a "
+            << o.transpose_a << ", transpose_b " << o.transpose_b << ", dtype " << dtype_name(a.dtype()));
+  Reference r = reference_matmul(a, b, o);
+  Tensor c = matmul(a, b, o);
+  CHECK(c.dtype() == a.dtype());
+  CHECK(c.shape() == (d.batched ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n}));
+  check_values(c, r.c, final_rtol, static_cast<double>(d.k + 1) * unit * r.abs_scale + extra_atol);
+}
+
+// A stored operand: [rows, cols] or [batch, rows, cols].
+Tensor operand(std::int64_t batch, std::int64_t rows, std::int64_t cols, std::uint64_t seed, DType dtype = DType::F64) {
+  Shape shape = batch > 0 ? Shape{batch, rows, cols} : Shape{rows, cols};
+  Generator generator(seed);
+  Tensor t = randn(shape, generator).to(dtype);  // made in f32, rounded once to dtype
+  if (dtype == DType::F64) t.set_requires_grad(true);  // the f64 operands are gradcheck inputs
+  return t;
+}
+
+// Forward (f64 and f32) and gradcheck of one layout, 2-D and batched, with m, n, k all different.
+void check_layout(bool ta, bool tb) {
+  const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+  auto fn = [o](const std::vector<Tensor>& in) { return matmul(in[0], in[1], o); };
+  for (std::int64_t batch : {0, 3}) {  // 0: a 2-D product
+    const std::int64_t m = 3, n = 4, k = 5;
+    Tensor a = ta ? operand(batch, k, m, 1) : operand(batch, m, k, 1);
+    Tensor b = tb ? operand(batch, n, k, 2) : operand(batch, k, n, 2);
+    check_matmul(a, b, o, 0.0, 0x1p-53);
+    check_matmul(a.to(DType::F32), b.to(DType::F32), o, 0.0, 0x1p-24);
+    check_gradients(batch ? "matmul batched" : "matmul 2-D", fn, {a, b});
+  }
+}
+
+// f16/bf16 operands multiply exactly and accumulate in f32; the store rounds once (0.5 ulp of each
+// element), the accumulation adds k * 2^-24 of the sum of |products|. Subnormal f16 results may be
+// off by half their spacing (2^-25).
+void check_low_precision(const Tensor& a, const Tensor& b, MatmulOptions o) {
+  check_matmul(a, b, o, tolerance(a.dtype(), 0.5), 0x1p-24, a.dtype() == DType::F16 ? 0x1p-25 : 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("matmul: 2-D and batched hand-computed values in every layout") {
+  Tensor a = from_vector({1, 2, 3, 4}, {2, 2}), b = from_vector({5, 6, 7, 8}, {2, 2});
+  check_values(matmul(a, b), {19, 22, 43, 50});
+  check_values(matmul(a, b, {.transpose_a = true}), {26, 30, 38, 44});
+  check_values(matmul(a, b, {.transpose_b = true}), {17, 23, 39, 53});
+  check_values(matmul(a, b, {.transpose_a = true, .transpose_b = true}), {23, 31, 34, 46});
+  Tensor r = matmul(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), from_vector({1, 0, -1}, {3, 1}));
+  CHECK(r.shape() == Shape{2, 1});
+  check_values(r, {-2, -2});
+  Tensor batched = matmul(from_vector({1, 2, 5, 6}, {2, 1, 2}), from_vector({3, 4, 7, 8}, {2, 2, 1}));
+  CHECK(batched.shape() == Shape{2, 1, 1});
+  check_values(batched, {11, 83});
+}
+
+TEST_CASE("matmul: NN layout forward and gradcheck, 2-D and batched") { check_layout(false, false); }
+TEST_CASE("matmul: NT layout forward and gradcheck, 2-D and batched") { check_layout(false, true); }
+TEST_CASE("matmul: TN layout forward and gradcheck, 2-D and batched") { check_layout(true, false); }
+TEST_CASE("matmul: TT layout forward and gradcheck, 2-D and batched") { check_layout(true, true); }
+
+TEST_CASE("matmul: 3-D x 2-D shares the right operand across the batch") {
+  auto fn_nn = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  auto fn_nt = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1], {.transpose_b = true}); };
+  Tensor a = operand(2, 3, 4, 1), b = operand(0, 4, 5, 2), bt = operand(0, 5, 4, 3);
+  check_matmul(a, b, {}, 0.0, 0x1p-53);
+  check_matmul(a, bt, {.transpose_b = true}, 0.0, 0x1p-53);
+  CHECK(matmul(a, b).shape() == Shape{2, 3, 5});
+  check_gradients("matmul [2,3,4]x[4,5]", fn_nn, {a, b});
+  check_gradients("matmul [2,3,4]x[5,4]^T", fn_nt, {a, bt});
+}
+
+TEST_CASE("matmul: odd sizes 1, 7, 17 and [5,784]x[784,10]") {
+  struct Case { std::int64_t m, n, k; };
+  for (Case s : {Case{1, 1, 1}, Case{1, 1, 7}, Case{7, 7, 1}, Case{17, 7, 17}, Case{1, 17, 7}, Case{5, 10, 784}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+      Tensor a = ta ? operand(0, s.k, s.m, 5) : operand(0, s.m, s.k, 5);
+      Tensor b = tb ? operand(0, s.n, s.k, 6) : operand(0, s.k, s.n, 6);
+      check_matmul(a, b, o, 0.0, 0x1p-53);
+      check_matmul(a.to(DType::F32), b.to(DType::F32), o, 0.0, 0x1p-24);
+      check_gradients("matmul odd size", [o](const std::vector<Tensor>& in) { return matmul(in[0], in[1], o); },
+                      {a, b});
+    }
+  }
+}
+
+TEST_CASE("matmul: k = 0 gives zeros, and empty gradients") {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    INFO("dtype " << dtype_name(dtype));
+    {  // leave blocks of the output's size full of 7s in the allocator's cache
+      Tensor junk_out = full({2, 3, 4}, 7.0, {.dtype = dtype}), junk_f32 = full({2, 3, 4}, 7.0);
+      Tensor junk_2d = full({3, 4}, 7.0, {.dtype = dtype}), junk_2d_f32 = full({3, 4}, 7.0);
+    }
+    Tensor c = matmul(zeros({3, 0}, {.dtype = dtype}), zeros({0, 4}, {.dtype = dtype}));
+    CHECK(c.shape() == Shape{3, 4});
+    check_values(c, std::vector<double>(12, 0.0), 0, 0);
+    Tensor cb = matmul(zeros({2, 0, 3}, {.dtype = dtype}), zeros({2, 4, 0}, {.dtype = dtype}),
+                       {.transpose_a = true, .transpose_b = true});
+    CHECK(cb.shape() == Shape{2, 3, 4});
+    check_values(cb, std::vector<double>(24, 0.0), 0, 0);
+  }
+  Tensor a = zeros({3, 0}, {.dtype = DType::F64, .requires_grad = true});
+  Tensor b = zeros({0, 4}, {.dtype = DType::F64, .requires_grad = true});
+  backward(sum(matmul(a, b)));
+  CHECK(a.grad().shape() == Shape{3, 0});
+  CHECK(b.grad().shape() == Shape{0, 4});
+  CHECK(matmul(zeros({0, 5}), zeros({5, 2})).shape() == Shape{0, 2});  // m = 0: an empty result
+}
+
+TEST_CASE("matmul: f16 and bf16 against an f64 reference from the rounded operands") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    INFO("dtype " << dtype_name(dtype));
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+      check_low_precision(ta ? operand(0, 784, 5, 11, dtype) : operand(0, 5, 784, 11, dtype),
+                          tb ? operand(0, 10, 784, 12, dtype) : operand(0, 784, 10, 12, dtype), o);
+      check_low_precision(ta ? operand(2, 17, 3, 13, dtype) : operand(2, 3, 17, 13, dtype),
+                          tb ? operand(2, 5, 17, 14, dtype) : operand(2, 17, 5, 14, dtype), o);
+    }
+    check_low_precision(operand(2, 7, 33, 15, dtype), operand(0, 33, 9, 16, dtype), {});
+  }
+}
+
+TEST_CASE("matmul: f16/bf16 accumulate in f32") {
+  // 4096 products of 1 * 1: an f16 running sum would stop at 2048 (2048 + 1 rounds back to 2048),
+  // a bf16 one at 256; in f32 the sum is exact, and 4096 is representable in both.
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    Tensor c = matmul(ones({1, 4096}, {.dtype = dtype}), ones({4096, 2}, {.dtype = dtype}));
+    check_values(c, {4096, 4096}, 0, 0);
+  }
+  // A gradient that sums over 4096 rows is accumulated the same way: db = op(a)^T dc, in both layouts.
+  for (bool ta : {false, true}) {
+    Tensor b = ones({2, 1}, {.dtype = DType::F16, .requires_grad = true});
+    Tensor a = ones(ta ? Shape{2, 4096} : Shape{4096, 2}, {.dtype = DType::F16});
+    backward(sum(matmul(a, b, {.transpose_a = ta})));
+    CHECK(b.grad().dtype() == DType::F16);
+    check_values(b.grad(), {4096, 4096}, 0, 0);
+  }
+}
+
+TEST_CASE("matmul: bad shapes, dtypes and layouts") {
+  check_error([] { matmul(ones({2, 3}), ones({4, 5})); },
+              "mg::matmul: inner dimensions differ: [2, 3] has k = 3 but [4, 5]");
+  check_error([] { matmul(ones({2, 3}), ones({4, 3}), {.transpose_a = true}); }, "mg::matmul: inner dimensions differ");
+  check_error([] { matmul(ones({2, 3, 4}), ones({3, 4, 5})); }, "mg::matmul: batch sizes differ");
+  check_error([] { matmul(ones({3}), ones({3})); }, "mg::matmul: supports");
+  check_error([] { matmul(ones({2, 3}), ones({2, 3, 4})); }, "mg::matmul: supports");
+  check_error([] { matmul(ones({1, 2, 3, 4}), ones({1, 2, 4, 3})); }, "mg::matmul: supports");
+  check_error([] { matmul(ones({2, 3, 4}), ones({4, 5}), {.transpose_a = true}); }, "mg::matmul");
+  check_error([] { matmul(ones({2, 3, 4}), ones({5, 6})); }, "mg::matmul: inner dimensions differ");
+  check_error([] { matmul(ones({2, 3}), ones({3, 2}, {.dtype = DType::F16})); },
+              "mg::matmul: inputs have different dtypes");
+  check_error([] { matmul(ones({2, 3}, {.dtype = DType::BF16}), ones({3, 2}, {.dtype = DType::F16})); }, "mg::matmul");
+  Tensor i = from_vector({1, 2, 3, 4}, {2, 2}, {.dtype = DType::I32});
+  check_error([&] { matmul(i, i); }, "mg::matmul: needs a floating-point tensor");
+  check_error([&] { matmul(ones({2, 2}), i); }, "mg::matmul: needs a floating-point tensor");
+}
