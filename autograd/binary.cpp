@@ -12,6 +12,7 @@ namespace mg {
 namespace {
 
 using kernels::BinaryOp;
+using kernels::TernaryOp;
 
 // Checks two operands and computes op(a, b) into a new tensor of the broadcast shape.
 Tensor binary_forward(BinaryOp kind, const char* op, const Tensor& a, const Tensor& b) {
@@ -21,6 +22,13 @@ Tensor binary_forward(BinaryOp kind, const char* op, const Tensor& a, const Tens
   check::same_dtype(op, a, b);
   Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape(), op), check::like(a));
   kernels::binary(kind, a, b, out);
+  return out;
+}
+
+// A fused backward formula of three tensors (kernels/functors.h), computed at g's shape and rounded once.
+Tensor ternary_grad(TernaryOp kind, const Tensor& g, const Tensor& y, const Tensor& z) {
+  Tensor out = Tensor::empty(g.shape(), check::like(g));
+  kernels::ternary(kind, g, y, z, out);
   return out;
 }
 
@@ -50,9 +58,9 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 // d(a*b) = b da + a db: saves both inputs.
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Mul, "mg::mul", a, b);
-  record("mul", {a, b}, out, [a, b](const Tensor& g, const auto& needs) {
-    return Grads{grad_for(needs, 0, a.shape(), [&] { return mul(g, b); }),
-                 grad_for(needs, 1, b.shape(), [&] { return mul(g, a); })};
+  record("mul", {a, b}, out, [a = Saved(a), b = Saved(b)](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a.get().shape(), [&] { return mul(g, b); }),
+                 grad_for(needs, 1, b.get().shape(), [&] { return mul(g, a); })};
   });
   return out;
 }
@@ -60,19 +68,22 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 // d(a/b) = da / b - (a/b) db / b: saves b and the output.
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Div, "mg::div", a, b);
-  record("div", {a, b}, out, [a_shape = a.shape(), b, out](const Tensor& g, const auto& needs) {
+  record("div", {a, b}, out, [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
-                 grad_for(needs, 1, b.shape(), [&] { return neg(div(mul(g, out), b)); })};
+                 grad_for(needs, 1, b.get().shape(), [&] { return ternary_grad(TernaryOp::DivisorGrad, g, out, b); })};
   });
   return out;
 }
 
-// d(a^b) = b a^(b-1) da + a^b log(a) db: saves both inputs and the output.
+// d(b^e) = e b^(e-1) db + b^e log(b) de: saves both inputs.
 Tensor pow(const Tensor& base, const Tensor& exponent) {
   Tensor out = binary_forward(BinaryOp::Pow, "mg::pow", base, exponent);
-  record("pow", {base, exponent}, out, [base, exponent, out](const Tensor& g, const auto& needs) {
-    return Grads{grad_for(needs, 0, base.shape(), [&] { return mul(g, mul(exponent, pow(base, sub(exponent, 1.0)))); }),
-                 grad_for(needs, 1, exponent.shape(), [&] { return mul(g, mul(out, log(base))); })};
+  record("pow", {base, exponent}, out, [base = Saved(base), exponent = Saved(exponent)](const Tensor& g,
+                                                                                       const auto& needs) {
+    return Grads{
+        grad_for(needs, 0, base.get().shape(), [&] { return ternary_grad(TernaryOp::PowBaseGrad, g, base, exponent); }),
+        grad_for(needs, 1, exponent.get().shape(),
+                 [&] { return ternary_grad(TernaryOp::PowExponentGrad, g, base, exponent); })};
   });
   return out;
 }
@@ -87,9 +98,9 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
            "{}: the mask must be i32 or have the values' dtype ({}), got {}", op, a.dtype(), mask.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), op), b.shape(), op);
   Tensor out = Tensor::empty(shape, check::like(a));
-  kernels::where(mask, a, b, out);
-  record("where", {mask, a, b}, out, [mask, a_shape = a.shape(), b_shape = b.shape()](const Tensor& g,
-                                                                                      const auto& needs) {
+  kernels::ternary(TernaryOp::Where, mask, a, b, out);
+  record("where", {mask, a, b}, out, [mask = Saved(mask), a_shape = a.shape(), b_shape = b.shape()](
+                                         const Tensor& g, const auto& needs) {
     Tensor zero = zeros({}, check::like(g));
     return Grads{Tensor(), grad_for(needs, 1, a_shape, [&] { return where(mask, g, zero); }),
                  grad_for(needs, 2, b_shape, [&] { return where(mask, zero, g); })};

@@ -14,6 +14,7 @@ namespace mg {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   const char* op = "mg::broadcast_to";
   check::floating(op, x);
+  check_shape(shape, op);
   MG_CHECK(broadcast_shapes(x.shape(), shape, op) == shape, "{}: shape {} cannot be broadcast to {}", op, x.shape(),
            shape);
   if (x.shape() == shape) return x;

@@ -23,8 +23,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, check::like(weight));
   kernels::gather_rows(weight, indices, out);
-  record("embedding", {weight, indices}, out, [weight_shape = weight.shape(), indices](const Tensor& g,
-                                                                                       const auto&) {
+  record("embedding", {weight, indices}, out, [weight_shape = weight.shape(), indices = Saved(indices)](
+                                                  const Tensor& g, const auto&) {
     Tensor dweight = Tensor::empty(weight_shape, check::like(g));
     kernels::scatter_add_rows(g, indices, dweight);
     return Grads{dweight, Tensor()};

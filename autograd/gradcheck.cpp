@@ -20,12 +20,13 @@ double weighted_sum(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
 
 GradcheckResult gradcheck(const std::string& name, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                           const std::vector<Tensor>& inputs, GradcheckOptions options) {
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    MG_CHECK(inputs[i].defined() && inputs[i].device().is_cpu() &&
-                 (inputs[i].dtype() == DType::F64 || !inputs[i].requires_grad()),
-             "gradcheck {}: input {} must be an f64 CPU tensor when it requires grad (got {} on {})", name, i,
-             inputs[i].defined() ? inputs[i].dtype() : DType::F64,
-             inputs[i].defined() ? inputs[i].device() : Device::cpu());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& input = inputs[i];
+    MG_CHECK(input.defined(), "gradcheck {}: input {} is undefined", name, i);
+    MG_CHECK(!input.requires_grad() || (input.dtype() == DType::F64 && input.device().is_cpu() && input.is_leaf()),
+             "gradcheck {}: input {} requires grad, so it must be an f64 CPU leaf (got {} on {}, {})", name, i,
+             input.dtype(), input.device(), input.is_leaf() ? "a leaf" : "made by an op");
+  }
 
   // Analytic gradients from one backward, with each input's previous .grad put aside.
   std::vector<Tensor> saved_grads;
@@ -34,6 +35,7 @@ GradcheckResult gradcheck(const std::string& name, const std::function<Tensor(co
     if (input.defined()) input.zero_grad();
   }
   Tensor output = fn(inputs);
+  MG_CHECK(output.defined(), "gradcheck {}: the function returned an undefined tensor", name);
   MG_CHECK(output.dtype() == DType::F64, "gradcheck {}: the function must return f64, got {}", name, output.dtype());
   Generator generator(options.seed);
   Tensor weights = uniform(output.shape(), -1.0, 1.0, generator, {.dtype = DType::F64});

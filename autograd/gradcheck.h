@@ -8,7 +8,8 @@
 // for every element i of every input that requires grad. The error of one element is
 //   |got - expected| / max(1, |expected|)
 // (relative for large gradients, absolute below 1), and the check passes when the largest error is
-// at most `tolerance`. Inputs must be f64 CPU tensors; their .grad is restored afterwards.
+// at most `tolerance`. Inputs that require grad must be f64 CPU leaves; their .grad is restored
+// afterwards. Like any backward, gradcheck clears this thread's tape.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Losses. cross_entropy is one fused op (log-softmax, pick the label, reduce); mse_loss is derived
-// from sub, mul and mean, so it needs no backward of its own.
+// Losses, computed in f32 (f64 for f64) whatever the input dtype. cross_entropy is one fused op
+// (log-softmax, pick the label, reduce); mse_loss is derived from cast, sub, mul and mean, so it
+// needs no backward of its own.
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/copy.h"
@@ -64,36 +65,37 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOpt
 
   // Saves the logits, labels and per-row log-sum-exp; the softmax is rebuilt in backward.
   record("cross_entropy", {logits, labels}, loss,
-         [logits, labels, lse, scale, rows, compute_options, ignore = options.ignore_index](const Tensor& g,
-                                                                                            const auto&) {
+         [logits = Saved(logits), labels = Saved(labels), lse, scale, rows, compute_options,
+          ignore = options.ignore_index](const Tensor& g, const auto&) {
            // Each row's weight: g[r] (None), or the scalar g times 1 (Sum) or 1/count (Mean).
            Tensor g_compute = Tensor::empty(g.shape(), compute_options);
            kernels::cast(g, g_compute);
            Tensor row_weight = Tensor::empty({rows}, compute_options);
            kernels::unary(kernels::UnaryOp::MulScalar, g_compute, row_weight, {scale});
-           Tensor dlogits = Tensor::empty(logits.shape(), check::like(logits));
+           Tensor dlogits = Tensor::empty(logits.get().shape(), check::like(logits));
            kernels::cross_entropy_backward(logits, labels, lse, row_weight, ignore, dlogits);
            return Grads{dlogits, Tensor()};
          });
   return loss;
 }
 
+// Computed in f32 (f64 for f64) through recorded casts, so an f16 difference of 300 squares to
+// 90000 without overflowing; the result is rounded once back to the inputs' dtype.
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction) {
-  MG_CHECK(prediction.defined() && target.defined(), "mg::mse_loss: an input is undefined");
-  check::same_device("mg::mse_loss", {prediction, target});  // checked here so that errors name mse_loss
-  check::floating("mg::mse_loss", prediction);
-  check::same_dtype("mg::mse_loss", prediction, target);
+  const char* op = "mg::mse_loss";
+  check::same_device(op, {prediction, target});  // checked here so that errors name mse_loss
+  check::floating(op, prediction);
+  check::same_dtype(op, prediction, target);
   MG_CHECK(prediction.shape() == target.shape(),
-           "mg::mse_loss: prediction {} and target {} must have the same shape (no broadcasting: it hides bugs)",
+           "{}: prediction {} and target {} must have the same shape (no broadcasting: it hides bugs)", op,
            prediction.shape(), target.shape());
-  Tensor diff = sub(prediction, target);
+  MG_CHECK(reduction != Reduction::Mean || prediction.numel() > 0, "{}: the mean over an empty tensor (shape {}) is "
+           "undefined", op, prediction.shape());
+  const DType compute = prediction.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor diff = sub(cast(prediction, compute), cast(target, compute));
   Tensor squared = mul(diff, diff);
-  switch (reduction) {
-    case Reduction::Mean: return mean(squared);
-    case Reduction::Sum: return sum(squared);
-    case Reduction::None: return squared;
-  }
-  return squared;
+  Tensor loss = reduction == Reduction::Mean ? mean(squared) : reduction == Reduction::Sum ? sum(squared) : squared;
+  return cast(loss, prediction.dtype());
 }
 
 }  // namespace mg

@@ -54,7 +54,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
   kernels::gemm(a, b, c, shape);
 
   // Saves a and b (under autocast these are the f16 copies, half the memory of f32).
-  record("matmul", {a, b}, c, [a, b, ta, tb](const Tensor& g, const auto& needs) {
+  record("matmul", {a, b}, c, [a = Saved(a), b = Saved(b), ta, tb](const Tensor& g, const auto& needs) {
     Tensor da, db;
     if (needs[0]) da = ta ? matmul(b, g, {.transpose_a = tb, .transpose_b = true})    // dA = op(B) dC^T
                           : matmul(g, b, {.transpose_a = false, .transpose_b = !tb});  // dA = dC op(B)^T

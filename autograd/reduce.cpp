@@ -48,7 +48,8 @@ Tensor max_along(const Tensor& x, const Plan& plan, const char* op) {
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::reduce(ReduceOp::Max, x, plan.view, out, &indices);
-  record(op, {x}, out, [x_shape = x.shape(), view = plan.view, indices](const Tensor& g, const auto&) {
+  record(op, {x}, out, [x_shape = x.shape(), view = plan.view, indices = Saved(indices)](const Tensor& g,
+                                                                                         const auto&) {
     Tensor dx = Tensor::empty(x_shape, check::like(g));
     kernels::scatter_along_dim(g, indices, view, dx);
     return Grads{dx};

@@ -30,7 +30,7 @@ Shape infer_shape(const Tensor& x, Shape shape) {
   for (auto it = shape.begin(); it != shape.end(); ++it) {
     if (it == unknown) continue;
     MG_CHECK(*it >= 0, "{}: invalid size {} in shape {} (only one -1 is allowed)", op, *it, shape);
-    known *= *it;
+    MG_CHECK(!__builtin_mul_overflow(known, *it, &known), "{}: shape {} has too many elements", op, shape);
   }
   if (unknown != shape.end()) {
     MG_CHECK(known > 0 && x.numel() % known == 0, "{}: cannot infer the -1 in {} for {} elements (shape {})", op,
@@ -125,17 +125,22 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
   MG_CHECK(!tensors.empty(), "mg::stack: needs at least one tensor");
+  // Every check first (here, not in cat, so errors name stack): nothing is recorded if one fails.
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    MG_CHECK(tensors[i].defined(), "mg::stack: tensor {} is undefined", i);
+    MG_CHECK(tensors[i].shape() == tensors[0].shape(),
+             "mg::stack: tensor {} has shape {} but tensor 0 has {}; stacked tensors must have one shape", i,
+             tensors[i].shape(), tensors[0].shape());
+    MG_CHECK(tensors[i].dtype() == tensors[0].dtype(), "mg::stack: tensor {} is {} but tensor 0 is {}; cast them to "
+             "one dtype", i, tensors[i].dtype(), tensors[0].dtype());
+  }
+  check::same_device("mg::stack", tensors);
   const int d = normalize_dim(dim, tensors[0].shape().size() + 1, "mg::stack");
   std::vector<Tensor> expanded;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    MG_CHECK(tensors[i].defined() && tensors[i].shape() == tensors[0].shape(),
-             "mg::stack: tensor {} has shape {} but tensor 0 has {}; stacked tensors must have one shape", i,
-             tensors[i].defined() ? tensors[i].shape() : Shape{}, tensors[0].shape());
-    MG_CHECK(tensors[i].dtype() == tensors[0].dtype(), "mg::stack: tensor {} is {} but tensor 0 is {}; cast them to "
-             "one dtype", i, tensors[i].dtype(), tensors[0].dtype());  // here, not in cat, so errors name stack
-    Shape shape = tensors[i].shape();
+  for (const Tensor& t : tensors) {
+    Shape shape = t.shape();
     shape.insert(shape.begin() + d, 1);
-    expanded.push_back(reshape(tensors[i], shape));
+    expanded.push_back(reshape(t, shape));
   }
   return cat(expanded, d);
 }

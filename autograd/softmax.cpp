@@ -15,7 +15,7 @@ Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log, const char* op) {
   kernels::ReduceShape view{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())};
   Tensor y = Tensor::empty(x.shape(), check::like(x));
   if (x.numel() > 0) kernels::softmax(x, view, log, y);
-  record(log ? "log_softmax" : "softmax", {x}, y, [y, view, log](const Tensor& g, const auto&) {
+  record(log ? "log_softmax" : "softmax", {x}, y, [y = Saved(y), view, log](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(g.shape(), check::like(g));
     if (g.numel() > 0) kernels::softmax_backward(y, g, view, log, dx);
     return Grads{dx};

@@ -37,6 +37,18 @@ Tensor owned(Tensor grad) {
   return copy;
 }
 
+// Adds a gradient into a leaf's .grad: in place (an in-place write, so it counts as a new version
+// of the .grad's data), or by adopting the gradient when the leaf has none yet.
+void accumulate(const Tensor& leaf, Tensor grad) {
+  Tensor existing = leaf.grad();
+  if (existing.defined()) {
+    kernels::binary(kernels::BinaryOp::Add, existing, grad, existing);
+    existing.impl().storage->bump_version();
+  } else {
+    leaf.impl().grad = owned(std::move(grad)).impl_ptr();
+  }
+}
+
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
   kernels::binary(kernels::BinaryOp::Add, a, b, out);
@@ -66,7 +78,12 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
     for (const NodeInput& input : node->inputs) needs_grad.push_back(input.requires_grad);
     MG_CHECK(node->backward, "backward: the node of {} was already used by a backward; pass "
              "{{.keep_tape = true}} to the first backward to run twice", node->op);
-    Grads grads = node->backward(grad_output, needs_grad);
+    Grads grads;
+    try {
+      grads = node->backward(grad_output, needs_grad);
+    } catch (const Error& error) {
+      throw Error(fmt::format("backward of {}: {}", node->op, error.what()));
+    }
     if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
     MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
              node->op, grads.size(), node->inputs.size());
@@ -84,6 +101,11 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
       }
     }
   }
+  // A gradient still pending reached a non-leaf whose op was not on the tape: everything upstream
+  // of it would silently get nothing.
+  MG_CHECK(pending.empty(), "backward: a gradient reached a tensor made by an op that is no longer on the tape (a "
+           "previous backward or clear_tape() removed it, or another thread recorded it), so the tensors it was "
+           "computed from would get no gradient; recompute it in this graph, or detach() it to use it as a constant");
   return leaves;
 }
 
@@ -128,9 +150,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
            "requires_grad on the parameters), or it was computed under NoGradGuard");
   NoGradGuard no_grad;  // backward formulas are not recorded: there is no double backward
   if (output.is_leaf()) {
-    Tensor grad = output.grad();
-    if (grad.defined()) kernels::binary(kernels::BinaryOp::Add, grad, seed, grad);
-    else output.impl().grad = owned(seed).impl_ptr();
+    accumulate(output, seed);
     return;
   }
   bool on_tape = false;
@@ -146,12 +166,17 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
     throw;
   }
   if (!options.keep_tape) tape.clear();
-  for (auto& [id, entry] : leaves) {
-    auto& [leaf, grad] = entry;
-    Tensor existing = leaf.grad();
-    if (existing.defined()) kernels::binary(kernels::BinaryOp::Add, existing, grad, existing);
-    else leaf.impl().grad = owned(std::move(grad)).impl_ptr();
-  }
+  for (auto& [id, entry] : leaves) accumulate(entry.first, std::move(entry.second));
+}
+
+Saved::Saved(const Tensor& tensor) : tensor_(tensor), version_(tensor.impl().storage->version()) {}
+
+const Tensor& Saved::get() const {
+  const std::uint64_t now = tensor_.impl().storage->version();
+  MG_CHECK(now == version_, "a tensor it saved for backward ({} {}) was modified in place after the forward pass "
+           "(version {}, now {}); do not write into tensors a graph uses until backward has run, or clone() them "
+           "before the graph uses them", tensor_.shape(), tensor_.dtype(), version_, now);
+  return tensor_;
 }
 
 std::size_t tape_size() { return tape.size(); }

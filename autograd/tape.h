@@ -51,6 +51,21 @@ using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vec
 // and is no longer a leaf. Otherwise does nothing (and `backward` is dropped with what it captured).
 void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
 
+// A tensor a backward function keeps from forward: capture [x = Saved(x)] and use x as a Tensor.
+// It remembers the version of x's data when saved; using it in backward throws if the data was
+// written in place since (Tensor::copy_ counts writes), because backward would silently compute
+// with the new values. This is PyTorch's "modified by an inplace operation" check.
+class Saved {
+ public:
+  explicit Saved(const Tensor& tensor);
+  const Tensor& get() const;
+  operator const Tensor&() const { return get(); }  // NOLINT: a Saved stands wherever a Tensor is read
+
+ private:
+  Tensor tensor_;
+  std::uint64_t version_;
+};
+
 // ---- running backward
 
 struct BackwardOptions {
@@ -61,8 +76,10 @@ struct BackwardOptions {
 // Backpropagates from a one-element tensor (a loss), seeding its gradient with 1.
 // Accumulates (adds) into .grad of every leaf that requires grad and was used; gradients have the
 // leaf's dtype (a cast's backward casts back, so an f32 parameter used in f16 gets an f32 grad).
-// Unless keep_tape, clears this thread's tape, releasing each node's saved tensors as it goes.
-// If anything throws, no .grad is changed and the tape is cleared.
+// Unless keep_tape, clears this thread's whole tape (other graphs recorded since the last backward
+// included), releasing each node's saved tensors as the walk reaches it.
+// Throws, changing no .grad and clearing the tape, if a backward function fails, a saved tensor was
+// modified in place, or a gradient reaches a tensor whose op is no longer on the tape.
 void backward(const Tensor& loss, BackwardOptions options = {});
 // Backpropagates from any tensor with an explicit seed gradient of the same shape and dtype.
 void backward(const Tensor& output, const Tensor& seed, BackwardOptions options = {});

@@ -21,6 +21,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // A source that shares memory with this tensor is copied first, so overlapping views stay correct.
   Tensor source = shares_storage_with(src) ? mg::clone(src.detach()) : src;
   kernels::cast(source, *this);
+  impl().storage->bump_version();  // a tensor saved for backward now holds other values
   return *this;
 }
 

@@ -31,7 +31,7 @@ Tensor fused_grad(BinaryOp kind, const Tensor& g, const Tensor& saved, Scalars s
 // Records an op whose backward is a fused functor of (g, saved).
 void record_fused(const char* op, const Tensor& x, Tensor& out, BinaryOp grad_kind, const Tensor& saved,
                   Scalars scalars = {}) {
-  record(op, {x}, out, [grad_kind, saved, scalars](const Tensor& g, const auto&) {
+  record(op, {x}, out, [grad_kind, saved = Saved(saved), scalars](const Tensor& g, const auto&) {
     return Grads{fused_grad(grad_kind, g, saved, scalars)};
   });
 }
@@ -46,13 +46,13 @@ Tensor neg(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {  // dy = y dx: saves y
   Tensor y = unary_forward(UnaryOp::Exp, "mg::exp", x);
-  record("exp", {x}, y, [y](const Tensor& g, const auto&) { return Grads{mul(g, y)}; });
+  record("exp", {x}, y, [y = Saved(y)](const Tensor& g, const auto&) { return Grads{mul(g, y)}; });
   return y;
 }
 
 Tensor log(const Tensor& x) {  // dy = dx / x: saves x
   Tensor y = unary_forward(UnaryOp::Log, "mg::log", x);
-  record("log", {x}, y, [x](const Tensor& g, const auto&) { return Grads{div(g, x)}; });
+  record("log", {x}, y, [x = Saved(x)](const Tensor& g, const auto&) { return Grads{div(g, x)}; });
   return y;
 }
 
@@ -130,7 +130,11 @@ Tensor div(const Tensor& x, double scalar) {
 
 Tensor rdiv(double scalar, const Tensor& x) {  // d(s/x) = -(s/x) / x dx: saves x and y
   Tensor y = unary_forward(UnaryOp::RDivScalar, "mg::div", x, {scalar});
-  record("rdiv", {x}, y, [x, y](const Tensor& g, const auto&) { return Grads{neg(div(mul(g, y), x))}; });
+  record("rdiv", {x}, y, [x = Saved(x), y = Saved(y)](const Tensor& g, const auto&) {
+    Tensor dx = Tensor::empty(g.shape(), check::like(g));
+    kernels::ternary(kernels::TernaryOp::DivisorGrad, g, y, x, dx);  // rounded once, as div's
+    return Grads{dx};
+  });
   return y;
 }
 

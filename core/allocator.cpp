@@ -7,14 +7,29 @@
 
 #include "core/error.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define MG_POISON(ptr, size) ASAN_POISON_MEMORY_REGION(ptr, size)
+#define MG_UNPOISON(ptr, size) ASAN_UNPOISON_MEMORY_REGION(ptr, size)
+#else
+#define MG_POISON(ptr, size) ((void)(ptr), (void)(size))
+#define MG_UNPOISON(ptr, size) ((void)(ptr), (void)(size))
+#endif
+
 namespace mg {
 
 namespace {
 constexpr std::size_t kAlignment = 64;  // a cache line, and a full AVX-512 vector
 constexpr std::size_t kSmallestClass = 256;
+constexpr std::size_t kLargestRequest = std::size_t{1} << 62;
 }  // namespace
 
+// Under AddressSanitizer a cached block is poisoned while it waits on a free list, and only the
+// requested bytes of a block are unpoisoned: reading a freed tensor, or past a tensor's end into
+// its size-class slack, is reported as it would be without the cache.
+
 std::size_t CachingCpuAllocator::size_class(std::size_t nbytes) {
+  MG_CHECK(nbytes <= kLargestRequest, "CPU allocator: a request for {} bytes is beyond any machine", nbytes);
   if (nbytes <= kSmallestClass) return kSmallestClass;
   // Four classes per power of two: 1024, 1280, 1536, 1792, 2048, ...
   std::size_t power = std::bit_floor(nbytes);
@@ -36,6 +51,7 @@ void* CachingCpuAllocator::allocate(std::size_t nbytes) {
       void* ptr = it->second.back();
       it->second.pop_back();
       ++stats_.cache_hits;
+      MG_UNPOISON(ptr, nbytes);
       return ptr;
     }
     ++stats_.system_allocations;
@@ -54,12 +70,14 @@ void* CachingCpuAllocator::allocate(std::size_t nbytes) {
     throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes ({} held by tensors)",
                             size, stats_.allocated_bytes));
   }
+  MG_POISON(static_cast<char*>(ptr) + nbytes, size - nbytes);
   return ptr;
 }
 
 void CachingCpuAllocator::deallocate(void* ptr, std::size_t nbytes) {
   if (ptr == nullptr) return;
   std::size_t size = size_class(nbytes);
+  MG_POISON(ptr, size);
   std::lock_guard lock(mutex_);
   stats_.allocated_bytes -= size;
   free_blocks_[size].push_back(ptr);
@@ -78,7 +96,10 @@ void CachingCpuAllocator::reset_peak() {
 void CachingCpuAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   for (auto& [size, blocks] : free_blocks_) {
-    for (void* ptr : blocks) std::free(ptr);
+    for (void* ptr : blocks) {
+      MG_UNPOISON(ptr, size);
+      std::free(ptr);
+    }
     stats_.reserved_bytes -= size * blocks.size();
   }
   free_blocks_.clear();

@@ -15,8 +15,8 @@
 
 namespace mg {
 
-// Scalar conversion with the rounding rules above. From f64, the result is rounded once (not
-// through f32), so f64 references round exactly like the hardware would.
+// Scalar conversion with the rounding rules above. From f64 (and i32), the result is rounded once
+// (not through f32), so f64 references round exactly like the hardware would.
 template <class To, class From>
 To scalar_cast(From x);
 
@@ -46,8 +46,8 @@ To scalar_cast(From x) {
     return x;
   } else if constexpr (from_low) {
     return scalar_cast<To>(static_cast<float>(x));  // f16/bf16 -> f32 is exact
-  } else if constexpr (to_low && std::is_same_v<From, double>) {
-    return To(detail::round_to_odd_float(x));
+  } else if constexpr (to_low && (std::is_same_v<From, double> || std::is_same_v<From, std::int32_t>)) {
+    return To(detail::round_to_odd_float(static_cast<double>(x)));  // i32 -> f64 is exact
   } else if constexpr (to_low) {
     return To(static_cast<float>(x));
   } else if constexpr (std::is_same_v<To, std::int32_t>) {

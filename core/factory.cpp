@@ -1,5 +1,7 @@
 #include "core/factory.h"
 
+#include <bit>
+#include <limits>
 #include <cmath>
 #include <numbers>
 
@@ -7,28 +9,40 @@ namespace mg {
 
 namespace {
 
-// Factories write values from the host, so for now they make CPU tensors only.
-Tensor host_tensor(const Shape& shape, TensorOptions options, const char* op) {
+// Factories write values from the host, so for now they make CPU tensors only. Everything about
+// the request is checked before any random number is drawn, so a bad call leaves the generator as
+// it was.
+void check_request(const Shape& shape, TensorOptions options, const char* op) {
+  check_shape(shape, op);
   MG_CHECK(options.device.is_cpu(), "{}: filling a tensor on {} needs the CUDA backend; create it on the "
            "CPU and copy it", op, options.device);
   MG_CHECK(!options.requires_grad || is_floating(options.dtype),
            "{}: a {} tensor cannot require grad; only floating-point tensors are differentiable", op, options.dtype);
-  return Tensor::empty(shape, options);
 }
 
-// Writes float values (computed once, in f32) into the tensor's dtype with round-to-nearest-even.
-Tensor from_floats(const std::vector<float>& values, const Shape& shape, TensorOptions options, const char* op) {
-  Tensor out = host_tensor(shape, options, op);
-  convert(values.data(), DType::F32, out.data_ptr(), out.dtype(), out.numel());
+// An i32 tensor holds whole numbers in range; anything else is refused rather than truncated.
+void check_integer(double value, std::size_t index, const char* op) {
+  MG_CHECK(value == std::trunc(value) && value >= -2147483648.0 && value <= 2147483647.0,
+           "{}: value {} at index {} is not a 32-bit integer, but the dtype is i32", op, value, index);
+}
+
+// The values (row-major), rounded to the dtype once.
+Tensor from_doubles(const std::vector<double>& values, const Shape& shape, TensorOptions options, const char* op) {
+  check_request(shape, options, op);
+  MG_CHECK(static_cast<std::int64_t>(values.size()) == numel(shape),
+           "{}: {} values do not fill shape {} ({} elements)", op, values.size(), shape, numel(shape));
+  if (options.dtype == DType::I32)
+    for (std::size_t i = 0; i < values.size(); ++i) check_integer(values[i], i, op);
+  Tensor out = Tensor::empty(shape, options);
+  convert(values.data(), DType::F64, out.data_ptr(), out.dtype(), out.numel());
   return out;
 }
 
-// 24 random bits as a float in [0, 1): every value is exactly representable in f32.
-float unit_float(std::uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
-
-// Every element set to `value` (rounded to the dtype); `op` names the factory in errors.
+// Every element set to `value` (rounded to the dtype).
 Tensor filled(const Shape& shape, double value, TensorOptions options, const char* op) {
-  Tensor out = host_tensor(shape, options, op);
+  check_request(shape, options, op);
+  if (options.dtype == DType::I32) check_integer(value, 0, op);
+  Tensor out = Tensor::empty(shape, options);
   visit_dtype(out.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     T stored = scalar_cast<T>(value);
@@ -36,6 +50,32 @@ Tensor filled(const Shape& shape, double value, TensorOptions options, const cha
     for (std::int64_t i = 0; i < out.numel(); ++i) data[i] = stored;
   });
   return out;
+}
+
+// 24 random bits as a float in [0, 1): every value is exactly representable in f32.
+float unit_float(std::uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
+
+// The largest value of T below x (one step toward -inf).
+template <class T>
+T next_below(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::nextafter(x, -std::numeric_limits<T>::infinity());
+  } else {  // f16 and bf16: sign-magnitude bit patterns of 16 bits
+    auto bits = std::bit_cast<std::uint16_t>(x);
+    if ((bits & 0x7FFF) == 0) return std::bit_cast<T>(std::uint16_t{0x8001});  // below +-0: -smallest subnormal
+    return std::bit_cast<T>(static_cast<std::uint16_t>((bits & 0x8000) ? bits + 1 : bits - 1));
+  }
+}
+
+// Rounding a value just below `high` to a short dtype can give `high` itself; such values step
+// down once, so draws stay in [low, high) in every dtype.
+void keep_below(Tensor& t, double high) {
+  visit_floating(t.dtype(), "mg::uniform", [&](auto zero) {
+    using T = decltype(zero);
+    T* data = t.data<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      if (static_cast<double>(data[i]) >= high) data[i] = next_below(data[i]);
+  });
 }
 
 }  // namespace
@@ -47,7 +87,8 @@ Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1.
 Tensor zeros_like(const Tensor& like) { return full_like(like, 0.0); }
 Tensor ones_like(const Tensor& like) { return full_like(like, 1.0); }
 Tensor full_like(const Tensor& like, double value) {
-  return full(like.shape(), value, {.dtype = like.dtype(), .device = like.device()});
+  MG_CHECK(like.defined(), "mg::full_like: the tensor to copy the shape from is undefined");
+  return filled(like.shape(), value, {.dtype = like.dtype(), .device = like.device()}, "mg::full_like");
 }
 
 Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
@@ -55,27 +96,21 @@ Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, 
 Tensor arange(double start, double end, double step, TensorOptions options) {
   MG_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
            "mg::arange: start {}, end {} and step {} must be finite, and step non-zero", start, end, step);
-  auto count = static_cast<std::int64_t>(std::max(0.0, std::ceil((end - start) / step)));
+  const double steps = std::ceil((end - start) / step);
+  MG_CHECK(steps <= static_cast<double>(std::int64_t{1} << 40),
+           "mg::arange: [{}, {}) in steps of {} has {} elements, too many for memory", start, end, step, steps);
+  auto count = static_cast<std::int64_t>(std::max(0.0, steps));
   std::vector<double> values(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) values[static_cast<std::size_t>(i)] = start + static_cast<double>(i) * step;
-  return from_vector(values, {count}, options);
+  return from_doubles(values, {count}, options, "mg::arange");
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
-  MG_CHECK(static_cast<std::int64_t>(values.size()) == numel(shape),
-           "mg::from_vector: {} values do not fill shape {} ({} elements)", values.size(), shape, numel(shape));
-  if (options.dtype == DType::I32) {
-    for (std::size_t i = 0; i < values.size(); ++i)
-      MG_CHECK(values[i] == std::trunc(values[i]) && values[i] >= -2147483648.0 && values[i] <= 2147483647.0,
-               "mg::from_vector: value {} at index {} is not a 32-bit integer, but the dtype is i32", values[i], i);
-  }
-  Tensor out = host_tensor(shape, options, "mg::from_vector");
-  convert(values.data(), DType::F64, out.data_ptr(), out.dtype(), out.numel());
-  return out;
+  return from_doubles(values, shape, options, "mg::from_vector");
 }
 
-Tensor from_vector(const std::vector<double>& values, TensorOptions options) {
-  return from_vector(values, {static_cast<std::int64_t>(values.size())}, options);
+Tensor tensor(const std::vector<double>& values, TensorOptions options) {
+  return from_doubles(values, {static_cast<std::int64_t>(values.size())}, options, "mg::tensor");
 }
 
 Tensor rand(const Shape& shape, Generator& generator, TensorOptions options) {
@@ -85,20 +120,30 @@ Tensor rand(const Shape& shape, Generator& generator, TensorOptions options) {
 Tensor rand(const Shape& shape, TensorOptions options) { return rand(shape, default_generator(), options); }
 
 Tensor uniform(const Shape& shape, double low, double high, Generator& generator, TensorOptions options) {
-  MG_CHECK(low <= high, "mg::uniform: low {} must not exceed high {}", low, high);
-  auto n = static_cast<std::uint64_t>(numel(shape));
-  std::uint64_t first = generator.reserve(n);
+  const char* op = "mg::uniform";
+  check_request(shape, options, op);
+  MG_CHECK(is_floating(options.dtype), "{}: needs a floating-point dtype, got {} (use mg::randint)", op, options.dtype);
+  MG_CHECK(std::isfinite(low) && std::isfinite(high) && low < high, "{}: needs finite low < high, got [{}, {})", op,
+           low, high);
+  const auto n = static_cast<std::uint64_t>(numel(shape));
+  const std::uint64_t first = generator.reserve(n);
   std::vector<float> values(n);
-  auto lo = static_cast<float>(low), width = static_cast<float>(high - low);
+  const auto lo = static_cast<float>(low), width = static_cast<float>(high - low);
   for (std::uint64_t i = 0; i < n; ++i) values[i] = lo + width * unit_float(random_word(generator.seed(), first, i));
-  return from_floats(values, shape, options, "mg::uniform");
+  Tensor out = Tensor::empty(shape, options);
+  convert(values.data(), DType::F32, out.data_ptr(), out.dtype(), out.numel());
+  keep_below(out, high);
+  return out;
 }
 
 Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
+  const char* op = "mg::randn";
+  check_request(shape, options, op);
+  MG_CHECK(is_floating(options.dtype), "{}: needs a floating-point dtype, got {}", op, options.dtype);
   // Box-Muller: words (2p, 2p+1) give the pair p of normals, cos for the even element, sin for the odd.
-  auto n = static_cast<std::uint64_t>(numel(shape));
-  std::uint64_t pairs = (n + 1) / 2;
-  std::uint64_t first = generator.reserve(2 * pairs);
+  const auto n = static_cast<std::uint64_t>(numel(shape));
+  const std::uint64_t pairs = (n + 1) / 2;
+  const std::uint64_t first = generator.reserve(2 * pairs);
   std::vector<float> values(n);
   for (std::uint64_t i = 0; i < n; ++i) {
     std::uint64_t pair = i / 2;
@@ -109,24 +154,30 @@ Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
     double angle = 2.0 * std::numbers::pi * u2;
     values[i] = static_cast<float>(radius * (i % 2 == 0 ? std::cos(angle) : std::sin(angle)));
   }
-  return from_floats(values, shape, options, "mg::randn");
+  Tensor out = Tensor::empty(shape, options);
+  convert(values.data(), DType::F32, out.data_ptr(), out.dtype(), out.numel());
+  return out;
 }
 
 Tensor randn(const Shape& shape, TensorOptions options) { return randn(shape, default_generator(), options); }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& generator, TensorOptions options) {
+  const char* op = "mg::randint";
+  check_request(shape, options, op);
   MG_CHECK(low < high && high - low <= (std::int64_t{1} << 32),
-           "mg::randint: needs low < high and a range of at most 2^32, got [{}, {})", low, high);
-  auto n = static_cast<std::uint64_t>(numel(shape));
-  std::uint64_t first = generator.reserve(n);
-  auto range = static_cast<std::uint64_t>(high - low);
+           "{}: needs low < high and a range of at most 2^32, got [{}, {})", op, low, high);
+  MG_CHECK(options.dtype != DType::I32 || (low >= -2147483648LL && high - 1 <= 2147483647LL),
+           "{}: [{}, {}) does not fit in i32", op, low, high);
+  const auto n = static_cast<std::uint64_t>(numel(shape));
+  const std::uint64_t first = generator.reserve(n);
+  const auto range = static_cast<std::uint64_t>(high - low);
   std::vector<double> values(n);
   for (std::uint64_t i = 0; i < n; ++i) {
     // Multiply-shift maps a 32-bit word onto [0, range) (Lemire); the bias is below 2^-32 * range.
     std::uint64_t r = (static_cast<std::uint64_t>(random_word(generator.seed(), first, i)) * range) >> 32;
     values[i] = static_cast<double>(low + static_cast<std::int64_t>(r));
   }
-  return from_vector(values, shape, options);
+  return from_doubles(values, shape, options, op);
 }
 
 }  // namespace mg

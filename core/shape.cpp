@@ -8,14 +8,25 @@ namespace mg {
 
 std::int64_t product(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t result = 1;
-  for (std::size_t i = begin; i < end; ++i) result *= shape[i];
+  for (std::size_t i = begin; i < end; ++i)
+    MG_CHECK(!__builtin_mul_overflow(result, shape[i], &result), "shape {}: the number of elements overflows 64 bits",
+             shape);
   return result;
 }
 
 std::int64_t numel(const Shape& shape) { return product(shape, 0, shape.size()); }
 
+void check_shape(const Shape& shape, const char* op) {
+  for (std::int64_t size : shape) MG_CHECK(size >= 0, "{}: negative size in shape {}", op, shape);
+  std::int64_t count = 1;
+  bool overflow = false;
+  for (std::int64_t size : shape) overflow = overflow || __builtin_mul_overflow(count, size, &count);
+  MG_CHECK(!overflow && count <= (std::int64_t{1} << 60), "{}: shape {} has too many elements for memory", op, shape);
+}
+
 int normalize_dim(std::int64_t dim, std::size_t rank, const char* op) {
   auto r = static_cast<std::int64_t>(rank);
+  MG_CHECK(rank > 0, "{}: the tensor is 0-d (a scalar) and has no dim {}; reshape it to [1] first", op, dim);
   MG_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor with {} dims (use -{}..{})",
            op, dim, rank, rank, r - 1);
   return static_cast<int>(dim < 0 ? dim + r : dim);

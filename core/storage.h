@@ -1,9 +1,10 @@
 // Storage: one ref-counted block of device memory. Tensors hold it through a shared_ptr, so views
 // (reshape, slices along dim 0, detach) share it and the block goes back to its allocator when the
-// last view is gone.
+// last view is gone. It also carries the version counter of the data (see version()).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/allocator.h"
 
@@ -12,16 +13,23 @@ namespace mg {
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device)
-      : allocator_(&allocator_for(device)), nbytes_(nbytes), data_(allocator_->allocate(nbytes)) {}
+      : device_(device), allocator_(&allocator_for(device)), nbytes_(nbytes), data_(allocator_->allocate(nbytes)) {}
   ~Storage() { allocator_->deallocate(data_, nbytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
-  Device device() const { return allocator_->device(); }
+  Device device() const { return device_; }
+
+  // Counts in-place writes (Tensor::copy_, gradient accumulation). A tensor saved for backward
+  // remembers the version it was saved at; backward refuses to use it if the data changed since.
+  std::uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
+  Device device_;
+  std::uint64_t version_ = 0;
   Allocator* allocator_;
   std::size_t nbytes_;
   void* data_;

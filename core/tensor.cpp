@@ -15,15 +15,14 @@ TensorImpl& Tensor::impl() const {
 }
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
-  for (std::int64_t size : shape)
-    MG_CHECK(size >= 0, "Tensor::empty: negative size in shape {}", shape);
+  check_shape(shape, "Tensor::empty");
   MG_CHECK(options.device.is_cpu() || options.dtype != DType::F64,
            "Tensor::empty: f64 lives on the CPU only (asked for {}); it is the reference precision", options.device);
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = options.dtype;
-  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype),
-                                            options.device);
+  impl->storage =
+      std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype), options.device);
   impl->id = next_tensor_id();
   Tensor tensor(std::move(impl));
   if (options.requires_grad) tensor.set_requires_grad(true);

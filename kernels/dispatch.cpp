@@ -33,9 +33,9 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars 
   cpu::binary(op, a, b, out, scalars);
 }
 
-void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out) {
-  require_cpu("where", out);
-  cpu::where(mask, a, b, out);
+void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
+  require_cpu("ternary", out);
+  cpu::ternary(op, x, y, z, out);
 }
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape) {

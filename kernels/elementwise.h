@@ -1,7 +1,7 @@
-// Elementwise kernels: unary, binary and where, with NumPy broadcasting of the inputs to `out`.
+// Elementwise kernels of one, two and three inputs, with NumPy broadcasting of the inputs to `out`.
 //
 // Requires (checked by the ops before they get here): inputs and out on one device, floating
-// dtypes equal to out's (where's mask: i32 or out's dtype), inputs broadcastable to out's shape.
+// dtypes equal to out's (Where's mask: i32 or out's dtype), inputs broadcastable to out's shape.
 // Guarantees: every element of out is written; math in f32 (f64 for f64), rounded once on store.
 // `out` may be the same tensor as an input of the same shape (in-place use).
 #pragma once
@@ -23,6 +23,15 @@ enum class BinaryOp : std::uint8_t {
   ReluGrad, AbsGrad, TanhGrad, SigmoidGrad, SqrtGrad, GeluGrad, ClampGrad, PowScalarGrad,
 };
 
+enum class TernaryOp : std::uint8_t {
+  Where,            // (mask, a, b): mask != 0 ? a : b
+  DivisorGrad,      // (g, quotient, divisor): the divisor's gradient of div and rdiv
+  PowBaseGrad,      // (g, base, exponent)
+  PowExponentGrad,  // (g, base, exponent)
+};
+
+// The scalar operands of the *Scalar ops: `a` is the scalar (the exponent of PowScalar); Clamp and
+// ClampGrad take their bounds as a = min and b = max.
 struct Scalars {
   double a = 0.0;
   double b = 0.0;
@@ -30,12 +39,12 @@ struct Scalars {
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars = {});
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars = {});
-void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out);
+void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 
 namespace cpu {
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars);
-void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out);
+void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 }  // namespace cpu
 
 }  // namespace mg::kernels

@@ -33,7 +33,9 @@ struct Tanh { template <class C> MG_HOST_DEVICE C operator()(C x) const { return
 struct Sigmoid {
   template <class C> MG_HOST_DEVICE C operator()(C x) const { return C(1) / (C(1) + std::exp(-x)); }
 };
-struct Relu { template <class C> MG_HOST_DEVICE C operator()(C x) const { return x > C(0) ? x : C(0); } };
+struct Relu {  // NaN passes through (it is not < 0), as in PyTorch: a NaN is never hidden
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x < C(0) ? C(0) : x; }
+};
 // The exact GELU, x * Phi(x) with the normal CDF Phi (PyTorch's default, approximate="none").
 struct Gelu {
   template <class C> MG_HOST_DEVICE C operator()(C x) const {
@@ -75,8 +77,8 @@ struct Div { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { re
 struct Pow { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return std::pow(a, b); } };
 
 // ---- backward formulas: dx = f(g, saved)
-struct ReluGrad {  // saved x: the gradient passes where x > 0 (0 at the kink, as PyTorch)
-  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : C(0); }
+struct ReluGrad {  // saved x: the gradient passes where x > 0 or x is NaN (0 at the kink, as PyTorch)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return x <= C(0) ? C(0) : g; }
 };
 struct AbsGrad {  // saved x: g * sign(x), with sign(0) = 0
   template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
@@ -103,14 +105,33 @@ struct ClampGrad {  // saved x: the gradient passes where a <= x <= b
   double a, b;
   template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return (x >= C(a) && x <= C(b)) ? g : C(0); }
 };
-struct PowScalarGrad {  // saved x: g * a * x^(a-1)
+struct PowScalarGrad {  // saved x: g * a * x^(a-1); 0 for a == 0 (not 0 * 0^-1 = NaN at x = 0)
   double a;
-  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return g * C(a) * std::pow(x, C(a) - C(1)); }
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
+    return a == 0.0 ? C(0) : g * C(a) * std::pow(x, C(a) - C(1));
+  }
 };
 
-// ---- ternary
+// ---- ternary: out = f(x, y, z) after broadcasting
 struct Where {  // the mask is loaded as C: non-zero selects a
   template <class C> MG_HOST_DEVICE C operator()(C mask, C a, C b) const { return mask != C(0) ? a : b; }
+};
+// d(a/b)/db for div and rdiv, from the saved quotient q = a/b: -g q / b. One rounding, so an f16
+// gradient under a loss scale does not overflow in an intermediate g * q.
+struct DivisorGrad {
+  template <class C> MG_HOST_DEVICE C operator()(C g, C quotient, C divisor) const { return -g * quotient / divisor; }
+};
+// d(b^e)/db = e b^(e-1), taken as 0 where e == 0 (PyTorch's convention).
+struct PowBaseGrad {
+  template <class C> MG_HOST_DEVICE C operator()(C g, C base, C exponent) const {
+    return exponent == C(0) ? C(0) : g * exponent * std::pow(base, exponent - C(1));
+  }
+};
+// d(b^e)/de = b^e log b, taken as 0 where b == 0 and e >= 0 (the limit, instead of 0 * -inf).
+struct PowExponentGrad {
+  template <class C> MG_HOST_DEVICE C operator()(C g, C base, C exponent) const {
+    return (base == C(0) && exponent >= C(0)) ? C(0) : g * std::pow(base, exponent) * std::log(base);
+  }
 };
 
 }  // namespace mg::functors

@@ -155,3 +155,13 @@ TEST_CASE("dtype: casts between every pair keep exactly representable values") {
     }
   }
 }
+
+TEST_CASE("dtype: i32 rounds to f16 and bf16 once") {
+  // 2^24 + 2^16 + 1 lies just above the bf16 tie between 2^24 + 0 and 2^24 + 2^17 (spacing 2^17):
+  // correct rounding goes up; through f32 it would first lose the +1 and land on the tie (even: down).
+  Tensor t = tensor({16842753}, {.dtype = DType::I32});
+  CHECK(t.to(DType::BF16).item() == 16908288.0);
+  CHECK(tensor({2049}, {.dtype = DType::I32}).to(DType::F16).item() == 2048.0);  // tie: to even
+  CHECK(tensor({2051}, {.dtype = DType::I32}).to(DType::F16).item() == 2052.0);  // tie: to even (up)
+  CHECK(tensor({-2147483648.0}, {.dtype = DType::I32}).item() == -2147483648.0);  // the whole i32 range
+}

@@ -108,3 +108,15 @@ TEST_CASE("errors: a failed op leaves its inputs and the tape untouched") {
   check_values(h, {2, 4, 6});
   clear_tape();
 }
+
+TEST_CASE("errors: a failing stack records nothing; 0-d tensors have no dims") {
+  Tensor a = ones({2}, {.requires_grad = true});
+  const std::size_t before = tape_size();
+  check_error([&] { stack({a, a, ones({3})}, 0); }, "mg::stack: tensor 2 has shape [3]");
+  check_error([&] { stack({a, Tensor()}, 0); }, "mg::stack: tensor 1 is undefined");
+  CHECK(tape_size() == before);
+  Tensor scalar = full({}, 2.0);
+  check_error([&] { sum(scalar, 0); }, "mg::sum: the tensor is 0-d (a scalar) and has no dim 0");
+  check_error([&] { softmax(scalar, -1); }, "mg::softmax: the tensor is 0-d");
+  check_error([&] { mse_loss(zeros({0}), zeros({0})); }, "mg::mse_loss");
+}

@@ -81,3 +81,49 @@ TEST_CASE("numerics: softmax and cross-entropy of f16 logits are computed in f32
   CHECK(std::isfinite(loss.item()));
   CHECK(std::fabs(loss.item() - (20.0 + std::log(2.0 + std::exp(-20.0)))) <= 20.7 * tolerance(DType::F16, 0.5));
 }
+
+TEST_CASE("numerics: f16 backward of div and pow rounds once, so a loss scale does not overflow it") {
+  // d(a/b)/db = -g a / b^2. With a = 300, b = 3 and g = 1024 (a scaled loss) the true value is
+  // -34133.3, which fits in f16; rounding g * (a/b) = 102400 to f16 first would give inf.
+  Tensor a = tensor({300}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor b = tensor({3}, {.dtype = DType::F16, .requires_grad = true});
+  backward(div(a, b), full({1}, 1024.0, {.dtype = DType::F16}));
+  const double db = b.grad().item();
+  CHECK(std::isfinite(db));
+  CHECK(std::fabs(db - (-1024.0 * 300.0 / 9.0)) <= 34133.4 * tolerance(DType::F16, 0.5));
+  CHECK(std::fabs(a.grad().item() - 1024.0 / 3.0) <= 341.4 * tolerance(DType::F16, 0.5));
+  // rdiv: d(s/x)/dx = -g s / x^2, same formula.
+  Tensor x = tensor({3}, {.dtype = DType::F16, .requires_grad = true});
+  backward(rdiv(300.0, x), full({1}, 1024.0, {.dtype = DType::F16}));
+  CHECK(std::isfinite(x.grad().item()));
+  // pow: d(b^e)/db = e b^(e-1): with b = 40, e = 3, g = 16: 16 * 3 * 1600 = 76800 overflows f16
+  // anyway, but g = 8 gives 38400, whose intermediates (b^e = 64000 * 8) would overflow.
+  Tensor base = tensor({40}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor exponent = tensor({3}, {.dtype = DType::F16, .requires_grad = true});
+  backward(pow(base, exponent), full({1}, 8.0, {.dtype = DType::F16}));
+  CHECK(std::fabs(base.grad().item() - 38400.0) <= 38400.0 * tolerance(DType::F16, 0.5));
+  CHECK(std::isinf(exponent.grad().item()));  // 8 * 64000 * log(40) = 1.9e6: honestly beyond f16
+}
+
+TEST_CASE("numerics: mse_loss of f16 inputs is computed in f32") {
+  // (300^2 + 0^2) / 2 = 45000 fits in f16, but 300^2 = 90000 does not: in f16 math this would be inf.
+  Tensor prediction = tensor({300, 0}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor target = zeros({2}, {.dtype = DType::F16});
+  Tensor loss = mse_loss(prediction, target);
+  CHECK(loss.dtype() == DType::F16);
+  CHECK(std::fabs(loss.item() - 45000.0) <= 45000.0 * tolerance(DType::F16, 0.5));
+  backward(loss);
+  CHECK(prediction.grad().dtype() == DType::F16);
+  check_values(prediction.grad(), {300, 0});  // 2 (p - t) / n
+}
+
+TEST_CASE("numerics: relu passes NaN through instead of hiding it") {
+  Tensor x = tensor({NAN, -1, 2}, {.requires_grad = true});
+  std::vector<double> y = relu(x).to_vector<double>();
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == 0.0);
+  CHECK(y[2] == 2.0);
+  backward(sum(relu(x)));
+  check_values(x.grad(), {1, 0, 1});
+  clear_tape();
+}

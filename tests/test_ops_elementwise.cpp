@@ -70,7 +70,7 @@ void check_unary(const UnaryCase& c) {
   }
   check_gradients(c.error_name, [&](const std::vector<Tensor>& in) { return c.op(in[0]); },
                   {f64(c.grad_points, {2, 3})});
-  check_error([&] { c.op(from_vector({1, 2}, {.dtype = DType::I32})); }, c.error_name);
+  check_error([&] { c.op(tensor({1, 2}, {.dtype = DType::I32})); }, c.error_name);
 }
 
 // Shape, dtype and i32 errors of a binary op; the shape message names the op and both shapes.
@@ -80,7 +80,7 @@ void check_binary_errors(const BinaryFn& op, const std::string& name) {
   check_error([&] { op(ones({4, 1, 3}), ones({2, 2})); }, name + ": shapes [4, 1, 3] and [2, 2]");
   check_error([&] { op(a, ones({2, 3}, {.dtype = DType::F16})); }, name + ": inputs have different dtypes");
   check_error([&] { op(ones({3}, {.dtype = DType::BF16}), ones({3}, {.dtype = DType::F64})); }, name);
-  Tensor i = from_vector({1, 2, 3}, {.dtype = DType::I32});
+  Tensor i = tensor({1, 2, 3}, {.dtype = DType::I32});
   check_error([&] { op(i, i); }, name + ": needs a floating-point tensor");
 }
 
@@ -169,8 +169,8 @@ TEST_CASE("mul: forward, gradcheck, low precision and bad input") {
 }
 
 TEST_CASE("mul: f16 gradients keep the leaf's dtype") {
-  Tensor a = from_vector({1, 2, 3}, {.dtype = DType::F16, .requires_grad = true});
-  Tensor b = from_vector({4, 5, 6}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor a = tensor({1, 2, 3}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor b = tensor({4, 5, 6}, {.dtype = DType::F16, .requires_grad = true});
   backward(sum(mul(a, b)));
   CHECK(a.grad().dtype() == DType::F16);
   check_values(a.grad(), {4, 5, 6});
@@ -180,7 +180,7 @@ TEST_CASE("mul: f16 gradients keep the leaf's dtype") {
 TEST_CASE("div: forward, division by zero, gradcheck, low precision and bad input") {
   check_values(div(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), from_vector({2, 4, 8}, {3})),
                {0.5, 0.5, 0.375, 2, 1.25, 0.75});
-  std::vector<double> z = div(from_vector({1, -1, 0}), zeros({3})).to_vector<double>();  // IEEE: inf, -inf, nan
+  std::vector<double> z = div(tensor({1, -1, 0}), zeros({3})).to_vector<double>();  // IEEE: inf, -inf, nan
   CHECK((std::isinf(z[0]) && z[0] > 0));
   CHECK((std::isinf(z[1]) && z[1] < 0));
   CHECK(std::isnan(z[2]));
@@ -195,7 +195,7 @@ TEST_CASE("div: forward, division by zero, gradcheck, low precision and bad inpu
 }
 
 TEST_CASE("pow: tensor exponent forward, gradcheck, low precision and bad input") {
-  check_values(pow(from_vector({2, 9, 4, 2}), from_vector({3, 0.5, -1, 0})), {8, 3, 0.25, 1});
+  check_values(pow(tensor({2, 9, 4, 2}), tensor({3, 0.5, -1, 0})), {8, 3, 0.25, 1});
   check_values(pow(from_vector({2}, {1}), from_vector({1, 2, 3}, {3, 1})), {2, 4, 8});
   auto fn = [](const std::vector<Tensor>& in) { return pow(in[0], in[1]); };
   check_gradients("pow [2,3]^[3]", fn, {random_f64({2, 3}, 0.5, 2, 1), random_f64({3}, -2, 2, 2)});
@@ -207,9 +207,9 @@ TEST_CASE("pow: tensor exponent forward, gradcheck, low precision and bad input"
 }
 
 TEST_CASE("where: selection, broadcasting, gradcheck and bad input") {
-  Tensor a = from_vector({1, 2, 3}), b = from_vector({-1, -2, -3});
-  check_values(where(from_vector({1, 0, 1}, {.dtype = DType::I32}), a, b), {1, -2, 3});
-  check_values(where(from_vector({0.5, 0, -1}), a, b), {1, -2, 3});  // mask in a's dtype: non-zero selects a
+  Tensor a = tensor({1, 2, 3}), b = tensor({-1, -2, -3});
+  check_values(where(tensor({1, 0, 1}, {.dtype = DType::I32}), a, b), {1, -2, 3});
+  check_values(where(tensor({0.5, 0, -1}), a, b), {1, -2, 3});  // mask in a's dtype: non-zero selects a
   Tensor mask = from_vector({1, 0}, {2, 1}, {.dtype = DType::I32});
   Tensor w = where(mask, a, from_vector({7}, Shape{}));  // [2,1] x [3] x {} -> [2,3]
   CHECK(w.shape() == Shape{2, 3});
@@ -233,12 +233,12 @@ TEST_CASE("where: selection, broadcasting, gradcheck and bad input") {
   check_error([&] { where(ones({4}), a, b); }, "mg::where: shapes [4] and [3]");
   check_error([&] { where(ones({3}), a, ones({3}, {.dtype = DType::F16})); },
               "mg::where: inputs have different dtypes");
-  Tensor i = from_vector({1, 2, 3}, {.dtype = DType::I32});
+  Tensor i = tensor({1, 2, 3}, {.dtype = DType::I32});
   check_error([&] { where(i, i, i); }, "mg::where: needs a floating-point tensor");
 }
 
 TEST_CASE("neg: forward, gradcheck, low precision and bad input") {
-  check_values(neg(from_vector({1, -2.5, 0})), {-1, 2.5, 0});
+  check_values(neg(tensor({1, -2.5, 0})), {-1, 2.5, 0});
   check_unary({"mg::neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -2, 2,
                kPoints, 0, true});
 }
@@ -258,13 +258,13 @@ TEST_CASE("log: forward, gradcheck, low precision and bad input") {
 }
 
 TEST_CASE("sqrt: forward, gradcheck, low precision and bad input") {
-  check_values(sqrt(from_vector({4, 2.25, 0})), {2, 1.5, 0});
+  check_values(sqrt(tensor({4, 2.25, 0})), {2, 1.5, 0});
   check_unary({"mg::sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.5, 3,
                kPositivePoints, 0.5});  // sqrtf is correctly rounded
 }
 
 TEST_CASE("abs: forward, gradient at zero, gradcheck, low precision and bad input") {
-  check_values(abs(from_vector({-2, 0, 3.5})), {2, 0, 3.5});
+  check_values(abs(tensor({-2, 0, 3.5})), {2, 0, 3.5});
   Tensor x = f64({-2, 0, 3}, {3});
   backward(sum(abs(x)));
   check_values(x.grad(), {-1, 0, 1});  // sign(x), 0 at the kink
@@ -274,7 +274,7 @@ TEST_CASE("abs: forward, gradient at zero, gradcheck, low precision and bad inpu
 
 TEST_CASE("clamp: forward, gradient at the bounds, gradcheck, low precision and bad input") {
   double nan = std::numeric_limits<double>::quiet_NaN();
-  check_values(clamp(from_vector({-2, -0.5, 0.25, 1.5, nan}), -1, 1), {-1, -0.5, 0.25, 1, nan});
+  check_values(clamp(tensor({-2, -0.5, 0.25, 1.5, nan}), -1, 1), {-1, -0.5, 0.25, 1, nan});
   Tensor x = f64({-2, -1, 0.3, 1, 1.5}, {5});
   backward(sum(clamp(x, -1, 1)));
   check_values(x.grad(), {0, 1, 1, 1, 0});  // passes where min <= x <= max, bounds included
@@ -299,7 +299,7 @@ TEST_CASE("sigmoid: forward, gradcheck, low precision and bad input") {
 }
 
 TEST_CASE("relu: forward, gradient at zero, gradcheck, low precision and bad input") {
-  check_values(relu(from_vector({-1, 0, 2.5})), {0, 0, 2.5});
+  check_values(relu(tensor({-1, 0, 2.5})), {0, 0, 2.5});
   Tensor x = f64({-1, 0, 2}, {3});
   backward(sum(relu(x)));
   check_values(x.grad(), {0, 0, 1});  // 0 at the kink
@@ -321,45 +321,45 @@ TEST_CASE("gelu: exact erf form, gradcheck, low precision and bad input") {
 // (0.5 ulp of f32, often exact), then the store rounds once.
 
 TEST_CASE("add: tensor-scalar form") {
-  check_values(add(from_vector({1, 2, 4}), 0.5), {1.5, 2.5, 4.5});
+  check_values(add(tensor({1, 2, 4}), 0.5), {1.5, 2.5, 4.5});
   check_unary({"mg::add", [](const Tensor& t) { return add(t, 0.75); }, [](double v) { return v + 0.75; }, -2, 2,
                kPoints, 0.5});
 }
 
 TEST_CASE("sub: tensor-scalar form") {
-  check_values(sub(from_vector({1, 2, 4}), 0.5), {0.5, 1.5, 3.5});
+  check_values(sub(tensor({1, 2, 4}), 0.5), {0.5, 1.5, 3.5});
   check_unary({"mg::sub", [](const Tensor& t) { return sub(t, 0.25); }, [](double v) { return v - 0.25; }, -2, 2,
                kPoints, 0.5});
 }
 
 TEST_CASE("rsub: scalar minus tensor") {
-  check_values(rsub(10, from_vector({1, 2, 4})), {9, 8, 6});
+  check_values(rsub(10, tensor({1, 2, 4})), {9, 8, 6});
   check_unary({"mg::sub", [](const Tensor& t) { return rsub(1.5, t); }, [](double v) { return 1.5 - v; }, -2, 2,
                kPoints, 0.5});
 }
 
 TEST_CASE("mul: tensor-scalar form") {
-  check_values(mul(from_vector({1, 2, 4}), -3), {-3, -6, -12});
+  check_values(mul(tensor({1, 2, 4}), -3), {-3, -6, -12});
   check_unary({"mg::mul", [](const Tensor& t) { return mul(t, 3.0); }, [](double v) { return v * 3; }, -2, 2,
                kPoints, 0.5});
 }
 
 TEST_CASE("div: tensor-scalar form") {
-  check_values(div(from_vector({1, 2, 4}), 4), {0.25, 0.5, 1});
+  check_values(div(tensor({1, 2, 4}), 4), {0.25, 0.5, 1});
   check_unary({"mg::div", [](const Tensor& t) { return div(t, 3.0); }, [](double v) { return v / 3; }, -2, 2,
                kPoints, 0.5});
 }
 
 TEST_CASE("rdiv: scalar divided by tensor") {
-  check_values(rdiv(2, from_vector({1, 2, 4})), {2, 1, 0.5});
+  check_values(rdiv(2, tensor({1, 2, 4})), {2, 1, 0.5});
   check_unary({"mg::div", [](const Tensor& t) { return rdiv(2.0, t); }, [](double v) { return 2 / v; }, 0.5, 3,
                kPositivePoints, 0.5});
 }
 
 TEST_CASE("pow: scalar exponent") {
-  check_values(pow(from_vector({2, 3, 0.5}), 2), {4, 9, 0.25});
-  check_values(pow(from_vector({4, 9, 0.25}), 0.5), {2, 3, 0.5});
-  check_values(pow(from_vector({2, 4, -0.5}), -1), {0.5, 0.25, -2});
+  check_values(pow(tensor({2, 3, 0.5}), 2), {4, 9, 0.25});
+  check_values(pow(tensor({4, 9, 0.25}), 0.5), {2, 3, 0.5});
+  check_values(pow(tensor({2, 4, -0.5}), -1), {0.5, 0.25, -2});
   // powf is within 1 f32 ulp.
   check_unary({"mg::pow", [](const Tensor& t) { return pow(t, 2.5); }, [](double v) { return std::pow(v, 2.5); }, 0.5,
                3, kPositivePoints, 1});
@@ -368,7 +368,7 @@ TEST_CASE("pow: scalar exponent") {
 }
 
 TEST_CASE("operators: + - * / with tensors and scalars, forward and gradcheck") {
-  Tensor a = from_vector({1, 2, 4}), b = from_vector({4, 8, 8});
+  Tensor a = tensor({1, 2, 4}), b = tensor({4, 8, 8});
   check_values(a + b, {5, 10, 12});
   check_values(a - b, {-3, -6, -4});
   check_values(a * b, {4, 16, 32});
@@ -390,4 +390,17 @@ TEST_CASE("operators: + - * / with tensors and scalars, forward and gradcheck") 
                   {random_f64({2, 3}, 0.5, 2, 1), random_f64({3}, 0.5, 2, 2)});
   check_error([&] { return a + ones({2}); }, "mg::add: shapes [3] and [2]");
   check_error([&] { return a * ones({3}, {.dtype = DType::F16}); }, "mg::mul: inputs have different dtypes");
+}
+
+TEST_CASE("pow: gradients at a zero base follow PyTorch (0, not NaN)") {
+  // d(x^0)/dx = 0 everywhere, also at x = 0 where 0 * 0^-1 would be NaN.
+  Tensor x = tensor({0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
+  backward(sum(pow(x, 0.0)));
+  check_values(x.grad(), {0, 0});
+  // Tensor exponent: d(b^e)/de = b^e log b, taken as 0 at b = 0, e >= 0; d/db = 0 where e = 0.
+  Tensor base = tensor({0.0, 0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
+  Tensor exponent = tensor({2.0, 0.0, 3.0}, {.dtype = DType::F64, .requires_grad = true});
+  backward(sum(pow(base, exponent)));
+  check_values(exponent.grad(), {0, 0, 8 * std::log(2.0)});
+  check_values(base.grad(), {0, 0, 12});
 }

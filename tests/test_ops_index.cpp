@@ -20,7 +20,7 @@ Tensor indices_of(const std::vector<double>& values, const Shape& shape) {
 Tensor repeated(std::size_t count, int row, std::size_t count2, int row2) {
   std::vector<double> values(count, row);
   values.insert(values.end(), count2, row2);
-  return from_vector(values, {.dtype = DType::I32});
+  return tensor(values, {.dtype = DType::I32});
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ TEST_CASE("embedding: bad indices, dtypes and shapes") {
   check_error([&] { embedding(w, indices_of({0, 4}, {2})); },
               "mg::embedding: index 4 at position 1 is out of range for 4 embeddings");
   check_error([&] { embedding(w, indices_of({-1}, {1})); }, "mg::embedding: index -1 at position 0");
-  check_error([&] { embedding(w, from_vector({0, 1})); }, "mg::embedding: indices must be i32, got f32");
+  check_error([&] { embedding(w, tensor({0, 1})); }, "mg::embedding: indices must be i32, got f32");
   check_error([] { embedding(ones({4}), indices_of({0}, {1})); },
               "mg::embedding: the weight must be [num_embeddings, dim]");
   check_error([] { embedding(ones({4, 3, 2}), indices_of({0}, {1})); }, "mg::embedding: the weight must be");

@@ -109,8 +109,8 @@ TEST_CASE("sum: gradcheck, bad dims and dtypes") {
                   {random_f64({2, 3}, -1, 1, 4)});
   check_error([] { sum(ones({2, 3}), 2); }, "mg::sum: dim 2 is out of range");
   check_error([] { sum(ones({2, 3}), -3); }, "mg::sum: dim -3 is out of range");
-  check_error([] { sum(from_vector({1, 2}, {.dtype = DType::I32})); }, "mg::sum: needs a floating-point tensor");
-  check_error([] { sum(from_vector({1, 2}, {.dtype = DType::I32}), 0); }, "mg::sum");
+  check_error([] { sum(tensor({1, 2}, {.dtype = DType::I32})); }, "mg::sum: needs a floating-point tensor");
+  check_error([] { sum(tensor({1, 2}, {.dtype = DType::I32}), 0); }, "mg::sum");
 }
 
 TEST_CASE("sum: f16 and bf16 accumulate in f32 and round once") {
@@ -157,7 +157,7 @@ TEST_CASE("mean: everything and along dims, gradcheck and bad input") {
   check_error([] { mean(zeros({0})); }, "mg::mean: the tensor is empty");
   check_error([] { mean(zeros({2, 0}), 1); }, "mg::mean: dim 1 of shape [2, 0] is empty");
   check_error([] { mean(ones({2}), 1); }, "mg::mean: dim 1 is out of range");
-  check_error([] { mean(from_vector({1, 2}, {.dtype = DType::I32})); }, "mg::mean: needs a floating-point tensor");
+  check_error([] { mean(tensor({1, 2}, {.dtype = DType::I32})); }, "mg::mean: needs a floating-point tensor");
 }
 
 TEST_CASE("max: everything and along dims, gradcheck and bad input") {
@@ -169,7 +169,7 @@ TEST_CASE("max: everything and along dims, gradcheck and bad input") {
   CHECK(rows.shape() == Shape{2, 1});
   check_values(rows, {5, 6});
   check_values(max(x, -2), {4, 5, 6});
-  check_values(max(from_vector({-3, -1, -2})), {-1});  // not confused by an initial 0
+  check_values(max(tensor({-3, -1, -2})), {-1});  // not confused by an initial 0
   check_along_dims(max_dim, line_max, distinct_values(false));
   check_gradients("max all", [](const std::vector<Tensor>& in) { return max(in[0]); }, {distinct_values()});
   for (std::int64_t dim : {0, 1, -1}) {
@@ -181,7 +181,7 @@ TEST_CASE("max: everything and along dims, gradcheck and bad input") {
   check_error([] { max(zeros({0})); }, "mg::max: the tensor is empty");
   check_error([] { max(zeros({3, 0}), 1); }, "mg::max: dim 1 of shape [3, 0] is empty");
   check_error([] { max(ones({2}), -2); }, "mg::max: dim -2 is out of range");
-  check_error([] { max(from_vector({1, 2}, {.dtype = DType::I32})); }, "mg::max: needs a floating-point tensor");
+  check_error([] { max(tensor({1, 2}, {.dtype = DType::I32})); }, "mg::max: needs a floating-point tensor");
 }
 
 TEST_CASE("max: the gradient goes to the first maximum on ties") {
@@ -200,13 +200,13 @@ TEST_CASE("max: the gradient goes to the first maximum on ties") {
 }
 
 TEST_CASE("max: NaN propagates, and the first NaN is the argmax") {
-  check_values(max(from_vector({1, kNaN, 3})), {kNaN});
-  check_values(max(from_vector({kNaN, 5})), {kNaN});
+  check_values(max(tensor({1, kNaN, 3})), {kNaN});
+  check_values(max(tensor({kNaN, 5})), {kNaN});
   Tensor x = from_vector({1, kNaN, 3, 2}, {2, 2});
   check_values(max(x, 0), {3, kNaN});  // strided path
   check_values(max(x, 1), {kNaN, 3});  // contiguous path
-  check_values(max(from_vector({1, kNaN, 3}, {.dtype = DType::F16})), {kNaN});
-  check_values(argmax(from_vector({1, kNaN, 3, kNaN})), {1}, 0, 0);
+  check_values(max(tensor({1, kNaN, 3}, {.dtype = DType::F16})), {kNaN});
+  check_values(argmax(tensor({1, kNaN, 3, kNaN})), {1}, 0, 0);
   check_values(argmax(x, 0), {1, 0}, 0, 0);
 }
 
@@ -231,18 +231,18 @@ TEST_CASE("argmax: flat and along dims, keepdim, first maximum, not differentiab
   CHECK(argmax(x, -1, true).shape() == Shape{2, 1});
   check_values(argmax(x, -1, true), {1, 2}, 0, 0);
   CHECK_FALSE(argmax(x, 1).requires_grad());
-  check_values(argmax(from_vector({2, 7, 7, 1})), {1}, 0, 0);       // ties: the first
+  check_values(argmax(tensor({2, 7, 7, 1})), {1}, 0, 0);       // ties: the first
   check_values(argmax(from_vector({4, 4, 1, 4}, {2, 2}), 0), {0, 0}, 0, 0);
   // 1.0001 and 1.0002 both round to 1 in f16: the tie then goes to the first.
-  check_values(argmax(from_vector({1.0001, 1.0002, 0.5}, {.dtype = DType::F16})), {0}, 0, 0);
-  check_values(argmax(from_vector({0.5, 1.0002, 1.0001}, {.dtype = DType::BF16})), {1}, 0, 0);
+  check_values(argmax(tensor({1.0001, 1.0002, 0.5}, {.dtype = DType::F16})), {0}, 0, 0);
+  check_values(argmax(tensor({0.5, 1.0002, 1.0001}, {.dtype = DType::BF16})), {1}, 0, 0);
   check_error([] { argmax(zeros({0})); }, "mg::argmax: the tensor is empty");
   check_error([] { argmax(ones({2, 3}), 2); }, "mg::argmax: dim 2 is out of range");
-  check_error([] { argmax(from_vector({1, 2}, {.dtype = DType::I32})); }, "mg::argmax: needs a floating-point tensor");
+  check_error([] { argmax(tensor({1, 2}, {.dtype = DType::I32})); }, "mg::argmax: needs a floating-point tensor");
 }
 
 TEST_CASE("broadcast_to: values, gradcheck and bad shapes") {
-  check_values(broadcast_to(from_vector({1, 2, 3}), {2, 3}), {1, 2, 3, 1, 2, 3});
+  check_values(broadcast_to(tensor({1, 2, 3}), {2, 3}), {1, 2, 3, 1, 2, 3});
   check_values(broadcast_to(from_vector({1, 2}, {2, 1}), {2, 3}), {1, 1, 1, 2, 2, 2});
   Tensor s = broadcast_to(from_vector({5}, Shape{}), {2, 2});
   CHECK(s.shape() == Shape{2, 2});
@@ -264,7 +264,7 @@ TEST_CASE("broadcast_to: values, gradcheck and bad shapes") {
                {0.0999755859375, 0.0999755859375, -3, -3}, 0, 0);  // f16 values copied, not rounded again
   check_error([] { broadcast_to(ones({2, 3}), {3, 3}); }, "mg::broadcast_to");
   check_error([] { broadcast_to(ones({2, 3}), {3}); }, "mg::broadcast_to: shape [2, 3] cannot be broadcast to [3]");
-  check_error([] { broadcast_to(from_vector({1}, {.dtype = DType::I32}), {2}); }, "mg::broadcast_to");
+  check_error([] { broadcast_to(tensor({1}, {.dtype = DType::I32}), {2}); }, "mg::broadcast_to");
 }
 
 TEST_CASE("sum_to: values, gradcheck, f16 accumulation and bad shapes") {
@@ -294,5 +294,5 @@ TEST_CASE("sum_to: values, gradcheck, f16 accumulation and bad shapes") {
   check_values(sum_to(ones({1000, 2}, {.dtype = DType::BF16}), {2}), {1000, 1000}, 0, 0);
   check_error([&] { sum_to(x, {4}); }, "mg::sum_to: shapes [4] and [2, 3]");
   check_error([] { sum_to(ones({3}), {2, 3}); }, "mg::sum_to");
-  check_error([] { sum_to(from_vector({1, 2}, {.dtype = DType::I32}), {1}); }, "mg::sum_to");
+  check_error([] { sum_to(tensor({1, 2}, {.dtype = DType::I32}), {1}); }, "mg::sum_to");
 }

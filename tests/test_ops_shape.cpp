@@ -137,7 +137,7 @@ TEST_CASE("cat: gradcheck and bad input") {
 }
 
 TEST_CASE("stack: a new dim at the front, middle or end") {
-  Tensor a = from_vector({1, 2, 3}), b = from_vector({4, 5, 6});
+  Tensor a = tensor({1, 2, 3}), b = tensor({4, 5, 6});
   Tensor s0 = stack({a, b}, 0);
   CHECK(s0.shape() == Shape{2, 3});
   check_values(s0, {1, 2, 3, 4, 5, 6});
@@ -212,14 +212,14 @@ TEST_CASE("slice: gradcheck and bad input") {
 }
 
 TEST_CASE("clone: a copy with its own storage, gradient passes through") {
-  Tensor x = from_vector({1, 2, 3});
+  Tensor x = tensor({1, 2, 3});
   Tensor c = clone(x);
   check_values(c, {1, 2, 3});
   CHECK_FALSE(c.shares_storage_with(x));
   c.copy_(zeros({3}));
   check_values(x, {1, 2, 3});
   check_values(x.clone(), {1, 2, 3});
-  Tensor h = clone(from_vector({0.1, 65504}, {.dtype = DType::F16}));
+  Tensor h = clone(tensor({0.1, 65504}, {.dtype = DType::F16}));
   CHECK(h.dtype() == DType::F16);
   check_values(h, {0.0999755859375, 65504}, 0, 0);  // bit-exact copies of the f16 values
   check_values(clone(i32(kBigInts, {6})), kBigInts, 0, 0);
@@ -234,10 +234,10 @@ TEST_CASE("Tensor::copy_: converts dtypes, needs NoGradGuard on a tensor that re
   CHECK(y.dtype() == DType::F32);
   check_values(y, {1.5, 2, 3, 4});
   Tensor h = zeros({1}, {.dtype = DType::F16});
-  h.copy_(from_vector({1.0 / 3}, {.dtype = DType::F64}));
+  h.copy_(tensor({1.0 / 3}, {.dtype = DType::F64}));
   check_values(h, {0.333251953125}, 0, 0);  // 1/3 rounded to nearest f16 (1365 * 2^-12)
   Tensor n = zeros({2}, {.dtype = DType::I32});
-  n.copy_(from_vector({1.7, -2.7}));
+  n.copy_(tensor({1.7, -2.7}));
   check_values(n, {1, -2}, 0, 0);  // floating -> i32 truncates toward zero
 
   Tensor p = ones({3}, {.requires_grad = true});
@@ -245,7 +245,7 @@ TEST_CASE("Tensor::copy_: converts dtypes, needs NoGradGuard on a tensor that re
   check_values(p, {1, 1, 1});
   {
     NoGradGuard no_grad;
-    p.copy_(from_vector({4, 5, 6}));
+    p.copy_(tensor({4, 5, 6}));
   }
   check_values(p, {4, 5, 6});
   CHECK(p.requires_grad());

@@ -48,7 +48,7 @@ std::vector<double> cross_entropy_rows(const Tensor& logits, const std::vector<i
 }
 
 Tensor labels_of(const std::vector<int>& labels) {
-  return from_vector(std::vector<double>(labels.begin(), labels.end()), {.dtype = DType::I32});
+  return tensor(std::vector<double>(labels.begin(), labels.end()), {.dtype = DType::I32});
 }
 
 // The f32 math of a softmax over n values is absolute-error bounded by about (n + 4) * 2^-24 * (1 + |y|):
@@ -64,9 +64,9 @@ TEST_CASE("softmax: last dim hand-computed, shift invariant") {
   check_values(softmax(x, 1), {1.0 / 6, 1.0 / 3, 0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15);
   check_values(softmax(x, -1), {1.0 / 6, 1.0 / 3, 0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-15);
   check_values(softmax(add(x, 100.0), -1), {1.0 / 6, 1.0 / 3, 0.5, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-13);
-  Tensor y = softmax(from_vector({1, 2, 3, 4}), 0);  // f32, against the f64 loops
+  Tensor y = softmax(tensor({1, 2, 3, 4}), 0);  // f32, against the f64 loops
   CHECK(y.dtype() == DType::F32);
-  check_values(y, softmax_reference(from_vector({1, 2, 3, 4}, {.dtype = DType::F64}), 0, false), 1e-6);
+  check_values(y, softmax_reference(tensor({1, 2, 3, 4}, {.dtype = DType::F64}), 0, false), 1e-6);
 }
 
 TEST_CASE("log_softmax: last dim hand-computed") {
@@ -131,7 +131,7 @@ TEST_CASE("softmax: f16 and bf16 against an f64 reference") {
 }
 
 TEST_CASE("softmax: bad input") {
-  Tensor i = from_vector({1, 2}, {.dtype = DType::I32});
+  Tensor i = tensor({1, 2}, {.dtype = DType::I32});
   check_error([&] { softmax(i, 0); }, "mg::softmax: needs a floating-point tensor");
   check_error([&] { log_softmax(i, 0); }, "mg::log_softmax: needs a floating-point tensor");
   check_error([] { softmax(ones({2, 3}), 2); }, "mg::softmax: dim 2 is out of range");
@@ -220,7 +220,7 @@ TEST_CASE("cross_entropy: bad input") {
   Tensor logits = ones({2, 3});
   check_error([&] { cross_entropy(logits, labels_of({0, 3})); }, "mg::cross_entropy: label 3 at row 1 is out of range");
   check_error([&] { cross_entropy(logits, labels_of({-1, 0})); }, "mg::cross_entropy: label -1 at row 0");
-  check_error([&] { cross_entropy(logits, from_vector({0, 1})); }, "mg::cross_entropy: labels must be i32");
+  check_error([&] { cross_entropy(logits, tensor({0, 1})); }, "mg::cross_entropy: labels must be i32");
   check_error([&] { cross_entropy(logits, labels_of({0, 1, 2})); }, "mg::cross_entropy: labels must be [rows] = [2]");
   check_error([] { cross_entropy(ones({3}), labels_of({0})); }, "mg::cross_entropy: logits must be [rows, classes]");
   check_error([] { cross_entropy(ones({1, 2, 3}), labels_of({0})); }, "mg::cross_entropy: logits must be");
@@ -230,7 +230,7 @@ TEST_CASE("cross_entropy: bad input") {
 }
 
 TEST_CASE("mse_loss: Mean, Sum and None values and gradcheck") {
-  Tensor prediction = from_vector({1, 2, 3}), target = from_vector({1.5, 2, 1});
+  Tensor prediction = tensor({1, 2, 3}), target = tensor({1.5, 2, 1});
   check_values(mse_loss(prediction, target), {4.25 / 3}, 1e-7);  // f32
   check_values(mse_loss(prediction, target, Reduction::Sum), {4.25});
   Tensor none = mse_loss(prediction, target, Reduction::None);
@@ -257,6 +257,6 @@ TEST_CASE("mse_loss: bad input") {
   check_error([] { mse_loss(ones({3}), ones({2})); }, "mg::mse_loss: prediction [3] and target [2]");
   check_error([] { mse_loss(ones({2, 3}), ones({3})); }, "mg::mse_loss");  // no broadcasting
   check_error([] { mse_loss(ones({3}), ones({3}, {.dtype = DType::F16})); }, "mg::mse_loss");
-  Tensor i = from_vector({1, 2}, {.dtype = DType::I32});
+  Tensor i = tensor({1, 2}, {.dtype = DType::I32});
   check_error([&] { mse_loss(i, i); }, "mg::mse_loss");
 }

@@ -179,3 +179,50 @@ TEST_CASE("tape: gradcheck reports a wrong backward") {
   CHECK(result.report.find("above tolerance") != std::string::npos);
   CHECK(result.max_error > 0.1);
 }
+
+TEST_CASE("tape: a gradient that reaches a tensor whose op is gone is an error, not a silent zero") {
+  Tensor w = f64({1, 2}, {2});
+  Tensor h = mul(w, 3.0);
+  backward(sum(h));  // clears the tape: h's node is gone
+  check_values(w.grad(), {3, 3});
+  // Without the check, w would silently receive nothing from this second graph.
+  check_error([&] { backward(sum(mul(h, h))); }, "no longer on the tape");
+  check_values(w.grad(), {3, 3});  // untouched
+  CHECK(tape_size() == 0);
+  // detach() is the way to use h as a constant.
+  Tensor z = mul(h.detach(), w);
+  backward(sum(z));
+  check_values(w.grad(), {3 + 3, 3 + 6});
+}
+
+TEST_CASE("tape: a tensor saved for backward and then modified in place is refused") {
+  Tensor w = f64({1, 2}, {2});
+  Tensor x = f64({10, 20}, {2}, false);
+  Tensor y = sum(mul(w, x));  // mul saves x for w's gradient
+  {
+    NoGradGuard no_grad;
+    x.copy_(f64({-1, -1}, {2}, false));  // e.g. a data loader reusing its batch tensor
+  }
+  check_error([&] { backward(y); }, "backward of mul: a tensor it saved for backward ([2] f64) was modified in place");
+  CHECK_FALSE(w.grad().defined());
+  // Writing into a tensor that no recorded op saved is fine.
+  Tensor a = f64({1, 2}, {2});
+  Tensor unused = f64({5, 5}, {2}, false);
+  Tensor loss = sum(mul(a, 2.0));
+  {
+    NoGradGuard no_grad;
+    unused.copy_(f64({0, 0}, {2}, false));
+  }
+  backward(loss);
+  check_values(a.grad(), {2, 2});
+}
+
+TEST_CASE("tape: gradcheck needs leaves and a defined output") {
+  Tensor leaf = f64({1, 2}, {2});
+  Tensor made = mul(leaf, 2.0);
+  check_error([&] { gradcheck("x", [](const std::vector<Tensor>& in) { return exp(in[0]); }, {made}); },
+              "gradcheck x: input 0 requires grad, so it must be an f64 CPU leaf");
+  check_error([&] { gradcheck("y", [](const std::vector<Tensor>&) { return Tensor(); }, {leaf}); },
+              "returned an undefined tensor");
+  clear_tape();
+}

@@ -136,7 +136,7 @@ TEST_CASE("tensor: views share storage; clone and detach") {
   CHECK(d.id() != w.id());
   {
     NoGradGuard no_grad;
-    w.copy_(from_vector({3, 4}));
+    w.copy_(tensor({3, 4}));
   }
   check_values(d, {3, 4});  // detach shares the data
 }
@@ -183,4 +183,33 @@ TEST_CASE("tensor: devices and the CUDA build flag") {
   CHECK(gpus >= 0);
   if (!built_with_cuda()) CHECK(gpus == 0);
   if (gpus == 0) MESSAGE("no CUDA device visible (built with CUDA: " << built_with_cuda() << "): GPU tests skip");
+}
+
+TEST_CASE("tensor: shapes too large for memory are refused before anything is allocated") {
+  check_error([] { zeros({std::int64_t{1} << 62}); }, "mg::zeros: shape [4611686018427387904] has too many elements");
+  check_error([] { zeros({std::int64_t{1} << 32, std::int64_t{1} << 32}); }, "too many elements");
+  check_error([] { Tensor::empty({std::int64_t{1} << 40, std::int64_t{1} << 40}); }, "Tensor::empty");
+  check_error([] { reshape(zeros({0}), {std::int64_t{1} << 32, std::int64_t{1} << 32, 0}); }, "mg::reshape");
+  check_error([] { arange(0, 1e30, 1); }, "mg::arange");
+  Generator generator(1);
+  check_error([&] { randn({-1}, generator); }, "mg::randn: negative size");
+  check_error([&] { rand({2, -3}, generator); }, "mg::uniform");
+  check_error([&] { randint(0, 5, {-1}, generator); }, "mg::randint");
+  CHECK(generator.offset() == 0);  // a refused draw takes no random numbers
+  check_error([] { broadcast_to(zeros({1}), {-1}); }, "mg::broadcast_to");
+  check_error([] { full({1}, 1e10, {.dtype = DType::I32}); }, "mg::full: value 10000000000");
+  check_error([] { zeros_like(Tensor()); }, "mg::full_like");
+}
+
+TEST_CASE("tensor: uniform draws stay below high after rounding to f16 and bf16") {
+  Generator generator(2);
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    std::vector<double> u = rand({1 << 16}, generator, {.dtype = dtype}).to_vector<double>();
+    CHECK(*std::max_element(u.begin(), u.end()) < 1.0);
+    CHECK(*std::min_element(u.begin(), u.end()) >= 0.0);
+    std::vector<double> w = uniform({1 << 14}, -2.0, -1.0, generator, {.dtype = dtype}).to_vector<double>();
+    CHECK(*std::max_element(w.begin(), w.end()) < -1.0);
+    CHECK(*std::min_element(w.begin(), w.end()) >= -2.0);
+  }
+  check_error([&] { uniform({2}, 1.0, 1.0, generator); }, "low < high");
 }

@@ -1,4 +1,4 @@
-// CPU elementwise kernels: out = f(inputs...) with NumPy broadcasting, for unary, binary and where.
+// CPU elementwise kernels: out = f(inputs...) with NumPy broadcasting, for one, two or three inputs.
 //
 // How the loop works (one function, elementwise_loop, serves every op):
 //   1. Plan: each input gets a stride per output dim (0 where it is broadcast). Neighbouring dims
@@ -10,6 +10,7 @@
 //      and the result chunk is rounded to out's dtype on store.
 // Run its tests: build/tests/test_ops_elementwise.
 #include <array>
+#include <cassert>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -131,6 +132,7 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
 // Runs the loop with the compute type of out's dtype.
 template <std::size_t N, class F>
 void run(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f, const char* op) {
+  for (const Tensor* input : inputs) assert(input->device() == out.device() && input->dim() <= out.dim());
   visit_floating(out.dtype(), op, [&](auto zero) {
     using C = compute_t<decltype(zero)>;
     elementwise_loop<C>(out, inputs, f);
@@ -182,8 +184,15 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars 
   }
 }
 
-void where(const Tensor& mask, const Tensor& a, const Tensor& b, Tensor& out) {
-  run(out, std::array<const Tensor*, 3>{&mask, &a, &b}, functors::Where{}, "where");
+void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
+  namespace fn = functors;
+  std::array<const Tensor*, 3> in{&x, &y, &z};
+  switch (op) {
+    case TernaryOp::Where: return run(out, in, fn::Where{}, "where");
+    case TernaryOp::DivisorGrad: return run(out, in, fn::DivisorGrad{}, "div backward");
+    case TernaryOp::PowBaseGrad: return run(out, in, fn::PowBaseGrad{}, "pow backward");
+    case TernaryOp::PowExponentGrad: return run(out, in, fn::PowExponentGrad{}, "pow backward");
+  }
 }
 
 }  // namespace mg::kernels::cpu

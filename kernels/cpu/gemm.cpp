@@ -10,6 +10,8 @@
 // Run its tests: build/tests/test_ops_matmul; its benchmark: build/bench/matmul.
 #include <Eigen/Core>
 
+#include <cassert>
+
 #include "kernels/gemm.h"
 
 namespace mg::kernels::cpu {
@@ -48,6 +50,9 @@ Tensor as_f32(const Tensor& t) {
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
+  // What matmul has checked: one input dtype, and element counts that match the shape.
+  assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
+  assert(a.numel() == s.batch * s.m * s.k && b.numel() == s.batch * s.k * s.n && c.numel() == s.batch * s.m * s.n);
   if (c.numel() == 0) return;
   if (a.dtype() == DType::F64) {
     gemm_batched(a.data<double>(), b.data<double>(), c.data<double>(), s);

@@ -13,6 +13,7 @@ void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
   const auto* src = static_cast<const char*>(table.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   const std::int32_t* index = indices.data<std::int32_t>();
+  if (row_bytes == 0) return;  // rows of width 0: nothing to move (and the data pointers are null)
   for (std::int64_t i = 0; i < count; ++i)
     std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes, src + static_cast<std::size_t>(index[i]) * row_bytes,
                 row_bytes);
@@ -26,6 +27,7 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     // Accumulate in the compute type; an f32/f64 table is its own accumulator.
     Tensor acc = grad_table.dtype() == dtype_of<C>() ? grad_table
                                                       : Tensor::empty(grad_table.shape(), {.dtype = dtype_of<C>()});
+    if (acc.numel() == 0) return;
     C* sum = acc.data<C>();
     std::memset(sum, 0, acc.nbytes());
     std::vector<C> row(static_cast<std::size_t>(width));
@@ -44,6 +46,7 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& s, Tensor& out) {
   const std::size_t element = dtype_size(out.dtype());
+  if (out.numel() == 0) return;
   std::memset(out.data_ptr(), 0, out.nbytes());  // all-zero bits are 0.0 in every floating dtype
   const auto* src = static_cast<const char*>(values.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());

@@ -7,6 +7,7 @@
 // Accumulators are f32, or f64 for f64; the result is rounded once into out's dtype.
 // Run its tests: build/tests/test_ops_reduce.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <vector>
 
@@ -88,6 +89,8 @@ void reduce_into(ReduceOp op, const Tensor& x, const ReduceShape& s, C* acc, std
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const ReduceShape& s, Tensor& out, Tensor* indices) {
+  assert(x.numel() == s.outer * s.n * s.inner && out.numel() == s.outer * s.inner);
+  assert(!indices || (op == ReduceOp::Max && indices->numel() == out.numel()));
   visit_floating(x.dtype(), "reduce", [&](auto zero) {
     using C = compute_t<decltype(zero)>;
     std::int32_t* index = indices ? indices->data<std::int32_t>() : nullptr;

@@ -5,6 +5,7 @@
 // scattered back rounded to the storage dtype. For the common inner == 1 case the gather is a
 // contiguous conversion.
 // Run its tests: build/tests/test_ops_softmax.
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -58,6 +59,7 @@ void visit_compute(DType dtype, const char* op, Fn&& fn) {
 }  // namespace
 
 void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
+  assert(x.numel() == s.outer * s.n * s.inner && y.numel() == x.numel() && y.dtype() == x.dtype());
   visit_compute(x.dtype(), "softmax", [&](auto zero) {
     using C = decltype(zero);
     RowAccess<C> rows{s};
