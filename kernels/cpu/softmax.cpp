@@ -94,25 +94,33 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   });
 }
 
+// Loads each row of logits [rows, classes] into a compute-type buffer and calls fn(r, row, access);
+// fn may write the row back through access.store.
+template <class C, class Fn>
+void for_each_logit_row(const Tensor& logits, Fn&& fn) {
+  const ReduceShape s{logits.size(0), logits.size(1), 1};
+  RowAccess<C> access{s};
+  std::vector<C> row(static_cast<std::size_t>(s.n));
+  for (std::int64_t r = 0; r < s.outer; ++r) {
+    access.load(logits, r, 0, row.data());
+    fn(r, row.data(), access);
+  }
+}
+
 void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
                    Tensor& lse) {
   visit_compute(logits.dtype(), "cross_entropy", [&](auto zero) {
     using C = decltype(zero);
-    const std::int64_t rows = logits.size(0), classes = logits.size(1);
-    ReduceShape s{rows, classes, 1};
-    RowAccess<C> access{s};
-    std::vector<C> row(static_cast<std::size_t>(classes));
     const std::int32_t* label = labels.data<std::int32_t>();
     C* loss_out = loss.data<C>();
     C* lse_out = lse.data<C>();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      access.load(logits, r, 0, row.data());
+    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>&) {
       C max, log_sum;
-      row_max_logsum(row.data(), classes, max, log_sum);
-      C logsumexp = max + log_sum;
+      row_max_logsum(row, logits.size(1), max, log_sum);
+      const C logsumexp = max + log_sum;
       lse_out[r] = logsumexp;
       loss_out[r] = label[r] == ignore_index ? C(0) : logsumexp - row[label[r]];
-    }
+    });
   });
 }
 
@@ -120,22 +128,17 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
   visit_compute(logits.dtype(), "cross_entropy backward", [&](auto zero) {
     using C = decltype(zero);
-    const std::int64_t rows = logits.size(0), classes = logits.size(1);
-    ReduceShape s{rows, classes, 1};
-    RowAccess<C> access{s};
-    std::vector<C> row(static_cast<std::size_t>(classes));
     const std::int32_t* label = labels.data<std::int32_t>();
     const C* lse_in = lse.data<C>();
     const C* weight = row_weight.data<C>();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      bool ignored = label[r] == ignore_index;
-      access.load(logits, r, 0, row.data());
-      for (std::int64_t c = 0; c < classes; ++c) {
-        C p = std::exp(row[c] - lse_in[r]);
+    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>& access) {
+      const bool ignored = label[r] == ignore_index;
+      for (std::int64_t c = 0; c < logits.size(1); ++c) {
+        const C p = std::exp(row[c] - lse_in[r]);
         row[c] = ignored ? C(0) : weight[r] * (p - (c == label[r] ? C(1) : C(0)));
       }
-      access.store(row.data(), dlogits, r, 0);
-    }
+      access.store(row, dlogits, r, 0);
+    });
   });
 }
 
