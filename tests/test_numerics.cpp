@@ -1,6 +1,7 @@
 // The phenomena of Micikevicius et al. (2018), reproduced exactly on the CPU because mixgrad rounds
 // like the GPU: f16 overflow and underflow, updates lost to a 10-bit mantissa, and why products
-// are accumulated (and reductions done) in f32.
+// are accumulated (and reductions done) in f32. Also the conventions at special values that keep
+// such problems visible or harmless: NaN passes through relu, pow's gradients at a zero base are 0.
 #include <cmath>
 
 #include "tests/testing.h"
@@ -126,4 +127,17 @@ TEST_CASE("numerics: relu passes NaN through instead of hiding it") {
   backward(sum(relu(x)));
   check_values(x.grad(), {1, 0, 1});
   clear_tape();
+}
+
+TEST_CASE("pow: gradients at a zero base follow PyTorch (0, not NaN)") {
+  // d(x^0)/dx = 0 everywhere, also at x = 0 where 0 * 0^-1 would be NaN.
+  Tensor x = tensor({0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
+  backward(sum(pow(x, 0.0)));
+  check_values(x.grad(), {0, 0});
+  // Tensor exponent: d(b^e)/de = b^e log b, taken as 0 at b = 0, e >= 0; d/db = 0 where e = 0.
+  Tensor base = tensor({0.0, 0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
+  Tensor exponent = tensor({2.0, 0.0, 3.0}, {.dtype = DType::F64, .requires_grad = true});
+  backward(sum(pow(base, exponent)));
+  check_values(exponent.grad(), {0, 0, 8 * std::log(2.0)});
+  check_values(base.grad(), {0, 0, 12});
 }

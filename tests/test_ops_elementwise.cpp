@@ -391,16 +391,3 @@ TEST_CASE("operators: + - * / with tensors and scalars, forward and gradcheck") 
   check_error([&] { return a + ones({2}); }, "mg::add: shapes [3] and [2]");
   check_error([&] { return a * ones({3}, {.dtype = DType::F16}); }, "mg::mul: inputs have different dtypes");
 }
-
-TEST_CASE("pow: gradients at a zero base follow PyTorch (0, not NaN)") {
-  // d(x^0)/dx = 0 everywhere, also at x = 0 where 0 * 0^-1 would be NaN.
-  Tensor x = tensor({0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
-  backward(sum(pow(x, 0.0)));
-  check_values(x.grad(), {0, 0});
-  // Tensor exponent: d(b^e)/de = b^e log b, taken as 0 at b = 0, e >= 0; d/db = 0 where e = 0.
-  Tensor base = tensor({0.0, 0.0, 2.0}, {.dtype = DType::F64, .requires_grad = true});
-  Tensor exponent = tensor({2.0, 0.0, 3.0}, {.dtype = DType::F64, .requires_grad = true});
-  backward(sum(pow(base, exponent)));
-  check_values(exponent.grad(), {0, 0, 8 * std::log(2.0)});
-  check_values(base.grad(), {0, 0, 12});
-}
