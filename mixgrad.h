@@ -1,6 +1,13 @@
 // mixgrad: everything a program needs, in one include.
 #pragma once
 
+#include "amp/autocast.h"
+#include "amp/cast_policy.h"
+#include "amp/diagnostics.h"
+#include "amp/grad_scaler.h"
+#include "amp/master_weights.h"
+#include "amp/memory_report.h"
+#include "amp/recipe.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -8,3 +15,7 @@
 #include "core/format.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "core/warning.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"

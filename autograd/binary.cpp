@@ -2,6 +2,7 @@
 //
 // Broadcasting in backward: an input that was repeated to the output's shape receives the sum of
 // the gradient over the repeated dims (sum_to), so every gradient has its input's shape.
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -39,7 +40,8 @@ Tensor grad_for(const std::vector<bool>& needs_grad, std::size_t i, const Shape&
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = amp::autocast_inputs("add", a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Add, "mg::add", a, b);
   record("add", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return g; })};
@@ -47,7 +49,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = amp::autocast_inputs("sub", a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Sub, "mg::sub", a, b);
   record("sub", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return neg(g); })};
@@ -56,7 +59,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 // d(a*b) = b da + a db: saves both inputs.
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = amp::autocast_inputs("mul", a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Mul, "mg::mul", a, b);
   record("mul", {a, b}, out, [a = Saved(a), b = Saved(b)](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a.get().shape(), [&] { return mul(g, b); }),
@@ -66,7 +70,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 // d(a/b) = da / b - (a/b) db / b: saves b and the output.
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = amp::autocast_inputs("div", a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Div, "mg::div", a, b);
   record("div", {a, b}, out, [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
@@ -76,7 +81,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 // d(b^e) = e b^(e-1) db + b^e log(b) de: saves both inputs.
-Tensor pow(const Tensor& base, const Tensor& exponent) {
+Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
+  auto [base, exponent] = amp::autocast_inputs("pow", base_in, exponent_in);
   Tensor out = binary_forward(BinaryOp::Pow, "mg::pow", base, exponent);
   record("pow", {base, exponent}, out, [base = Saved(base), exponent = Saved(exponent)](const Tensor& g,
                                                                                        const auto& needs) {
@@ -89,7 +95,8 @@ Tensor pow(const Tensor& base, const Tensor& exponent) {
 }
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
-Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
+  auto [mask, a, b] = amp::autocast_inputs("where", mask_in, a_in, b_in);
   const char* op = "mg::where";
   check::same_device(op, {mask, a, b});
   check::floating(op, a);

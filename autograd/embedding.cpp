@@ -1,13 +1,15 @@
 // embedding: rows of a table picked by integer indices. Backward adds each occurrence's gradient
 // into its row (kernels/index.h accumulates in f32, so repeated tokens survive f16).
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/index.h"
 
 namespace mg {
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight_in, const Tensor& indices) {
   const char* op = "mg::embedding";
+  const Tensor weight = amp::autocast_input("embedding", weight_in);
   check::same_device(op, {weight, indices});
   check::floating(op, weight);
   MG_CHECK(weight.dim() == 2, "{}: the weight must be [num_embeddings, dim], got shape {}", op, weight.shape());

@@ -1,6 +1,9 @@
 // Losses, computed in f32 (f64 for f64) whatever the input dtype. cross_entropy is one fused op
 // (log-softmax, pick the label, reduce); mse_loss is derived from cast, sub, mul and mean, so it
 // needs no backward of its own.
+#include <limits>
+
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/copy.h"
@@ -29,8 +32,9 @@ std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions options) {
   const char* op = "mg::cross_entropy";
+  const Tensor logits = amp::autocast_input("cross_entropy", logits_in);
   check::same_device(op, {logits, labels});
   check::floating(op, logits);
   MG_CHECK(logits.dim() == 2, "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
@@ -81,8 +85,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOpt
 
 // Computed in f32 (f64 for f64) through recorded casts, so an f16 difference of 300 squares to
 // 90000 without overflowing; the result is rounded once back to the inputs' dtype.
-Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& prediction_in, const Tensor& target_in, Reduction reduction) {
   const char* op = "mg::mse_loss";
+  auto [prediction, target] = amp::autocast_inputs("mse_loss", prediction_in, target_in);
   check::same_device(op, {prediction, target});  // checked here so that errors name mse_loss
   check::floating(op, prediction);
   check::same_dtype(op, prediction, target);
@@ -96,6 +101,70 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduct
   Tensor squared = mul(diff, diff);
   Tensor loss = reduction == Reduction::Mean ? mean(squared) : reduction == Reduction::Sum ? sum(squared) : squared;
   return cast(loss, prediction.dtype());
+}
+
+namespace {
+
+// The shared frame of the two binary cross entropies: checks, f32 (f64) inputs without recording,
+// the per-element loss, the reduction, and a backward of the form g * scale * formula.
+using ElementLoss = Tensor (*)(const Tensor& x, const Tensor& t);
+using ElementGrads = Grads (*)(const Tensor& x, const Tensor& t, const std::vector<bool>& needs);
+
+Tensor binary_loss(const char* op, const char* name, const Tensor& x_in, const Tensor& t_in, Reduction reduction,
+                   ElementLoss element_loss, ElementGrads element_grads) {
+  auto [x_cast, t_cast] = amp::autocast_inputs(name, x_in, t_in);
+  check::same_device(op, {x_cast, t_cast});
+  check::floating(op, x_cast);
+  check::same_dtype(op, x_cast, t_cast);
+  MG_CHECK(x_cast.shape() == t_cast.shape(), "{}: input {} and targets {} must have the same shape", op,
+           x_cast.shape(), t_cast.shape());
+  MG_CHECK(reduction != Reduction::Mean || x_cast.numel() > 0, "{}: the mean over an empty tensor is undefined", op);
+  const DType compute = x_cast.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor per_element, reduced, x, t;
+  {
+    NoGradGuard no_grad;  // the backward below is the whole derivative
+    x = cast(x_cast, compute);
+    t = cast(t_cast, compute);
+    per_element = element_loss(x, t);
+    reduced = reduction == Reduction::Mean ? mean(per_element) : reduction == Reduction::Sum ? sum(per_element)
+                                                                                             : per_element;
+  }
+  Tensor loss = cast(reduced.detach(), x_cast.dtype()).detach();
+  const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;
+  record(name, {x_cast, t_cast}, loss, [x = Saved(x), t = Saved(t), scale, element_grads, x_dtype = x_cast.dtype()](
+                                           const Tensor& g, const auto& needs) {
+    Tensor weight = mul(cast(g, x.get().dtype()), scale);  // a scalar, or one weight per element
+    Grads grads = element_grads(x, t, needs);
+    for (Tensor& grad : grads)
+      if (grad.defined()) grad = cast(mul(grad, weight), x_dtype);
+    return grads;
+  });
+  return loss;
+}
+
+}  // namespace
+
+Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, Reduction reduction) {
+  return binary_loss("mg::binary_cross_entropy", "binary_cross_entropy", probabilities, targets, reduction,
+      [](const Tensor& p, const Tensor& t) {
+        const double inf = std::numeric_limits<double>::infinity();
+        Tensor log_p = clamp(log(p), -100.0, inf), log_q = clamp(log(rsub(1.0, p)), -100.0, inf);
+        return neg(add(mul(t, log_p), mul(rsub(1.0, t), log_q)));
+      },
+      [](const Tensor& p, const Tensor& t, const std::vector<bool>& needs) {
+        const double inf = std::numeric_limits<double>::infinity();
+        Tensor dp = needs[0] ? div(sub(p, t), clamp(mul(p, rsub(1.0, p)), 1e-12, inf)) : Tensor();
+        return Grads{dp, Tensor()};
+      });
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction) {
+  return binary_loss("mg::binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", logits, targets,
+      reduction,
+      [](const Tensor& x, const Tensor& t) { return add(sub(relu(x), mul(x, t)), log(add(exp(neg(abs(x))), 1.0))); },
+      [](const Tensor& x, const Tensor& t, const std::vector<bool>& needs) {
+        return Grads{needs[0] ? sub(sigmoid(x), t) : Tensor(), needs[1] ? neg(x) : Tensor()};
+      });
 }
 
 }  // namespace mg

@@ -4,13 +4,15 @@
 //   dA = dC op(B)^T   (stored as A: transposed back when A was used transposed)
 //   dB = op(A)^T dC
 // which, for each combination of flags, is one more call to matmul itself (see below).
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/gemm.h"
 
 namespace mg {
 
-Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
+  auto [a, b] = amp::autocast_inputs("matmul", a_in, b_in);  // under autocast: f16/bf16 copies
   const char* op = "mg::matmul";
   check::same_device(op, {a, b});
   check::floating(op, a);

@@ -99,6 +99,16 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
 // mean (or sum) of (prediction - target)^2; shapes must match exactly.
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::Mean);
+// Binary cross entropy on probabilities p in [0, 1] with targets t of the same shape and dtype:
+// -(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch; math in f32 (f64 for f64),
+// the result in p's dtype. dp = (p - t) / max(p (1 - p), 1e-12); targets get no gradient.
+// Banned under amp::Autocast, like in PyTorch: the logits form below is the safe one.
+Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets,
+                            Reduction reduction = Reduction::Mean);
+// The same loss from logits x (p = sigmoid(x)), in the stable form max(x, 0) - x t + log(1 + exp(-|x|)):
+// no log of a rounded probability. dx = sigmoid(x) - t and dt = -x (times 1/n for the mean).
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        Reduction reduction = Reduction::Mean);
 
 // ---- casts and lookups (autograd/cast.cpp, autograd/embedding.cpp)
 // x in another dtype, rounded to nearest even. Backward casts the gradient back to x's dtype, so an

@@ -1,5 +1,6 @@
 // Reductions: sum, mean, max (and argmax), over everything or along one dim.
 // They accumulate in f32 (f64 for f64) and round once into the input's dtype (kernels/reduce.h).
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/index.h"
@@ -31,7 +32,8 @@ Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, const char* op) {
   return plan;
 }
 
-Tensor sum_or_mean(const Tensor& x, const Plan& plan, ReduceOp kind, const char* op) {
+Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, const char* op) {
+  const Tensor x = amp::autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   kernels::reduce(kind, x, plan.view, out);
   const double scale = kind == ReduceOp::Mean ? 1.0 / static_cast<double>(plan.view.n) : 1.0;
@@ -44,7 +46,8 @@ Tensor sum_or_mean(const Tensor& x, const Plan& plan, ReduceOp kind, const char*
 }
 
 // The gradient of a max goes to the position of the first maximum (saved as i32 indices).
-Tensor max_along(const Tensor& x, const Plan& plan, const char* op) {
+Tensor max_along(const Tensor& x_in, const Plan& plan, const char* op) {
+  const Tensor x = amp::autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::reduce(ReduceOp::Max, x, plan.view, out, &indices);

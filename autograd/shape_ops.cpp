@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -86,8 +87,10 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
   return permute(x, dims);
 }
 
-Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
   const char* op = "mg::cat";
+  std::vector<Tensor> tensors = tensors_in;
+  amp::autocast_inputs("cat", tensors);
   MG_CHECK(!tensors.empty(), "{}: needs at least one tensor", op);
   check::same_device(op, tensors);
   const Tensor& first = tensors[0];
@@ -123,8 +126,10 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
-  MG_CHECK(!tensors.empty(), "mg::stack: needs at least one tensor");
+Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
+  MG_CHECK(!tensors_in.empty(), "mg::stack: needs at least one tensor");
+  std::vector<Tensor> tensors = tensors_in;
+  amp::autocast_inputs("stack", tensors);
   // Every check first (here, not in cat, so errors name stack): nothing is recorded if one fails.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     MG_CHECK(tensors[i].defined(), "mg::stack: tensor {} is undefined", i);

@@ -1,6 +1,7 @@
 // softmax and log_softmax along a dim. Both save their output y: the backward needs only y.
 //   softmax:      dx = y * (dy - sum(dy * y))
 //   log_softmax:  dx = dy - exp(y) * sum(dy)
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/softmax.h"
@@ -9,7 +10,8 @@ namespace mg {
 
 namespace {
 
-Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log, const char* op) {
+Tensor softmax_op(const Tensor& x_in, std::int64_t dim, bool log, const char* op) {
+  const Tensor x = amp::autocast_input(log ? "log_softmax" : "softmax", x_in);
   check::floating(op, x);
   const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), op));
   kernels::ReduceShape view{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())};

@@ -1,7 +1,11 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
+#include <utility>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "amp/autocast.h"
 #include "core/factory.h"
 #include "kernels/elementwise.h"
 
@@ -22,10 +26,24 @@ struct Node {
   std::vector<NodeInput> inputs;
   std::uint64_t output_id;
   BackwardFn backward;  // owns the tensors the op saved
+  std::shared_ptr<const std::string> scope;
+  std::vector<std::weak_ptr<Storage>> saved;  // what `backward` keeps alive, for saved_tensor_bytes()
 };
 
 thread_local std::vector<Node> tape;
+thread_local std::uint64_t generation = 0;
 thread_local bool grad_mode = true;
+thread_local std::shared_ptr<const std::string> scope = std::make_shared<const std::string>();
+thread_local std::vector<OpObserver*> observers;
+thread_local bool backward_running = false;  // ops run by backward formulas are not forward events
+// Storage of the Saved tensors made since the last record(): an op builds its Saved captures just
+// before it calls record(), which hands them to the node (or drops them when nothing is recorded).
+thread_local std::vector<std::weak_ptr<Storage>> pending_saved;
+
+void empty_tape() {
+  tape.clear();
+  ++generation;
+}
 
 // A gradient that will become a leaf's .grad must own its memory: later in-place updates of the
 // .grad (accumulation, unscaling, zeroing) must not write into a tensor someone else holds.
@@ -87,6 +105,7 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
     if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
     MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
              node->op, grads.size(), node->inputs.size());
+    for (OpObserver* observer : observers) observer->backward(node->op, *node->scope, grad_output, grads);
 
     for (std::size_t i = 0; i < grads.size(); ++i) {
       const NodeInput& input = node->inputs[i];
@@ -117,11 +136,16 @@ NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
 void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  std::vector<std::weak_ptr<Storage>> saved = std::move(pending_saved);
+  pending_saved.clear();
+  if (!backward_running) {
+    for (OpObserver* observer : observers) observer->forward(op, *scope, inputs, output);
+  }
   if (!grad_mode) return;
   bool any = false;
   for (const Tensor& input : inputs) any = any || input.requires_grad();
   if (!any) return;
-  Node node{op, {}, output.id(), std::move(backward)};
+  Node node{op, {}, output.id(), std::move(backward), scope, std::move(saved)};
   for (const Tensor& input : inputs) {
     bool is_tracked_leaf = input.is_leaf() && input.requires_grad();
     node.inputs.push_back({input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(),
@@ -149,6 +173,12 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
            "backward: the output does not require grad: no input of the ops that made it requires grad (set "
            "requires_grad on the parameters), or it was computed under NoGradGuard");
   NoGradGuard no_grad;  // backward formulas are not recorded: there is no double backward
+  // Backward formulas produce gradients in their inputs' dtypes; autocast must not recast them.
+  amp::Autocast no_autocast(DType::F32, /*enabled=*/false);
+  struct Running {
+    bool previous = std::exchange(backward_running, true);
+    ~Running() { backward_running = previous; }
+  } running;
   if (output.is_leaf()) {
     accumulate(output, seed);
     return;
@@ -162,14 +192,16 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
   try {
     leaves = walk(output, seed, options.keep_tape);
   } catch (...) {
-    tape.clear();  // partly consumed: unusable, and .grad has not been touched
+    empty_tape();  // partly consumed: unusable, and .grad has not been touched
     throw;
   }
-  if (!options.keep_tape) tape.clear();
+  if (!options.keep_tape) empty_tape();
   for (auto& [id, entry] : leaves) accumulate(entry.first, std::move(entry.second));
 }
 
-Saved::Saved(const Tensor& tensor) : tensor_(tensor), version_(tensor.impl().storage->version()) {}
+Saved::Saved(const Tensor& tensor) : tensor_(tensor), version_(tensor.impl().storage->version()) {
+  pending_saved.push_back(tensor.impl().storage);
+}
 
 const Tensor& Saved::get() const {
   const std::uint64_t now = tensor_.impl().storage->version();
@@ -180,6 +212,29 @@ const Tensor& Saved::get() const {
 }
 
 std::size_t tape_size() { return tape.size(); }
-void clear_tape() { tape.clear(); }
+void clear_tape() { empty_tape(); }
+std::uint64_t tape_generation() { return generation; }
+
+std::size_t saved_tensor_bytes() {
+  std::unordered_set<const Storage*> counted;
+  std::size_t bytes = 0;
+  for (const Node& node : tape) {
+    if (!node.backward) continue;  // already consumed by a backward that kept the tape
+    for (const std::weak_ptr<Storage>& weak : node.saved) {
+      std::shared_ptr<Storage> storage = weak.lock();
+      if (storage && counted.insert(storage.get()).second) bytes += storage->nbytes();
+    }
+  }
+  return bytes;
+}
+
+NameScope::NameScope(const std::string& name) : previous_(scope) {
+  scope = std::make_shared<const std::string>(previous_->empty() ? name : *previous_ + "." + name);
+}
+NameScope::~NameScope() { scope = std::move(previous_); }
+const std::string& current_scope() { return *scope; }
+
+void add_observer(OpObserver* observer) { observers.push_back(observer); }
+void remove_observer(OpObserver* observer) { std::erase(observers, observer); }
 
 }  // namespace mg

@@ -14,7 +14,10 @@
 // Backward formulas are written with the same mg:: ops as forward code, and run with grad mode off.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -88,5 +91,43 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options 
 // stay on the tape: evaluate under NoGradGuard, or call clear_tape().
 std::size_t tape_size();
 void clear_tape();
+// Counts how often this thread's tape was emptied (by backward or clear_tape). A tensor made by a
+// recorded op can only pass gradients while its generation lasts: amp's weight-cast cache uses
+// this to never serve a cast whose node is gone.
+std::uint64_t tape_generation();
+// Bytes of distinct storage held by the tensors saved for backward on this thread's tape: the
+// activation memory of a forward pass (f16 activations under autocast take half of f32's).
+std::size_t saved_tensor_bytes();
+
+// ---- naming and observing ops (the tools of amp/diagnostics.h)
+
+// Names the ops recorded in its scope, for messages: nested scopes join with '.', so a module
+// "encoder" calling its child "fc1" records ops under "encoder.fc1". nn::Module sets one per call.
+class NameScope {
+ public:
+  explicit NameScope(const std::string& name);
+  ~NameScope();
+  NameScope(const NameScope&) = delete;
+  NameScope& operator=(const NameScope&) = delete;
+
+ private:
+  std::shared_ptr<const std::string> previous_;
+};
+// The current scope's full name ("" outside any scope).
+const std::string& current_scope();
+
+// Sees every op of this thread while registered (between add_observer and remove_observer):
+// forward() after an op has computed its output, whether or not grad mode recorded it; backward()
+// after a node turned the gradient of its output into its inputs' gradients (undefined where an
+// input needs none), in the order backward visits them. Observers must not change the tensors.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void forward(const char* op, const std::string& scope, const std::vector<Tensor>& inputs,
+                       const Tensor& output) = 0;
+  virtual void backward(const char* op, const std::string& scope, const Tensor& grad_output, const Grads& grads) = 0;
+};
+void add_observer(OpObserver* observer);
+void remove_observer(OpObserver* observer);
 
 }  // namespace mg

@@ -2,6 +2,7 @@
 //
 // Each backward is one fused kernel call (kernels/functors.h, the *Grad functors) or one op, and
 // each op names what it saves: the input x or the output y, whichever the derivative needs.
+#include "amp/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/elementwise.h"
@@ -38,68 +39,79 @@ void record_fused(const char* op, const Tensor& x, Tensor& out, BinaryOp grad_ki
 
 }  // namespace
 
-Tensor neg(const Tensor& x) {
+Tensor neg(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("neg", x_in);
   Tensor y = unary_forward(UnaryOp::Neg, "mg::neg", x);
   record("neg", {x}, y, [](const Tensor& g, const auto&) { return Grads{neg(g)}; });
   return y;
 }
 
-Tensor exp(const Tensor& x) {  // dy = y dx: saves y
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("exp", x_in);  // dy = y dx: saves y
   Tensor y = unary_forward(UnaryOp::Exp, "mg::exp", x);
   record("exp", {x}, y, [y = Saved(y)](const Tensor& g, const auto&) { return Grads{mul(g, y)}; });
   return y;
 }
 
-Tensor log(const Tensor& x) {  // dy = dx / x: saves x
+Tensor log(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("log", x_in);  // dy = dx / x: saves x
   Tensor y = unary_forward(UnaryOp::Log, "mg::log", x);
   record("log", {x}, y, [x = Saved(x)](const Tensor& g, const auto&) { return Grads{div(g, x)}; });
   return y;
 }
 
-Tensor sqrt(const Tensor& x) {  // dy = dx / (2y): saves y
+Tensor sqrt(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("sqrt", x_in);  // dy = dx / (2y): saves y
   Tensor y = unary_forward(UnaryOp::Sqrt, "mg::sqrt", x);
   record_fused("sqrt", x, y, BinaryOp::SqrtGrad, y);
   return y;
 }
 
-Tensor abs(const Tensor& x) {  // dy = sign(x) dx: saves x
+Tensor abs(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("abs", x_in);  // dy = sign(x) dx: saves x
   Tensor y = unary_forward(UnaryOp::Abs, "mg::abs", x);
   record_fused("abs", x, y, BinaryOp::AbsGrad, x);
   return y;
 }
 
-Tensor clamp(const Tensor& x, double min, double max) {  // passes where min <= x <= max: saves x
+Tensor clamp(const Tensor& x_in, double min, double max) {
+  const Tensor x = amp::autocast_input("clamp", x_in);  // passes where min <= x <= max: saves x
   MG_CHECK(!(min > max), "mg::clamp: min {} is greater than max {}", min, max);
   Tensor y = unary_forward(UnaryOp::Clamp, "mg::clamp", x, {min, max});
   record_fused("clamp", x, y, BinaryOp::ClampGrad, x, {min, max});
   return y;
 }
 
-Tensor tanh(const Tensor& x) {  // dy = (1 - y^2) dx: saves y
+Tensor tanh(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("tanh", x_in);  // dy = (1 - y^2) dx: saves y
   Tensor y = unary_forward(UnaryOp::Tanh, "mg::tanh", x);
   record_fused("tanh", x, y, BinaryOp::TanhGrad, y);
   return y;
 }
 
-Tensor sigmoid(const Tensor& x) {  // dy = y (1 - y) dx: saves y
+Tensor sigmoid(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("sigmoid", x_in);  // dy = y (1 - y) dx: saves y
   Tensor y = unary_forward(UnaryOp::Sigmoid, "mg::sigmoid", x);
   record_fused("sigmoid", x, y, BinaryOp::SigmoidGrad, y);
   return y;
 }
 
-Tensor relu(const Tensor& x) {  // passes where x > 0: saves x
+Tensor relu(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("relu", x_in);  // passes where x > 0: saves x
   Tensor y = unary_forward(UnaryOp::Relu, "mg::relu", x);
   record_fused("relu", x, y, BinaryOp::ReluGrad, x);
   return y;
 }
 
-Tensor gelu(const Tensor& x) {  // dy = (Phi(x) + x phi(x)) dx: saves x
+Tensor gelu(const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("gelu", x_in);  // dy = (Phi(x) + x phi(x)) dx: saves x
   Tensor y = unary_forward(UnaryOp::Gelu, "mg::gelu", x);
   record_fused("gelu", x, y, BinaryOp::GeluGrad, x);
   return y;
 }
 
-Tensor add(const Tensor& x, double scalar) {
+Tensor add(const Tensor& x_in, double scalar) {
+  const Tensor x = amp::autocast_input("add", x_in);
   Tensor y = unary_forward(UnaryOp::AddScalar, "mg::add", x, {scalar});
   record("add", {x}, y, [](const Tensor& g, const auto&) { return Grads{g}; });
   return y;
@@ -116,19 +128,22 @@ Tensor rsub(double scalar, const Tensor& x) {
   return add(neg(x), scalar);
 }
 
-Tensor mul(const Tensor& x, double scalar) {
+Tensor mul(const Tensor& x_in, double scalar) {
+  const Tensor x = amp::autocast_input("mul", x_in);
   Tensor y = unary_forward(UnaryOp::MulScalar, "mg::mul", x, {scalar});
   record("mul", {x}, y, [scalar](const Tensor& g, const auto&) { return Grads{mul(g, scalar)}; });
   return y;
 }
 
-Tensor div(const Tensor& x, double scalar) {
+Tensor div(const Tensor& x_in, double scalar) {
+  const Tensor x = amp::autocast_input("div", x_in);
   Tensor y = unary_forward(UnaryOp::DivScalar, "mg::div", x, {scalar});
   record("div", {x}, y, [scalar](const Tensor& g, const auto&) { return Grads{div(g, scalar)}; });
   return y;
 }
 
-Tensor rdiv(double scalar, const Tensor& x) {  // d(s/x) = -(s/x) / x dx: saves x and y
+Tensor rdiv(double scalar, const Tensor& x_in) {
+  const Tensor x = amp::autocast_input("div", x_in);  // d(s/x) = -(s/x) / x dx: saves x and y
   Tensor y = unary_forward(UnaryOp::RDivScalar, "mg::div", x, {scalar});
   record("rdiv", {x}, y, [x = Saved(x), y = Saved(y)](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(g.shape(), check::like(g));
@@ -138,7 +153,8 @@ Tensor rdiv(double scalar, const Tensor& x) {  // d(s/x) = -(s/x) / x dx: saves 
   return y;
 }
 
-Tensor pow(const Tensor& x, double exponent) {  // dy = p x^(p-1) dx: saves x
+Tensor pow(const Tensor& x_in, double exponent) {
+  const Tensor x = amp::autocast_input("pow", x_in);  // dy = p x^(p-1) dx: saves x
   Tensor y = unary_forward(UnaryOp::PowScalar, "mg::pow", x, {exponent});
   record_fused("pow", x, y, BinaryOp::PowScalarGrad, x, {exponent});
   return y;

@@ -4,10 +4,12 @@
 // Today only the CPU backend exists (kernels/cpu/). The CUDA backend adds a `cuda::` namespace
 // beside `cpu::` in each family header and one line per function below; until it lands, a tensor on
 // a GPU gets this error instead of reaching host code with a device pointer.
+#include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/index.h"
+#include "kernels/optim.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 
@@ -99,6 +101,23 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
   require_cpu("scatter_along_dim", out);
   cpu::scatter_along_dim(values, indices, shape, out);
+}
+
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
+  require_cpu("unscale", found_inf);
+  for (const Tensor& t : dst) require_cpu("unscale", t);
+  cpu::unscale(src, dst, factor, found_inf);
+}
+
+void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count) {
+  require_cpu("sgd", param);
+  cpu::sgd(param, grad, momentum_buffer, hyper, count);
+}
+
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
+          UpdateCount& count) {
+  require_cpu("adam", param);
+  cpu::adam(param, grad, exp_avg, exp_avg_sq, hyper, count);
 }
 
 }  // namespace mg::kernels

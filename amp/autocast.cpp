@@ -1,0 +1,118 @@
+#include "amp/autocast.h"
+
+#include <map>
+#include <tuple>
+
+#include "amp/cast_policy.h"
+#include "autograd/ops.h"
+
+namespace mg::amp {
+
+namespace {
+
+struct CacheEntry {
+  Tensor source;              // kept alive so its id cannot be reused while the entry exists
+  const Storage* storage;     // the data the cast was made from...
+  std::uint64_t version;      // ...and its version then
+  std::uint64_t generation;   // the tape the cast's node lives on
+  Tensor cast;
+};
+// key: source id, target dtype, grad mode at the time of the cast
+using CacheKey = std::tuple<std::uint64_t, DType, bool>;
+
+struct State {
+  bool enabled = false;
+  DType dtype = DType::F16;
+  int depth = 0;  // guards alive, enabled or not; the outermost one clears the cache
+  std::map<CacheKey, CacheEntry> cache;
+  CastCacheStats stats;
+};
+thread_local State state;
+
+bool castable(DType dtype) { return dtype == DType::F32 || is_low_precision(dtype); }
+
+// A parameter (an f32 leaf that requires grad) cast to the region's dtype, once per region.
+Tensor cached_cast(const Tensor& x, DType dtype) {
+  const bool grad_mode = grad_enabled();
+  CacheKey key{x.id(), dtype, grad_mode};
+  auto found = state.cache.find(key);
+  if (found != state.cache.end()) {
+    const CacheEntry& entry = found->second;
+    const bool same_data = entry.storage == x.impl().storage.get() && entry.version == x.impl().storage->version();
+    const bool same_tape = !grad_mode || entry.generation == tape_generation();
+    if (same_data && same_tape) {
+      ++state.stats.hits;
+      return entry.cast;
+    }
+  }
+  ++state.stats.misses;
+  Tensor cast_x = cast(x, dtype);
+  state.cache[key] = {x, x.impl().storage.get(), x.impl().storage->version(), tape_generation(), cast_x};
+  return cast_x;
+}
+
+Tensor cast_to(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  const bool parameter = x.dtype() == DType::F32 && is_low_precision(dtype) && x.is_leaf() && x.requires_grad();
+  return parameter ? cached_cast(x, dtype) : cast(x, dtype);
+}
+
+}  // namespace
+
+Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled), previous_dtype_(state.dtype) {
+  MG_CHECK(!enabled || is_low_precision(dtype),
+           "amp::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
+           "(or Autocast(dtype, /*enabled=*/false))", dtype);
+  state.enabled = enabled;
+  if (enabled) state.dtype = dtype;
+  ++state.depth;
+}
+
+Autocast::~Autocast() {
+  state.enabled = previous_enabled_;
+  state.dtype = previous_dtype_;
+  if (--state.depth == 0) state.cache.clear();
+}
+
+bool autocast_enabled() { return state.enabled; }
+DType autocast_dtype() { return state.dtype; }
+
+void autocast_inputs(const char* op, std::vector<Tensor>& inputs) {
+  if (!state.enabled) return;
+  const PolicyEntry entry = policy(op);
+  if (entry.policy == CastPolicy::InputDtype) return;
+  MG_CHECK(entry.policy != CastPolicy::Banned,
+           "{} is banned under amp::Autocast: {}. (If its inputs are known to be safe, run it inside "
+           "amp::Autocast(dtype, /*enabled=*/false), or change the table with amp::set_policy.)", op, entry.reason);
+
+  const DType region = state.dtype;
+  DType widest = region;
+  for (const Tensor& x : inputs) {
+    if (!x.defined() || !castable(x.dtype())) continue;
+    MG_CHECK(x.dtype() == DType::F32 || x.dtype() == region,
+             "{} under amp::Autocast({}): an input is {}; f16 and bf16 do not mix. Cast it with mg::cast, or "
+             "use a {} region", op, region, x.dtype(), x.dtype());
+    if (x.dtype() == DType::F32) widest = DType::F32;
+  }
+  DType target = region;
+  if (entry.policy == CastPolicy::Float32) target = DType::F32;
+  if (entry.policy == CastPolicy::Promote) target = widest;
+  for (Tensor& x : inputs) {
+    if (x.defined() && castable(x.dtype())) x = cast_to(x, target);
+  }
+}
+
+Tensor autocast_input(const char* op, const Tensor& x) {
+  if (!state.enabled) return x;
+  std::vector<Tensor> inputs{x};
+  autocast_inputs(op, inputs);
+  return inputs[0];
+}
+
+CastCacheStats cast_cache_stats() {
+  CastCacheStats stats = state.stats;
+  stats.entries = state.cache.size();
+  return stats;
+}
+
+}  // namespace mg::amp

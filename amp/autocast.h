@@ -1,0 +1,73 @@
+// Autocast: inside a region, each op casts its inputs to the dtype its cast policy names
+// (amp/cast_policy.h), so matmuls run in f16/bf16 while softmax and losses stay in f32.
+//
+//   {
+//     amp::Autocast autocast(DType::F16);        // thread-local, until the end of the scope
+//     Tensor logits = model.forward(x);          // matmul casts x and the f32 weights to f16
+//     Tensor loss = mg::cross_entropy(logits, y);  // f32 list: logits are cast back up
+//   }
+//   scaler.scale(loss) ... backward(...)         // backward runs outside autocast, always
+//
+// - Casts are mg::cast ops, recorded on the tape before the op: the op saves its f16 inputs (half
+//   the activation memory), and an f32 parameter's gradient comes back f32 through the cast.
+// - Regions nest; an inner Autocast(dtype, false) turns casting off, and each guard restores the
+//   previous state on exit. backward() always runs with autocast off.
+// - Weight-cast cache: inside the outermost region, an f32 leaf that requires grad (a parameter) is
+//   cast to f16/bf16 once and the cast is reused, so an LSTM unrolled over 64 steps casts its weights
+//   once. A reuse must still be valid: same data version (no optimizer step since), the same tape
+//   (no backward since), and the same grad mode (a cast made under NoGradGuard is not on the tape,
+//   so it must never serve a grad-enabled use, a bug PyTorch shipped for years). Cleared when the outermost
+//   guard exits.
+// - f64 and i32 tensors are never cast. Inside an f16 region a bf16 input of a listed op is an error
+//   (and the reverse): mixing the two low-precision formats is never what was meant.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mg::amp {
+
+class Autocast {
+ public:
+  // dtype: F16 or BF16. enabled=false makes a region where nothing is cast.
+  explicit Autocast(DType dtype = DType::F16, bool enabled = true);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool previous_enabled_;
+  DType previous_dtype_;
+};
+
+bool autocast_enabled();  // is this thread inside an enabled region?
+DType autocast_dtype();   // the innermost region's dtype (F16 outside any region)
+
+// What an op calls first: its inputs, cast per the op's policy. Outside a region (or for ops with
+// no entry) the inputs come back unchanged. Throws mg::Error for a banned op or mixed f16/bf16.
+void autocast_inputs(const char* op, std::vector<Tensor>& inputs);
+// One tensor: const Tensor x = amp::autocast_input("exp", x_in);
+Tensor autocast_input(const char* op, const Tensor& x);
+// The same for a fixed number of tensors: auto [a, b] = amp::autocast_inputs("matmul", a_in, b_in);
+template <class... Tensors>
+std::array<Tensor, sizeof...(Tensors)> autocast_inputs(const char* op, const Tensors&... tensors) {
+  if (!autocast_enabled()) return {tensors...};
+  std::vector<Tensor> inputs{tensors...};
+  autocast_inputs(op, inputs);
+  std::array<Tensor, sizeof...(Tensors)> out;
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = inputs[i];
+  return out;
+}
+
+// The weight-cast cache of this thread: entries held, casts served from it, and casts made for it.
+struct CastCacheStats {
+  std::size_t entries = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+};
+CastCacheStats cast_cache_stats();
+
+}  // namespace mg::amp

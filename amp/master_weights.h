@@ -1,0 +1,57 @@
+// MasterWeights: the paper's FP32 master copy (section 3.1), as an optimizer wrapper (Apex O2).
+//
+// The model's parameters are stored in f16 (or bf16); forward and backward use them, so the
+// gradients arrive in f16. The wrapper owns an f32 copy of every parameter and an inner optimizer
+// that updates that copy:
+//   1. f16 gradients -> f32 master gradients, divided by the loss scale on the way (one pass,
+//      kernels/amp.h; GradScaler::unscale_ calls it, or step() does with a factor of 1);
+//   2. the inner optimizer updates the f32 masters, so an update of 2^-12 to a weight of 1.0
+//      accumulates instead of vanishing below half an f16 ulp (2^-11);
+//   3. each f16 parameter is refreshed from its master, rounded once (one pass per tensor).
+//
+//   amp::MasterWeights optimizer(model_parameters, [](std::vector<Tensor> masters) {
+//     return std::make_unique<optim::SGD>(std::move(masters), optim::SgdOptions{.lr = 0.1});
+//   });
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "optim/optimizer.h"
+
+namespace mg::amp {
+
+class MasterWeights : public optim::Optimizer {
+ public:
+  using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> master_parameters)>;
+
+  // model_parameters: f16/bf16 leaves that require grad. make_optimizer builds the inner optimizer
+  // over the f32 master copies (leaves that require grad, initialised from the model's values).
+  MasterWeights(std::vector<Tensor> model_parameters, const MakeOptimizer& make_optimizer);
+
+  const std::vector<Tensor>& master_parameters() const { return masters_; }
+  optim::Optimizer& inner() { return *inner_; }
+  std::size_t master_bytes() const;
+
+  void step() override;       // steps 1-3 above, for every parameter that has a gradient
+  void zero_grad() override;  // drops the model's and the masters' gradients
+  std::int64_t step_count() const override { return inner_->step_count(); }
+  double lr() const override { return inner_->lr(); }
+  void set_lr(double lr) override { inner_->set_lr(lr); }
+  void set_schedule(std::function<double(std::int64_t)> factor) override { inner_->set_schedule(std::move(factor)); }
+  void unscale_gradients(double factor, Tensor& found_inf) override;  // step 1
+  // Lost updates of the last step, in the f32 masters: an f16 copy that does not move this step
+  // has not lost the update, which keeps accumulating in its master.
+  kernels::UpdateCount last_update() const override { return inner_->last_update(); }
+  std::vector<Tensor> state() const override { return inner_->state(); }
+
+ protected:
+  void update(std::size_t, Tensor&, const Tensor&, double, kernels::UpdateCount&) override {}  // step() does the work
+
+ private:
+  std::vector<Tensor> masters_;
+  std::unique_ptr<optim::Optimizer> inner_;
+  bool gradients_ready_ = false;  // step 1 has run since the last step
+};
+
+}  // namespace mg::amp

@@ -1,0 +1,39 @@
+#include "amp/memory_report.h"
+
+#include <fmt/format.h>
+
+#include "amp/master_weights.h"
+#include "autograd/tape.h"
+
+namespace mg::amp {
+
+namespace {
+std::size_t grad_bytes(const std::vector<Tensor>& tensors) {
+  std::size_t bytes = 0;
+  for (const Tensor& t : tensors)
+    if (t.grad().defined()) bytes += t.grad().nbytes();
+  return bytes;
+}
+}  // namespace
+
+std::string MemoryReport::describe() const {
+  auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  return fmt::format("parameters {:.2f} MiB, master weights {:.2f} MiB, gradients {:.2f} MiB, optimizer state "
+                     "{:.2f} MiB, saved activations {:.2f} MiB; total {:.2f} MiB", mib(parameters),
+                     mib(master_weights), mib(gradients), mib(optimizer_state), mib(saved_activations), mib(total()));
+}
+
+MemoryReport memory_report(const optim::Optimizer& optimizer) {
+  MemoryReport report;
+  for (const Tensor& p : optimizer.parameters()) report.parameters += p.nbytes();
+  report.gradients = grad_bytes(optimizer.parameters());
+  if (const auto* master = dynamic_cast<const MasterWeights*>(&optimizer)) {
+    report.master_weights = master->master_bytes();
+    report.gradients += grad_bytes(master->master_parameters());
+  }
+  report.optimizer_state = optimizer.state_bytes();
+  report.saved_activations = saved_tensor_bytes();
+  return report;
+}
+
+}  // namespace mg::amp

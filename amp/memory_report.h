@@ -1,0 +1,26 @@
+// memory_report: where the bytes of a training step go, by kind, measured (not estimated).
+// Call it after a forward pass (while the tape holds the saved activations) to see what a recipe
+// costs: mixed_float16 halves the saved activations and adds nothing else; float16_master stores
+// f16 parameters plus f32 masters (the paper's "about half the memory" is the activations).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "optim/optimizer.h"
+
+namespace mg::amp {
+
+struct MemoryReport {
+  std::size_t parameters = 0;         // the model's parameters, in their storage dtype
+  std::size_t master_weights = 0;     // f32 master copies (amp::MasterWeights)
+  std::size_t gradients = 0;          // .grad of the parameters and of the masters
+  std::size_t optimizer_state = 0;    // momentum buffers, moments
+  std::size_t saved_activations = 0;  // tensors this thread's tape keeps for backward
+  std::size_t total() const { return parameters + master_weights + gradients + optimizer_state + saved_activations; }
+  std::string describe() const;  // one line in MiB
+};
+
+MemoryReport memory_report(const optim::Optimizer& optimizer);
+
+}  // namespace mg::amp

@@ -1,0 +1,85 @@
+#include "amp/recipe.h"
+
+#include <fmt/ranges.h>
+
+#include "autograd/ops.h"
+
+namespace mg::amp {
+
+namespace {
+
+std::vector<Recipe> recipes() {
+  using enum LossScaling;
+  return {
+      {.name = "fp32"},
+      {.name = "mixed_float16", .autocast_dtype = DType::F16, .loss_scaling = Dynamic},
+      {.name = "mixed_bfloat16", .autocast_dtype = DType::BF16},
+      {.name = "float16_master", .parameter_dtype = DType::F16, .autocast_dtype = DType::F16, .master_weights = true,
+       .loss_scaling = Dynamic},
+      {.name = "float16_pure", .parameter_dtype = DType::F16, .autocast_dtype = DType::F16},
+      {.name = "bfloat16_pure", .parameter_dtype = DType::BF16, .autocast_dtype = DType::BF16},
+  };
+}
+
+}  // namespace
+
+const std::vector<std::string>& Recipe::names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (const Recipe& recipe : recipes()) all.push_back(recipe.name);
+    return all;
+  }();
+  return names;
+}
+
+Recipe Recipe::parse(std::string_view name) {
+  for (const Recipe& recipe : recipes())
+    if (recipe.name == name) return recipe;
+  throw Error(fmt::format("amp::Recipe::parse: unknown precision recipe '{}'; choose one of {}", name,
+                          fmt::join(names(), ", ")));
+}
+
+void Recipe::cast_parameters(const std::vector<Tensor>& parameters) const {
+  NoGradGuard no_grad;
+  for (const Tensor& p : parameters) {
+    MG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_leaf(),
+             "amp::Recipe::cast_parameters ({}): every parameter must be a floating leaf", name);
+    if (p.dtype() == parameter_dtype) continue;
+    Tensor converted = cast(p.detach(), parameter_dtype);
+    TensorImpl& impl = p.impl();
+    impl.storage = converted.impl().storage;
+    impl.offset = converted.impl().offset;
+    impl.dtype = parameter_dtype;
+    impl.grad.reset();
+  }
+}
+
+std::unique_ptr<optim::Optimizer> Recipe::make_optimizer(const std::vector<Tensor>& parameters,
+                                                         const MasterWeights::MakeOptimizer& make_optimizer) const {
+  MG_CHECK(make_optimizer, "amp::Recipe::make_optimizer ({}): make_optimizer is empty", name);
+  for (const Tensor& p : parameters)
+    MG_CHECK(p.defined() && p.dtype() == parameter_dtype, "amp::Recipe::make_optimizer ({}): a parameter is {} but "
+             "the recipe stores parameters in {}; call recipe.cast_parameters(parameters) first", name,
+             p.defined() ? fmt::format("{}", p.dtype()) : "undefined", parameter_dtype);
+  if (master_weights) return std::make_unique<MasterWeights>(parameters, make_optimizer);
+  return make_optimizer(parameters);
+}
+
+GradScaler Recipe::make_scaler(GradScalerOptions options) const {
+  options.enabled = loss_scaling != LossScaling::None;
+  options.dynamic = loss_scaling == LossScaling::Dynamic;
+  if (loss_scaling == LossScaling::Static) options.init_scale = static_scale;
+  return GradScaler(options);
+}
+
+std::string Recipe::describe() const {
+  const char* scaling = loss_scaling == LossScaling::Dynamic ? "dynamic loss scaling"
+                        : loss_scaling == LossScaling::Static ? "static loss scale"
+                                                              : "no loss scaling";
+  std::string region = autocast_dtype ? fmt::format("autocast {}", *autocast_dtype) : "no autocast";
+  std::string scale = loss_scaling == LossScaling::Static ? fmt::format(" S = {}", static_scale) : "";
+  return fmt::format("{}: parameters {}, {}, {}, {}{}", name, parameter_dtype, region,
+                     master_weights ? "f32 master weights" : "no master copy", scaling, scale);
+}
+
+}  // namespace mg::amp

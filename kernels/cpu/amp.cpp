@@ -1,0 +1,51 @@
+// CPU loss-scaling kernel (kernels/amp.h): chunks of each gradient are widened to f32 (F16C for
+// f16), multiplied by the factor, checked, and rounded into the destination.
+// Tests: build/tests/test_amp_scaler.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/amp.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+constexpr std::int64_t kChunk = 1024;
+
+template <class C>
+bool unscale_one(const Tensor& src, const Tensor& dst, C factor) {
+  C values[kChunk];
+  C stored[kChunk];
+  bool non_finite = false;
+  const auto* in = static_cast<const char*>(src.data_ptr());
+  auto* out = static_cast<char*>(dst.data_ptr());
+  const std::size_t in_size = dtype_size(src.dtype()), out_size = dtype_size(dst.dtype());
+  for (std::int64_t start = 0; start < src.numel(); start += kChunk) {
+    const std::int64_t n = std::min(kChunk, src.numel() - start);
+    convert(in + static_cast<std::size_t>(start) * in_size, src.dtype(), values, dtype_of<C>(), n);
+    for (std::int64_t i = 0; i < n; ++i) values[i] *= factor;
+    void* destination = out + static_cast<std::size_t>(start) * out_size;
+    convert(values, dtype_of<C>(), destination, dst.dtype(), n);
+    // Check what was stored: an f16 destination overflows at 65520, not at f32's limit.
+    const C* check = values;
+    if (dst.dtype() != dtype_of<C>()) {
+      convert(destination, dst.dtype(), stored, dtype_of<C>(), n);
+      check = stored;
+    }
+    for (std::int64_t i = 0; i < n; ++i) non_finite |= !std::isfinite(check[i]);
+  }
+  return non_finite;
+}
+
+}  // namespace
+
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
+  bool non_finite = false;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    non_finite |= dst[i].dtype() == DType::F64 ? unscale_one<double>(src[i], dst[i], factor)
+                                               : unscale_one<float>(src[i], dst[i], static_cast<float>(factor));
+  }
+  if (non_finite) *found_inf.data<float>() = 1.0f;
+}
+
+}  // namespace mg::kernels::cpu

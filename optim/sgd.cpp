@@ -1,0 +1,38 @@
+#include "optim/sgd.h"
+
+#include <cmath>
+
+namespace mg::optim {
+
+SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
+    : Optimizer(std::move(parameters), options.lr, "optim::SGD"), options_(options) {
+  MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0 && options.weight_decay >= 0.0,
+           "optim::SGD: momentum ({}), dampening ({}) and weight_decay ({}) must be >= 0", options.momentum,
+           options.dampening, options.weight_decay);
+  MG_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
+           "optim::SGD: Nesterov momentum needs momentum > 0 and dampening = 0 (got {} and {})", options.momentum,
+           options.dampening);
+  momentum_buffers_.resize(Optimizer::parameters().size());
+}
+
+std::vector<Tensor> SGD::state() const {
+  std::vector<Tensor> state;
+  for (const Tensor& buffer : momentum_buffers_)
+    if (buffer.defined()) state.push_back(buffer);
+  return state;
+}
+
+void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, kernels::UpdateCount& count) {
+  kernels::SgdHyper hyper{.lr = lr, .momentum = options_.momentum, .dampening = options_.dampening,
+                          .weight_decay = options_.weight_decay, .nesterov = options_.nesterov};
+  Tensor* buffer = nullptr;
+  if (options_.momentum != 0.0) {
+    Tensor& slot = momentum_buffers_[index];
+    hyper.first_step = !slot.defined();
+    if (hyper.first_step) slot = Tensor::empty(parameter.shape(), {.dtype = parameter.dtype(), .device = parameter.device()});
+    buffer = &slot;
+  }
+  kernels::sgd(parameter, grad, buffer, hyper, count);
+}
+
+}  // namespace mg::optim
