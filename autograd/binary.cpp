@@ -96,7 +96,10 @@ Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
 Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
-  auto [mask, a, b] = amp::autocast_inputs("where", mask_in, a_in, b_in);
+  auto [a, b] = amp::autocast_inputs("where", a_in, b_in);
+  // Under autocast a floating mask follows the values' dtype: it selects, it must not widen the result.
+  const bool follow = amp::autocast_enabled() && mask_in.defined() && is_floating(mask_in.dtype()) && a.defined();
+  const Tensor mask = follow ? cast(mask_in.detach(), a.dtype()) : mask_in;
   const char* op = "mg::where";
   check::same_device(op, {mask, a, b});
   check::floating(op, a);

@@ -7,6 +7,7 @@
 
 #include "amp/autocast.h"
 #include "core/factory.h"
+#include "kernels/copy.h"
 #include "kernels/elementwise.h"
 
 namespace mg {
@@ -25,6 +26,7 @@ struct Node {
   const char* op;
   std::vector<NodeInput> inputs;
   std::uint64_t output_id;
+  DType output_dtype;   // a gradient summed in f32 is rounded back to this before the node uses it
   BackwardFn backward;  // owns the tensors the op saved
   std::shared_ptr<const std::string> scope;
   std::vector<std::weak_ptr<Storage>> saved;  // what `backward` keeps alive, for saved_tensor_bytes()
@@ -67,9 +69,21 @@ void accumulate(const Tensor& leaf, Tensor grad) {
   }
 }
 
+// t in another dtype (t itself when it already has it).
+Tensor converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), {.dtype = dtype, .device = t.device()});
+  kernels::cast(t, out);
+  return out;
+}
+
+// Gradients meeting at one tensor are added. f16/bf16 ones are added in f32 and rounded back only
+// when the sum is used, so a weight used 64 times (an unrolled LSTM, autocast's cached cast) is
+// rounded once, not 63 times.
 Tensor sum_of(const Tensor& a, const Tensor& b) {
-  Tensor out = Tensor::empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
-  kernels::binary(kernels::BinaryOp::Add, a, b, out);
+  const DType dtype = is_low_precision(a.dtype()) ? DType::F32 : a.dtype();
+  Tensor out = Tensor::empty(a.shape(), {.dtype = dtype, .device = a.device()});
+  kernels::binary(kernels::BinaryOp::Add, converted(a, dtype), converted(b, dtype), out);
   return out;
 }
 
@@ -89,7 +103,7 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
   for (auto node = tape.rbegin(); node != tape.rend(); ++node) {
     auto found = pending.find(node->output_id);
     if (found == pending.end()) continue;  // not on a path to the root
-    Tensor grad_output = std::move(found->second);
+    Tensor grad_output = converted(found->second, node->output_dtype);
     pending.erase(found);
 
     std::vector<bool> needs_grad;
@@ -145,7 +159,7 @@ void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, B
   bool any = false;
   for (const Tensor& input : inputs) any = any || input.requires_grad();
   if (!any) return;
-  Node node{op, {}, output.id(), std::move(backward), scope, std::move(saved)};
+  Node node{op, {}, output.id(), output.dtype(), std::move(backward), scope, std::move(saved)};
   for (const Tensor& input : inputs) {
     bool is_tracked_leaf = input.is_leaf() && input.requires_grad();
     node.inputs.push_back({input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(),
@@ -196,7 +210,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
     throw;
   }
   if (!options.keep_tape) empty_tape();
-  for (auto& [id, entry] : leaves) accumulate(entry.first, std::move(entry.second));
+  for (auto& [id, entry] : leaves) accumulate(entry.first, converted(entry.second, entry.first.dtype()));
 }
 
 Saved::Saved(const Tensor& tensor) : tensor_(tensor), version_(tensor.impl().storage->version()) {

@@ -110,6 +110,30 @@ TEST_CASE("tape: a cast carries the gradient back in the source dtype") {
   clear_tape();
 }
 
+TEST_CASE("tape: f16 gradients meeting at one tensor are summed in f32 and rounded once") {
+  // 256 uses of one f16 weight: each use sends x_i (exact in f16); the true sum is ~256, where an
+  // f16 ulp is 0.25. Added in f16, 255 roundings drift by more than half an ulp; added in f32, the
+  // sum is exact and rounded once, so it is within 0.5 ulp of the f64 sum.
+  Generator generator(3);
+  Tensor xs = uniform({256}, 0.5, 1.5, generator, {.dtype = DType::F16});
+  std::vector<double> values = xs.to_vector<double>();
+  double exact = 0.0;
+  for (double v : values) exact += v;
+  const double half_ulp = 0.5 * dtype_eps(DType::F16) * 256.0;  // ulp of f16 in [256, 512) is 2^-10 * 256
+  Tensor w = ones({1}, {.dtype = DType::F16, .requires_grad = true});   // a leaf: the leaves' path
+  Tensor w32 = ones({1}, {.requires_grad = true});
+  Tensor loss = zeros({1}, {.dtype = DType::F16}), loss32 = zeros({1}, {.dtype = DType::F16});
+  Tensor w16 = cast(w32, DType::F16);  // not a leaf: the pending path, then the cast back to f32
+  for (std::int64_t i = 0; i < 256; ++i) {
+    loss = add(loss, mul(w, slice(xs, 0, i, i + 1)));
+    loss32 = add(loss32, mul(w16, slice(xs, 0, i, i + 1)));
+  }
+  backward(sum(add(loss, loss32)));
+  CHECK(w.grad().dtype() == DType::F16);
+  CHECK(std::fabs(w.grad().item() - exact) <= half_ulp);
+  CHECK(std::fabs(w32.grad().item() - exact) <= half_ulp);
+}
+
 TEST_CASE("tape: leaf gradients own their memory") {
   Tensor a = f64({1, 2}, {2});
   Tensor b = f64({3, 4}, {2});

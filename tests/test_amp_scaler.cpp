@@ -1,0 +1,418 @@
+// amp::GradScaler as a state machine: the scale, the trackers, the counters and the skip decision
+// after every scripted step (clean, inf or NaN gradients), its options (hysteresis, floor, cap,
+// collapse alarm, static mode, disabled), checkpoints, misuse, and the unscale kernel itself.
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Collects warnings while alive (restores the previous handler on exit).
+struct WarningCapture {
+  std::vector<std::string> messages;
+  WarningHandler previous;
+  WarningCapture() { previous = set_warning_handler([this](const std::string& m) { messages.push_back(m); }); }
+  ~WarningCapture() { set_warning_handler(previous); }
+};
+
+// One f32 parameter with SGD; each run() sets its .grad (scaled by the current scale, like a real
+// backward of scale(loss)), then scaler.step + scaler.update. Kinds: 'c' clean, 'i' +inf, 'm' -inf, 'n' NaN.
+struct Driver {
+  Tensor w = from_vector({1.0, -2.0}, {2}, {.requires_grad = true});
+  optim::SGD sgd{{w}, {.lr = 0.5}};
+  amp::GradScaler scaler;
+  explicit Driver(amp::GradScalerOptions options = {}) : scaler(options) {}
+  bool run(char kind) {
+    const double bad = kind == 'i' ? kInf : kind == 'm' ? -kInf : kind == 'n' ? kNaN : 0.5;
+    w.set_grad(from_vector({scaler.get_scale() * 0.25, kind == 'c' ? scaler.get_scale() * 0.5 : bad}, {2}));
+    const bool stepped = scaler.step(sgd);
+    scaler.update();
+    return stepped;
+  }
+};
+
+struct Row {
+  char grad;
+  bool stepped;
+  double scale;  // after update()
+  std::int64_t tracker, skipped, last_overflow;
+};
+
+void run_script(Driver& d, const std::vector<Row>& rows) {
+  for (const Row& row : rows) {
+    const std::int64_t index = d.scaler.steps();
+    const double used = d.scaler.get_scale();
+    INFO("step " << index << " (gradient '" << row.grad << "', scale before " << used << ")");
+    CHECK(d.run(row.grad) == row.stepped);
+    CHECK(d.scaler.get_scale() == row.scale);
+    CHECK(d.scaler.growth_tracker() == row.tracker);
+    CHECK(d.scaler.steps() == index + 1);
+    CHECK(d.scaler.skipped_steps() == row.skipped);
+    CHECK(d.scaler.last_overflow_step() == row.last_overflow);
+    REQUIRE(d.scaler.history().size() == static_cast<std::size_t>(index + 1));
+    CHECK(d.scaler.history().back().scale == used);
+    CHECK(d.scaler.history().back().skipped == !row.stepped);
+    CHECK(d.sgd.step_count() == index + 1 - row.skipped);  // a skipped step never reached the optimizer
+  }
+}
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+  return {p, p + t.nbytes()};
+}
+
+}  // namespace
+
+TEST_CASE("scaler: PyTorch's dynamic scaling, step by step (growth_interval 3)") {
+  Driver d({.growth_interval = 3});
+  CHECK(d.scaler.get_scale() == 65536.0);
+  CHECK(d.scaler.last_overflow_step() == -1);
+  run_script(d, {{'c', true, 65536, 1, 0, -1},  {'c', true, 65536, 2, 0, -1},   {'c', true, 131072, 0, 0, -1},
+                 {'c', true, 131072, 1, 0, -1}, {'i', false, 65536, 0, 1, 4},   // overflow: x0.5, tracker reset
+                 {'c', true, 65536, 1, 1, 4},   {'c', true, 65536, 2, 1, 4},    {'n', false, 32768, 0, 2, 7},
+                 {'m', false, 16384, 0, 3, 8},  {'c', true, 16384, 1, 3, 8},    {'c', true, 16384, 2, 3, 8},
+                 {'c', true, 32768, 0, 3, 8}});
+}
+
+TEST_CASE("scaler: the real default grows x2 after exactly 2000 clean steps, never +2 per step") {
+  Driver d;
+  d.run('c');
+  // Regression: a C++ peer added 2 per clean step (65538 here) instead of doubling after the interval.
+  CHECK(d.scaler.get_scale() == 65536.0);
+  CHECK(d.scaler.growth_tracker() == 1);
+  std::vector<Row> rows;
+  for (std::int64_t i = 2; i <= 2000; ++i) rows.push_back({'c', true, i == 2000 ? 131072.0 : 65536.0, i % 2000, 0, -1});
+  rows.push_back({'i', false, 65536, 0, 1, 2000});
+  run_script(d, rows);
+  // growth_interval 1: every clean step doubles (x2, not +2).
+  Driver every({.growth_interval = 1});
+  run_script(every, {{'c', true, 131072, 0, 0, -1}, {'c', true, 262144, 0, 0, -1}});
+}
+
+TEST_CASE("scaler: the scale never becomes inf; min_scale floor and max_scale cap") {
+  // init FLT_MAX/2: one growth reaches FLT_MAX exactly, the next would pass it and is refused.
+  Driver near({.init_scale = FLT_MAX / 2, .growth_interval = 1});
+  run_script(near, {{'c', true, FLT_MAX, 0, 0, -1}, {'c', true, FLT_MAX, 0, 0, -1}});
+  for (int i = 0; i < 50; ++i) {
+    CHECK(near.run('c'));
+    CHECK(std::isfinite(near.scaler.get_scale()));
+    CHECK(near.scaler.get_scale() <= FLT_MAX);
+  }
+  CHECK(near.scaler.get_scale() == FLT_MAX);
+  Driver pow2({.init_scale = std::ldexp(1.0, 127), .growth_interval = 2});  // 2^128 > FLT_MAX
+  run_script(pow2, {{'c', true, std::ldexp(1.0, 127), 1, 0, -1}, {'c', true, std::ldexp(1.0, 127), 0, 0, -1}});
+  Driver capped({.growth_interval = 1, .max_scale = 131072});
+  run_script(capped, {{'c', true, 131072, 0, 0, -1}, {'c', true, 131072, 0, 0, -1}, {'i', false, 65536, 0, 1, 2}});
+  Driver floored({.min_scale = 16384});
+  run_script(floored, {{'i', false, 32768, 0, 1, 0}, {'n', false, 16384, 0, 2, 1}, {'i', false, 16384, 0, 3, 2},
+                       {'c', true, 16384, 1, 3, 2}});
+}
+
+TEST_CASE("scaler: hysteresis 3 backs off only after 3 consecutive overflows; a clean step resets the streak") {
+  Driver d({.growth_interval = 3, .hysteresis = 3});
+  run_script(d, {{'i', false, 65536, 0, 1, 0}, {'i', false, 65536, 0, 2, 1}, {'i', false, 32768, 0, 3, 2},
+                 {'i', false, 32768, 0, 4, 3},   // the streak restarted after the backoff
+                 {'c', true, 32768, 1, 4, 3},    // ... and a clean step resets it
+                 {'i', false, 32768, 0, 5, 5}, {'n', false, 32768, 0, 6, 6}, {'i', false, 16384, 0, 7, 7}});
+}
+
+TEST_CASE("scaler: the collapse alarm warns once per run of skipped steps, or throws") {
+  WarningCapture capture;
+  Driver d({.collapse_patience = 5});
+  for (int i = 0; i < 4; ++i) d.run('i');
+  CHECK(capture.messages.empty());
+  d.run('n');
+  REQUIRE(capture.messages.size() == 1);
+  CHECK(capture.messages[0].find("last 5 steps") != std::string::npos);
+  CHECK(capture.messages[0].find("OverflowDetector") != std::string::npos);
+  for (int i = 0; i < 3; ++i) d.run('i');
+  CHECK(capture.messages.size() == 1);  // once until a clean step
+  d.run('c');
+  for (int i = 0; i < 4; ++i) d.run('i');
+  CHECK(capture.messages.size() == 1);  // the clean step restarted the count
+  d.run('i');
+  CHECK(capture.messages.size() == 2);
+
+  Driver strict({.collapse_patience = 5, .error_on_collapse = true});
+  for (int i = 0; i < 4; ++i) strict.run('i');
+  check_error([&] { strict.run('i'); }, "were skipped");
+  CHECK(capture.messages.size() == 2);  // thrown, not warned
+}
+
+TEST_CASE("scaler: static mode keeps the scale and still skips overflowing steps") {
+  Driver d({.init_scale = 1024, .growth_interval = 1, .dynamic = false});
+  run_script(d, {{'c', true, 1024, 0, 0, -1}, {'c', true, 1024, 0, 0, -1}, {'i', false, 1024, 0, 1, 2},
+                 {'n', false, 1024, 0, 2, 3}, {'c', true, 1024, 0, 2, 3}});
+}
+
+TEST_CASE("scaler: a disabled scaler is transparent") {
+  Driver d({.enabled = false});
+  Tensor loss = full({}, 3.0);
+  CHECK(d.scaler.scale(loss).id() == loss.id());
+  d.w.set_grad(from_vector({0.5, 0.25}, {2}));
+  d.scaler.unscale_(d.sgd);                 // no-op: the gradient is not divided
+  check_values(d.w.grad(), {0.5, 0.25});
+  CHECK(d.scaler.step(d.sgd));
+  CHECK(d.scaler.step(d.sgd));              // no stage tracking either: a plain optimizer step
+  check_values(d.w.to(DType::F64), {1.0 - 0.5, -2.0 - 0.25});
+  d.scaler.update();
+  d.scaler.update();                        // no step required: update() does nothing
+  CHECK(d.scaler.steps() == 0);
+  CHECK(d.scaler.history().empty());
+  CHECK(d.scaler.get_scale() == 65536.0);
+  CHECK(d.sgd.step_count() == 2);
+}
+
+TEST_CASE("scaler: state_dict/load_state_dict resumes every script position identically") {
+  const std::string script = "cicciicccccniicc";
+  const amp::GradScalerOptions options{.growth_interval = 3, .hysteresis = 2};
+  struct State { bool stepped; double scale; std::int64_t tracker, steps, skipped, last; };
+  auto state_of = [](Driver& d, bool stepped) {
+    return State{stepped, d.scaler.get_scale(), d.scaler.growth_tracker(), d.scaler.steps(), d.scaler.skipped_steps(),
+                 d.scaler.last_overflow_step()};
+  };
+  Driver reference(options);
+  std::vector<State> expected;
+  for (char c : script) expected.push_back(state_of(reference, reference.run(c)));
+  for (std::size_t split = 1; split < script.size(); ++split) {
+    Driver first(options);
+    for (std::size_t i = 0; i < split; ++i) first.run(script[i]);
+    Driver resumed;  // default options: everything comes from the state dict
+    resumed.scaler.load_state_dict(first.scaler.state_dict());
+    CHECK(resumed.scaler.state_dict() == first.scaler.state_dict());
+    for (std::size_t i = split; i < script.size(); ++i) {
+      INFO("split " << split << ", step " << i);
+      const State got = state_of(resumed, resumed.run(script[i]));
+      CHECK(got.stepped == expected[i].stepped);
+      CHECK(got.scale == expected[i].scale);
+      CHECK(got.tracker == expected[i].tracker);
+      CHECK(got.steps == expected[i].steps);
+      CHECK(got.skipped == expected[i].skipped);
+      CHECK(got.last == expected[i].last);
+    }
+  }
+}
+
+TEST_CASE("scaler: a bad state dict is refused and changes nothing") {
+  Driver d({.growth_interval = 3});
+  for (char c : std::string("ccic")) d.run(c);
+  const auto before = d.scaler.state_dict();
+  auto refused = [&](auto edit, const std::string& needle) {
+    auto state = before;
+    edit(state);
+    check_error([&] { d.scaler.load_state_dict(state); }, needle);
+    CHECK(d.scaler.state_dict() == before);
+  };
+  using State = std::map<std::string, double>;
+  refused([](State& s) { s.erase("growth_tracker"); }, "'growth_tracker' is missing");
+  refused([](State& s) { s["bogus"] = 1.0; }, "unknown key 'bogus'");
+  refused([](State& s) { s["scale"] = 0.0; }, "> 0");
+  refused([](State& s) { s["scale"] = -65536.0; }, "> 0");
+  refused([](State& s) { s["growth_tracker"] = 3.0; }, "inconsistent counters");  // == growth_interval
+  refused([](State& s) { s["skipped_steps"] = 5.0; }, "inconsistent counters");   // > steps (4)
+  refused([](State& s) { s["last_overflow_step"] = 4.0; }, "inconsistent counters");
+  refused([](State& s) { s["steps"] = 4.5; }, "whole number");
+}
+
+TEST_CASE("scaler: misuse of the step protocol is a clear error") {
+  Driver d;
+  d.w.set_grad(from_vector({1, 1}, {2}));
+  check_error([&] { d.scaler.update(); }, "call step(optimizer) (or unscale_) before update()");
+  d.scaler.unscale_(d.sgd);
+  check_error([&] { d.scaler.unscale_(d.sgd); }, "unscale_: already called for optim::SGD");
+  CHECK(d.scaler.step(d.sgd));
+  check_error([&] { d.scaler.unscale_(d.sgd); }, "called after step()");
+  check_error([&] { d.scaler.step(d.sgd); }, "step: already called for optim::SGD");
+  d.scaler.update();
+  CHECK(d.scaler.steps() == 1);
+  CHECK(d.sgd.step_count() == 1);  // the refused calls did not step again
+}
+
+TEST_CASE("scaler: scale(loss) multiplies by the scale and the gradients by the same") {
+  amp::GradScaler scaler({.init_scale = 1024});
+  Tensor w = from_vector({0.5, -1.5}, {2}, {.requires_grad = true});
+  Tensor loss = sum(mul(w, w));  // 2.5; dloss/dw = 2w
+  Tensor scaled = scaler.scale(loss);
+  CHECK(scaled.item() == 2.5 * 1024);
+  CHECK(scaled.dtype() == DType::F32);
+  backward(scaled);
+  check_values(w.grad(), {1.0 * 1024, -3.0 * 1024}, 0.0, 0.0);
+}
+
+TEST_CASE("scaler: unscale_ then step divides the gradients exactly once") {
+  Driver d;
+  const double s = d.scaler.get_scale();
+  d.w.set_grad(from_vector({s * 0.5, s * 0.25}, {2}));
+  d.scaler.unscale_(d.sgd);
+  check_values(d.w.grad(), {0.5, 0.25}, 0.0, 0.0);
+  CHECK(d.scaler.step(d.sgd));
+  check_values(d.w.grad(), {0.5, 0.25}, 0.0, 0.0);          // not divided again
+  check_values(d.w, {1.0 - 0.5 * 0.5, -2.0 - 0.5 * 0.25}, 0.0, 0.0);  // lr 0.5, all exact
+  d.scaler.update();
+}
+
+TEST_CASE("scaler: unscaling is exact for powers of two; inf/NaN is found in any parameter") {
+  // Three f32 parameters; the last spans two chunks of the CPU kernel (1024 elements each).
+  std::vector<Tensor> params{zeros({5}, {.requires_grad = true}), zeros({2, 3}, {.requires_grad = true}),
+                             zeros({1500}, {.requires_grad = true})};
+  optim::SGD sgd(params, {.lr = 1.0});
+  amp::GradScaler scaler;
+  std::vector<Tensor> truth;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Generator gen(10 + i);
+    truth.push_back(uniform(params[i].shape(), -4.0, 4.0, gen));
+  }
+  auto set_scaled = [&] {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].set_grad(mul(truth[i], scaler.get_scale()));
+  };
+  set_scaled();
+  scaler.unscale_(sgd);
+  for (std::size_t i = 0; i < params.size(); ++i) check_values(params[i].grad(), truth[i].to_vector<double>(), 0.0, 0.0);
+  CHECK(scaler.step(sgd));
+  scaler.update();
+  CHECK(scaler.nonfinite_parameters().empty());
+
+  auto poison = [&](std::size_t p, double value) {
+    std::vector<double> g = params[p].grad().to_vector<double>();
+    g[g.size() - 1 - (p == 2 ? 50 : 0)] = value;  // in the second chunk for the big one
+    params[p].set_grad(from_vector(g, params[p].shape()));
+  };
+  for (double bad : {kInf, -kInf, kNaN}) {
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      INFO("parameter " << p << " gets " << bad);
+      const std::vector<double> w_before = params[2].to_vector<double>();
+      set_scaled();
+      poison(p, bad);
+      CHECK_FALSE(scaler.step(sgd));
+      scaler.update();
+      CHECK(scaler.nonfinite_parameters() == std::vector<std::size_t>{p});
+      CHECK(params[2].to_vector<double>() == w_before);
+    }
+  }
+  set_scaled();
+  poison(0, kNaN);
+  poison(2, kInf);
+  CHECK_FALSE(scaler.step(sgd));
+  scaler.update();
+  CHECK(scaler.nonfinite_parameters() == std::vector<std::size_t>{0, 2});
+}
+
+TEST_CASE("scaler: bf16 losses, regions and gradients warn once per scaler") {
+  {
+    WarningCapture capture;
+    amp::GradScaler scaler;
+    Tensor loss = full({}, 2.0, {.dtype = DType::BF16});
+    check_values(scaler.scale(loss), {2.0 * 65536});
+    scaler.scale(loss);
+    REQUIRE(capture.messages.size() == 1);
+    CHECK(capture.messages[0].find("bf16") != std::string::npos);
+  }
+  {
+    WarningCapture capture;
+    amp::GradScaler scaler;
+    amp::Autocast region(DType::BF16);
+    scaler.scale(full({}, 2.0));  // an f32 loss, but the region is bf16
+    scaler.scale(full({}, 2.0));
+    CHECK(capture.messages.size() == 1);
+  }
+  {
+    WarningCapture capture;
+    amp::GradScaler scaler;
+    Tensor w = zeros({2}, {.dtype = DType::BF16, .requires_grad = true});
+    optim::SGD sgd({w});
+    w.set_grad(ones({2}, {.dtype = DType::BF16}));
+    scaler.unscale_(sgd);
+    CHECK(capture.messages.size() == 1);
+  }
+  {
+    WarningCapture capture;  // f16 is what the scaler is for: silent
+    amp::GradScaler scaler;
+    amp::Autocast region(DType::F16);
+    scaler.scale(full({}, 2.0, {.dtype = DType::F16}));
+    CHECK(capture.messages.empty());
+  }
+}
+
+namespace {
+
+// A clean step, then an overflowing one: weights, optimizer state, step count and scheduled lr
+// must be bit-identical across the second. base_lr: the optimizer's lr without the schedule.
+void check_skip_is_invisible(double base_lr,
+                             const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make) {
+  Generator gen(7);
+  std::vector<Tensor> params{uniform({3}, -1, 1, gen).set_requires_grad(true),
+                             uniform({2, 2}, -1, 1, gen).set_requires_grad(true)};
+  // A twin that only ever sees the clean steps, with the unscaled gradients (S is a power of two,
+  // so unscaling is exact): after the run it must match bit for bit (Adam's private step counts).
+  std::vector<Tensor> twins{params[0].detach().clone().set_requires_grad(true),
+                            params[1].detach().clone().set_requires_grad(true)};
+  auto opt = make(params);
+  auto twin = make(twins);
+  for (auto* o : {opt.get(), twin.get()})
+    o->set_schedule([](std::int64_t step) { return 1.0 / static_cast<double>(step + 1); });
+  amp::GradScaler scaler;
+  auto clean_step = [&] {
+    for (std::size_t i = 0; i < 2; ++i) {
+      Tensor u = uniform(params[i].shape(), -1, 1, gen);
+      params[i].set_grad(mul(u, scaler.get_scale()));
+      twins[i].set_grad(u);
+    }
+    CHECK(scaler.step(*opt));
+    scaler.update();
+    twin->step();
+  };
+  auto snapshot = [](const std::vector<Tensor>& ps, const optim::Optimizer& o) {
+    std::vector<std::vector<unsigned char>> all;
+    for (const Tensor& p : ps) all.push_back(bytes_of(p));
+    for (const Tensor& s : o.state()) all.push_back(bytes_of(s));
+    return all;
+  };
+  clean_step();
+  REQUIRE_FALSE(opt->state().empty());
+  const auto before = snapshot(params, *opt);
+  const std::size_t state_count = opt->state().size();
+  const kernels::UpdateCount update_before = opt->last_update();
+  CHECK(opt->lr() == base_lr / 2.0);  // schedule at step_count 1
+  for (double bad : {kInf, kNaN}) {
+    params[0].set_grad(mul(uniform({3}, -1, 1, gen), scaler.get_scale()));
+    params[1].set_grad(from_vector({0.5, bad, 0.25, 1.0}, {2, 2}));
+    CHECK_FALSE(scaler.step(*opt));
+    scaler.update();
+    CHECK(snapshot(params, *opt) == before);
+    CHECK(opt->state().size() == state_count);
+    CHECK(opt->step_count() == 1);
+    CHECK(opt->lr() == base_lr / 2.0);  // the schedule did not advance
+    CHECK(opt->last_update().nonzero == update_before.nonzero);
+    CHECK(opt->last_update().lost == update_before.lost);
+  }
+  clean_step();
+  CHECK(snapshot(params, *opt) != before);
+  CHECK(opt->step_count() == 2);
+  CHECK(opt->lr() == base_lr * (1.0 / 3.0));  // lr * schedule(2), the same product
+  clean_step();
+  CHECK(snapshot(params, *opt) == snapshot(twins, *twin));
+}
+
+}  // namespace
+
+TEST_CASE("scaler: a skipped step leaves weights and SGD momentum state bit-identical") {
+  check_skip_is_invisible(0.1, [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  });
+}
+
+TEST_CASE("scaler: a skipped step leaves weights and Adam moments and step counts bit-identical") {
+  check_skip_is_invisible(0.01, [](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adam>(std::move(p), optim::adamw_options(0.01));
+  });
+}
