@@ -93,7 +93,11 @@ void OverflowDetector::found(OverflowEvent event) {
 void OverflowDetector::forward(const char* op, const std::string& scope, const std::vector<Tensor>& inputs,
                                const Tensor& output) {
   if (first_ || all_finite(output)) return;
-  OverflowEvent event{.backward = false, .op = op, .scope = scope, .shape = output.shape(), .dtype = output.dtype()};
+  OverflowEvent event;
+  event.op = op;
+  event.scope = scope;
+  event.shape = output.shape();
+  event.dtype = output.dtype();
   for (const Tensor& input : inputs) {
     event.input_shapes.push_back(input.shape());
     event.input_dtypes.push_back(input.dtype());
@@ -107,9 +111,16 @@ void OverflowDetector::backward(const char* op, const std::string& scope, const 
   if (first_) return;
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (all_finite(grads[i])) continue;
-    OverflowEvent event{.backward = true, .op = op, .scope = scope, .input_shapes = {grad_output.shape()},
-                        .input_dtypes = {grad_output.dtype()}, .inputs_finite = all_finite(grad_output),
-                        .shape = grads[i].shape(), .dtype = grads[i].dtype(), .input = i};
+    OverflowEvent event;
+    event.backward = true;
+    event.op = op;
+    event.scope = scope;
+    event.input_shapes = {grad_output.shape()};
+    event.input_dtypes = {grad_output.dtype()};
+    event.inputs_finite = all_finite(grad_output);
+    event.shape = grads[i].shape();
+    event.dtype = grads[i].dtype();
+    event.input = i;
     found(std::move(event));
     return;
   }

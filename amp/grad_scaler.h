@@ -93,7 +93,9 @@ class GradScaler {
   // Indices (into optimizer.parameters()) of the gradients that were not finite at the last skipped step.
   const std::vector<std::size_t>& nonfinite_parameters() const { return nonfinite_parameters_; }
 
-  // Everything needed to resume: the scale, the trackers, the counters and the options.
+  // Everything needed to resume: the scale, the trackers, the counters and the scaling options
+  // (factors, interval, hysteresis, floor, cap, dynamic, enabled). The collapse alarm's settings
+  // are the constructor's, not the checkpoint's.
   std::map<std::string, double> state_dict() const;
   // Validates every key and value before changing anything.
   void load_state_dict(const std::map<std::string, double>& state);

@@ -47,15 +47,15 @@ void MasterWeights::unscale_gradients(double factor, Tensor& found_inf) {
     master_grads.push_back(master_grad);
   }
   kernels::unscale(model_grads, master_grads, factor, found_inf);
-  gradients_ready_ = true;
   converted_.clear();
   for (const Tensor& p : parameters()) converted_.push_back(p.impl().grad);
 }
 
 void MasterWeights::step() {
-  bool ready = gradients_ready_;
-  for (std::size_t i = 0; ready && i < parameters().size(); ++i) ready = parameters()[i].impl().grad == converted_[i];
-  if (!ready) {
+  bool converted = converted_.size() == parameters().size();
+  for (std::size_t i = 0; converted && i < parameters().size(); ++i)
+    converted = parameters()[i].impl().grad == converted_[i];
+  if (!converted) {
     Tensor ignored = zeros({}, {.dtype = DType::F32, .device = parameters()[0].device()});
     unscale_gradients(1.0, ignored);  // no scaler: convert only (an inf then reaches the update, as without amp)
   }
@@ -67,14 +67,12 @@ void MasterWeights::step() {
     kernels::cast(masters_[i], model);  // the f16 copy, rounded once from the updated master
     model.impl().storage->bump_version();
   }
-  gradients_ready_ = false;
   converted_.clear();
 }
 
 void MasterWeights::zero_grad() {
   Optimizer::zero_grad();
   inner_->zero_grad();
-  gradients_ready_ = false;
   converted_.clear();
 }
 

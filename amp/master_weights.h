@@ -51,7 +51,6 @@ class MasterWeights : public optim::Optimizer {
  private:
   std::vector<Tensor> masters_;
   std::unique_ptr<optim::Optimizer> inner_;
-  bool gradients_ready_ = false;  // step 1 has run since the last step
   // The model gradients step 1 converted (held, so that their identity stays unique). step() uses
   // the master gradients only while the model's .grad are still these: after a step the GradScaler
   // skipped (unscale without step), new gradients are converted again instead of reusing stale ones.

@@ -8,16 +8,27 @@ namespace mg::amp {
 
 namespace {
 
+Recipe make(std::string name, DType parameters, std::optional<DType> autocast, bool master, LossScaling scaling) {
+  Recipe recipe;
+  recipe.name = std::move(name);
+  recipe.parameter_dtype = parameters;
+  recipe.autocast_dtype = autocast;
+  recipe.master_weights = master;
+  recipe.loss_scaling = scaling;
+  return recipe;
+}
+
+// The table of amp/recipe.h: name, parameter dtype, autocast dtype, master copy, loss scaling.
 std::vector<Recipe> recipes() {
   using enum LossScaling;
+  using enum DType;
   return {
-      {.name = "fp32"},
-      {.name = "mixed_float16", .autocast_dtype = DType::F16, .loss_scaling = Dynamic},
-      {.name = "mixed_bfloat16", .autocast_dtype = DType::BF16},
-      {.name = "float16_master", .parameter_dtype = DType::F16, .autocast_dtype = DType::F16, .master_weights = true,
-       .loss_scaling = Dynamic},
-      {.name = "float16_pure", .parameter_dtype = DType::F16, .autocast_dtype = DType::F16},
-      {.name = "bfloat16_pure", .parameter_dtype = DType::BF16, .autocast_dtype = DType::BF16},
+      make("fp32", F32, std::nullopt, false, None),
+      make("mixed_float16", F32, F16, false, Dynamic),
+      make("mixed_bfloat16", F32, BF16, false, None),
+      make("float16_master", F16, F16, true, Dynamic),
+      make("float16_pure", F16, F16, false, None),
+      make("bfloat16_pure", BF16, BF16, false, None),
   };
 }
 

@@ -213,11 +213,15 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
   for (auto& [id, entry] : leaves) accumulate(entry.first, converted(entry.second, entry.first.dtype()));
 }
 
-Saved::Saved(const Tensor& tensor) : tensor_(tensor), version_(tensor.impl().storage->version()) {
+Saved::Saved(const Tensor& tensor)
+    : tensor_(tensor), storage_(tensor.impl().storage), version_(tensor.impl().storage->version()) {
   pending_saved.push_back(tensor.impl().storage);
 }
 
 const Tensor& Saved::get() const {
+  MG_CHECK(storage_.lock() == tensor_.impl().storage, "a tensor it saved for backward ({} {}) had its storage "
+           "replaced after the forward pass (e.g. by amp::Recipe::cast_parameters); convert parameters before "
+           "running the model", tensor_.shape(), tensor_.dtype());
   const std::uint64_t now = tensor_.impl().storage->version();
   MG_CHECK(now == version_, "a tensor it saved for backward ({} {}) was modified in place after the forward pass "
            "(version {}, now {}); do not write into tensors a graph uses until backward has run, or clone() them "

@@ -55,9 +55,10 @@ using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vec
 void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
 
 // A tensor a backward function keeps from forward: capture [x = Saved(x)] and use x as a Tensor.
-// It remembers the version of x's data when saved; using it in backward throws if the data was
-// written in place since (Tensor::copy_ counts writes), because backward would silently compute
-// with the new values. This is PyTorch's "modified by an inplace operation" check.
+// It remembers x's storage and the version of its data when saved; using it in backward throws if
+// the data was written in place since (Tensor::copy_ and optimizer steps count writes) or replaced
+// (amp::Recipe::cast_parameters), because backward would silently compute with the new values.
+// This is PyTorch's "modified by an inplace operation" check.
 class Saved {
  public:
   explicit Saved(const Tensor& tensor);
@@ -66,6 +67,7 @@ class Saved {
 
  private:
   Tensor tensor_;
+  std::weak_ptr<Storage> storage_;
   std::uint64_t version_;
 };
 

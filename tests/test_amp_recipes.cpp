@@ -96,6 +96,11 @@ TEST_CASE("recipes: cast_parameters converts storage in place; make_optimizer ch
   Tensor f32 = from_vector({1.0}, {1}, {.requires_grad = true});
   auto plain = amp::Recipe::parse("fp32").make_optimizer({f32}, make_sgd({}));
   CHECK(dynamic_cast<optim::SGD*>(plain.get()) != nullptr);
+  // A graph that saved a parameter before its storage was replaced refuses backward.
+  Tensor w = from_vector({2.0}, {1}, {.requires_grad = true});
+  Tensor loss = sum(mul(w, w));
+  master.cast_parameters({w});
+  check_error([&] { backward(loss); }, "storage replaced");
 }
 
 TEST_CASE("recipes: make_scaler is dynamic, static or disabled per recipe") {
