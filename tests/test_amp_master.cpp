@@ -1,0 +1,262 @@
+// amp::MasterWeights and the paper's numerical claims: f32 master weights keep updates that f16
+// weights lose, one float16_master step equals an fp32 step up to f16 rounding, loss scaling
+// rescues gradients below f16's smallest subnormal, and a skipped step changes nothing.
+#include <cmath>
+#include <memory>
+
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+amp::MasterWeights::MakeOptimizer make_sgd(optim::SgdOptions options) {
+  return [options](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), options); };
+}
+
+double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
+
+}  // namespace
+
+TEST_CASE("master weights: float16_master keeps updates of 2^-12 that float16_pure loses") {
+  const double update = std::ldexp(1.0, -12);  // below half of f16's spacing at 1.0 (2^-11)
+  // float16_master: f16 parameter, f32 master, dynamic loss scale (gradients arrive scaled by S).
+  const amp::Recipe master = amp::Recipe::parse("float16_master");
+  Tensor w = ones({4}, {.requires_grad = true});
+  master.cast_parameters({w});
+  auto opt = master.make_optimizer({w}, make_sgd({.lr = 1.0}));
+  auto& mw = dynamic_cast<amp::MasterWeights&>(*opt);
+  amp::GradScaler scaler = master.make_scaler();
+  for (int k = 1; k <= 16; ++k) {
+    INFO("step " << k);
+    opt->zero_grad();
+    w.set_grad(full({4}, update * scaler.get_scale(), {.dtype = DType::F16}));  // 16: exact in f16
+    REQUIRE(scaler.step(*opt));
+    scaler.update();
+    const double m = 1.0 - k * update;  // exact in f32
+    check_values(mw.master_parameters()[0], std::vector<double>(4, m), 0.0, 0.0);
+    check_values(w, std::vector<double>(4, to_f16(m)), 0.0, 0.0);  // the f16 copy: round(master)
+    CHECK(amp::lost_update_fraction(*opt) == 0.0);                  // counted in the masters
+  }
+  check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -8)), 0.0, 0.0);  // the copy moved too
+
+  // float16_pure: the same updates, rounded straight into f16, all vanish.
+  const amp::Recipe pure = amp::Recipe::parse("float16_pure");
+  Tensor v = ones({4}, {.requires_grad = true});
+  pure.cast_parameters({v});
+  auto sgd = pure.make_optimizer({v}, make_sgd({.lr = 1.0}));
+  amp::GradScaler off = pure.make_scaler();
+  for (int k = 1; k <= 16; ++k) {
+    v.set_grad(full({4}, update, {.dtype = DType::F16}));
+    CHECK(off.step(*sgd));
+    off.update();
+    CHECK(amp::lost_update_fraction(*sgd) == 1.0);
+  }
+  check_values(v, {1, 1, 1, 1}, 0.0, 0.0);
+}
+
+TEST_CASE("master weights: one float16_master step equals one fp32 step up to f16 rounding of the forward") {
+  const std::int64_t n = 8, in = 4, out = 3;
+  const double lr = 0.1;
+  Generator gen(3);
+  Tensor x = uniform({n, in}, -1, 1, gen), target = uniform({n, out}, -1, 1, gen);
+  const std::vector<double> init = uniform({in, out}, -0.5, 0.5, gen, {.dtype = DType::F16}).to_vector<double>();
+  // fp32
+  Tensor w32 = from_vector(init, {in, out}, {.requires_grad = true});
+  optim::SGD sgd({w32}, {.lr = lr});
+  backward(mse_loss(matmul(x, w32), target));
+  sgd.step();
+  // float16_master: same (f16-representable) init, forward under f16 autocast, scaled backward.
+  const amp::Recipe recipe = amp::Recipe::parse("float16_master");
+  Tensor w16 = from_vector(init, {in, out}, {.requires_grad = true});
+  recipe.cast_parameters({w16});
+  check_values(w16, init, 0.0, 0.0);
+  auto opt = recipe.make_optimizer({w16}, make_sgd({.lr = lr}));
+  amp::GradScaler scaler = recipe.make_scaler({.init_scale = 1024});  // x^T dy * S stays below 65504
+  Tensor loss;
+  {
+    amp::Autocast region = recipe.autocast();
+    loss = mse_loss(matmul(x, w16), target);
+  }
+  CHECK(loss.dtype() == DType::F32);
+  backward(scaler.scale(loss));
+  REQUIRE(scaler.step(*opt));
+  scaler.update();
+  const Tensor master = dynamic_cast<amp::MasterWeights&>(*opt).master_parameters()[0];
+  // Bound on the gradient error, in f64: with r = y - t and dW = 2/(n*out) x^T r, the f16 path
+  // rounds x, y = xW, dL/dy and dW once each (0.5 eps16 each); propagated through the sums that is
+  // <= 1.5 eps16 * (2/(n*out)) * sum_n |x| (|r| + |y| + |x||W|); factor 2 covers second-order terms.
+  const std::vector<double> xv = x.to_vector<double>(), tv = target.to_vector<double>();
+  const std::vector<double> got = master.to_vector<double>(), want = w32.to_vector<double>();
+  for (std::int64_t i = 0; i < in; ++i) {
+    for (std::int64_t j = 0; j < out; ++j) {
+      double bound = 0.0;
+      for (std::int64_t r = 0; r < n; ++r) {
+        double y = 0.0, xw = 0.0;
+        for (std::int64_t k = 0; k < in; ++k) {
+          y += xv[r * in + k] * init[k * out + j];
+          xw += std::fabs(xv[r * in + k] * init[k * out + j]);
+        }
+        bound += std::fabs(xv[r * in + i]) * (std::fabs(y - tv[r * out + j]) + std::fabs(y) + xw);
+      }
+      bound *= lr * tolerance(DType::F16, 2.0) * 2.0 / static_cast<double>(n * out);
+      const std::size_t e = static_cast<std::size_t>(i * out + j);
+      INFO("element " << e << ": master " << got[e] << ", fp32 " << want[e] << ", bound " << bound);
+      CHECK(std::fabs(got[e] - want[e]) <= bound + 4 * dtype_eps(DType::F32));
+      CHECK(std::fabs(want[e] - init[e]) > 10 * bound);  // the step is far larger than the tolerance
+    }
+  }
+  check_close(w16, master.to(DType::F16), 0.0);  // the f16 copy is round(master)
+}
+
+TEST_CASE("master weights: a gradient below 2^-25 vanishes in f16 and survives a static loss scale of 2^10") {
+  // loss = w * a * b in f16 with w = 1: dloss/dw = a * b ~ 0.78 * 2^-25, below half of f16's smallest
+  // subnormal (2^-24), so it rounds to zero. Scaled by 2^10 it is ~0.78 * 2^-15, a subnormal with spacing 2^-24.
+  Tensor a = full({1}, 0.6 * std::ldexp(1.0, -11), {.dtype = DType::F16});
+  Tensor b = full({1}, 1.3 * std::ldexp(1.0, -14), {.dtype = DType::F16});
+  const double truth = a.item() * b.item();  // f64 product of the f16 constants
+  REQUIRE(truth < std::ldexp(1.0, -25));
+  REQUIRE(truth > std::ldexp(1.0, -26));
+  Tensor w = ones({1}, {.dtype = DType::F16, .requires_grad = true});
+  backward(sum(mul(mul(w, a), b)));
+  CHECK(w.grad().item() == 0.0);  // exactly zero: the update is gone
+
+  amp::Recipe recipe = amp::Recipe::parse("float16_master");
+  recipe.loss_scaling = amp::LossScaling::Static;  // the paper's constant S
+  recipe.static_scale = 1024;
+  Tensor w2 = ones({1}, {.requires_grad = true});
+  recipe.cast_parameters({w2});
+  auto opt = recipe.make_optimizer({w2}, make_sgd({.lr = 1.0}));
+  amp::GradScaler scaler = recipe.make_scaler();
+  backward(scaler.scale(sum(mul(mul(w2, a), b))));
+  CHECK(w2.grad().item() != 0.0);
+  scaler.unscale_(*opt);
+  const Tensor master_grad = dynamic_cast<amp::MasterWeights&>(*opt).master_parameters()[0].grad();
+  REQUIRE(master_grad.defined());
+  CHECK(master_grad.dtype() == DType::F32);
+  // S*b is exact (a power-of-two shift of a normal number); S*a*b rounds once into the subnormal
+  // range: error <= 2^-25 / (0.78 * 2^-15) = 1.28 eps16 relative; unscaling in f32 is exact.
+  check_values(master_grad, {truth}, tolerance(DType::F16, 1.5), 0.0);
+  CHECK(scaler.step(*opt));
+  scaler.update();
+}
+
+TEST_CASE("master weights: MasterWeights updates f32 leaves and refreshes the f16 copy as round(master)") {
+  Generator gen(11);
+  std::vector<Tensor> params{uniform({64}, -1, 1, gen, {.dtype = DType::F16}).set_requires_grad(true),
+                             uniform({3, 5}, -1, 1, gen, {.dtype = DType::F16}).set_requires_grad(true),
+                             uniform({2}, -1, 1, gen, {.dtype = DType::F16}).set_requires_grad(true)};
+  const optim::SgdOptions options{.lr = 0.37, .momentum = 0.9, .weight_decay = 0.01};
+  amp::MasterWeights mw(params, make_sgd(options));
+  // The same SGD on f32 copies must give the masters bit for bit.
+  std::vector<Tensor> twins;
+  for (const Tensor& p : params) twins.push_back(p.to(DType::F32).detach().set_requires_grad(true));
+  optim::SGD twin(twins, options);
+  REQUIRE(mw.master_parameters().size() == 3);
+  CHECK(mw.master_bytes() == (64 + 15 + 2) * 4);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Tensor& m = mw.master_parameters()[i];
+    CHECK(m.dtype() == DType::F32);
+    CHECK(m.is_leaf());
+    CHECK(m.requires_grad());
+    CHECK_FALSE(m.shares_storage_with(params[i]));
+    check_close(m, params[i], 0.0);
+  }
+  const std::vector<double> untouched = params[2].to_vector<double>();
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < 2; ++i) {  // parameter 2 never gets a gradient
+      Tensor g = uniform(params[i].shape(), -1, 1, gen, {.dtype = DType::F16});
+      params[i].set_grad(g);
+      twins[i].set_grad(g.to(DType::F32));
+    }
+    const std::vector<double> old = params[0].to_vector<double>();
+    mw.step();
+    twin.step();
+    CHECK(mw.step_count() == step + 1);
+    for (std::size_t i = 0; i < 3; ++i) {
+      check_close(mw.master_parameters()[i], twins[i], 0.0);
+      check_close(params[i], mw.master_parameters()[i].to(DType::F16), 0.0);
+    }
+    CHECK(params[0].to_vector<double>() != old);
+    CHECK(params[2].to_vector<double>() == untouched);
+    CHECK_FALSE(mw.master_parameters()[2].grad().defined());
+  }
+  CHECK(mw.state().size() == 2);  // momentum buffers of the two updated masters, in f32
+  CHECK(mw.state()[0].dtype() == DType::F32);
+  mw.zero_grad();
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK_FALSE(params[i].grad().defined());
+    CHECK_FALSE(mw.master_parameters()[i].grad().defined());
+  }
+  // The refresh is an in-place write: a graph that saved the f16 parameter refuses backward.
+  Tensor y = sum(mul(params[0], params[0]));
+  params[0].set_grad(zeros({64}, {.dtype = DType::F16}));
+  mw.step();
+  check_error([&] { backward(y); }, "modified in place");
+  check_error([] { amp::MasterWeights({ones({2}, {.requires_grad = true})}, make_sgd({})); },
+              "master weights are for models stored in f16 or bf16");
+}
+
+TEST_CASE("master weights: an overflow under float16_master is skipped; masters, f16 copies and state unchanged") {
+  const amp::Recipe recipe = amp::Recipe::parse("float16_master");
+  Tensor w1 = from_vector({0.5, -0.25, 1.0}, {3}, {.requires_grad = true});
+  Tensor w2 = from_vector({2.0, -1.0}, {2}, {.requires_grad = true});
+  recipe.cast_parameters({w1, w2});
+  auto opt = recipe.make_optimizer({w1, w2}, make_sgd({.lr = 0.5, .momentum = 0.9}));
+  auto& mw = dynamic_cast<amp::MasterWeights&>(*opt);
+  amp::GradScaler scaler = recipe.make_scaler();
+  auto grads = [&](double second) {
+    opt->zero_grad();
+    w1.set_grad(full({3}, 0.25 * scaler.get_scale(), {.dtype = DType::F16}));  // 16384: finite in f16
+    w2.set_grad(from_vector({0.5 * scaler.get_scale(), second}, {2}, {.dtype = DType::F16}));
+  };
+  grads(1.0);
+  REQUIRE(scaler.step(*opt));
+  scaler.update();
+  auto values = [&] {
+    std::vector<std::vector<double>> all;
+    for (const Tensor& t : {w1, w2, mw.master_parameters()[0], mw.master_parameters()[1]})
+      all.push_back(t.to_vector<double>());
+    for (const Tensor& t : opt->state()) all.push_back(t.to_vector<double>());
+    return all;
+  };
+  const auto before = values();
+  REQUIRE(before.size() == 6);  // 2 f16 params, 2 masters, 2 momentum buffers
+  for (double bad : {INFINITY, NAN}) {
+    grads(bad);
+    CHECK_FALSE(scaler.step(*opt));
+    scaler.update();
+    CHECK(scaler.nonfinite_parameters() == std::vector<std::size_t>{1});
+    CHECK(values() == before);
+    CHECK(opt->step_count() == 1);
+  }
+  CHECK(scaler.get_scale() == 65536.0 / 4);
+  grads(1.0);
+  CHECK(scaler.step(*opt));
+  scaler.update();
+  check_values(mw.master_parameters()[0], {0.5 - 0.5 * 0.25 * 2.9, -0.25 - 0.5 * 0.25 * 2.9, 1.0 - 0.5 * 0.25 * 2.9},
+               4 * dtype_eps(DType::F32));  // two momentum steps of g = 0.25: lr * (0.25 + (0.9 * 0.25 + 0.25))
+}
+
+TEST_CASE("master weights: after a skipped step, MasterWeights::step converts the new gradients, not the stale ones") {
+  // Regression: the scaler's unscale_ filled the master gradients (with inf) and the skipped step
+  // never consumed them; a later direct step() reused them and wrote -inf into the weights.
+  Tensor w = ones({1}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights mw({w}, make_sgd({.lr = 1.0}));
+  amp::GradScaler scaler;
+  w.set_grad(full({1}, INFINITY, {.dtype = DType::F16}));
+  CHECK_FALSE(scaler.step(mw));
+  scaler.update();
+  w.set_grad(full({1}, 0.5, {.dtype = DType::F16}));  // new gradients, no scaler this time
+  mw.step();
+  CHECK(mw.master_parameters()[0].item() == 0.5);
+  CHECK(w.item() == 0.5);
+  // The ordinary path still uses what unscale_ produced (and what a user clipped in the masters).
+  w.set_grad(full({1}, 0.25 * scaler.get_scale(), {.dtype = DType::F16}));
+  scaler.unscale_(mw);
+  mw.master_parameters()[0].grad().copy_(full({1}, 0.125));
+  CHECK(scaler.step(mw));
+  scaler.update();
+  CHECK(mw.master_parameters()[0].item() == 0.375);
+}
