@@ -11,8 +11,8 @@ namespace mg::amp {
 namespace {
 
 struct CacheEntry {
-  Tensor source;              // kept alive so its id cannot be reused while the entry exists
-  const Storage* storage;     // the data the cast was made from...
+  Tensor source;                   // kept alive so its id cannot be reused while the entry exists
+  std::weak_ptr<Storage> storage;  // the data the cast was made from (weak: no address reuse)...
   std::uint64_t version;      // ...and its version then
   std::uint64_t generation;   // the tape the cast's node lives on
   Tensor cast;
@@ -23,6 +23,7 @@ using CacheKey = std::tuple<std::uint64_t, DType, bool>;
 struct State {
   bool enabled = false;
   DType dtype = DType::F16;
+  DType last_region = DType::F16;  // the dtype of the most recent enabled region
   int depth = 0;  // guards alive, enabled or not; the outermost one clears the cache
   std::map<CacheKey, CacheEntry> cache;
   CastCacheStats stats;
@@ -38,7 +39,7 @@ Tensor cached_cast(const Tensor& x, DType dtype) {
   auto found = state.cache.find(key);
   if (found != state.cache.end()) {
     const CacheEntry& entry = found->second;
-    const bool same_data = entry.storage == x.impl().storage.get() && entry.version == x.impl().storage->version();
+    const bool same_data = entry.storage.lock() == x.impl().storage && entry.version == x.impl().storage->version();
     const bool same_tape = !grad_mode || entry.generation == tape_generation();
     if (same_data && same_tape) {
       ++state.stats.hits;
@@ -47,7 +48,7 @@ Tensor cached_cast(const Tensor& x, DType dtype) {
   }
   ++state.stats.misses;
   Tensor cast_x = cast(x, dtype);
-  state.cache[key] = {x, x.impl().storage.get(), x.impl().storage->version(), tape_generation(), cast_x};
+  state.cache[key] = {x, x.impl().storage, x.impl().storage->version(), tape_generation(), cast_x};
   return cast_x;
 }
 
@@ -64,7 +65,7 @@ Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled)
            "amp::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
            "(or Autocast(dtype, /*enabled=*/false))", dtype);
   state.enabled = enabled;
-  if (enabled) state.dtype = dtype;
+  if (enabled) state.dtype = state.last_region = dtype;
   ++state.depth;
 }
 
@@ -76,14 +77,16 @@ Autocast::~Autocast() {
 
 bool autocast_enabled() { return state.enabled; }
 DType autocast_dtype() { return state.dtype; }
+DType last_autocast_dtype() { return state.last_region; }
 
 void autocast_inputs(const char* op, std::vector<Tensor>& inputs) {
   if (!state.enabled) return;
-  const PolicyEntry entry = policy(op);
-  if (entry.policy == CastPolicy::InputDtype) return;
-  MG_CHECK(entry.policy != CastPolicy::Banned,
+  const CastPolicy op_policy = policy_of(op);
+  if (op_policy == CastPolicy::InputDtype) return;
+  MG_CHECK(op_policy != CastPolicy::Banned,
            "{} is banned under amp::Autocast: {}. (If its inputs are known to be safe, run it inside "
-           "amp::Autocast(dtype, /*enabled=*/false), or change the table with amp::set_policy.)", op, entry.reason);
+           "amp::Autocast(dtype, /*enabled=*/false), or change the table with amp::set_policy.)", op,
+           policy(op).reason);
 
   const DType region = state.dtype;
   DType widest = region;
@@ -95,8 +98,8 @@ void autocast_inputs(const char* op, std::vector<Tensor>& inputs) {
     if (x.dtype() == DType::F32) widest = DType::F32;
   }
   DType target = region;
-  if (entry.policy == CastPolicy::Float32) target = DType::F32;
-  if (entry.policy == CastPolicy::Promote) target = widest;
+  if (op_policy == CastPolicy::Float32) target = DType::F32;
+  if (op_policy == CastPolicy::Promote) target = widest;
   for (Tensor& x : inputs) {
     if (x.defined() && castable(x.dtype())) x = cast_to(x, target);
   }

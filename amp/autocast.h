@@ -45,6 +45,7 @@ class Autocast {
 
 bool autocast_enabled();  // is this thread inside an enabled region?
 DType autocast_dtype();   // the innermost region's dtype (F16 outside any region)
+DType last_autocast_dtype();  // the dtype of this thread's most recent enabled region (F16 before any)
 
 // What an op calls first: its inputs, cast per the op's policy. Outside a region (or for ops with
 // no entry) the inputs come back unchanged. Throws mg::Error for a banned op or mixed f16/bf16.

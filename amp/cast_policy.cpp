@@ -11,17 +11,19 @@ namespace {
 
 using enum CastPolicy;
 
-// The built-in table. Ops that mixgrad's nn/ layers record (conv2d, layer_norm, batch_norm, norm)
-// are listed here too, so the whole policy stays on one screen.
+// The built-in table. The ops the nn issue adds (conv2d, norm, layer_norm, batch_norm) are listed
+// already, so the whole policy stays on one screen and those layers only need to use the names.
 std::map<std::string, PolicyEntry, std::less<>> builtin_table() {
   return {
       // lower precision: the matrix products
       {"matmul", {LowerPrecision, "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)"}},
-      {"conv2d", {LowerPrecision, "a GEMM over image patches, like matmul"}},
+      {"linear", {LowerPrecision, "matmul plus bias: the bias is cast too, so the output stays low precision"}},
+      {"conv2d", {LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d, with the nn issue)"}},
       // f32: range, long sums, cancellation
       {"exp", {Float32, "exp(x) overflows f16 for x > 11.1"}},
       {"log", {Float32, "log near 0 needs the small inputs f16 flushes to zero"}},
       {"pow", {Float32, "powers leave f16's range quickly"}},
+      {"rdiv", {Float32, "s / x (a reciprocal) overflows f16 for |x| < s / 65504"}},
       {"softmax", {Float32, "a sum of exponentials over a row"}},
       {"log_softmax", {Float32, "a sum of exponentials over a row"}},
       {"cross_entropy", {Float32, "a log-sum-exp and a mean over the batch"}},
@@ -66,6 +68,12 @@ PolicyEntry policy(std::string_view op) {
   auto found = table.find(op);
   if (found == table.end()) return {InputDtype, "not listed: runs in its inputs' dtype"};
   return found->second;
+}
+
+CastPolicy policy_of(std::string_view op) {
+  std::shared_lock lock(table_mutex);
+  auto found = table.find(op);
+  return found == table.end() ? InputDtype : found->second.policy;
 }
 
 void set_policy(const std::string& op, CastPolicy policy, std::string reason) {

@@ -33,6 +33,7 @@ struct PolicyEntry {
 // The entry of an op, by the name it records on the tape ("matmul", "softmax", ...); an op that is
 // not in the table gets InputDtype.
 PolicyEntry policy(std::string_view op);
+CastPolicy policy_of(std::string_view op);  // the policy alone: what every op asks under autocast
 // Changes (or adds) an op's entry for the whole process, from the next op call on; for mixgrad's
 // ops and for a user's own ops that call amp::autocast_inputs. Thread-safe.
 void set_policy(const std::string& op, CastPolicy policy, std::string reason = "set with amp::set_policy");

@@ -49,22 +49,31 @@ Tensor GradScaler::scale(const Tensor& loss) {
   MG_CHECK(loss.defined(), "amp::GradScaler::scale: the loss is undefined");
   if (!options_.enabled) return loss;
   warn_if_bf16(loss.dtype());
-  if (autocast_enabled()) warn_if_bf16(autocast_dtype());
+  warn_if_bf16(last_autocast_dtype());  // the forward ran in a bf16 region (scale() usually runs after it)
+  if (loss.dtype() == DType::F16 && scale_ > 65504.0 && !warned_f16_loss_) {
+    warned_f16_loss_ = true;
+    warn(fmt::format("amp::GradScaler::scale: the loss is f16 and the scale {} does not fit in f16 (max 65504), so "
+                     "the loss's own gradient is inf and steps are skipped until the scale backs off below it. "
+                     "Compute the loss inside the autocast region (losses are on the f32 list), or cast it to f32",
+                     scale_));
+  }
   return mul(loss, scale_);
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
-  PerOptimizer& state = per_optimizer_[&optimizer];
-  MG_CHECK(state.stage != Stage::Unscaled, "amp::GradScaler::unscale_: already called for {} since the last "
+  auto existing = per_optimizer_.find(&optimizer);
+  const Stage stage = existing == per_optimizer_.end() ? Stage::Ready : existing->second.stage;
+  MG_CHECK(stage != Stage::Unscaled, "amp::GradScaler::unscale_: already called for {} since the last "
            "update(); call it at most once per step, between backward and step()", optimizer.name());
-  MG_CHECK(state.stage != Stage::Stepped, "amp::GradScaler::unscale_: called after step() for {}; unscale_ must come "
+  MG_CHECK(stage != Stage::Stepped, "amp::GradScaler::unscale_: called after step() for {}; unscale_ must come "
            "before step() (step unscales by itself when unscale_ was not called)", optimizer.name());
   for (const Tensor& p : optimizer.parameters())
     if (p.grad().defined()) warn_if_bf16(p.grad().dtype());
-  state.found_inf = zeros({}, {.dtype = DType::F32, .device = optimizer.parameters()[0].device()});
+  // Recorded only once the pass succeeded, so a failed unscale_ leaves the scaler as it was.
+  PerOptimizer state{Stage::Unscaled, zeros({}, {.dtype = DType::F32, .device = optimizer.parameters()[0].device()})};
   optimizer.unscale_gradients(1.0 / scale_, state.found_inf);  // 1/S in f64
-  state.stage = Stage::Unscaled;
+  per_optimizer_[&optimizer] = std::move(state);
 }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
@@ -72,10 +81,12 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     optimizer.step();
     return true;
   }
-  PerOptimizer& state = per_optimizer_[&optimizer];
-  MG_CHECK(state.stage != Stage::Stepped, "amp::GradScaler::step: already called for {} since the last update(); "
-           "call update() once per iteration, after step()", optimizer.name());
-  if (state.stage == Stage::Ready) unscale_(optimizer);
+  auto existing = per_optimizer_.find(&optimizer);
+  MG_CHECK(existing == per_optimizer_.end() || existing->second.stage != Stage::Stepped, "amp::GradScaler::step: "
+           "already called for {} since the last update(); call update() once per iteration, after step()",
+           optimizer.name());
+  if (existing == per_optimizer_.end()) unscale_(optimizer);
+  PerOptimizer& state = per_optimizer_.at(&optimizer);
   const bool finite = state.found_inf.item() == 0.0;  // the one point where a GPU would synchronise
   if (finite) optimizer.step();
   else nonfinite_parameters_ = nonfinite_gradients(optimizer.parameters());

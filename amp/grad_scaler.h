@@ -117,6 +117,7 @@ class GradScaler {
   std::int64_t skipped_steps_ = 0;
   std::int64_t last_overflow_step_ = -1;
   bool warned_bf16_ = false;
+  bool warned_f16_loss_ = false;
   bool warned_collapse_ = false;
   std::vector<ScaleRecord> history_;
   std::vector<std::size_t> nonfinite_parameters_;

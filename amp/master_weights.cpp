@@ -48,13 +48,20 @@ void MasterWeights::unscale_gradients(double factor, Tensor& found_inf) {
   }
   kernels::unscale(model_grads, master_grads, factor, found_inf);
   converted_.clear();
-  for (const Tensor& p : parameters()) converted_.push_back(p.impl().grad);
+  for (const Tensor& p : parameters()) {
+    const auto& grad = p.impl().grad;
+    converted_.emplace_back(grad, grad ? grad->storage->version() : 0);
+  }
 }
+
+std::vector<Tensor> MasterWeights::gradients() const { return inner_->gradients(); }
 
 void MasterWeights::step() {
   bool converted = converted_.size() == parameters().size();
-  for (std::size_t i = 0; converted && i < parameters().size(); ++i)
-    converted = parameters()[i].impl().grad == converted_[i];
+  for (std::size_t i = 0; converted && i < parameters().size(); ++i) {
+    const auto& grad = parameters()[i].impl().grad;
+    converted = grad == converted_[i].first && (!grad || grad->storage->version() == converted_[i].second);
+  }
   if (!converted) {
     Tensor ignored = zeros({}, {.dtype = DType::F32, .device = parameters()[0].device()});
     unscale_gradients(1.0, ignored);  // no scaler: convert only (an inf then reaches the update, as without amp)

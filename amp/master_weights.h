@@ -33,12 +33,16 @@ class MasterWeights : public optim::Optimizer {
   optim::Optimizer& inner() { return *inner_; }
   std::size_t master_bytes() const;
 
-  void step() override;       // steps 1-3 above, for every parameter that has a gradient
+  // Steps 1-3 above, for every parameter that has a gradient. Step 1 is reused from unscale_ only
+  // while the model's gradients are unchanged since; otherwise they are converted again, with a
+  // factor of 1 (as without a scaler).
+  void step() override;
   void zero_grad() override;  // drops the model's and the masters' gradients
   std::int64_t step_count() const override { return inner_->step_count(); }
   double lr() const override { return inner_->lr(); }
   void set_lr(double lr) override { inner_->set_lr(lr); }
   void set_schedule(std::function<double(std::int64_t)> factor) override { inner_->set_schedule(std::move(factor)); }
+  std::vector<Tensor> gradients() const override;  // the f32 master gradients (unscaled after step 1)
   void unscale_gradients(double factor, Tensor& found_inf) override;  // step 1
   // Lost updates of the last step, in the f32 masters: an f16 copy that does not move this step
   // has not lost the update, which keeps accumulating in its master.
@@ -51,10 +55,11 @@ class MasterWeights : public optim::Optimizer {
  private:
   std::vector<Tensor> masters_;
   std::unique_ptr<optim::Optimizer> inner_;
-  // The model gradients step 1 converted (held, so that their identity stays unique). step() uses
-  // the master gradients only while the model's .grad are still these: after a step the GradScaler
-  // skipped (unscale without step), new gradients are converted again instead of reusing stale ones.
-  std::vector<std::shared_ptr<TensorImpl>> converted_;
+  // The model gradients step 1 converted, and their data versions (held, so that their identity
+  // stays unique). step() uses the master gradients only while the model's .grad are still these,
+  // unchanged: after a step the GradScaler skipped, or a backward that accumulated into them, the
+  // new gradients are converted again instead of stale ones being used.
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::uint64_t>> converted_;
 };
 
 }  // namespace mg::amp

@@ -1,7 +1,8 @@
 // memory_report: where the bytes of a training step go, by kind, measured (not estimated).
 // Call it after a forward pass (while the tape holds the saved activations) to see what a recipe
-// costs: mixed_float16 halves the saved activations and adds nothing else; float16_master stores
-// f16 parameters plus f32 masters (the paper's "about half the memory" is the activations).
+// costs: mixed_float16 saves activations in f16 (half of f32's bytes) plus f16 copies of the
+// weights, held until backward; float16_master stores f16 parameters plus f32 masters. The
+// paper's "about half the memory" is the activations, which dominate at real batch sizes.
 #pragma once
 
 #include <cstddef>

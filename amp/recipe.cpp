@@ -52,9 +52,10 @@ Recipe Recipe::parse(std::string_view name) {
 
 void Recipe::cast_parameters(const std::vector<Tensor>& parameters) const {
   NoGradGuard no_grad;
-  for (const Tensor& p : parameters) {
+  for (const Tensor& p : parameters)  // every check before any change
     MG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_leaf(),
              "amp::Recipe::cast_parameters ({}): every parameter must be a floating leaf", name);
+  for (const Tensor& p : parameters) {
     if (p.dtype() == parameter_dtype) continue;
     Tensor converted = cast(p.detach(), parameter_dtype);
     TensorImpl& impl = p.impl();

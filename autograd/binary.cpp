@@ -96,16 +96,16 @@ Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
 Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("where", a_in, b_in);
-  // Under autocast a floating mask follows the values' dtype: it selects, it must not widen the result.
-  const bool follow = amp::autocast_enabled() && mask_in.defined() && is_floating(mask_in.dtype()) && a.defined();
-  const Tensor mask = follow ? cast(mask_in.detach(), a.dtype()) : mask_in;
+  auto [a, b] = amp::autocast_inputs("where", a_in, b_in);  // the mask selects: it is never cast
+  const Tensor& mask = mask_in;
   const char* op = "mg::where";
   check::same_device(op, {mask, a, b});
   check::floating(op, a);
   check::same_dtype(op, a, b);
-  MG_CHECK(mask.dtype() == DType::I32 || mask.dtype() == a.dtype(),
-           "{}: the mask must be i32 or have the values' dtype ({}), got {}", op, a.dtype(), mask.dtype());
+  // Any mask the kernel reads exactly: i32, or floating (f64 only with f64 values, whose compute type it is).
+  MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
+           "{}: the mask must be i32 or floating (f64 only with f64 values), got {} with {} values", op, mask.dtype(),
+           a.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), op), b.shape(), op);
   Tensor out = Tensor::empty(shape, check::like(a));
   kernels::ternary(TernaryOp::Where, mask, a, b, out);

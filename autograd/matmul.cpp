@@ -67,4 +67,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   return c;
 }
 
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const char* op = "mg::linear";
+  MG_CHECK(x_in.defined() && weight_in.defined(), "{}: the input or the weight is undefined", op);
+  MG_CHECK(weight_in.dim() == 2 && (x_in.dim() == 2 || x_in.dim() == 3) && x_in.size(-1) == weight_in.size(1),
+           "{}: needs x [rows, in] or [batch, rows, in] and weight [out, in]; got {} and {}", op, x_in.shape(),
+           weight_in.shape());
+  MG_CHECK(!bias_in.defined() || bias_in.shape() == Shape{weight_in.size(0)},
+           "{}: the bias must be [out] = [{}], got {}", op, weight_in.size(0), bias_in.shape());
+  auto [x, weight, bias] = amp::autocast_inputs("linear", x_in, weight_in, bias_in);
+  Tensor y = matmul(x, weight, {.transpose_b = true});
+  return bias.defined() ? add(y, bias) : y;
+}
+
 }  // namespace mg

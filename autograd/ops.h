@@ -26,8 +26,8 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& base, const Tensor& exponent);  // the base's gradient needs base > 0 where exponent varies
-// mask ? a : b, elementwise with broadcasting; the mask is i32 or a's dtype, non-zero selects a.
-// The mask gets no gradient.
+// mask ? a : b, elementwise with broadcasting; the mask is i32 or floating (any dtype but f64 unless
+// the values are f64), non-zero selects a. The mask gets no gradient and autocast never casts it.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
 
 // ---- elementwise, one tensor (autograd/unary.cpp)
@@ -60,6 +60,11 @@ struct MatmulOptions {
 // [batch, m, k] x [k, n] -> [batch, m, n] (a shared right operand, e.g. a weight applied per step).
 // Transposes are layout flags of the GEMM, never copies; backward uses the same flags.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
+// x W^T + b, PyTorch's layout: x [rows, in] or [batch, rows, in], weight [out, in], bias [out] or
+// undefined. One op for autocast (lower precision, bias included), so a layer's output, and what the
+// next op saves, stay f16 under mixed_float16 instead of being promoted to f32 by an f32 bias.
+// Derived from matmul (transpose_b) and add, so it needs no backward of its own.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // ---- shapes (autograd/shape_ops.cpp, autograd/broadcast.cpp)
 Tensor reshape(const Tensor& x, const Shape& shape);  // one size may be -1; a view (shares data)

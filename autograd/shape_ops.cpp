@@ -89,8 +89,13 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
 
 Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
   const char* op = "mg::cat";
-  std::vector<Tensor> tensors = tensors_in;
-  amp::autocast_inputs("cat", tensors);
+  const bool autocast = amp::autocast_enabled();
+  std::vector<Tensor> cast_tensors;  // a copy of the list only under autocast
+  if (autocast) {
+    cast_tensors = tensors_in;
+    amp::autocast_inputs("cat", cast_tensors);
+  }
+  const std::vector<Tensor>& tensors = autocast ? cast_tensors : tensors_in;
   MG_CHECK(!tensors.empty(), "{}: needs at least one tensor", op);
   check::same_device(op, tensors);
   const Tensor& first = tensors[0];
@@ -128,8 +133,13 @@ Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
   MG_CHECK(!tensors_in.empty(), "mg::stack: needs at least one tensor");
-  std::vector<Tensor> tensors = tensors_in;
-  amp::autocast_inputs("stack", tensors);
+  const bool autocast = amp::autocast_enabled();
+  std::vector<Tensor> cast_tensors;
+  if (autocast) {
+    cast_tensors = tensors_in;
+    amp::autocast_inputs("stack", cast_tensors);
+  }
+  const std::vector<Tensor>& tensors = autocast ? cast_tensors : tensors_in;
   // Every check first (here, not in cat, so errors name stack): nothing is recorded if one fails.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     MG_CHECK(tensors[i].defined(), "mg::stack: tensor {} is undefined", i);

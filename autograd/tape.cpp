@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 #include <unordered_map>
 #include <unordered_set>
@@ -103,7 +104,10 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
   for (auto node = tape.rbegin(); node != tape.rend(); ++node) {
     auto found = pending.find(node->output_id);
     if (found == pending.end()) continue;  // not on a path to the root
-    Tensor grad_output = converted(found->second, node->output_dtype);
+    // A cast's backward converts the gradient anyway: it gets the f32 sum itself, not a copy rounded
+    // to f16 first (64 uses of autocast's cached weight cast can sum past 65504 where f32 cannot).
+    const bool takes_f32_sum = std::string_view(node->op) == "cast";
+    Tensor grad_output = takes_f32_sum ? found->second : converted(found->second, node->output_dtype);
     pending.erase(found);
 
     std::vector<bool> needs_grad;
@@ -215,7 +219,8 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
 
 Saved::Saved(const Tensor& tensor)
     : tensor_(tensor), storage_(tensor.impl().storage), version_(tensor.impl().storage->version()) {
-  pending_saved.push_back(tensor.impl().storage);
+  // Parameters are held by the model anyway: only the rest is activation memory.
+  if (!(tensor.is_leaf() && tensor.requires_grad())) pending_saved.push_back(tensor.impl().storage);
 }
 
 const Tensor& Saved::get() const {

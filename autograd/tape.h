@@ -97,14 +97,16 @@ void clear_tape();
 // recorded op can only pass gradients while its generation lasts: amp's weight-cast cache uses
 // this to never serve a cast whose node is gone.
 std::uint64_t tape_generation();
-// Bytes of distinct storage held by the tensors saved for backward on this thread's tape: the
-// activation memory of a forward pass (f16 activations under autocast take half of f32's).
+// Bytes of distinct storage held by the tensors saved for backward on this thread's tape, other
+// than leaves that require grad (parameters): the activation memory of a forward pass (f16
+// activations under autocast take half of f32's; autocast's f16 weight copies count here too).
 std::size_t saved_tensor_bytes();
 
 // ---- naming and observing ops (the tools of amp/diagnostics.h)
 
 // Names the ops recorded in its scope, for messages: nested scopes join with '.', so a module
-// "encoder" calling its child "fc1" records ops under "encoder.fc1". nn::Module sets one per call.
+// "encoder" calling its child "fc1" records ops under "encoder.fc1". (nn::Module, with the nn
+// issue, sets one per call; until then set them by hand.)
 class NameScope {
  public:
   explicit NameScope(const std::string& name);

@@ -143,7 +143,7 @@ Tensor div(const Tensor& x_in, double scalar) {
 }
 
 Tensor rdiv(double scalar, const Tensor& x_in) {
-  const Tensor x = amp::autocast_input("div", x_in);  // d(s/x) = -(s/x) / x dx: saves x and y
+  const Tensor x = amp::autocast_input("rdiv", x_in);  // d(s/x) = -(s/x) / x dx: saves x and y
   Tensor y = unary_forward(UnaryOp::RDivScalar, "mg::div", x, {scalar});
   record("rdiv", {x}, y, [x = Saved(x), y = Saved(y)](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(g.shape(), check::like(g));

@@ -45,7 +45,7 @@ struct Trainer {
     const std::int64_t sizes[] = {784, 256, 256, 10};
     for (int layer = 0; layer < 3; ++layer) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(sizes[layer]));
-      p.push_back(uniform({sizes[layer], sizes[layer + 1]}, -bound, bound, generator).set_requires_grad(true));
+      p.push_back(uniform({sizes[layer + 1], sizes[layer]}, -bound, bound, generator).set_requires_grad(true));
       p.push_back(zeros({sizes[layer + 1]}, {.requires_grad = true}));
     }
     return p;
@@ -65,7 +65,7 @@ struct Trainer {
       amp::Autocast region = recipe.autocast();
       Tensor h = x;
       for (std::size_t layer = 0; layer < 3; ++layer) {
-        h = add(matmul(h, parameters[2 * layer]), parameters[2 * layer + 1]);
+        h = linear(h, parameters[2 * layer], parameters[2 * layer + 1]);
         if (layer < 2) h = relu(h);
       }
       loss = cross_entropy(h, labels);

@@ -14,8 +14,12 @@ WarningHandler handler;
 }  // namespace
 
 void warn(const std::string& message) {
-  std::lock_guard lock(handler_mutex);
-  if (handler) handler(message);
+  WarningHandler current;
+  {
+    std::lock_guard lock(handler_mutex);
+    current = handler;  // called outside the lock: a handler may warn or install another handler
+  }
+  if (current) current(message);
   else fmt::print(stderr, "mixgrad warning: {}\n", message);
 }
 

@@ -19,10 +19,10 @@ int main(int argc, char** argv) {
   Generator generator(0);
   const Tensor teacher = randn({features, classes}, generator);
 
-  // Parameters: f32 leaves; Kaiming-style scale for the ReLU layer.
-  Tensor w1 = mul(randn({features, hidden}, generator), std::sqrt(2.0 / features)).detach().set_requires_grad(true);
+  // Parameters: f32 leaves in PyTorch's [out, in] layout; Kaiming-style scale for the ReLU layer.
+  Tensor w1 = mul(randn({hidden, features}, generator), std::sqrt(2.0 / features)).detach().set_requires_grad(true);
   Tensor b1 = zeros({hidden}, {.requires_grad = true});
-  Tensor w2 = mul(randn({hidden, classes}, generator), std::sqrt(1.0 / hidden)).detach().set_requires_grad(true);
+  Tensor w2 = mul(randn({classes, hidden}, generator), std::sqrt(1.0 / hidden)).detach().set_requires_grad(true);
   Tensor b2 = zeros({classes}, {.requires_grad = true});
   std::vector<Tensor> parameters{w1, b1, w2, b2};
 
@@ -34,10 +34,10 @@ int main(int argc, char** argv) {
   });
   amp::GradScaler scaler = recipe.make_scaler();
 
+  // Runs inside the caller's autocast region: linear (GEMM + bias) in f16/bf16, relu in its input's dtype.
   auto model = [&](const Tensor& x) {
-    amp::Autocast region = recipe.autocast();  // matmul in f16/bf16; add promotes; the loss in f32
-    Tensor h = relu(add(matmul(x, w1), b1));   // (B, hidden)
-    return add(matmul(h, w2), b2);             // (B, classes)
+    Tensor h = relu(linear(x, w1, b1));  // (B, hidden)
+    return linear(h, w2, b2);            // (B, classes)
   };
   auto make_batch = [&](std::int64_t size) {
     Tensor x = randn({size, features}, generator);
@@ -49,8 +49,12 @@ int main(int argc, char** argv) {
   for (std::int64_t step = 1; step <= steps; ++step) {
     auto [x, labels] = make_batch(batch);
     optimizer->zero_grad();
-    Tensor loss = cross_entropy(model(x), labels);  // f32 under every recipe (the f32 cast list)
-    backward(scaler.scale(loss));                   // loss * S (S = 1 without a scaler)
+    Tensor loss;
+    {
+      amp::Autocast region = recipe.autocast();  // a disabled region for fp32
+      loss = cross_entropy(model(x), labels);    // on the f32 list: an f32 loss under every recipe
+    }
+    backward(scaler.scale(loss));  // loss * S (S = 1 without a scaler), outside the region
     scaler.step(*optimizer);                        // unscale, skip the step on inf/NaN
     scaler.update();
     if (step == 1 || step % 50 == 0) {
@@ -61,7 +65,8 @@ int main(int argc, char** argv) {
   }
 
   NoGradGuard no_grad;
-  auto [x, labels] = make_batch(4096);
+  auto [x, labels] = make_batch(4096);  // labels from the f32 teacher, outside the region
+  amp::Autocast region = recipe.autocast();
   Tensor predicted = argmax(model(x), 1);
   std::vector<std::int32_t> p = predicted.to_vector<std::int32_t>(), y = labels.to_vector<std::int32_t>();
   std::int64_t correct = 0;

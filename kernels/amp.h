@@ -6,8 +6,9 @@
 //           into one flag (PyTorch's _amp_foreach_non_finite_check_and_unscale_).
 //           src[i] and dst[i] have one shape and device; dst[i] may be src[i] (in place) or an f32
 //           master gradient of an f16 src[i] (conversion and unscaling in the same pass).
-// Cost: one read of every src and one write of every dst. The CUDA backend runs all tensors in one
-// multi-tensor launch and keeps found_inf on the device until the scaler's step decision.
+// Cost: one read of every src and one write of every dst. found_inf is a tensor, not a bool, so
+// that the CUDA backend (a later issue: one multi-tensor launch) can keep it on the device until
+// the scaler's step decision.
 // Tests: build/tests/test_amp_scaler.
 #pragma once
 

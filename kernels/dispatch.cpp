@@ -104,8 +104,18 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
 }
 
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
+  // Everything is checked before any gradient is written (a public path: Optimizer::unscale_gradients).
+  MG_CHECK(found_inf.defined() && found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+           "kernel unscale: found_inf must be one f32 element");
+  MG_CHECK(src.size() == dst.size(), "kernel unscale: {} sources but {} destinations", src.size(), dst.size());
   require_cpu("unscale", found_inf);
-  for (const Tensor& t : dst) require_cpu("unscale", t);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    MG_CHECK(src[i].defined() && dst[i].defined() && src[i].numel() == dst[i].numel() &&
+                 is_floating(src[i].dtype()) && is_floating(dst[i].dtype()),
+             "kernel unscale: gradient {} and its destination must be floating tensors of one size", i);
+    require_cpu("unscale", src[i]);
+    require_cpu("unscale", dst[i]);
+  }
   cpu::unscale(src, dst, factor, found_inf);
 }
 

@@ -1,7 +1,8 @@
 // Elementwise kernels of one, two and three inputs, with NumPy broadcasting of the inputs to `out`.
 //
 // Requires (checked by the ops before they get here): inputs and out on one device, floating
-// dtypes equal to out's (Where's mask: i32 or out's dtype), inputs broadcastable to out's shape.
+// dtypes equal to out's (Where's mask: i32 or any dtype that converts exactly into out's compute
+// type), inputs broadcastable to out's shape.
 // Guarantees: every element of out is written; math in f32 (f64 for f64), rounded once on store.
 // `out` may be the same tensor as an input of the same shape (in-place use).
 #pragma once

@@ -21,7 +21,7 @@ std::vector<Tensor> Adam::state() const {
 }
 
 void Adam::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, kernels::UpdateCount& count) {
-  Moments& m = moments_[index];
+  Moments m = moments_[index];  // committed only once the kernel has run
   if (!m.exp_avg.defined()) {
     TensorOptions like{.dtype = parameter.dtype(), .device = parameter.device()};
     m.exp_avg = zeros(parameter.shape(), like);
@@ -32,6 +32,7 @@ void Adam::update(std::size_t index, Tensor& parameter, const Tensor& grad, doub
                            .weight_decay = options_.weight_decay,
                            .decoupled_weight_decay = options_.decoupled_weight_decay, .step = m.steps};
   kernels::adam(parameter, grad, m.exp_avg, m.exp_avg_sq, hyper, count);
+  moments_[index] = m;
 }
 
 }  // namespace mg::optim

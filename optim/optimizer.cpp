@@ -51,10 +51,19 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::set_schedule(std::function<double(std::int64_t)> factor) { schedule_ = std::move(factor); }
 
-void Optimizer::unscale_gradients(double factor, Tensor& found_inf) {
+std::vector<Tensor> Optimizer::gradients() const {
   std::vector<Tensor> grads;
   for (const Tensor& p : parameters_)
     if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+void Optimizer::unscale_gradients(double factor, Tensor& found_inf) {
+  std::vector<Tensor> grads = gradients();
+  for (const Tensor& g : grads)
+    MG_CHECK(g.dtype() != DType::F16, "{}: cannot unscale f16 gradients in place: dividing them by the loss scale "
+             "in f16 flushes the small ones to zero again. Keep f32 parameters (mixed_float16), or wrap the "
+             "optimizer in amp::MasterWeights (float16_master) to unscale into f32 master gradients", name_);
   kernels::unscale(grads, grads, factor, found_inf);
   for (Tensor& g : grads) g.impl().storage->bump_version();
 }

@@ -45,8 +45,13 @@ class Optimizer {
   virtual void set_lr(double lr);
   virtual void set_schedule(std::function<double(std::int64_t step)> factor);
 
+  // The gradients step() will read: each parameter's .grad (amp::MasterWeights: the f32 master
+  // gradients). After GradScaler::unscale_ they are the true gradients: clip these.
+  virtual std::vector<Tensor> gradients() const;
   // The GradScaler's pass (amp/grad_scaler.h): multiplies every gradient step() will read by
   // `factor` in one fused pass and sets found_inf (one f32 element) to 1 if any result is inf or NaN.
+  // f16 gradients cannot be unscaled in place (small values would underflow again): an mg::Error
+  // that points to amp::MasterWeights.
   virtual void unscale_gradients(double factor, Tensor& found_inf);
 
   // Of the elements the last step meant to change, how many kept their value (lost updates).

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/factory.h"
+
 namespace mg::optim {
 
 SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
@@ -25,14 +27,13 @@ std::vector<Tensor> SGD::state() const {
 void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, kernels::UpdateCount& count) {
   kernels::SgdHyper hyper{.lr = lr, .momentum = options_.momentum, .dampening = options_.dampening,
                           .weight_decay = options_.weight_decay, .nesterov = options_.nesterov};
-  Tensor* buffer = nullptr;
-  if (options_.momentum != 0.0) {
-    Tensor& slot = momentum_buffers_[index];
-    hyper.first_step = !slot.defined();
-    if (hyper.first_step) slot = Tensor::empty(parameter.shape(), {.dtype = parameter.dtype(), .device = parameter.device()});
-    buffer = &slot;
-  }
-  kernels::sgd(parameter, grad, buffer, hyper, count);
+  if (options_.momentum == 0.0) return kernels::sgd(parameter, grad, nullptr, hyper, count);
+  // The buffer becomes state only once the kernel has filled it.
+  Tensor buffer = momentum_buffers_[index];
+  hyper.first_step = !buffer.defined();
+  if (hyper.first_step) buffer = zeros(parameter.shape(), {.dtype = parameter.dtype(), .device = parameter.device()});
+  kernels::sgd(parameter, grad, &buffer, hyper, count);
+  momentum_buffers_[index] = buffer;
 }
 
 }  // namespace mg::optim

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "kernels/amp.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -259,4 +260,45 @@ TEST_CASE("master weights: after a skipped step, MasterWeights::step converts th
   CHECK(scaler.step(mw));
   scaler.update();
   CHECK(mw.master_parameters()[0].item() == 0.375);
+}
+
+TEST_CASE("master weights: gradients() are the unscaled f32 masters; changed model gradients are converted again") {
+  Tensor w = ones({2}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights mw({w}, make_sgd({.lr = 1.0}));
+  amp::GradScaler scaler({.init_scale = 1024});
+  w.set_grad(full({2}, 0.5 * 1024, {.dtype = DType::F16}));
+  scaler.unscale_(mw);
+  std::vector<Tensor> grads = mw.gradients();  // what clipping must act on
+  REQUIRE(grads.size() == 1);
+  CHECK(grads[0].dtype() == DType::F32);
+  check_values(grads[0], {0.5, 0.5}, 0.0, 0.0);
+  {
+    NoGradGuard no_grad;  // the model gradient changes in place after unscale_ (a version bump)
+    w.grad().copy_(full({2}, 0.25, {.dtype = DType::F16}));
+  }
+  CHECK(scaler.step(mw));  // converted again, unscaled (factor 1), as without a scaler
+  scaler.update();
+  check_values(w, {0.75, 0.75}, 0.0, 0.0);
+}
+
+TEST_CASE("master weights: f16 gradients are never unscaled in place, and the scaler survives the error") {
+  Tensor w = ones({2}, {.dtype = DType::F16, .requires_grad = true});
+  optim::SGD sgd({w}, {.lr = 1.0});
+  amp::GradScaler scaler;
+  w.set_grad(full({2}, 4.0, {.dtype = DType::F16}));
+  check_error([&] { scaler.step(sgd); }, "cannot unscale f16 gradients in place");
+  check_values(w.grad(), {4, 4}, 0.0, 0.0);  // untouched
+  check_values(w, {1, 1}, 0.0, 0.0);
+  check_error([&] { scaler.update(); }, "no inf/NaN checks were recorded");  // nothing half-recorded
+  amp::MasterWeights mw({w}, make_sgd({.lr = 1.0}));
+  w.set_grad(full({2}, 0.5 * scaler.get_scale(), {.dtype = DType::F16}));
+  CHECK(scaler.step(mw));
+  scaler.update();
+  check_values(w, {0.5, 0.5}, 0.0, 0.0);
+  // The kernel itself refuses malformed arguments before writing anything.
+  Tensor g = ones({2}), bad_flag = zeros({2});
+  check_error([&] { kernels::unscale({g}, {g}, 0.5, bad_flag); }, "found_inf must be one f32 element");
+  Tensor flag = zeros({});
+  check_error([&] { kernels::unscale({g}, {}, 0.5, flag); }, "1 sources but 0 destinations");
+  check_values(g, {1, 1}, 0.0, 0.0);
 }

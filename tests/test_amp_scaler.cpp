@@ -338,8 +338,13 @@ TEST_CASE("scaler: bf16 losses, regions and gradients warn once per scaler") {
     WarningCapture capture;  // f16 is what the scaler is for: silent
     amp::GradScaler scaler;
     amp::Autocast region(DType::F16);
-    scaler.scale(full({}, 2.0, {.dtype = DType::F16}));
+    scaler.scale(full({}, 2.0));
     CHECK(capture.messages.empty());
+    // An f16 loss cannot carry a scale above 65504: its own gradient would be inf. Warned once.
+    scaler.scale(full({}, 2.0, {.dtype = DType::F16}));
+    scaler.scale(full({}, 2.0, {.dtype = DType::F16}));
+    REQUIRE(capture.messages.size() == 1);
+    CHECK(capture.messages[0].find("65504") != std::string::npos);
   }
 }
 

@@ -46,7 +46,7 @@ TEST_CASE("errors: mixed dtypes are not cast implicitly") {
   check_error([&] { mul(a, b); }, "mg::mul: inputs have different dtypes (f32");
   check_error([&] { matmul(zeros({2, 2}), zeros({2, 2}, {.dtype = DType::BF16})); }, "mg::matmul");
   check_error([&] { exp(zeros({2}, {.dtype = DType::I32})); }, "mg::exp: needs a floating-point tensor");
-  check_error([&] { where(zeros({2}, {.dtype = DType::F16}), a, a); }, "mg::where: the mask");
+  check_error([&] { where(zeros({2}, {.dtype = DType::F64}), a, a); }, "mg::where: the mask");
 }
 
 TEST_CASE("errors: non-scalar backward without a seed") {

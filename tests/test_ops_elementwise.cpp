@@ -229,7 +229,9 @@ TEST_CASE("where: selection, broadcasting, gradcheck and bad input") {
   check_gradients("where f64 mask", [&](const std::vector<Tensor>& in) { return where(mask64, in[0], in[1]); },
                   {random_f64({2, 3}, -1, 1, 3), random_f64({2, 3}, -1, 1, 4)});
 
-  check_error([&] { where(ones({3}, {.dtype = DType::F16}), a, b); }, "mg::where: the mask must be i32");
+  // A mask of another floating dtype is read exactly: 2^-24 (the smallest f16) is non-zero and selects a.
+  check_values(where(from_vector({0x1p-24, 0.0, -1.0}, {3}, {.dtype = DType::F16}), a, b), {1, -2, 3});
+  check_error([&] { where(ones({3}, {.dtype = DType::F64}), a, b); }, "mg::where: the mask must be i32");
   check_error([&] { where(ones({4}), a, b); }, "mg::where: shapes [4] and [3]");
   check_error([&] { where(ones({3}), a, ones({3}, {.dtype = DType::F16})); },
               "mg::where: inputs have different dtypes");

@@ -226,3 +226,24 @@ TEST_CASE("matmul: bad shapes, dtypes and layouts") {
   check_error([&] { matmul(i, i); }, "mg::matmul: needs a floating-point tensor");
   check_error([&] { matmul(ones({2, 2}), i); }, "mg::matmul: needs a floating-point tensor");
 }
+
+TEST_CASE("linear: x W^T + b by hand, gradients, autocast keeps the output low precision") {
+  Tensor x = f64({1, 2, 3, 4}, {2, 2}), w = f64({1, 0, 2, 1, -1, 3}, {3, 2}), b = f64({0.5, -1, 2}, {3});
+  // row 0: [1*1+2*0, 1*2+2*1, 1*-1+2*3] + b = [1.5, 3, 7]; row 1: [3, 10, 9] + b = [3.5, 9, 11]
+  check_values(linear(x, w, b), {1.5, 3, 7, 3.5, 9, 11});
+  check_values(linear(x, w), {1, 4, 5, 3, 10, 9});
+  CHECK(linear(f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2}, false), w, b).shape() == Shape{2, 2, 3});
+  check_gradients("linear", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                  {random_f64({4, 3}, -1, 1, 1), random_f64({5, 3}, -1, 1, 2), random_f64({5}, -1, 1, 3)});
+  {
+    // The bias is cast with the GEMM's inputs, so the layer's output stays f16; a bare add of an
+    // f32 bias would promote it to f32.
+    amp::Autocast autocast(DType::F16);
+    Tensor x32 = ones({2, 3}), w32 = ones({4, 3}, {.requires_grad = true}), b32 = ones({4}, {.requires_grad = true});
+    CHECK(linear(x32, w32, b32).dtype() == DType::F16);
+    CHECK(add(matmul(x32, w32, {.transpose_b = true}), b32).dtype() == DType::F32);
+    clear_tape();
+  }
+  check_error([&] { linear(x, f64({1, 2, 3}, {1, 3})); }, "mg::linear");
+  check_error([&] { linear(x, w, f64({1, 2}, {2})); }, "mg::linear: the bias must be [out] = [3]");
+}

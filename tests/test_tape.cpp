@@ -134,6 +134,18 @@ TEST_CASE("tape: f16 gradients meeting at one tensor are summed in f32 and round
   CHECK(std::fabs(w32.grad().item() - exact) <= half_ulp);
 }
 
+TEST_CASE("tape: a cast's backward receives the f32 sum of its uses, never an f16 overflow") {
+  // 64 uses of one f16 cast of an f32 weight, each sending 2000: the sum, 128000, is past f16's
+  // 65504 but fine in f32, and the cast converts it back to f32 anyway.
+  Tensor w32 = ones({1}, {.requires_grad = true});
+  Tensor w16 = cast(w32, DType::F16);
+  Tensor x = full({1}, 2000.0, {.dtype = DType::F16});
+  Tensor loss = zeros({1}, {.dtype = DType::F32});
+  for (int i = 0; i < 64; ++i) loss = add(loss, cast(mul(w16, x), DType::F32));
+  backward(sum(loss));
+  CHECK(w32.grad().item() == 128000.0);
+}
+
 TEST_CASE("tape: leaf gradients own their memory") {
   Tensor a = f64({1, 2}, {2});
   Tensor b = f64({3, 4}, {2});
