@@ -89,8 +89,9 @@ class GradScaler {
   std::int64_t skipped_steps() const { return skipped_steps_; }
   std::int64_t last_overflow_step() const { return last_overflow_step_; }  // index of the last skip; -1: none
   std::int64_t growth_tracker() const { return growth_tracker_; }  // clean steps since the last change
-  const std::vector<ScaleRecord>& history() const { return history_; }
-  // Indices (into optimizer.parameters()) of the gradients that were not finite at the last skipped step.
+  const std::vector<ScaleRecord>& history() const { return history_; }  // one record per step (16 bytes)
+  // Indices (into optimizer.parameters()) of the gradients that were not finite, for the last
+  // optimizer whose step was skipped.
   const std::vector<std::size_t>& nonfinite_parameters() const { return nonfinite_parameters_; }
 
   // Everything needed to resume: the scale, the trackers, the counters and the scaling options

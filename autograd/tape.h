@@ -123,7 +123,9 @@ const std::string& current_scope();
 // Sees every op of this thread while registered (between add_observer and remove_observer):
 // forward() after an op has computed its output, whether or not grad mode recorded it; backward()
 // after a node turned the gradient of its output into its inputs' gradients (undefined where an
-// input needs none), in the order backward visits them. Observers must not change the tensors.
+// input needs none), in the order backward visits them. Observers must not change the tensors, and
+// are added and removed on the thread whose ops they watch (the amp diagnostics do it in their
+// constructor and destructor).
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
