@@ -10,16 +10,6 @@
 using namespace mg;
 using namespace mg::testing;
 
-namespace {
-
-amp::MasterWeights::MakeOptimizer make_sgd(optim::SgdOptions options) {
-  return [options](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), options); };
-}
-
-double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
-
-}  // namespace
-
 TEST_CASE("master weights: float16_master keeps updates of 2^-12 that float16_pure loses") {
   const double update = std::ldexp(1.0, -12);  // below half of f16's spacing at 1.0 (2^-11)
   // float16_master: f16 parameter, f32 master, dynamic loss scale (gradients arrive scaled by S).

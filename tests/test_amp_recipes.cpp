@@ -8,16 +8,6 @@
 using namespace mg;
 using namespace mg::testing;
 
-namespace {
-
-amp::MasterWeights::MakeOptimizer make_sgd(optim::SgdOptions options) {
-  return [options](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), options); };
-}
-
-double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
-
-}  // namespace
-
 TEST_CASE("recipes: parse knows the six recipes and their fields") {
   using enum amp::LossScaling;
   struct Expected {

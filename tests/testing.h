@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,14 @@ inline void check_gradients(const std::string& name, const std::function<Tensor(
   GradcheckResult result = gradcheck(name, fn, inputs);
   INFO(result.report);
   CHECK(result.passed);
+}
+
+// x rounded to f16 once, as a double.
+inline double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
+
+// What amp::MasterWeights and amp::Recipe::make_optimizer take: SGD with these options.
+inline amp::MasterWeights::MakeOptimizer make_sgd(optim::SgdOptions options) {
+  return [options](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), options); };
 }
 
 // fn must throw mg::Error whose message contains `needle` (usually the op's name, "mg::add").
