@@ -3,6 +3,7 @@
 // lost-update count of f16 parameters, and the data version bump that protects saved graphs.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "tests/testing.h"
@@ -263,4 +264,92 @@ TEST_CASE("optim: step bumps the data version of updated parameters only") {
   sgd.step();
   check_error([&] { backward(y); }, "modified in place");
   CHECK(tape_size() == 0);
+}
+
+// ---- with the GradScaler: a skipped step is not a step
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+  return {p, p + t.nbytes()};
+}
+
+}  // namespace
+
+namespace {
+
+// A clean step, then an overflowing one: weights, optimizer state, step count and scheduled lr
+// must be bit-identical across the second. base_lr: the optimizer's lr without the schedule.
+void check_skip_is_invisible(double base_lr,
+                             const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make) {
+  Generator gen(7);
+  std::vector<Tensor> params{uniform({3}, -1, 1, gen).set_requires_grad(true),
+                             uniform({2, 2}, -1, 1, gen).set_requires_grad(true)};
+  // A twin that only ever sees the clean steps, with the unscaled gradients (S is a power of two,
+  // so unscaling is exact): after the run it must match bit for bit (Adam's private step counts).
+  std::vector<Tensor> twins{params[0].detach().clone().set_requires_grad(true),
+                            params[1].detach().clone().set_requires_grad(true)};
+  auto opt = make(params);
+  auto twin = make(twins);
+  for (auto* o : {opt.get(), twin.get()})
+    o->set_schedule([](std::int64_t step) { return 1.0 / static_cast<double>(step + 1); });
+  amp::GradScaler scaler;
+  auto clean_step = [&] {
+    for (std::size_t i = 0; i < 2; ++i) {
+      Tensor u = uniform(params[i].shape(), -1, 1, gen);
+      params[i].set_grad(mul(u, scaler.get_scale()));
+      twins[i].set_grad(u);
+    }
+    CHECK(scaler.step(*opt));
+    scaler.update();
+    twin->step();
+  };
+  auto snapshot = [](const std::vector<Tensor>& ps, const optim::Optimizer& o) {
+    std::vector<std::vector<unsigned char>> all;
+    for (const Tensor& p : ps) all.push_back(bytes_of(p));
+    for (const Tensor& s : o.state()) all.push_back(bytes_of(s));
+    return all;
+  };
+  clean_step();
+  REQUIRE_FALSE(opt->state().empty());
+  const auto before = snapshot(params, *opt);
+  const std::size_t state_count = opt->state().size();
+  const kernels::UpdateCount update_before = opt->last_update();
+  CHECK(opt->lr() == base_lr / 2.0);  // schedule at step_count 1
+  for (double bad : {kInf, kNaN}) {
+    params[0].set_grad(mul(uniform({3}, -1, 1, gen), scaler.get_scale()));
+    params[1].set_grad(from_vector({0.5, bad, 0.25, 1.0}, {2, 2}));
+    CHECK_FALSE(scaler.step(*opt));
+    scaler.update();
+    CHECK(snapshot(params, *opt) == before);
+    CHECK(opt->state().size() == state_count);
+    CHECK(opt->step_count() == 1);
+    CHECK(opt->lr() == base_lr / 2.0);  // the schedule did not advance
+    CHECK(opt->last_update().nonzero == update_before.nonzero);
+    CHECK(opt->last_update().lost == update_before.lost);
+  }
+  clean_step();
+  CHECK(snapshot(params, *opt) != before);
+  CHECK(opt->step_count() == 2);
+  CHECK(opt->lr() == base_lr * (1.0 / 3.0));  // lr * schedule(2), the same product
+  clean_step();
+  CHECK(snapshot(params, *opt) == snapshot(twins, *twin));
+}
+
+}  // namespace
+
+TEST_CASE("scaler: a skipped step leaves weights and SGD momentum state bit-identical") {
+  check_skip_is_invisible(0.1, [](std::vector<Tensor> p) {
+    return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  });
+}
+
+TEST_CASE("scaler: a skipped step leaves weights and Adam moments and step counts bit-identical") {
+  check_skip_is_invisible(0.01, [](std::vector<Tensor> p) {
+    return std::make_unique<optim::Adam>(std::move(p), optim::adamw_options(0.01));
+  });
 }
