@@ -20,4 +20,20 @@ Tensor cast(const Tensor& x, DType dtype) {
   return out;
 }
 
+void cast_storage_(const Tensor& leaf, DType dtype) {
+  MG_CHECK(leaf.defined() && leaf.is_leaf() && is_floating(leaf.dtype()) && is_floating(dtype),
+           "mg::cast_storage_: needs a floating leaf and a floating dtype (got {} to {})",
+           leaf.defined() ? fmt::format("{} {}", leaf.shape(), leaf.dtype()) : "undefined", dtype);
+  if (leaf.dtype() == dtype) return;
+  NoGradGuard no_grad;
+  Tensor converted = cast(leaf.detach(), dtype);
+  // A new storage, not a write into the old one: a graph that saved the old values sees its storage
+  // gone and refuses to run backward (Saved checks storage identity), and caches keyed on it miss.
+  TensorImpl& impl = leaf.impl();
+  impl.storage = converted.impl().storage;
+  impl.offset = converted.impl().offset;
+  impl.dtype = dtype;
+  impl.grad.reset();
+}
+
 }  // namespace mg

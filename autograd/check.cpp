@@ -28,4 +28,18 @@ void not_empty(const char* op, const Tensor& t) {
            t.shape());
 }
 
+kernels::Window2d window2d(const char* op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
+                           std::int64_t stride, std::int64_t padding) {
+  MG_CHECK(x.defined() && x.dim() == 4, "{}: the input must be [batch, channels, height, width], got {}", op,
+           x.defined() ? x.shape() : Shape{});
+  MG_CHECK(kernel_h >= 1 && kernel_w >= 1 && stride >= 1 && padding >= 0,
+           "{}: needs kernel >= 1, stride >= 1 and padding >= 0; got kernel {}x{}, stride {}, padding {}", op, kernel_h,
+           kernel_w, stride, padding);
+  MG_CHECK(x.size(2) + 2 * padding >= kernel_h && x.size(3) + 2 * padding >= kernel_w,
+           "{}: the {}x{} kernel does not fit in the input {} padded by {}; use a smaller kernel or more padding",
+           op, kernel_h, kernel_w, x.shape(), padding);
+  return {.batch = x.size(0), .channels = x.size(1), .height = x.size(2), .width = x.size(3), .kernel_h = kernel_h,
+          .kernel_w = kernel_w, .stride_h = stride, .stride_w = stride, .pad_h = padding, .pad_w = padding};
+}
+
 }  // namespace mg::check

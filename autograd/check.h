@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/window.h"
 
 namespace mg::check {
 
@@ -16,6 +17,11 @@ void same_device(const char* op, const std::vector<Tensor>& tensors);
 void same_dtype(const char* op, const Tensor& a, const Tensor& b);
 // The tensor has at least one element (for ops whose result is undefined on nothing).
 void not_empty(const char* op, const Tensor& t);
+
+// The geometry of a square-strided window over x [batch, channels, height, width] (conv and pooling):
+// x is 4-D, kernel >= 1, stride >= 1, padding >= 0, and the kernel fits in the padded input.
+kernels::Window2d window2d(const char* op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
+                           std::int64_t stride, std::int64_t padding);
 
 // Output options for a result like `t`: same dtype and device.
 inline TensorOptions like(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/tape.h"
+#include "core/generator.h"
 #include "core/tensor.h"
 
 namespace mg {
@@ -65,6 +66,43 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
 // next op saves, stay f16 under mixed_float16 instead of being promoted to f32 by an f32 bias.
 // Derived from matmul (transpose_b) and add, so it needs no backward of its own.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// ---- convolution and pooling over [batch, channels, height, width] (autograd/conv.cpp, pool.cpp)
+// Square strides and padding; out size = (in + 2 padding - kernel) / stride + 1 on each side.
+struct Conv2dOptions {
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;  // zeros on every side
+};
+// x [N, C, H, W], weight [O, C, KH, KW], bias [O] or undefined -> [N, O, OH, OW]. One GEMM over the
+// image patches (im2col), so it is on the lower-precision list like matmul.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
+struct Pool2dOptions {
+  std::int64_t kernel = 2;
+  std::int64_t stride = 0;   // 0: the kernel size (non-overlapping windows)
+  std::int64_t padding = 0;  // at most kernel / 2; never wins a max, counts as 0 in an average
+};
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});  // the gradient goes to the first maximum
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});  // divides by kernel^2, padding included
+
+// ---- normalization and dropout (autograd/norm.cpp, autograd/dropout.cpp)
+// Statistics in f32 (f64 for f64) whatever the input dtype; the result has the input's dtype (f32
+// under autocast, whose policy lists both ops as f32).
+// Normalizes over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, weight and bias [last]
+// or undefined; var is the biased (population) variance.
+Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+struct BatchNormOptions {
+  bool training = true;   // batch statistics (and running-statistics updates) or the running ones
+  double momentum = 0.1;  // running = (1 - momentum) running + momentum batch (PyTorch's convention)
+  double eps = 1e-5;
+};
+// x [N, C] or [N, C, ...]: per-channel statistics over every dim but 1. running_mean/var [C] (or
+// both undefined) are updated in place in training mode, without gradient, with the unbiased variance.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, BatchNormOptions options = {});
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p) (training only; in
+// evaluation returns x). The mask is drawn from `generator` (default: mg::default_generator()).
+Tensor dropout(const Tensor& x, double p, bool training, Generator& generator);
+Tensor dropout(const Tensor& x, double p, bool training);
 
 // ---- shapes (autograd/shape_ops.cpp, autograd/broadcast.cpp)
 Tensor reshape(const Tensor& x, const Shape& shape);  // one size may be -1; a view (shares data)
@@ -119,6 +157,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // x in another dtype, rounded to nearest even. Backward casts the gradient back to x's dtype, so an
 // f32 parameter used through an f16 cast receives an f32 gradient. Returns x itself if the dtype matches.
 Tensor cast(const Tensor& x, DType dtype);
+// Converts a leaf's data to `dtype` in place (rounded to nearest even), so that every handle to it
+// (a module's member, an optimizer's list) sees the new dtype; drops its .grad. Not recorded, and a
+// graph that saved the old data refuses to run backward. nn::Module::to and amp::Recipe use it.
+void cast_storage_(const Tensor& leaf, DType dtype);
 // Rows of weight [num_embeddings, dim] picked by i32 indices of any shape: [..., dim].
 // The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights).
 Tensor embedding(const Tensor& weight, const Tensor& indices);

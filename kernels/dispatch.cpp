@@ -8,8 +8,10 @@
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/conv.h"
 #include "kernels/index.h"
 #include "kernels/optim.h"
+#include "kernels/pool.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 
@@ -101,6 +103,36 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
   require_cpu("scatter_along_dim", out);
   cpu::scatter_along_dim(values, indices, shape, out);
+}
+
+void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
+  require_cpu("im2col", cols);
+  cpu::im2col(x, window, cols);
+}
+
+void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
+  require_cpu("col2im", dx);
+  cpu::col2im(cols, window, dx);
+}
+
+void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax) {
+  require_cpu("max_pool2d", out);
+  cpu::max_pool2d(x, window, out, argmax);
+}
+
+void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx) {
+  require_cpu("max_pool2d_backward", dx);
+  cpu::max_pool2d_backward(dout, argmax, window, dx);
+}
+
+void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) {
+  require_cpu("avg_pool2d", out);
+  cpu::avg_pool2d(x, window, out);
+}
+
+void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx) {
+  require_cpu("avg_pool2d_backward", dx);
+  cpu::avg_pool2d_backward(dout, window, dx);
 }
 
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {

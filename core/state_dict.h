@@ -1,0 +1,29 @@
+// StateDict: named tensors, the one shape every saveable state takes (a Module's parameters and
+// buffers, an optimizer's moments and step counts, the GradScaler, the RNG), so that a checkpoint
+// is one safetensors file of name -> tensor.
+//
+// A scalar (a step count, a loss scale) is a 0-d f64 tensor: exact for integers up to 2^53 and for
+// every double, and stored as such in the file. Keys are dotted paths ("0.weight",
+// "optimizer.state.3.exp_avg"), as in PyTorch.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mg {
+
+using StateDict = std::map<std::string, Tensor>;
+
+// A 0-d f64 tensor holding `value`.
+Tensor state_scalar(double value);
+// The value of the 0-d (or one-element) tensor under `key`; an mg::Error naming `owner` (for example
+// "optim::SGD::load_state_dict") and the key when it is missing or holds more than one element.
+double state_value(const StateDict& state, const std::string& key, const std::string& owner);
+// The entries whose keys start with `prefix`, with the prefix removed ("model." -> "0.weight").
+StateDict state_subset(const StateDict& state, const std::string& prefix);
+// Adds every entry of `part` to `into` under `prefix` + key.
+void state_insert(StateDict& into, const std::string& prefix, const StateDict& part);
+
+}  // namespace mg

@@ -1,0 +1,108 @@
+#include "nn/checkpoint.h"
+
+#include "autograd/tape.h"
+#include "core/factory.h"
+#include "core/generator.h"
+#include "data/safetensors.h"
+
+namespace mg::nn {
+
+namespace {
+
+constexpr const char* kFormat = "mixgrad-checkpoint";
+constexpr const char* kVersion = "1";
+
+// (seed, offset) as four i32 words, since a 64-bit seed does not fit a double exactly.
+Tensor generator_state(const Generator& generator) {
+  Tensor words = Tensor::empty({4}, {.dtype = DType::I32});
+  std::int32_t* w = words.data<std::int32_t>();
+  const std::uint64_t parts[2] = {generator.seed(), generator.offset()};
+  for (int i = 0; i < 2; ++i) {
+    w[2 * i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(parts[i]));
+    w[2 * i + 1] = static_cast<std::int32_t>(static_cast<std::uint32_t>(parts[i] >> 32));
+  }
+  return words;
+}
+
+void set_generator_state(Generator& generator, const Tensor& words) {
+  const std::int32_t* w = words.data<std::int32_t>();
+  auto word64 = [&](int i) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[2 * i])) |
+           static_cast<std::uint64_t>(static_cast<std::uint32_t>(w[2 * i + 1])) << 32;
+  };
+  generator.set_state(word64(0), word64(1));
+}
+
+StateDict copy_of(const StateDict& state) {
+  NoGradGuard no_grad;
+  StateDict copy;
+  for (const auto& [key, value] : state) copy[key] = value.detach().clone();
+  return copy;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra,
+                     const std::map<std::string, std::string>& metadata) {
+  MG_CHECK(objects.model != nullptr, "nn::save_checkpoint: {}: no model given", path);
+  StateDict state;
+  state_insert(state, "model.", objects.model->state_dict());
+  if (objects.optimizer) state_insert(state, "optimizer.", objects.optimizer->state_dict());
+  if (objects.scaler)
+    for (const auto& [key, value] : objects.scaler->state_dict()) state["scaler." + key] = state_scalar(value);
+  state["rng.default"] = generator_state(default_generator());
+  state_insert(state, "extra.", extra);
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = kFormat;
+  meta["version"] = kVersion;
+  data::save_safetensors(path, state, meta);
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects) {
+  const char* op = "nn::load_checkpoint";
+  MG_CHECK(objects.model != nullptr, "{}: {}: no model given", op, path);
+  data::SafetensorsFile file = data::load_safetensors(path);
+  auto format = file.metadata.find("format");
+  MG_CHECK(format != file.metadata.end() && format->second == kFormat,
+           "{}: {} is a safetensors file but not a mixgrad checkpoint (no metadata format = {}); to read its "
+           "tensors use data::load_safetensors", op, path, kFormat);
+  MG_CHECK(file.metadata["version"] == kVersion, "{}: {} is checkpoint version '{}'; this build reads version {}", op,
+           path, file.metadata["version"], kVersion);
+  const StateDict model_state = state_subset(file.tensors, "model.");
+  const StateDict optimizer_state = state_subset(file.tensors, "optimizer.");
+  std::map<std::string, double> scaler_state;
+  for (const auto& [key, value] : state_subset(file.tensors, "scaler."))
+    scaler_state[key] = state_value(file.tensors, "scaler." + key, op);
+  auto rng = file.tensors.find("rng.default");
+  MG_CHECK(rng != file.tensors.end() && rng->second.dtype() == DType::I32 && rng->second.numel() == 4,
+           "{}: {}: the entry rng.default (four i32 words) is missing or malformed", op, path);
+  MG_CHECK(!objects.optimizer || !optimizer_state.empty(), "{}: {} holds no optimizer state; it was saved without "
+           "one (load it with a null optimizer to restore the model alone)", op, path);
+  MG_CHECK(!objects.scaler || !scaler_state.empty(), "{}: {} holds no GradScaler state; it was saved without one",
+           op, path);
+
+  // Each load_state_dict checks before it writes; if a later part is refused, the earlier parts are
+  // put back, so a file that does not fit changes nothing.
+  const StateDict model_backup = copy_of(objects.model->state_dict());
+  objects.model->load_state_dict(model_state);
+  StateDict optimizer_backup;
+  try {
+    if (objects.optimizer) {
+      optimizer_backup = copy_of(objects.optimizer->state_dict());
+      objects.optimizer->load_state_dict(optimizer_state);
+    }
+    try {
+      if (objects.scaler) objects.scaler->load_state_dict(scaler_state);
+    } catch (...) {
+      if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_backup);
+      throw;
+    }
+  } catch (...) {
+    objects.model->load_state_dict(model_backup);
+    throw;
+  }
+  set_generator_state(default_generator(), rng->second);
+  return {state_subset(file.tensors, "extra."), file.metadata};
+}
+
+}  // namespace mg::nn

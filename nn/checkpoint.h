@@ -1,0 +1,48 @@
+// Checkpoints: everything a training run needs to continue bit for bit, in one safetensors file
+// (data/safetensors.h), written atomically (a crash mid-save leaves the previous file whole).
+//
+//   model.<name>      the model's parameters and buffers, in their dtypes (f16 for the pure and
+//                     master recipes: the f32 masters are the optimizer's)
+//   optimizer.<key>   the optimizer's state_dict(): step count, learning rates, moments, masters
+//   scaler.<key>      the GradScaler's state: scale, growth tracker, counters (0-d f64)
+//   rng.default       mg::default_generator()'s seed and offset as four i32 words (lo, hi, lo, hi):
+//                     dropout masks continue where they stopped
+//   extra.<key>       the caller's own entries: a data loader's position, an epoch counter, ...
+//   metadata          {"format": "mixgrad-checkpoint", "version": "1"} plus the caller's strings
+//
+//   nn::save_checkpoint("run.safetensors", {.model = &model, .optimizer = optimizer.get(), .scaler = &scaler},
+//                       {{"data.epoch", state_scalar(epoch)}});
+//   StateDict extra = nn::load_checkpoint("run.safetensors", {&model, optimizer.get(), &scaler});
+//
+// Loading checks the whole file against the objects first (every name present, every dtype and
+// shape equal); a file that does not fit changes nothing and says which entry is wrong.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "amp/grad_scaler.h"
+#include "core/state_dict.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace mg::nn {
+
+// What a checkpoint holds; optimizer and scaler may be null (a model-only checkpoint).
+struct TrainingObjects {
+  Module* model = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  amp::GradScaler* scaler = nullptr;
+};
+
+void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra = {},
+                     const std::map<std::string, std::string>& metadata = {});
+
+struct LoadedCheckpoint {
+  StateDict extra;                              // the "extra." entries, prefix removed
+  std::map<std::string, std::string> metadata;  // the file's metadata
+};
+// Restores every object given (and the default generator) from `path`.
+LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects);
+
+}  // namespace mg::nn

@@ -1,0 +1,142 @@
+// nn::Module: names, traversal, modes, dtype conversion and state dicts.
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/models.h"
+#include "nn/norm.h"
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+// A small custom module, written the way a user would.
+struct Net : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
+  std::shared_ptr<nn::BatchNorm1d> bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(3));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 2, false));
+  Tensor scale = register_parameter("scale", ones({2}));
+  Tensor forward(const Tensor& x) override { return mul((*fc2)(relu((*bn)((*fc1)(x)))), scale); }
+  std::string type_name() const override { return "Net"; }
+};
+
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : named) names.push_back(name);
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("named parameters and buffers are dotted paths in registration order") {
+  Net net;
+  CHECK(names_of(net.named_parameters()) ==
+        std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "bn.weight", "bn.bias", "fc2.weight"});
+  CHECK(names_of(net.named_buffers()) == std::vector<std::string>{"bn.running_mean", "bn.running_var"});
+  CHECK(net.parameter_count() == 2 + 4 * 3 + 3 + 3 + 3 + 3 * 2);
+  for (const Tensor& p : net.parameters()) CHECK((p.requires_grad() && p.is_leaf()));
+  // The handles are the members themselves: an update through one is seen through the other.
+  CHECK(net.parameters()[1].shares_storage_with(net.fc1->weight));
+}
+
+TEST_CASE("Sequential names its children 0, 1, ... and runs them in order") {
+  auto model = nn::mlp({6, 5, 3});
+  CHECK(model->size() == 4);  // Flatten, Linear, ReLU, Linear
+  CHECK(names_of(model->named_parameters()) ==
+        std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias"});
+  Tensor x = randn({2, 6});
+  auto& first = dynamic_cast<nn::Linear&>((*model)[1]);
+  auto& second = dynamic_cast<nn::Linear&>((*model)[3]);
+  check_close((*model)(x), second(relu(first(x))), 0.0);
+  check_error([&] { (*model)[4]; }, "nn::Sequential");
+  CHECK(model->to_string().find("(1): Linear(6, 5)  [35 parameters]") != std::string::npos);
+}
+
+TEST_CASE("train and eval reach every child") {
+  Net net;
+  CHECK(net.bn->is_training());
+  net.eval();
+  CHECK((!net.is_training() && !net.bn->is_training() && !net.fc1->is_training()));
+  net.train();
+  CHECK(net.bn->is_training());
+}
+
+TEST_CASE("to(dtype) converts parameters in place and keeps BatchNorm's statistics in f32") {
+  Net net;
+  Tensor weight = net.fc1->weight;  // a handle held elsewhere, as an optimizer would
+  const std::vector<float> before = weight.to_vector<float>();
+  net.fc1->weight.set_grad(zeros({3, 4}));
+  net.to(DType::F16);
+  CHECK(weight.dtype() == DType::F16);  // the same tensor, now f16
+  CHECK(!weight.grad().defined());      // a gradient of the old dtype is dropped
+  const std::vector<float> after = weight.to_vector<float>();
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(static_cast<double>(after[i]) == to_f16(before[i]));
+  CHECK(net.bn->weight.dtype() == DType::F16);
+  CHECK(net.bn->running_mean.dtype() == DType::F32);
+  CHECK(net.bn->running_var.dtype() == DType::F32);
+  check_error([&] { net.to(DType::I32); }, "nn::Module::to");
+}
+
+TEST_CASE("state_dict round trip copies values into another model") {
+  Net a, b;
+  a.bn->running_mean.copy_(tensor({1, 2, 3}));
+  b.load_state_dict(a.state_dict());
+  for (const auto& [name, value] : a.state_dict()) check_close(b.state_dict().at(name), value, 0.0);
+  // b keeps its own storage: the load copied values, it did not alias a's tensors.
+  CHECK(!b.fc1->weight.shares_storage_with(a.fc1->weight));
+}
+
+TEST_CASE("load_state_dict checks everything before writing anything") {
+  Net a, b;
+  const std::vector<float> original = b.fc1->weight.to_vector<float>();
+  StateDict state = a.state_dict();
+
+  StateDict wrong_shape = state;
+  wrong_shape["fc2.weight"] = zeros({3, 3});
+  check_error([&] { b.load_state_dict(wrong_shape); }, "'fc2.weight' is [3, 3]");
+  CHECK(b.fc1->weight.to_vector<float>() == original);  // fc1 comes first in the map yet was not written
+
+  StateDict wrong_dtype = state;
+  wrong_dtype["scale"] = ones({2}, {.dtype = DType::F16});
+  check_error([&] { b.load_state_dict(wrong_dtype); }, "'scale'");
+
+  StateDict extra = state;
+  extra["fc3.weight"] = zeros({1});
+  check_error([&] { b.load_state_dict(extra); }, "does not");
+
+  StateDict missing = state;
+  missing.erase("bn.running_var");
+  check_error([&] { b.load_state_dict(missing); }, "lacks 'bn.running_var'");
+  b.load_state_dict(missing, /*strict=*/false);  // a partial load is allowed when asked for
+  CHECK(b.fc1->weight.to_vector<float>() == a.fc1->weight.to_vector<float>());
+}
+
+TEST_CASE("registration errors name the module and the problem") {
+  struct Twice : nn::Module {
+    Twice() {
+      register_parameter("w", ones({1}));
+      register_parameter("w", ones({1}));
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+    std::string type_name() const override { return "Twice"; }
+  };
+  check_error([] { Twice twice; }, "'w' is registered twice");
+  struct Dotted : nn::Module {
+    Dotted() { register_parameter("a.b", ones({1})); }
+    Tensor forward(const Tensor& x) override { return x; }
+    std::string type_name() const override { return "Dotted"; }
+  };
+  check_error([] { Dotted dotted; }, "no '.'");
+  check_error([] { nn::Linear layer(0, 3); }, "nn::Linear");
+  nn::Linear layer(4, 3);
+  check_error([&] { layer(zeros({2, 5})); }, "expects input [..., 4]");
+}
+
+TEST_CASE("a model trains: parameters() feeds an optimizer, zero_grad clears every gradient") {
+  Net net;
+  Tensor x = randn({8, 4});
+  backward(sum(net(x)));
+  for (const Tensor& p : net.parameters()) CHECK(p.grad().defined());
+  net.zero_grad();
+  for (const Tensor& p : net.parameters()) CHECK(!p.grad().defined());
+}

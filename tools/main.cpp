@@ -1,0 +1,38 @@
+// mixgrad: the command-line program.
+//
+//   mixgrad train --data fashion-mnist --model cnn --precision mixed_float16 --epochs 2
+//   mixgrad train --help            every flag, with its default
+//
+// Bad flags are refused with a message before any work starts; an mg::Error during the run (a
+// missing data file, a checkpoint that does not fit) ends it with the message and exit status 1.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "tools/train.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mixgrad: mixed-precision training in C++ (Micikevicius et al., ICLR 2018)"};
+  app.require_subcommand(1);
+  mg::tools::TrainOptions options;
+  CLI::App* train = app.add_subcommand("train", "Train a model on Fashion-MNIST or text in a precision recipe");
+  mg::tools::add_train_flags(*train, options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    mg::tools::finalize(options);
+    const mg::tools::TrainSummary summary = mg::tools::train(options);
+    if (!options.summary.empty()) {
+      std::ofstream file(options.summary);
+      MG_CHECK(file.good(), "mixgrad train: cannot write the summary to {}", options.summary);
+      file << summary.to_json();
+    }
+    fmt::print("{}\n", summary.to_line());
+  } catch (const mg::Error& error) {
+    fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+#include "tools/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace mg::tools {
+
+Progress::Progress(std::int64_t first_step, std::int64_t total, std::string unit, bool show_scale, bool quiet)
+    : first_step_(first_step), total_(total), unit_(std::move(unit)), show_scale_(show_scale), quiet_(quiet),
+      terminal_(isatty(fileno(stdout)) != 0) {}
+
+void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skipped_total) {
+  items_ += items;
+  // The bar shows an exponential moving average: one batch's loss is too noisy to read.
+  smoothed_loss_ = smoothed_loss_ < 0 ? r.loss : 0.95 * smoothed_loss_ + 0.05 * r.loss;
+  if (quiet_) return;
+  const bool last = r.step == total_;
+  const double rate = r.seconds > 0 ? static_cast<double>(items_) / r.seconds : 0.0;
+  std::string scale = show_scale_ ? fmt::format("  scale {:g}  skipped {}", r.scale, skipped_total) : "";
+  if (terminal_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!last && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    const int width = 20;
+    const int filled = static_cast<int>(width * r.step / std::max<std::int64_t>(total_, 1));
+    fmt::print("\r[{:#<{}}{:.<{}}] {:>6}/{}  loss {:.4f}  {:.0f} {}/s{}\033[K", "", filled, "", width - filled, r.step,
+               total_, smoothed_loss_, rate, unit_, scale);
+    std::fflush(stdout);
+    return;
+  }
+  const std::int64_t every = std::max<std::int64_t>((total_ - first_step_) / 20, 1);
+  if ((r.step - first_step_) % every == 0 || last)
+    fmt::print("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} {}/s{}\n", r.step, total_, smoothed_loss_, r.lr, rate,
+               unit_, scale);
+}
+
+void Progress::finish() {
+  if (terminal_ && !quiet_) fmt::print("\n");
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append) {
+  if (path.empty()) return;
+  file_.open(path, append ? std::ios::app : std::ios::trunc);
+  MG_CHECK(file_.is_open(), "mixgrad train: cannot open the log file {} for writing", path);
+  if (!append || file_.tellp() == 0) file_ << "step,loss,lr,scale,skipped,seconds\n";
+}
+
+void MetricsLog::write(const StepRecord& r) {
+  if (!file_.is_open()) return;
+  file_ << fmt::format("{},{:.9g},{:.9g},{:.9g},{},{:.6f}\n", r.step, r.loss, r.lr, r.scale, r.skipped ? 1 : 0,
+                       r.seconds);
+}
+
+}  // namespace mg::tools

@@ -1,0 +1,54 @@
+// What a training run shows while it runs, and the per-step CSV log.
+//
+// On a terminal: one progress bar, redrawn at most ten times a second,
+//   [#########...........]  1200/4690  loss 0.4213  312 img/s  scale 32768  skipped 2
+// (scale and skipped only when the recipe scales the loss). Not on a terminal (a pipe, CI, a log
+// file): a plain line every ~5% of the run, so logs stay readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace mg::tools {
+
+struct StepRecord {
+  std::int64_t step = 0;  // 1-based: the number of steps done, this one included
+  double loss = 0;
+  double lr = 0;
+  double scale = 1;
+  bool skipped = false;
+  double seconds = 0;  // since the run (or the resume) started
+};
+
+class Progress {
+ public:
+  // total: the last step of the run; unit: what throughput counts ("img", "char").
+  Progress(std::int64_t first_step, std::int64_t total, std::string unit, bool show_scale, bool quiet);
+  // After every step: `items` is how many examples the step consumed.
+  void update(const StepRecord& record, std::int64_t items, std::int64_t skipped_total);
+  void finish();  // ends the bar's line
+
+ private:
+  std::int64_t first_step_, total_;
+  std::string unit_;
+  bool show_scale_, quiet_, terminal_;
+  std::int64_t items_ = 0;
+  double smoothed_loss_ = -1;
+  std::chrono::steady_clock::time_point last_draw_{};
+};
+
+// One CSV row per step: step,loss,lr,scale,skipped,seconds. Opened for append when resuming, so
+// one file covers the whole run.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool append);
+  void write(const StepRecord& record);
+  bool enabled() const { return file_.is_open(); }
+
+ private:
+  std::ofstream file_;
+};
+
+}  // namespace mg::tools

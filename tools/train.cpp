@@ -1,0 +1,238 @@
+#include "tools/train.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "amp/recipe.h"
+#include "autograd/ops.h"
+#include "data/batches.h"
+#include "data/idx.h"
+#include "data/text.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "optim/adam.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "tools/progress.h"
+
+namespace mg::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One source of batches: images and labels, or text windows and next characters.
+struct Task {
+  std::shared_ptr<nn::Module> model;
+  std::function<data::Batch()> next;  // inputs and targets of the next training step
+  std::function<StateDict()> data_state;
+  std::function<void(const StateDict&)> load_data_state;
+  std::function<TrainSummary(TrainSummary, const amp::Recipe&)> evaluate;
+  std::int64_t batches_per_epoch = 0;  // 0 for text (random windows)
+  std::string unit;
+};
+
+// logits [..., classes] and targets [...] -> the mean cross entropy, flattened over every position.
+Tensor loss_of(const Tensor& logits, const Tensor& targets) {
+  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
+}
+
+// Inputs of the pure recipes must be in the parameters' dtype (there is no autocast to cast them).
+Tensor prepare(const Tensor& inputs, const amp::Recipe& recipe) {
+  return is_floating(inputs.dtype()) && !recipe.autocast_dtype ? inputs.to(recipe.parameter_dtype) : inputs;
+}
+
+Task image_task(const TrainOptions& o) {
+  auto train_set = std::make_shared<data::LabeledImages>(data::load_fashion_mnist(
+      data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
+  auto test_set = std::make_shared<data::LabeledImages>(
+      data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Test));
+  auto loader = std::make_shared<data::DataLoader>(train_set->images, train_set->labels,
+                                                   data::DataLoaderOptions{.batch_size = o.batch, .seed = o.seed});
+  Task task;
+  task.model = o.model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}))
+                                : std::shared_ptr<nn::Module>(nn::cnn());
+  task.next = [loader] { return loader->next(); };
+  task.data_state = [loader] { return loader->state_dict(); };
+  task.load_data_state = [loader](const StateDict& s) { loader->load_state_dict(s); };
+  task.batches_per_epoch = loader->batches_per_epoch();
+  task.unit = "img";
+  task.evaluate = [test_set, model = task.model](TrainSummary summary, const amp::Recipe& recipe) {
+    NoGradGuard no_grad;
+    model->eval();
+    std::int64_t correct = 0;
+    const std::int64_t n = test_set->images.size(0), chunk = 1000;
+    for (std::int64_t begin = 0; begin < n; begin += chunk) {
+      const std::int64_t end = std::min(begin + chunk, n);
+      Tensor logits;
+      {
+        amp::Autocast region = recipe.autocast();
+        logits = (*model)(prepare(test_set->images.slice(begin, end), recipe));
+      }
+      const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
+      const std::int32_t* label = test_set->labels.data<std::int32_t>() + begin;
+      for (std::size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == label[i];
+    }
+    model->train();
+    summary.test_accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    return summary;
+  };
+  return task;
+}
+
+Task text_task(const TrainOptions& o) {
+  auto corpus = std::make_shared<data::TextCorpus>(o.text_file.empty() ? data::kjv_corpus()
+                                                                        : data::load_text_file(o.text_file));
+  Tensor train_tokens = corpus->train();
+  if (o.subset > 0 && o.subset < train_tokens.numel()) train_tokens = train_tokens.slice(0, o.subset).clone();
+  auto batcher = std::make_shared<data::TextBatcher>(train_tokens, o.batch, o.context, o.seed);
+  Task task;
+  const std::int64_t vocab = corpus->vocab_size();
+  if (o.model == "lstm") task.model = std::make_shared<nn::CharLSTM>(vocab, 64, 256, 1);
+  else task.model = std::make_shared<nn::TinyGPT>(nn::GptOptions{.vocab = vocab, .block_size = o.context,
+                                                                 .embed_dim = 128, .heads = 4, .layers = 4});
+  task.next = [batcher] {
+    data::TextBatch b = batcher->next();
+    return data::Batch{b.inputs, b.targets};
+  };
+  task.data_state = [batcher] { return batcher->state_dict(); };
+  task.load_data_state = [batcher](const StateDict& s) { batcher->load_state_dict(s); };
+  task.unit = "char";
+  task.evaluate = [corpus, model = task.model, context = o.context](TrainSummary summary, const amp::Recipe& recipe) {
+    NoGradGuard no_grad;
+    model->eval();
+    double nats = 0;
+    std::int64_t count = 0;
+    for (const data::TextBatch& b : data::sequential_batches(corpus->validation(), 64, context)) {
+      amp::Autocast region = recipe.autocast();
+      Tensor loss = loss_of((*model)(b.inputs), b.targets);
+      nats += loss.item() * static_cast<double>(b.targets.numel());
+      count += b.targets.numel();
+    }
+    model->train();
+    summary.val_bits_per_char = nats / static_cast<double>(count) / std::log(2.0);
+    return summary;
+  };
+  return task;
+}
+
+amp::MasterWeights::MakeOptimizer optimizer_factory(const TrainOptions& o) {
+  return [o](std::vector<Tensor> parameters) -> std::unique_ptr<optim::Optimizer> {
+    if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = o.lr});
+    if (o.optimizer == "adamw")
+      return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = o.lr});
+    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = o.lr, .momentum = o.momentum});
+  };
+}
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& o) {
+  manual_seed(o.seed);  // the model's initialization and dropout draw from the default generator
+  const amp::Recipe recipe = amp::Recipe::parse(o.precision);
+  Task task = o.data == "text" ? text_task(o) : image_task(o);
+  nn::Module& model = *task.model;
+  model.to(recipe.parameter_dtype);
+  auto optimizer = recipe.make_optimizer(model.parameters(), optimizer_factory(o));
+  amp::GradScaler scaler = recipe.make_scaler();
+  const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
+
+  const std::map<std::string, std::string> identity{
+      {"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};
+  std::int64_t step = 0;
+  if (!o.resume.empty()) {
+    nn::LoadedCheckpoint loaded = nn::load_checkpoint(o.resume, {&model, optimizer.get(), &scaler});
+    for (const auto& [key, value] : identity)
+      MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
+               key, loaded.metadata[key], value);
+    step = static_cast<std::int64_t>(state_value(loaded.extra, "step", "mixgrad train --resume"));
+    task.load_data_state(state_subset(loaded.extra, "data."));
+    MG_CHECK(step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume, step, total);
+  }
+
+  TrainSummary summary;
+  summary.recipe = o.precision;
+  summary.model = o.model;
+  summary.data = o.data;
+  summary.parameters = model.parameter_count();
+  if (!o.quiet)
+    fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
+               summary.parameters, recipe.describe(), step, total, o.batch);
+  Progress progress(step, total, task.unit, scaler.is_enabled(), o.quiet);
+  MetricsLog log(o.log, !o.resume.empty());
+  const auto start = Clock::now();
+  std::int64_t items = 0;
+  double smoothed_loss = -1;
+  while (step < total) {
+    data::Batch batch = task.next();
+    optimizer->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast region = recipe.autocast();
+      loss = cast(loss_of(model(prepare(batch.inputs, recipe)), batch.labels), DType::F32);
+    }
+    const double lr = optimizer->lr();
+    backward(scaler.scale(loss));
+    const bool stepped = scaler.step(*optimizer);
+    const double scale_used = scaler.get_scale();
+    scaler.update();
+    ++step;
+    items += batch.labels.numel();
+    const double loss_value = loss.item();
+    smoothed_loss = smoothed_loss < 0 ? loss_value : 0.95 * smoothed_loss + 0.05 * loss_value;
+    StepRecord record{.step = step, .loss = loss_value, .lr = lr, .scale = scale_used, .skipped = !stepped,
+                      .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+    log.write(record);
+    progress.update(record, batch.labels.numel(), scaler.skipped_steps());
+  }
+  progress.finish();
+  summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
+  summary.steps = step;
+  summary.skipped_steps = scaler.skipped_steps();
+  summary.final_scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  summary.final_loss = smoothed_loss;
+
+  if (!o.save.empty()) {
+    StateDict extra{{"step", state_scalar(static_cast<double>(step))}};
+    state_insert(extra, "data.", task.data_state());
+    nn::save_checkpoint(o.save, {&model, optimizer.get(), &scaler}, extra, identity);
+  }
+  summary = task.evaluate(summary, recipe);
+  summary.peak_rss_bytes = peak_rss_bytes();
+  return summary;
+}
+
+std::string TrainSummary::to_json() const {
+  nlohmann::ordered_json j{{"recipe", recipe}, {"model", model}, {"data", data}, {"parameters", parameters},
+                           {"steps", steps}, {"skipped_steps", skipped_steps}, {"final_scale", final_scale},
+                           {"final_loss", final_loss}};
+  if (test_accuracy) j["test_accuracy"] = *test_accuracy;
+  if (val_bits_per_char) j["val_bits_per_char"] = *val_bits_per_char;
+  j["train_seconds"] = train_seconds;
+  j["items_per_second"] = items_per_second;
+  j["peak_rss_bytes"] = peak_rss_bytes;
+  return j.dump(2) + "\n";
+}
+
+std::string TrainSummary::to_line() const {
+  std::string metric = test_accuracy ? fmt::format("test accuracy {:.2f}%", 100 * *test_accuracy)
+                                     : fmt::format("val {:.3f} bits/char", val_bits_per_char.value_or(0));
+  return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), loss {:.4f}, {:.1f} s of "
+                     "training, peak RSS {:.0f} MiB", recipe, model, data, metric, steps, skipped_steps, final_scale,
+                     final_loss, train_seconds, static_cast<double>(peak_rss_bytes) / (1 << 20));
+}
+
+}  // namespace mg::tools

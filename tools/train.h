@@ -1,0 +1,36 @@
+// `mixgrad train`: one training run, from flags to a summary.
+//
+// The loop is the one of examples/mlp_synthetic.cpp and docs/step.md, with real data:
+//   batch = loader.next()
+//   { autocast region of the recipe:  logits = model(x);  loss = cross_entropy(logits, y) }
+//   backward(scaler.scale(loss));  scaler.step(optimizer);  scaler.update()
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tools/train_options.h"
+
+namespace mg::tools {
+
+struct TrainSummary {
+  std::string recipe, model, data;
+  std::int64_t parameters = 0;
+  std::int64_t steps = 0;          // steps done in all (including those before a resume)
+  std::int64_t skipped_steps = 0;  // steps the GradScaler skipped (inf/NaN gradients)
+  double final_scale = 1;
+  double final_loss = 0;           // moving average of the last steps' training loss
+  std::optional<double> test_accuracy;      // fashion-mnist: on the 10,000 test images
+  std::optional<double> val_bits_per_char;  // text: on the whole validation split
+  double train_seconds = 0;        // this process's training loop, evaluation excluded
+  double items_per_second = 0;     // images or characters per second of training
+  std::int64_t peak_rss_bytes = 0;
+
+  std::string to_json() const;
+  std::string to_line() const;  // the same numbers in one human-readable line
+};
+
+TrainSummary train(const TrainOptions& options);
+
+}  // namespace mg::tools

@@ -1,0 +1,41 @@
+// The flags of `mixgrad train`, their defaults, and the checks made before any work starts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace mg::tools {
+
+struct TrainOptions {
+  std::string data = "fashion-mnist";   // fashion-mnist | text
+  std::string model = "mlp";            // mlp | cnn (fashion-mnist); lstm | gpt (text)
+  std::string precision = "fp32";       // an amp::Recipe name
+  std::string device = "cpu";           // cpu | cuda
+  std::int64_t epochs = 0;              // total epochs (fashion-mnist); 0: use --steps
+  std::int64_t steps = 0;               // total steps, counting those before --resume; 0: use --epochs
+  std::int64_t batch = 0;               // 0: 128 for images, 32 for text
+  std::int64_t context = 64;            // text: characters per training window
+  std::string optimizer = "sgd";        // sgd | adam | adamw
+  double lr = 0;                        // 0: 0.05 for sgd, 1e-3 for adam and adamw
+  double momentum = 0.9;                // sgd only
+  std::uint64_t seed = 0;
+  std::int64_t subset = 0;              // train on the first N examples (characters, for text); 0: all
+  std::string text_file;                // text: a plain-text file instead of the King James Bible
+  std::string log;                      // CSV: one row per step
+  std::string save;                     // checkpoint written at the end
+  std::string resume;                   // checkpoint to continue from
+  std::string summary;                  // JSON summary of the run
+  bool quiet = false;                   // no progress output, only the closing line
+};
+
+// Registers every flag on `command` (the train subcommand), with its help text and value checks.
+void add_train_flags(CLI::App& command, TrainOptions& options);
+// The checks that span several flags (a model that fits the data, --epochs or --steps, files
+// that must exist); fills the defaults that depend on other flags. Throws mg::Error.
+void finalize(TrainOptions& options);
+
+}  // namespace mg::tools
