@@ -7,8 +7,24 @@
 
 namespace mg::amp {
 
+namespace {
+
+// The flat constructor's make_optimizer, called with the masters of its one group.
+MasterWeights::MakeGroupedOptimizer for_one_group(const MasterWeights::MakeOptimizer& make_optimizer) {
+  if (!make_optimizer) return nullptr;
+  return [make_optimizer](std::vector<optim::ParamGroup> groups) {
+    return make_optimizer(std::move(groups[0].parameters));
+  };
+}
+
+}  // namespace
+
 MasterWeights::MasterWeights(std::vector<Tensor> model_parameters, const MakeOptimizer& make_optimizer)
-    : Optimizer(std::move(model_parameters), 0.0, "amp::MasterWeights") {
+    : MasterWeights(std::vector<optim::ParamGroup>{{.parameters = std::move(model_parameters)}},
+                    for_one_group(make_optimizer)) {}
+
+MasterWeights::MasterWeights(std::vector<optim::ParamGroup> model_groups, const MakeGroupedOptimizer& make_optimizer)
+    : Optimizer(model_groups, 0.0, 0.0, "amp::MasterWeights") {
   NoGradGuard no_grad;
   for (std::size_t i = 0; i < parameters().size(); ++i) {
     const Tensor& p = parameters()[i];
@@ -18,10 +34,21 @@ MasterWeights::MasterWeights(std::vector<Tensor> model_parameters, const MakeOpt
     masters_.push_back(cast(p.detach(), DType::F32).set_requires_grad(true));
   }
   MG_CHECK(make_optimizer, "amp::MasterWeights: make_optimizer is empty");
-  inner_ = make_optimizer(masters_);
-  MG_CHECK(inner_ && inner_->parameters().size() == masters_.size(),
-           "amp::MasterWeights: make_optimizer must return an optimizer over the {} master parameters it is given",
-           masters_.size());
+  // The same groups, options included, with each parameter replaced by its master.
+  std::vector<optim::ParamGroup> master_groups;
+  std::size_t next = 0;
+  for (optim::ParamGroup& group : model_groups) {
+    for (Tensor& p : group.parameters) p = masters_[next++];
+    master_groups.push_back(std::move(group));
+  }
+  inner_ = make_optimizer(std::move(master_groups));
+  bool same = inner_ && inner_->parameters().size() == masters_.size() &&
+              inner_->groups().size() == Optimizer::groups().size();
+  for (std::size_t i = 0; same && i < masters_.size(); ++i) same = inner_->parameters()[i].id() == masters_[i].id();
+  for (std::size_t g = 0; same && g < Optimizer::groups().size(); ++g)
+    same = inner_->groups()[g].size() == Optimizer::groups()[g].size();
+  MG_CHECK(same, "amp::MasterWeights: make_optimizer must return an optimizer over the master parameters it is "
+           "given ({} in {} group(s)), in the same groups and order", masters_.size(), Optimizer::groups().size());
 }
 
 std::size_t MasterWeights::master_bytes() const {
@@ -54,32 +81,80 @@ void MasterWeights::unscale_gradients(double factor, Tensor& found_inf) {
   }
 }
 
-std::vector<Tensor> MasterWeights::gradients() const { return inner_->gradients(); }
+bool MasterWeights::gradients_converted() const {
+  if (converted_.size() != parameters().size()) return false;
+  for (std::size_t i = 0; i < parameters().size(); ++i) {
+    const auto& grad = parameters()[i].impl().grad;
+    if (grad != converted_[i].first || (grad && grad->storage->version() != converted_[i].second)) return false;
+  }
+  return true;
+}
+
+void MasterWeights::convert_gradients() {
+  Tensor ignored = zeros({}, {.dtype = DType::F32, .device = parameters()[0].device()});
+  unscale_gradients(1.0, ignored);  // no scaler: convert only (an inf then reaches the update, as without amp)
+}
+
+std::vector<Tensor> MasterWeights::gradients() {
+  if (!gradients_converted()) convert_gradients();
+  return inner_->gradients();
+}
+
+void MasterWeights::refresh_model(std::size_t index) {
+  NoGradGuard no_grad;
+  Tensor model = parameters()[index];
+  kernels::cast(masters_[index], model);  // the f16 copy, rounded once from the master
+  model.impl().storage->bump_version();
+}
 
 void MasterWeights::step() {
-  bool converted = converted_.size() == parameters().size();
-  for (std::size_t i = 0; converted && i < parameters().size(); ++i) {
-    const auto& grad = parameters()[i].impl().grad;
-    converted = grad == converted_[i].first && (!grad || grad->storage->version() == converted_[i].second);
-  }
-  if (!converted) {
-    Tensor ignored = zeros({}, {.dtype = DType::F32, .device = parameters()[0].device()});
-    unscale_gradients(1.0, ignored);  // no scaler: convert only (an inf then reaches the update, as without amp)
-  }
+  if (!gradients_converted()) convert_gradients();
   inner_->step();
-  NoGradGuard no_grad;
-  for (std::size_t i = 0; i < masters_.size(); ++i) {
-    if (!masters_[i].grad().defined()) continue;
-    Tensor model = parameters()[i];
-    kernels::cast(masters_[i], model);  // the f16 copy, rounded once from the updated master
-    model.impl().storage->bump_version();
-  }
+  for (std::size_t i = 0; i < masters_.size(); ++i)
+    if (masters_[i].grad().defined()) refresh_model(i);
   converted_.clear();
 }
 
 void MasterWeights::zero_grad() {
   Optimizer::zero_grad();
   inner_->zero_grad();
+  converted_.clear();
+}
+
+StateDict MasterWeights::state_dict() const {
+  NoGradGuard no_grad;
+  StateDict state = inner_->state_dict();
+  for (std::size_t i = 0; i < masters_.size(); ++i)
+    state[fmt::format("master.{}", i)] = masters_[i].detach().clone();
+  return state;
+}
+
+void MasterWeights::load_state_dict(const StateDict& state) {
+  const char* owner = "amp::MasterWeights::load_state_dict";
+  const StateDict saved_masters = state_subset(state, "master.");
+  MG_CHECK(saved_masters.size() == masters_.size(), "{}: the state has {} master entries ('master.<index>') but "
+           "the model has {} parameters; load it into the model it was saved from", owner, saved_masters.size(),
+           masters_.size());
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    const std::string key = fmt::format("master.{}", i);
+    auto it = state.find(key);
+    MG_CHECK(it != state.end(), "{}: the state has no entry '{}'", owner, key);
+    const Tensor& saved = it->second;
+    MG_CHECK(saved.defined(), "{}: entry '{}' is an undefined tensor", owner, key);
+    MG_CHECK(saved.shape() == masters_[i].shape() && saved.dtype() == DType::F32 &&
+             saved.device() == masters_[i].device(), "{}: entry '{}' must be f32 {} on {} (the master of parameter "
+             "{}), got {} {} on {}", owner, key, masters_[i].shape(), masters_[i].device(), i, saved.shape(),
+             saved.dtype(), saved.device());
+  }
+  StateDict inner_state;
+  for (const auto& [key, value] : state)
+    if (!key.starts_with("master.")) inner_state.emplace(key, value);
+  inner_->load_state_dict(inner_state);  // checks everything before it changes anything
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    masters_[i].copy_(state.at(fmt::format("master.{}", i)));
+    refresh_model(i);
+  }
   converted_.clear();
 }
 

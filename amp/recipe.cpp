@@ -55,26 +55,34 @@ void Recipe::cast_parameters(const std::vector<Tensor>& parameters) const {
   for (const Tensor& p : parameters)  // every check before any change
     MG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_leaf(),
              "amp::Recipe::cast_parameters ({}): every parameter must be a floating leaf", name);
-  for (const Tensor& p : parameters) {
-    if (p.dtype() == parameter_dtype) continue;
-    Tensor converted = cast(p.detach(), parameter_dtype);
-    TensorImpl& impl = p.impl();
-    impl.storage = converted.impl().storage;
-    impl.offset = converted.impl().offset;
-    impl.dtype = parameter_dtype;
-    impl.grad.reset();
-  }
+  for (const Tensor& p : parameters) cast_storage_(p, parameter_dtype);
 }
+
+namespace {
+
+void check_parameter_dtypes(const Recipe& recipe, const std::vector<Tensor>& parameters) {
+  for (const Tensor& p : parameters)
+    MG_CHECK(p.defined() && p.dtype() == recipe.parameter_dtype, "amp::Recipe::make_optimizer ({}): a parameter is "
+             "{} but the recipe stores parameters in {}; call recipe.cast_parameters(parameters) first", recipe.name,
+             p.defined() ? fmt::format("{}", p.dtype()) : "undefined", recipe.parameter_dtype);
+}
+
+}  // namespace
 
 std::unique_ptr<optim::Optimizer> Recipe::make_optimizer(const std::vector<Tensor>& parameters,
                                                          const MasterWeights::MakeOptimizer& make_optimizer) const {
   MG_CHECK(make_optimizer, "amp::Recipe::make_optimizer ({}): make_optimizer is empty", name);
-  for (const Tensor& p : parameters)
-    MG_CHECK(p.defined() && p.dtype() == parameter_dtype, "amp::Recipe::make_optimizer ({}): a parameter is {} but "
-             "the recipe stores parameters in {}; call recipe.cast_parameters(parameters) first", name,
-             p.defined() ? fmt::format("{}", p.dtype()) : "undefined", parameter_dtype);
+  check_parameter_dtypes(*this, parameters);
   if (master_weights) return std::make_unique<MasterWeights>(parameters, make_optimizer);
   return make_optimizer(parameters);
+}
+
+std::unique_ptr<optim::Optimizer> Recipe::make_optimizer(const std::vector<optim::ParamGroup>& groups,
+                                                         const MasterWeights::MakeGroupedOptimizer& make_optimizer) const {
+  MG_CHECK(make_optimizer, "amp::Recipe::make_optimizer ({}): make_optimizer is empty", name);
+  for (const optim::ParamGroup& group : groups) check_parameter_dtypes(*this, group.parameters);
+  if (master_weights) return std::make_unique<MasterWeights>(groups, make_optimizer);
+  return make_optimizer(groups);
 }
 
 GradScaler Recipe::make_scaler(GradScalerOptions options) const {

@@ -53,6 +53,10 @@ struct Recipe {
   // make_optimizer(parameters), wrapped in MasterWeights when the recipe keeps a master copy.
   std::unique_ptr<optim::Optimizer> make_optimizer(const std::vector<Tensor>& parameters,
                                                    const MasterWeights::MakeOptimizer& make_optimizer) const;
+  // The same with parameter groups (optim/optimizer.h): make_optimizer receives the groups, over
+  // the f32 masters when the recipe keeps a master copy.
+  std::unique_ptr<optim::Optimizer> make_optimizer(const std::vector<optim::ParamGroup>& groups,
+                                                   const MasterWeights::MakeGroupedOptimizer& make_optimizer) const;
   // A GradScaler set up for the recipe: dynamic, static (init_scale = static_scale) or disabled;
   // `options` supplies everything else.
   GradScaler make_scaler(GradScalerOptions options = {}) const;

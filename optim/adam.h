@@ -1,5 +1,7 @@
-// Adam and AdamW, as torch.optim.Adam / AdamW (formula in kernels/optim.h). The moments have the
-// parameter's dtype; each parameter counts its own steps for the bias correction.
+// Adam, as torch.optim.Adam (formula in kernels/optim.h): weight decay is L2, added to the
+// gradient before the moments see it. AdamW (optim/adamw.h) is the same update with decoupled
+// weight decay. The moments have the parameter's dtype; each parameter counts its own steps for
+// the bias correction (a parameter that had no gradient for a step has taken one step fewer).
 #pragma once
 
 #include "optim/optimizer.h"
@@ -11,32 +13,38 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * weight_decay instead of g += weight_decay * p
+  double weight_decay = 0.0;  // L2: g += weight_decay * p
 };
 
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> parameters, AdamOptions options = {});
+  // Groups may set their own lr and weight_decay; betas and eps are shared.
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
   std::vector<Tensor> state() const override;
   const AdamOptions& options() const { return options_; }
+  // false: L2 weight decay (Adam); true: p *= 1 - lr * weight_decay before the update (AdamW).
+  bool decoupled_weight_decay() const { return decoupled_weight_decay_; }
 
  protected:
-  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr,
+  // For AdamW: the same update with the weight decay of `decoupled_weight_decay`.
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay, std::string name);
+
+  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
               kernels::UpdateCount& count) override;
+  // "exp_avg", "exp_avg_sq" (the first and second moments) and "step" (the parameter's own count).
+  std::vector<StateEntry> state_entries() const override;
+  StateDict parameter_state(std::size_t index) const override;
+  void load_parameter_state(std::size_t index, const StateDict& state) override;
 
  private:
   AdamOptions options_;
+  bool decoupled_weight_decay_;
   struct Moments {
     Tensor exp_avg, exp_avg_sq;
     std::int64_t steps = 0;
   };
-  std::vector<Moments> moments_;
+  std::vector<Moments> moments_;  // one per parameter; undefined until its first update
 };
-
-// AdamW with PyTorch's default weight decay of 0.01.
-inline AdamOptions adamw_options(double lr = 1e-3, double weight_decay = 1e-2) {
-  return {.lr = lr, .weight_decay = weight_decay, .decoupled_weight_decay = true};
-}
 
 }  // namespace mg::optim

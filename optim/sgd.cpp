@@ -7,10 +7,12 @@
 namespace mg::optim {
 
 SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
-    : Optimizer(std::move(parameters), options.lr, "optim::SGD"), options_(options) {
-  MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0 && options.weight_decay >= 0.0,
-           "optim::SGD: momentum ({}), dampening ({}) and weight_decay ({}) must be >= 0", options.momentum,
-           options.dampening, options.weight_decay);
+    : SGD(std::vector<ParamGroup>{{.parameters = std::move(parameters)}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, "optim::SGD"), options_(options) {
+  MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0, "optim::SGD: momentum ({}) and dampening ({}) must "
+           "be >= 0", options.momentum, options.dampening);
   MG_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
            "optim::SGD: Nesterov momentum needs momentum > 0 and dampening = 0 (got {} and {})", options.momentum,
            options.dampening);
@@ -24,9 +26,10 @@ std::vector<Tensor> SGD::state() const {
   return state;
 }
 
-void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, kernels::UpdateCount& count) {
+void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
+                 kernels::UpdateCount& count) {
   kernels::SgdHyper hyper{.lr = lr, .momentum = options_.momentum, .dampening = options_.dampening,
-                          .weight_decay = options_.weight_decay, .nesterov = options_.nesterov};
+                          .weight_decay = weight_decay, .nesterov = options_.nesterov};
   if (options_.momentum == 0.0) return kernels::sgd(parameter, grad, nullptr, hyper, count);
   // The buffer becomes state only once the kernel has filled it.
   Tensor buffer = momentum_buffers_[index];
@@ -34,6 +37,21 @@ void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, doubl
   if (hyper.first_step) buffer = zeros(parameter.shape(), {.dtype = parameter.dtype(), .device = parameter.device()});
   kernels::sgd(parameter, grad, &buffer, hyper, count);
   momentum_buffers_[index] = buffer;
+}
+
+std::vector<Optimizer::StateEntry> SGD::state_entries() const {
+  if (options_.momentum == 0.0) return {};
+  return {{"momentum_buffer", StateKind::LikeParameter}};
+}
+
+StateDict SGD::parameter_state(std::size_t index) const {
+  if (!momentum_buffers_[index].defined()) return {};
+  return {{"momentum_buffer", momentum_buffers_[index]}};
+}
+
+void SGD::load_parameter_state(std::size_t index, const StateDict& state) {
+  Tensor& buffer = momentum_buffers_[index];
+  buffer = state.empty() ? Tensor() : copy_state(buffer, state.at("momentum_buffer"));
 }
 
 }  // namespace mg::optim

@@ -10,19 +10,25 @@ struct SgdOptions {
   double lr = 0.01;
   double momentum = 0.0;
   double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;  // needs momentum > 0 and dampening == 0
+  double weight_decay = 0.0;  // L2: added to the gradient (d = g + weight_decay * p)
+  bool nesterov = false;      // needs momentum > 0 and dampening == 0
 };
 
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> parameters, SgdOptions options = {});
+  // Groups may set their own lr and weight_decay; momentum, dampening and Nesterov are shared.
+  SGD(std::vector<ParamGroup> groups, SgdOptions options = {});
   std::vector<Tensor> state() const override;
   const SgdOptions& options() const { return options_; }
 
  protected:
-  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr,
+  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
               kernels::UpdateCount& count) override;
+  // "momentum_buffer" (none without momentum).
+  std::vector<StateEntry> state_entries() const override;
+  StateDict parameter_state(std::size_t index) const override;
+  void load_parameter_state(std::size_t index, const StateDict& state) override;
 
  private:
   SgdOptions options_;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/amp.h"
+#include "optim/clip.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -291,4 +292,103 @@ TEST_CASE("master weights: f16 gradients are never unscaled in place, and the sc
   Tensor flag = zeros({});
   check_error([&] { kernels::unscale({g}, {}, 0.5, flag); }, "1 sources but 0 destinations");
   check_values(g, {1, 1}, 0.0, 0.0);
+}
+
+TEST_CASE("master weights: groups reach the inner optimizer over the masters, with their overrides") {
+  Tensor w = ones({2, 2}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor b = ones({2}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights mw({{.parameters = {w}}, {.parameters = {b}, .lr = 0.25, .weight_decay = 0.0}},
+                        [](std::vector<optim::ParamGroup> master_groups) {
+                          REQUIRE(master_groups.size() == 2);
+                          CHECK(master_groups[1].parameters[0].dtype() == DType::F32);
+                          return std::make_unique<optim::SGD>(std::move(master_groups),
+                                                              optim::SgdOptions{.lr = 0.5, .weight_decay = 0.5});
+                        });
+  REQUIRE(mw.groups().size() == 2);  // the inner optimizer's
+  CHECK(mw.groups()[1].begin == 1);
+  CHECK(mw.inner().parameters()[1].id() == mw.master_parameters()[1].id());
+  CHECK(mw.lr(0) == 0.5);
+  CHECK(mw.lr(1) == 0.25);
+  w.set_grad(full({2, 2}, 1.0, {.dtype = DType::F16}));
+  b.set_grad(full({2}, 1.0, {.dtype = DType::F16}));
+  mw.step();
+  check_values(w, std::vector<double>(4, 1.0 - 0.5 * (1.0 + 0.5)), 0.0, 0.0);  // lr 0.5, wd 0.5: exact
+  check_values(b, {0.75, 0.75}, 0.0, 0.0);                                    // lr 0.25, no decay
+  mw.set_lr(1, 0.125);
+  CHECK(mw.inner().lr(1) == 0.125);
+  mw.set_lr(0.0625);  // every group
+  CHECK(mw.inner().lr(0) == 0.0625);
+  check_error([&] { amp::MasterWeights({{.parameters = {w}}, {.parameters = {b}}},
+                                       [](std::vector<optim::ParamGroup> groups) {
+                                         return std::make_unique<optim::SGD>(groups[0].parameters);
+                                       }); },
+              "make_optimizer must return an optimizer over the master parameters it is given (2 in 2 group(s))");
+}
+
+TEST_CASE("master weights: clipping after unscale_ acts on the f32 master gradients, as in an f32 run") {
+  // loss = sum(w * c): the gradient is c, exact in f16 and, times S = 2^10, exact again.
+  const std::vector<double> c{3.0, -4.0, 12.0, 0.5};
+  const double expected_norm = std::sqrt(9.0 + 16.0 + 144.0 + 0.25);
+  const double lr = 0.5, max_norm = 1.0;
+  Tensor w = ones({4}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights mw({w}, make_sgd({.lr = lr}));
+  amp::GradScaler scaler({.init_scale = 1024});
+  backward(scaler.scale(sum(mul(w, from_vector(c, {4}, {.dtype = DType::F16})))));
+  scaler.unscale_(mw);
+  CHECK(optim::clip_grad_norm_(mw, max_norm) == doctest::Approx(expected_norm).epsilon(1e-15));
+  check_values(w.grad(), {3.0 * 1024, -4.0 * 1024, 12.0 * 1024, 0.5 * 1024}, 0.0, 0.0);  // the f16 ones: untouched
+  REQUIRE(scaler.step(mw));
+  scaler.update();
+  // The f32 run: the same gradient, clipped and stepped in f32.
+  Tensor reference = ones({4}, {.requires_grad = true});
+  optim::SGD sgd({reference}, {.lr = lr});
+  reference.set_grad(from_vector(c, {4}));
+  CHECK(optim::clip_grad_norm_(sgd, max_norm) == doctest::Approx(expected_norm).epsilon(1e-15));
+  sgd.step();
+  check_close(mw.master_parameters()[0], reference, 0.0, 0.0);
+  check_close(w, reference.to(DType::F16), 0.0, 0.0);
+
+  // Without a scaler, gradients() converts the model's gradients first: the clip is not lost.
+  mw.zero_grad();
+  w.set_grad(from_vector(c, {4}, {.dtype = DType::F16}));
+  const std::vector<double> before = mw.master_parameters()[0].to_vector<double>();
+  CHECK(optim::clip_grad_norm_(mw, max_norm) == doctest::Approx(expected_norm).epsilon(1e-15));
+  mw.step();
+  const std::vector<double> after = mw.master_parameters()[0].to_vector<double>();
+  double moved = 0.0;
+  for (std::size_t i = 0; i < 4; ++i) moved += (before[i] - after[i]) * (before[i] - after[i]);
+  CHECK(std::sqrt(moved) == doctest::Approx(lr * max_norm).epsilon(1e-6));  // a step of norm lr * max_norm
+}
+
+TEST_CASE("master weights: state_dict holds the masters; a bad one changes nothing; loading refreshes the model") {
+  Tensor w = from_vector({1.0, 2.0}, {2}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights mw({w}, make_sgd({.lr = std::ldexp(1.0, -12), .momentum = 0.5}));
+  w.set_grad(full({2}, 1.0, {.dtype = DType::F16}));
+  mw.step();  // masters move by 2^-12, the f16 copy of 2.0 cannot (its ulp is 2^-9)
+  const StateDict saved = mw.state_dict();
+  CHECK(saved.contains("master.0"));
+  CHECK(saved.contains("state.0.momentum_buffer"));
+  CHECK(saved.at("master.0").dtype() == DType::F32);
+  check_values(saved.at("master.0"), {1.0 - std::ldexp(1.0, -12), 2.0 - std::ldexp(1.0, -12)}, 0.0, 0.0);
+
+  Tensor v = from_vector({5.0, 5.0}, {2}, {.dtype = DType::F16, .requires_grad = true});
+  amp::MasterWeights fresh({v}, make_sgd({.lr = 1.0, .momentum = 0.5}));
+  StateDict wrong = saved;
+  wrong["master.0"] = saved.at("master.0").to(DType::F16);
+  check_error([&] { fresh.load_state_dict(wrong); }, "entry 'master.0' must be f32 [2] on cpu");
+  wrong = saved;
+  wrong.erase("master.0");
+  check_error([&] { fresh.load_state_dict(wrong); }, "the state has 0 master entries");
+  wrong = saved;
+  wrong.erase("step_count");
+  check_error([&] { fresh.load_state_dict(wrong); }, "optim::SGD::load_state_dict: the state has no entry 'step_count'");
+  check_values(fresh.master_parameters()[0], {5.0, 5.0}, 0.0, 0.0);  // the masters were checked first, then not copied
+  check_values(v, {5.0, 5.0}, 0.0, 0.0);
+  CHECK(fresh.step_count() == 0);
+
+  fresh.load_state_dict(saved);
+  check_close(fresh.master_parameters()[0], saved.at("master.0"), 0.0, 0.0);
+  check_values(v, {to_f16(1.0 - std::ldexp(1.0, -12)), 2.0}, 0.0, 0.0);  // round(master)
+  CHECK(fresh.step_count() == 1);
+  CHECK(fresh.lr() == std::ldexp(1.0, -12));  // the saved lr, not the constructor's
 }

@@ -1,11 +1,12 @@
-// optim::SGD and optim::Adam/AdamW against a hand-written f64 reference of PyTorch's formulas
-// (kernels/optim.h), in f64 and f32; skipped parameters, schedules, constructor checks, the
+// optim::SGD, Adam and AdamW against a hand-written f64 reference of PyTorch's formulas
+// (kernels/optim.h), in f64 and f32; skipped parameters, parameter groups, constructor checks, the
 // lost-update count of f16 parameters, and the data version bump that protects saved graphs.
+// Schedules, skipped steps and clipping: test_optim_schedule; state_dict and resuming: test_optim_state.
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <memory>
 
+#include "optim/adamw.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -29,18 +30,18 @@ void sgd_reference(const optim::SgdOptions& o, Vec& p, Vec& buf, const Vec& g, d
   }
 }
 
-// torch.optim.Adam / AdamW, one parameter, in f64, with its own step count.
+// torch.optim.Adam / AdamW (decoupled), one parameter, in f64, with its own step count.
 struct AdamState {
   Vec m, v;
   int t = 0;
 };
-void adam_reference(const optim::AdamOptions& o, Vec& p, AdamState& s, const Vec& g_in, double lr) {
+void adam_reference(const optim::AdamOptions& o, bool decoupled, Vec& p, AdamState& s, const Vec& g_in, double lr) {
   if (s.m.empty()) s.m.assign(p.size(), 0.0), s.v.assign(p.size(), 0.0);
   ++s.t;
   const double bias1 = 1.0 - std::pow(o.beta1, s.t), bias2 = 1.0 - std::pow(o.beta2, s.t);
   for (std::size_t i = 0; i < p.size(); ++i) {
     double g = g_in[i];
-    if (o.decoupled_weight_decay) p[i] *= 1.0 - lr * o.weight_decay;
+    if (decoupled) p[i] *= 1.0 - lr * o.weight_decay;
     else g += o.weight_decay * p[i];
     s.m[i] = o.beta1 * s.m[i] + (1.0 - o.beta1) * g;
     s.v[i] = o.beta2 * s.v[i] + (1.0 - o.beta2) * g * g;
@@ -100,11 +101,20 @@ void check_sgd(DType dtype, optim::SgdOptions o, double tol, const std::function
       tol, present);
 }
 
-void check_adam(DType dtype, optim::AdamOptions o, double tol, const std::function<bool(int, std::size_t)>& present = {}) {
+// Adam with `o`, or AdamW with the same numbers when `decoupled`.
+void check_adam(DType dtype, optim::AdamOptions o, bool decoupled, double tol,
+                const std::function<bool(int, std::size_t)>& present = {}) {
   auto states = std::make_shared<std::vector<AdamState>>(2);
   check_against_reference(
-      dtype, [o](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(std::move(p), o); },
-      [o, states](std::size_t i, Vec& p, const Vec& g, double lr) { adam_reference(o, p, (*states)[i], g, lr); },
+      dtype,
+      [o, decoupled](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+        if (!decoupled) return std::make_unique<optim::Adam>(std::move(p), o);
+        return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1,
+                                              .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+      },
+      [o, decoupled, states](std::size_t i, Vec& p, const Vec& g, double lr) {
+        adam_reference(o, decoupled, p, (*states)[i], g, lr);
+      },
       [states] {
         std::vector<Vec> state;
         for (const AdamState& s : *states)
@@ -128,11 +138,16 @@ const std::vector<std::pair<const char*, optim::SgdOptions>> kSgdConfigs{
     {"weight decay", {.lr = 0.1, .weight_decay = 0.05}},
     {"nesterov + weight decay", {.lr = 0.05, .momentum = 0.8, .weight_decay = 0.1, .nesterov = true}},
 };
-const std::vector<std::pair<const char*, optim::AdamOptions>> kAdamConfigs{
-    {"adam", {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3}},
-    {"adam + L2 weight decay", {.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}},
-    {"adamw", {.lr = 0.05, .beta1 = 0.85, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.2, .decoupled_weight_decay = true}},
-    {"adamw defaults", optim::adamw_options(0.01)},
+struct AdamConfig {
+  const char* name;
+  optim::AdamOptions options;
+  bool decoupled;  // AdamW
+};
+const std::vector<AdamConfig> kAdamConfigs{
+    {"adam", {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3}, false},
+    {"adam + L2 weight decay", {.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1}, false},
+    {"adamw", {.lr = 0.05, .beta1 = 0.85, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.2}, true},
+    {"adamw, PyTorch's other defaults", {.lr = 0.01, .weight_decay = 1e-2}, true},
 };
 
 }  // namespace
@@ -146,10 +161,10 @@ TEST_CASE("optim: SGD matches the PyTorch formula in f64 and f32") {
 }
 
 TEST_CASE("optim: Adam and AdamW match the PyTorch formula in f64 and f32") {
-  for (const auto& [name, options] : kAdamConfigs) {
-    INFO(name);
-    check_adam(DType::F64, options, kF64Tol);
-    check_adam(DType::F32, options, kF32Tol);
+  for (const AdamConfig& config : kAdamConfigs) {
+    INFO(config.name);
+    check_adam(DType::F64, config.options, config.decoupled, kF64Tol);
+    check_adam(DType::F32, config.options, config.decoupled, kF32Tol);
   }
 }
 
@@ -159,7 +174,7 @@ TEST_CASE("optim: a parameter without .grad is skipped; its state starts with it
   // correction with t = 1 at optimizer step 1).
   auto present = [](int step, std::size_t index) { return index == 0 || step % 2 == 1; };
   check_sgd(DType::F64, {.lr = 0.1, .momentum = 0.9, .dampening = 0.5}, kF64Tol, present);
-  check_adam(DType::F64, {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95}, kF64Tol, present);
+  check_adam(DType::F64, {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95}, false, kF64Tol, present);
 
   Tensor a = f64({1, 2}, {2}), b = f64({3, 4}, {2});
   optim::Adam adam({a, b}, {.lr = 0.1});
@@ -174,29 +189,10 @@ TEST_CASE("optim: a parameter without .grad is skipped; its state starts with it
   CHECK(adam.last_update().nonzero == 0);
 }
 
-TEST_CASE("optim: set_schedule scales the learning rate per step; set_lr changes the base") {
-  Tensor w = f64({1.0, -1.0}, {2});
-  optim::SGD sgd({w}, {.lr = 0.5});
-  sgd.set_schedule([](std::int64_t step) { return std::ldexp(1.0, -static_cast<int>(step)); });  // 2^-step
-  Vec expected{1.0, -1.0};
-  for (int step = 0; step < 4; ++step) {
-    CHECK(sgd.lr() == std::ldexp(0.5, -step));
-    w.set_grad(f64({1.0, 2.0}, {2}, false));
-    sgd.step();
-    expected[0] -= std::ldexp(0.5, -step) * 1.0;
-    expected[1] -= std::ldexp(0.5, -step) * 2.0;
-    check_values(w, expected, 0.0, 0.0);  // powers of two: exact
-  }
-  sgd.set_lr(2.0);
-  CHECK(sgd.lr() == 2.0 / 16.0);
-  check_error([&] { sgd.set_lr(-1.0); }, "the learning rate must be finite and >= 0");
-  check_error([&] { sgd.set_lr(NAN); }, "the learning rate must be finite and >= 0");
-  CHECK(sgd.lr() == 2.0 / 16.0);
-}
-
 TEST_CASE("optim: constructors refuse bad parameters and hyper-parameters") {
   Tensor w = f64({1, 2}, {2});
-  check_error([] { optim::SGD({}); }, "optim::SGD: got no parameters to optimize");
+  check_error([] { optim::SGD(std::vector<Tensor>{}); }, "optim::SGD: got no parameters to optimize");
+  check_error([] { optim::SGD(std::vector<optim::ParamGroup>{{}, {}}); }, "optim::SGD: got no parameters");
   check_error([&] { optim::SGD({w, w}); }, "appears twice");
   check_error([&] { optim::Adam({w, f64({1}, {1}, false)}); }, "optim::Adam: parameter 1");
   check_error([&] { optim::SGD({f64({1}, {1}, false)}); }, "requires grad");
@@ -211,6 +207,84 @@ TEST_CASE("optim: constructors refuse bad parameters and hyper-parameters") {
   check_error([&] { optim::Adam({w}, {.beta2 = -0.1}); }, "betas must be in [0, 1)");
   check_error([&] { optim::Adam({w}, {.eps = -1e-8}); }, "eps");
   CHECK_NOTHROW(optim::Adam({w}, {.beta1 = 0.0, .beta2 = 0.0}));
+}
+
+TEST_CASE("optim: AdamW has PyTorch's defaults and decays the weight itself, not through the moments") {
+  const optim::AdamWOptions defaults;
+  CHECK(defaults.lr == 1e-3);
+  CHECK(defaults.beta1 == 0.9);
+  CHECK(defaults.beta2 == 0.999);
+  CHECK(defaults.eps == 1e-8);
+  CHECK(defaults.weight_decay == 1e-2);
+  // A zero gradient: AdamW's moments stay 0, so only the decay moves p, by lr * wd * p = 1e-5.
+  Tensor w = f64({1.0}, {1}), v = f64({1.0}, {1});
+  optim::AdamW adamw({w});
+  CHECK(adamw.decoupled_weight_decay());
+  CHECK(adamw.name() == "optim::AdamW");
+  w.set_grad(f64({0.0}, {1}, false));
+  adamw.step();
+  check_values(w, {1.0 - 1e-3 * 1e-2});
+  // Adam's L2 decay enters the moments as a gradient of wd * p = 0.01 and is normalised by sqrt(v):
+  // m = 0.1 * 0.01, v = 0.001 * 1e-4, and the step is lr * (m / 0.1) / (sqrt(v / 0.001) + eps),
+  // almost a full lr of 1e-3: a hundred times AdamW's decay.
+  optim::Adam adam({v}, {.weight_decay = 1e-2});
+  CHECK_FALSE(adam.decoupled_weight_decay());
+  v.set_grad(f64({0.0}, {1}, false));
+  adam.step();
+  check_values(v, {1.0 - 1e-3 * 0.01 / (0.01 + 1e-8)});
+}
+
+TEST_CASE("optim: parameter groups step with their own lr and weight decay; set_lr per group or all") {
+  // SGD, one step: p -= lr * (g + wd * p). Group 0 takes the defaults (lr 0.1, wd 0.5), group 1
+  // sets lr 0.01 and no weight decay.
+  Tensor a = f64({1.0, 2.0}, {2}), b = f64({4.0}, {1}), c = f64({-2.0}, {1});
+  optim::SGD sgd({{.parameters = {a, b}}, {.parameters = {c}, .lr = 0.01, .weight_decay = 0.0}},
+                 {.lr = 0.1, .weight_decay = 0.5});
+  REQUIRE(sgd.groups().size() == 2);
+  CHECK(sgd.parameters().size() == 3);
+  CHECK(sgd.parameters()[2].id() == c.id());  // group after group
+  CHECK(sgd.groups()[0].begin == 0);
+  CHECK(sgd.groups()[0].end == 2);
+  CHECK(sgd.groups()[1].size() == 1);
+  CHECK(sgd.groups()[0].weight_decay == 0.5);
+  CHECK(sgd.groups()[1].weight_decay == 0.0);
+  CHECK(sgd.lr() == 0.1);
+  CHECK(sgd.lr(1) == 0.01);
+  for (Tensor p : {a, b, c}) p.set_grad(full(p.shape(), 1.0, {.dtype = DType::F64}));
+  sgd.step();
+  check_values(a, {1.0 - 0.1 * (1.0 + 0.5), 2.0 - 0.1 * (1.0 + 1.0)});
+  check_values(b, {4.0 - 0.1 * (1.0 + 2.0)});
+  check_values(c, {-2.0 - 0.01 * 1.0});
+  sgd.set_lr(1, 0.5);
+  CHECK(sgd.lr(0) == 0.1);
+  CHECK(sgd.lr(1) == 0.5);
+  sgd.set_lr(0.25);  // every group
+  CHECK(sgd.lr(0) == 0.25);
+  CHECK(sgd.lr(1) == 0.25);
+  check_error([&] { sgd.set_lr(2, 0.1); }, "optim::SGD::set_lr: there is no group 2");
+  check_error([&] { sgd.set_lr(1, -0.1); }, "the learning rate must be finite and >= 0");
+  check_error([&] { (void)sgd.lr(2); }, "optim::SGD::lr: there is no group 2");
+
+  // The same groups for Adam and AdamW; an empty group is allowed (a model without biases).
+  Tensor d = f64({3.0}, {1}), e = f64({3.0}, {1});
+  optim::AdamW adamw({{.parameters = {d}}, {.parameters = {e}, .weight_decay = 0.0}, {}}, {.lr = 0.1});
+  d.set_grad(f64({0.0}, {1}, false));
+  e.set_grad(f64({0.0}, {1}, false));
+  adamw.step();
+  check_values(d, {3.0 * (1.0 - 0.1 * 1e-2)});
+  check_values(e, {3.0}, 0.0, 0.0);  // no decay and no gradient: untouched
+}
+
+TEST_CASE("optim: parameter groups refuse a parameter in two groups and bad overrides") {
+  Tensor w = f64({1, 2}, {2}), b = f64({3}, {1});
+  check_error([&] { optim::SGD({{.parameters = {w, b}}, {.parameters = {b}}}); },
+              "optim::SGD: parameter 2 ([1]) is in group 0 and again in group 1; a parameter may belong to only one");
+  check_error([&] { optim::Adam({{.parameters = {w}}, {.parameters = {b, b}}}); }, "appears twice in group 1");
+  check_error([&] { optim::AdamW({{.parameters = {w}, .lr = -1.0}}); }, "optim::AdamW: group 0's learning rate");
+  check_error([&] { optim::SGD({{.parameters = {w}, .weight_decay = NAN}}); }, "group 0's weight_decay");
+  check_error([&] { optim::SGD({{.parameters = {w}}, {.parameters = {f64({1}, {1}, false)}}}); },
+              "parameter 1 ([1] f64, in group 1) must be a floating leaf that requires grad");
+  check_error([&] { optim::AdamW({w}, {.weight_decay = -0.1}); }, "optim::AdamW: weight_decay must be finite");
 }
 
 TEST_CASE("optim: last_update counts the updates an f16 parameter loses") {
@@ -264,92 +338,4 @@ TEST_CASE("optim: step bumps the data version of updated parameters only") {
   sgd.step();
   check_error([&] { backward(y); }, "modified in place");
   CHECK(tape_size() == 0);
-}
-
-// ---- with the GradScaler: a skipped step is not a step
-
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
-  return {p, p + t.nbytes()};
-}
-
-}  // namespace
-
-namespace {
-
-// A clean step, then an overflowing one: weights, optimizer state, step count and scheduled lr
-// must be bit-identical across the second. base_lr: the optimizer's lr without the schedule.
-void check_skip_is_invisible(double base_lr,
-                             const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make) {
-  Generator gen(7);
-  std::vector<Tensor> params{uniform({3}, -1, 1, gen).set_requires_grad(true),
-                             uniform({2, 2}, -1, 1, gen).set_requires_grad(true)};
-  // A twin that only ever sees the clean steps, with the unscaled gradients (S is a power of two,
-  // so unscaling is exact): after the run it must match bit for bit (Adam's private step counts).
-  std::vector<Tensor> twins{params[0].detach().clone().set_requires_grad(true),
-                            params[1].detach().clone().set_requires_grad(true)};
-  auto opt = make(params);
-  auto twin = make(twins);
-  for (auto* o : {opt.get(), twin.get()})
-    o->set_schedule([](std::int64_t step) { return 1.0 / static_cast<double>(step + 1); });
-  amp::GradScaler scaler;
-  auto clean_step = [&] {
-    for (std::size_t i = 0; i < 2; ++i) {
-      Tensor u = uniform(params[i].shape(), -1, 1, gen);
-      params[i].set_grad(mul(u, scaler.get_scale()));
-      twins[i].set_grad(u);
-    }
-    CHECK(scaler.step(*opt));
-    scaler.update();
-    twin->step();
-  };
-  auto snapshot = [](const std::vector<Tensor>& ps, const optim::Optimizer& o) {
-    std::vector<std::vector<unsigned char>> all;
-    for (const Tensor& p : ps) all.push_back(bytes_of(p));
-    for (const Tensor& s : o.state()) all.push_back(bytes_of(s));
-    return all;
-  };
-  clean_step();
-  REQUIRE_FALSE(opt->state().empty());
-  const auto before = snapshot(params, *opt);
-  const std::size_t state_count = opt->state().size();
-  const kernels::UpdateCount update_before = opt->last_update();
-  CHECK(opt->lr() == base_lr / 2.0);  // schedule at step_count 1
-  for (double bad : {kInf, kNaN}) {
-    params[0].set_grad(mul(uniform({3}, -1, 1, gen), scaler.get_scale()));
-    params[1].set_grad(from_vector({0.5, bad, 0.25, 1.0}, {2, 2}));
-    CHECK_FALSE(scaler.step(*opt));
-    scaler.update();
-    CHECK(snapshot(params, *opt) == before);
-    CHECK(opt->state().size() == state_count);
-    CHECK(opt->step_count() == 1);
-    CHECK(opt->lr() == base_lr / 2.0);  // the schedule did not advance
-    CHECK(opt->last_update().nonzero == update_before.nonzero);
-    CHECK(opt->last_update().lost == update_before.lost);
-  }
-  clean_step();
-  CHECK(snapshot(params, *opt) != before);
-  CHECK(opt->step_count() == 2);
-  CHECK(opt->lr() == base_lr * (1.0 / 3.0));  // lr * schedule(2), the same product
-  clean_step();
-  CHECK(snapshot(params, *opt) == snapshot(twins, *twin));
-}
-
-}  // namespace
-
-TEST_CASE("scaler: a skipped step leaves weights and SGD momentum state bit-identical") {
-  check_skip_is_invisible(0.1, [](std::vector<Tensor> p) {
-    return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
-  });
-}
-
-TEST_CASE("scaler: a skipped step leaves weights and Adam moments and step counts bit-identical") {
-  check_skip_is_invisible(0.01, [](std::vector<Tensor> p) {
-    return std::make_unique<optim::Adam>(std::move(p), optim::adamw_options(0.01));
-  });
 }

@@ -9,6 +9,19 @@ namespace mg::kernels::cpu {
 
 void cast(const Tensor& x, Tensor& out) { convert(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel()); }
 
+namespace {
+
+// out's last dim, gathered from x with a stride: one typed loop per row (a memcpy per element would
+// cost a call each). Bits is an unsigned integer of the element's size: a permute only moves bytes.
+template <class Bits>
+void gather_row(const char* src, std::int64_t stride, std::int64_t count, char* dst) {
+  const auto* from = reinterpret_cast<const Bits*>(src);
+  auto* to = reinterpret_cast<Bits*>(dst);
+  for (std::int64_t i = 0; i < count; ++i) to[i] = from[i * stride];
+}
+
+}  // namespace
+
 void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   if (out.numel() == 0) return;
   const std::size_t rank = perm.size();
@@ -19,19 +32,25 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
     x_stride[d] = static_cast<std::int64_t>(stride);
   for (std::size_t d = 0; d < rank; ++d) source_stride[d] = x_stride[static_cast<std::size_t>(perm[d])];
 
-  // When the last dim stays last, whole rows are contiguous in both: copy them with memcpy.
+  // Row by row over out's last dim: whole rows are contiguous in x when the last dim stays last
+  // (one memcpy), strided otherwise (one typed loop).
   const bool rows_contiguous = rank > 0 && perm.back() == static_cast<int>(rank) - 1;
-  const std::int64_t row = rows_contiguous ? out.shape().back() : 1;
-  const std::size_t outer_rank = rows_contiguous ? rank - 1 : rank;
+  const std::int64_t row = rank > 0 ? out.shape().back() : 1;
+  const std::int64_t row_stride = rank > 0 ? source_stride.back() : 1;
+  const std::size_t outer_rank = rank > 0 ? rank - 1 : 0;
 
   const auto* src = static_cast<const char*>(x.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   std::vector<std::int64_t> index(outer_rank, 0);
   std::int64_t source = 0;
   for (std::int64_t done = 0; done < out.numel(); done += row) {
-    std::memcpy(dst + static_cast<std::size_t>(done) * element, src + static_cast<std::size_t>(source) * element,
-                static_cast<std::size_t>(row) * element);
-    for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's (outer) dims
+    const char* from = src + static_cast<std::size_t>(source) * element;
+    char* to = dst + static_cast<std::size_t>(done) * element;
+    if (rows_contiguous) std::memcpy(to, from, static_cast<std::size_t>(row) * element);
+    else if (element == 2) gather_row<std::uint16_t>(from, row_stride, row, to);
+    else if (element == 4) gather_row<std::uint32_t>(from, row_stride, row, to);
+    else gather_row<std::uint64_t>(from, row_stride, row, to);
+    for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's outer dims
       source += source_stride[d];
       if (++index[d] < out.shape()[d]) break;
       source -= source_stride[d] * out.shape()[d];

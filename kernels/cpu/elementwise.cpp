@@ -108,16 +108,26 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
   for (std::int64_t row = 0; row < rows; ++row) {
     for (std::int64_t start = 0; start < inner; start += kChunk) {
       std::int64_t count = std::min(kChunk, inner - start);
+      // An operand already in the compute type and contiguous is read (or, for out, written) in
+      // place; the others go through the buffers.
+      std::array<const C*, N> x{};
       for (std::size_t k = 0; k < N; ++k) {
         const char* ptr = base[k + 1] + (offset[k + 1] + start * inner_stride[k + 1]) * element_size[k + 1];
-        load_chunk<C>(ptr, inputs[k]->dtype(), inner_stride[k + 1], count, in[k]);
+        if (inputs[k]->dtype() == dtype_of<C>() && inner_stride[k + 1] == 1) {
+          x[k] = reinterpret_cast<const C*>(ptr);
+        } else {
+          load_chunk<C>(ptr, inputs[k]->dtype(), inner_stride[k + 1], count, in[k]);
+          x[k] = in[k];
+        }
       }
+      char* target = base[0] + (offset[0] + start) * element_size[0];
+      C* y = out.dtype() == dtype_of<C>() ? reinterpret_cast<C*>(target) : result;
       for (std::int64_t i = 0; i < count; ++i) {
-        if constexpr (N == 1) result[i] = f(in[0][i]);
-        else if constexpr (N == 2) result[i] = f(in[0][i], in[1][i]);
-        else result[i] = f(in[0][i], in[1][i], in[2][i]);
+        if constexpr (N == 1) y[i] = f(x[0][i]);
+        else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
+        else y[i] = f(x[0][i], x[1][i], x[2][i]);
       }
-      convert(result, dtype_of<C>(), base[0] + (offset[0] + start) * element_size[0], out.dtype(), count);
+      if (y == result) convert(result, dtype_of<C>(), target, out.dtype(), count);
     }
     // Advance the odometer over the outer dims (all but the last).
     for (std::size_t d = rank - 1; d-- > 0;) {
