@@ -30,6 +30,8 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
            bias_in.shape());
   MG_CHECK(eps >= 0, "{}: eps must be >= 0, got {}", op, eps);
   auto [x, weight, bias] = amp::autocast_inputs("layer_norm", x_in, weight_in, bias_in);
+  if (weight.defined()) check::same_dtype(op, x, weight);  // no implicit casts outside autocast
+  if (bias.defined()) check::same_dtype(op, x, bias);
   const DType stats = statistics_dtype(x);
   Tensor xs = cast(x, stats);
   Tensor centered = sub(xs, mean(xs, -1, true));
@@ -61,6 +63,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   MG_CHECK(options.momentum >= 0 && options.momentum <= 1 && options.eps >= 0,
            "{}: needs momentum in [0, 1] and eps >= 0, got {} and {}", op, options.momentum, options.eps);
   auto [x, weight, bias] = amp::autocast_inputs("batch_norm", x_in, weight_in, bias_in);
+  // No implicit casts outside autocast; the running statistics are exempt: they are f32 buffers
+  // whatever the model's dtype (nn/norm.h).
+  if (weight.defined()) check::same_dtype(op, x, weight);
+  if (bias.defined()) check::same_dtype(op, x, bias);
   const DType stats = statistics_dtype(x);
 
   // [N, C, spatial]: per-channel statistics are a mean over dims 2 then 0 (equal-sized groups, so

@@ -33,9 +33,11 @@ void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skip
     return;
   }
   const std::int64_t every = std::max<std::int64_t>((total_ - first_step_) / 20, 1);
-  if ((r.step - first_step_) % every == 0 || last)
+  if ((r.step - first_step_) % every == 0 || last) {
     fmt::print("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} {}/s{}\n", r.step, total_, smoothed_loss_, r.lr, rate,
                unit_, scale);
+    std::fflush(stdout);  // a log file or pipe sees each line as it happens, not at exit
+  }
 }
 
 void Progress::finish() {

@@ -1,0 +1,148 @@
+// The `mixgrad` program, run as a user runs it (a new process per run): flags, outputs, and exact resume.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/safetensors.h"
+#include "tests/testing.h"
+
+using namespace mg;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = 0;
+  std::string output;  // stdout and stderr together
+};
+
+Run mixgrad(const std::string& arguments) {
+  const std::string command = fmt::format("{} {} 2>&1", MG_CLI_PATH, arguments);
+  Run run;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  INFO("command: " << command << "\noutput:\n" << run.output);
+  return run;
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / fmt::format("mg_test_cli_{}", ::getpid());
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// A small, quick run of the MLP on the first 512 training images.
+const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";
+
+}  // namespace
+
+TEST_CASE("--help documents every flag of train") {
+  Run run = mixgrad("train --help");
+  CHECK(run.status == 0);
+  for (const char* flag : {"--data", "--model", "--precision", "--device", "--epochs", "--steps", "--batch",
+                           "--optimizer", "--lr", "--momentum", "--seed", "--subset", "--log", "--save", "--resume",
+                           "--summary"})
+    CHECK_MESSAGE(run.output.find(flag) != std::string::npos, flag);
+}
+
+TEST_CASE("bad flags are refused with a message before any work starts") {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"train --precision float8 --steps 1", "--precision"},
+      {"train --model resnet --steps 1", "--model"},
+      {"train --batch 0 --steps 1", "--batch"},
+      {"train --lr -1 --steps 1", "--lr"},
+      {"train --steps 5 --epochs 1", "excludes"},
+      {"train --model lstm --data fashion-mnist --steps 1", "does not fit"},
+      {"train --model mlp", "--epochs N or --steps N"},
+      {"train --steps 1 --device cuda", "--device cpu"},
+      {"train --steps 1 --resume /nonexistent.safetensors", "--resume"},
+      {"train --steps 1 --save /nonexistent-dir/x.safetensors", "does not exist"},
+  };
+  for (const auto& [arguments, needle] : cases) {
+    Run run = mixgrad(arguments);
+    INFO(arguments << "\n" << run.output);
+    CHECK(run.status != 0);
+    CHECK(run.output.find(needle) != std::string::npos);
+    CHECK(run.output.find("step 1/") == std::string::npos);  // no training happened
+  }
+}
+
+TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
+  TempDir tmp;
+  Run run = mixgrad(kSmallRun + fmt::format(" --steps 6 --precision mixed_float16 --log {} --summary {}",
+                                            tmp / "log.csv", tmp / "summary.json"));
+  REQUIRE(run.status == 0);
+  CHECK(run.output.find("mixed_float16 mlp on fashion-mnist: test accuracy") != std::string::npos);
+
+  std::ifstream log(tmp / "log.csv");
+  std::string line;
+  std::getline(log, line);
+  CHECK(line == "step,loss,lr,scale,skipped,seconds");
+  int rows = 0;
+  while (std::getline(log, line)) {
+    ++rows;
+    CHECK(line.starts_with(fmt::format("{},", rows)));
+  }
+  CHECK(rows == 6);
+
+  std::ifstream file(tmp / "summary.json");
+  nlohmann::json summary = nlohmann::json::parse(file);
+  for (const char* key : {"recipe", "model", "steps", "skipped_steps", "final_scale", "test_accuracy",
+                          "train_seconds", "peak_rss_bytes"})
+    CHECK_MESSAGE(summary.contains(key), key);
+  CHECK(summary["recipe"] == "mixed_float16");
+  CHECK(summary["steps"] == 6);
+  CHECK(summary["final_scale"].get<double>() == 65536.0);  // 6 clean steps: no growth, no backoff
+  CHECK(summary["test_accuracy"].get<double>() > 0.25);    // 10 classes: guessing gives 0.10
+  CHECK(summary["peak_rss_bytes"].get<std::int64_t>() > 0);
+}
+
+// The resume contract: 2N steps in one process give bit-identical weights (and optimizer
+// state) to N steps, a save, and N more steps in a new process that resumes.
+TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process") {
+  TempDir tmp;
+  for (const char* flags : {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam"}) {
+    INFO(flags);
+    const std::string base = kSmallRun + " " + flags;
+    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {}", tmp / "straight.safetensors")).status == 0);
+    REQUIRE(mixgrad(base + fmt::format(" --steps 5 --save {}", tmp / "half.safetensors")).status == 0);
+    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --resume {} --save {}", tmp / "half.safetensors",
+                                       tmp / "resumed.safetensors")).status == 0);
+    const StateDict straight = data::load_safetensors(tmp / "straight.safetensors").tensors;
+    const StateDict resumed = data::load_safetensors(tmp / "resumed.safetensors").tensors;
+    const StateDict half = data::load_safetensors(tmp / "half.safetensors").tensors;
+    REQUIRE(straight.size() == resumed.size());
+    for (const auto& [name, value] : straight) {
+      INFO(name);
+      REQUIRE(resumed.count(name) == 1);
+      CHECK(value.nbytes() == resumed.at(name).nbytes());
+      CHECK(std::memcmp(value.data_ptr(), resumed.at(name).data_ptr(), value.nbytes()) == 0);
+    }
+    // The comparison can fail: the weights did move between step 5 and step 10.
+    const Tensor& w = straight.at("model.1.weight");
+    CHECK(std::memcmp(w.data_ptr(), half.at("model.1.weight").data_ptr(), w.nbytes()) != 0);
+  }
+}
+
+TEST_CASE("a resume that does not fit the run is refused and says why") {
+  TempDir tmp;
+  REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 2 --save {}", tmp / "sgd.safetensors")).status == 0);
+  Run other_recipe = mixgrad(kSmallRun + fmt::format(" --steps 4 --precision float16_master --resume {}",
+                                                     tmp / "sgd.safetensors"));
+  CHECK(other_recipe.status == 1);
+  CHECK(other_recipe.output.find("error:") != std::string::npos);
+  Run past = mixgrad(kSmallRun + fmt::format(" --steps 1 --resume {}", tmp / "sgd.safetensors"));
+  CHECK(past.status == 1);
+  CHECK(past.output.find("already at step 2") != std::string::npos);
+}
