@@ -75,7 +75,7 @@ Task image_task(const TrainOptions& o) {
     NoGradGuard no_grad;
     model->eval();
     std::int64_t correct = 0;
-    const std::int64_t n = test_set->images.size(0), chunk = 1000;
+    const std::int64_t n = test_set->images.size(0), chunk = 250;  // bounds the im2col buffers
     for (std::int64_t begin = 0; begin < n; begin += chunk) {
       const std::int64_t end = std::min(begin + chunk, n);
       Tensor logits;
