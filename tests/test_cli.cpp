@@ -10,9 +10,11 @@
 #include <sstream>
 
 #include "data/safetensors.h"
+#include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
+using mg::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -34,13 +36,6 @@ Run mixgrad(const std::string& arguments) {
   INFO("command: " << command << "\noutput:\n" << run.output);
   return run;
 }
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / fmt::format("mg_test_cli_{}", ::getpid());
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // A small, quick run of the MLP on the first 512 training images.
 const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";

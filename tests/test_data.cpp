@@ -14,6 +14,7 @@
 #include "data/batches.h"
 #include "data/idx.h"
 #include "data/text.h"
+#include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -25,17 +26,6 @@ namespace {
 using Bytes = std::vector<std::uint8_t>;
 
 // A fresh directory, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("mg_test_data_{}_{}", ::getpid(), counter++);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
 // An IDX file: big-endian magic and sizes, then the payload.
 Bytes idx_file(std::uint32_t magic, const std::vector<std::uint32_t>& sizes, const Bytes& payload) {
   Bytes out;

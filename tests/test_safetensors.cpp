@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "data/safetensors.h"
+#include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -24,24 +25,6 @@ using namespace mg::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory per test case, removed with everything in it at the end.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int count = 0;
-    dir = fs::temp_directory_path() / fmt::format("mg_test_safetensors_{}_{}", ::getpid(), count++);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string operator/(const std::string& name) const { return (dir / name).string(); }
-  std::set<std::string> names() const {
-    std::set<std::string> result;
-    for (const auto& entry : fs::directory_iterator(dir)) result.insert(entry.path().filename().string());
-    return result;
-  }
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -252,7 +235,7 @@ TEST_CASE("the independent numpy reader reads what mixgrad writes, value for val
 TEST_CASE("a missing file, a directory and a file cut short at any point are refused, naming the file") {
   TempDir tmp;
   check_load_error(tmp / "missing.safetensors", {"no such file"});
-  check_load_error(tmp.dir.string(), {"not a regular file"});
+  check_load_error(tmp.path.string(), {"not a regular file"});
 
   const std::string good = tmp / "good.safetensors", cut = tmp / "cut.safetensors";
   data::save_safetensors(good, {{"a", zeros({4})}, {"b", zeros({2}, {.dtype = DType::I32})}});
@@ -385,7 +368,7 @@ TEST_CASE("a save that fails leaves the previous checkpoint byte-identical and n
   fs::create_directory(tmp / "dir.safetensors");
   check_error([&] { data::save_safetensors(tmp / "dir.safetensors", {{"w", zeros({4})}}); }, "cannot rename");
   CHECK(tmp.names() == std::set<std::string>{"model.safetensors", "dir.safetensors"});
-  CHECK(fs::is_empty(tmp.dir / "dir.safetensors"));
+  CHECK(fs::is_empty(tmp.path / "dir.safetensors"));
 
   // And a save that succeeds replaces the file whole.
   data::save_safetensors(path, {{"v", zeros({2}, {.dtype = DType::I32})}});
