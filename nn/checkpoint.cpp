@@ -53,8 +53,8 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
   state["rng.default"] = generator_state(default_generator());
   state_insert(state, "extra.", extra);
   std::map<std::string, std::string> meta = metadata;
-  meta["format"] = kFormat;
-  meta["version"] = kVersion;
+  meta.insert_or_assign("format", std::string(kFormat));
+  meta.insert_or_assign("version", std::string(kVersion));
   data::save_safetensors(path, state, meta);
 }
 
@@ -81,24 +81,19 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
   MG_CHECK(!objects.scaler || !scaler_state.empty(), "{}: {} holds no GradScaler state; it was saved without one",
            op, path);
 
-  // Each load_state_dict checks before it writes; if a later part is refused, the earlier parts are
-  // put back, so a file that does not fit changes nothing.
+  // Each load_state_dict checks before it writes; if a later part is refused, the model (and the
+  // optimizer, harmlessly when it was the one refused) are put back, so a file that does not fit
+  // changes nothing. A module's state_dict holds its live tensors, so the model's is copied; an
+  // optimizer's state_dict is already a snapshot.
   const StateDict model_backup = copy_of(objects.model->state_dict());
+  const StateDict optimizer_backup = objects.optimizer ? objects.optimizer->state_dict() : StateDict{};
   objects.model->load_state_dict(model_state);
-  StateDict optimizer_backup;
   try {
-    if (objects.optimizer) {
-      optimizer_backup = copy_of(objects.optimizer->state_dict());
-      objects.optimizer->load_state_dict(optimizer_state);
-    }
-    try {
-      if (objects.scaler) objects.scaler->load_state_dict(scaler_state);
-    } catch (...) {
-      if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_backup);
-      throw;
-    }
+    if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_state);
+    if (objects.scaler) objects.scaler->load_state_dict(scaler_state);
   } catch (...) {
     objects.model->load_state_dict(model_backup);
+    if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_backup);
     throw;
   }
   set_generator_state(default_generator(), rng->second);

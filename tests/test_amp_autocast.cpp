@@ -11,12 +11,6 @@ using namespace mg::testing;
 
 namespace {
 
-// Uniform values in [low, high), made in f32 and cast outside any region.
-Tensor rnd(const Shape& shape, DType dtype, std::uint64_t seed, double low = 0.5, double high = 1.5) {
-  Generator generator(seed);
-  return uniform(shape, low, high, generator, {.dtype = DType::F32}).to(dtype);
-}
-
 Tensor i32(const std::vector<double>& values, const Shape& shape) {
   return from_vector(values, shape, {.dtype = DType::I32});
 }
@@ -43,10 +37,10 @@ void expect_dtype(DType want, const std::vector<Tensor>& outs) {
 // Every op of autograd/ops.h inside an Autocast(low) region.
 void check_op_dtypes(DType low) {
   INFO("region dtype " << dtype_name(low));
-  const Tensor a32 = rnd({2, 3}, DType::F32, 1), b32 = rnd({2, 3}, DType::F32, 2);
+  const Tensor a32 = uniform_in({2, 3}, DType::F32, 1), b32 = uniform_in({2, 3}, DType::F32, 2);
   const Tensor a = a32.to(low), b = b32.to(low);  // already low precision
-  const Tensor m32 = rnd({3, 4}, DType::F32, 3), batch32 = rnd({2, 2, 3}, DType::F32, 4);
-  const Tensor batch_b32 = rnd({2, 3, 4}, DType::F32, 5);
+  const Tensor m32 = uniform_in({3, 4}, DType::F32, 3), batch32 = uniform_in({2, 2, 3}, DType::F32, 4);
+  const Tensor batch_b32 = uniform_in({2, 3, 4}, DType::F32, 5);
   const Tensor labels = i32({0, 2}, {2}), mask = i32({1, 0, 1, 0, 1, 0}, {2, 3}), indices = i32({1, 0, 1}, {3});
   const Tensor d = f64({1, 2, 3, 4, 5, 6}, {2, 3}, false), d_m = f64({1, 2, 3, 4, 5, 6}, {3, 2}, false);
   amp::Autocast autocast(low);
@@ -115,14 +109,14 @@ TEST_CASE("autocast: the output dtype of every op under f16 and bf16") {
   SUBCASE("bf16") { check_op_dtypes(DType::BF16); }
   CHECK_FALSE(amp::autocast_enabled());
   // Outside a region nothing is cast (and the banned op works).
-  Tensor a = rnd({2, 3}, DType::F32, 1);
-  CHECK(matmul(a, rnd({3, 2}, DType::F32, 2)).dtype() == DType::F32);
+  Tensor a = uniform_in({2, 3}, DType::F32, 1);
+  CHECK(matmul(a, uniform_in({3, 2}, DType::F32, 2)).dtype() == DType::F32);
   CHECK(exp(a.to(DType::F16)).dtype() == DType::F16);
   CHECK(binary_cross_entropy(mul(a, 0.5), mul(a, 0.5)).dtype() == DType::F32);
 }
 
 TEST_CASE("autocast: regions nest and restore the previous state") {
-  Tensor a = rnd({2, 3}, DType::F32, 1), b = rnd({3, 2}, DType::F32, 2);
+  Tensor a = uniform_in({2, 3}, DType::F32, 1), b = uniform_in({3, 2}, DType::F32, 2);
   CHECK_FALSE(amp::autocast_enabled());
   CHECK(amp::autocast_dtype() == DType::F16);  // the default outside any region
   {
@@ -167,8 +161,8 @@ TEST_CASE("autocast: casts are recorded before the op; an f32 parameter gets an 
     // Positive x and y: no cancellation, so the error stays relative. x and y are each rounded to
     // `low` once (0.5 eps each), and the f32-accumulated dW = x^T y (k = 8) is rounded once more
     // (0.5 eps): 1.5 eps, checked with 2 eps.
-    Tensor x = rnd({8, 16}, DType::F32, 10), y = rnd({8, 4}, DType::F32, 11);
-    Tensor w = rnd({16, 4}, DType::F32, 12, -1.0, 1.0).set_requires_grad(true);
+    Tensor x = uniform_in({8, 16}, DType::F32, 10), y = uniform_in({8, 4}, DType::F32, 11);
+    Tensor w = uniform_in({16, 4}, DType::F32, 12, -1.0, 1.0).set_requires_grad(true);
     Tensor w_ref = w.detach().clone().set_requires_grad(true);
     backward(sum(mul(matmul(x, w_ref), y)));
     OpLog log;
@@ -190,7 +184,7 @@ TEST_CASE("autocast: casts are recorded before the op; an f32 parameter gets an 
 }
 
 TEST_CASE("autocast: backward runs with autocast off, even when called inside a region") {
-  Tensor x = rnd({2, 2}, DType::F32, 1).set_requires_grad(true);
+  Tensor x = uniform_in({2, 2}, DType::F32, 1).set_requires_grad(true);
   bool enabled_in_backward = true;
   amp::Autocast autocast(DType::F16);
   Tensor y = mul(x.detach(), 1.0);
@@ -209,9 +203,9 @@ TEST_CASE("autocast: saved activations of an MLP take half the bytes under f16")
   // Saved for backward: x, relu's input and matmul 2's input (f32: 4 bytes each; parameters are
   // not counted); under f16 the same in 2 bytes, plus the f16 copies of both weights.
   const std::size_t activations = 256 * 64 + 2 * 256 * 128, weights = 64 * 128 + 128 * 16;
-  Tensor x = rnd({256, 64}, DType::F32, 1);
-  Tensor w1 = rnd({64, 128}, DType::F32, 2, -0.1, 0.1).set_requires_grad(true);
-  Tensor w2 = rnd({128, 16}, DType::F32, 3, -0.1, 0.1).set_requires_grad(true);
+  Tensor x = uniform_in({256, 64}, DType::F32, 1);
+  Tensor w1 = uniform_in({64, 128}, DType::F32, 2, -0.1, 0.1).set_requires_grad(true);
+  Tensor w2 = uniform_in({128, 16}, DType::F32, 3, -0.1, 0.1).set_requires_grad(true);
   auto forward = [&] { return mean(matmul(relu(matmul(x, w1)), w2)); };
   clear_tape();
   Tensor loss32 = forward();
@@ -259,8 +253,8 @@ TEST_CASE("autocast: a parameter used in 64 matmuls is cast once; its gradient s
 }
 
 TEST_CASE("autocast: the cast cache lives as long as the outermost region") {
-  Tensor x = rnd({2, 3}, DType::F32, 1);
-  Tensor w = rnd({3, 2}, DType::F32, 2).set_requires_grad(true);
+  Tensor x = uniform_in({2, 3}, DType::F32, 1);
+  Tensor w = uniform_in({3, 2}, DType::F32, 2).set_requires_grad(true);
   {
     amp::Autocast outer(DType::F16);
     matmul(x, w);
@@ -348,9 +342,9 @@ TEST_CASE("autocast: a backward between two forwards in one region does not reus
 }
 
 TEST_CASE("autocast: non-leaf tensors and tensors without grad are not cached") {
-  Tensor x = rnd({2, 3}, DType::F32, 1);
-  Tensor w = rnd({3, 2}, DType::F32, 2).set_requires_grad(true);
-  Tensor frozen = rnd({3, 2}, DType::F32, 3);  // requires_grad = false
+  Tensor x = uniform_in({2, 3}, DType::F32, 1);
+  Tensor w = uniform_in({3, 2}, DType::F32, 2).set_requires_grad(true);
+  Tensor frozen = uniform_in({3, 2}, DType::F32, 3);  // requires_grad = false
   amp::Autocast autocast(DType::F16);
   Tensor scaled = mul(w, 2.0);  // f32, requires grad, not a leaf
   const amp::CastCacheStats before = amp::cast_cache_stats();

@@ -7,19 +7,9 @@
 using namespace mg;
 using namespace mg::testing;
 
-namespace {
-
-// Uniform values in [low, high), made in f32 and cast outside any region.
-Tensor rnd(const Shape& shape, DType dtype, std::uint64_t seed, double low = 0.5, double high = 1.5) {
-  Generator generator(seed);
-  return uniform(shape, low, high, generator, {.dtype = DType::F32}).to(dtype);
-}
-
-}  // namespace
-
 TEST_CASE("policy: user policy overrides") {
-  Tensor h = rnd({2, 3}, DType::F16, 1);
-  Tensor a = rnd({2, 3}, DType::F32, 2), b = rnd({2, 3}, DType::F32, 3);
+  Tensor h = uniform_in({2, 3}, DType::F16, 1);
+  Tensor a = uniform_in({2, 3}, DType::F32, 2), b = uniform_in({2, 3}, DType::F32, 3);
   CHECK(amp::policy("tanh").policy == amp::CastPolicy::InputDtype);
   amp::set_policy("tanh", amp::CastPolicy::Float32, "my tanh saturates in f16");
   amp::set_policy("my_op", amp::CastPolicy::LowerPrecision);

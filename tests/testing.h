@@ -35,6 +35,12 @@ inline Tensor random_f64(const Shape& shape, double low, double high, std::uint6
   return t.set_requires_grad(requires_grad);
 }
 
+// Uniform values in [low, high) in `dtype`: drawn in f32 and cast outside any autocast region.
+inline Tensor uniform_in(const Shape& shape, DType dtype, std::uint64_t seed, double low = 0.5, double high = 1.5) {
+  Generator generator(seed);
+  return uniform(shape, low, high, generator, {.dtype = DType::F32}).to(dtype);
+}
+
 // Every value of `got` within atol + rtol * |expected| of `expected` (same count).
 inline void check_values(const Tensor& got, const std::vector<double>& expected, double rtol = 1e-12,
                          double atol = 1e-12) {

@@ -43,11 +43,6 @@ Tensor loss_of(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
 }
 
-// Inputs of the pure recipes must be in the parameters' dtype (there is no autocast to cast them).
-Tensor prepare(const Tensor& inputs, const amp::Recipe& recipe) {
-  return is_floating(inputs.dtype()) && !recipe.autocast_dtype ? inputs.to(recipe.parameter_dtype) : inputs;
-}
-
 // Fashion-MNIST's pixel mean and standard deviation over the training set (of values in [0, 1]):
 // standardized inputs let the first layer start where its initialization assumes unit variance.
 constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
@@ -81,7 +76,7 @@ Task image_task(const TrainOptions& o) {
       Tensor logits;
       {
         amp::Autocast region = recipe.autocast();
-        logits = (*model)(prepare(test_set->images.slice(begin, end), recipe));
+        logits = (*model)(test_set->images.slice(begin, end));
       }
       const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
       const std::int32_t* label = test_set->labels.data<std::int32_t>() + begin;
@@ -189,7 +184,7 @@ TrainSummary train(const TrainOptions& o) {
     Tensor loss;
     {
       amp::Autocast region = recipe.autocast();
-      loss = cast(loss_of(model(prepare(batch.inputs, recipe)), batch.labels), DType::F32);
+      loss = cast(loss_of(model(batch.inputs), batch.labels), DType::F32);
     }
     const double lr = optimizer->lr();
     backward(scaler.scale(loss));

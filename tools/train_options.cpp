@@ -53,12 +53,8 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.epochs > 0 || o.steps > 0, "mixgrad train: say how long to train: --epochs N or --steps N");
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
-#ifndef MG_WITH_CUDA
-  MG_CHECK(o.device == "cpu", "mixgrad train: --device cuda: this build has no CUDA backend; use --device cpu");
-#else
   MG_CHECK(o.device == "cpu", "mixgrad train: --device cuda: the CUDA kernels are not part of mixgrad yet; use "
            "--device cpu");
-#endif
   for (const std::string* path : {&o.log, &o.save, &o.summary}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();

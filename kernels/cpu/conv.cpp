@@ -4,6 +4,7 @@
 
 #include "core/convert.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/accumulator.h"
 
 namespace mg::kernels::cpu {
 
@@ -47,10 +48,8 @@ void col2im(const Tensor& cols, const Window2d& w, Tensor& dx) {
   visit_floating(dx.dtype(), "col2im", [&](auto zero) {
     using C = compute_t<decltype(zero)>;
     if (dx.numel() == 0) return;
-    // Accumulate in the compute type; an f32/f64 dx is its own accumulator.
-    Tensor acc = dx.dtype() == dtype_of<C>() ? dx : Tensor::empty(dx.shape(), {.dtype = dtype_of<C>()});
-    C* sum = acc.data<C>();
-    std::memset(sum, 0, acc.nbytes());
+    Accumulator<C> accumulator(dx);  // a pixel read by several windows adds up in f32
+    C* sum = accumulator.data();
     const std::int64_t width = w.channels * w.kernel_h * w.kernel_w;
     std::vector<C> row(static_cast<std::size_t>(width));
     const auto* src = static_cast<const char*>(cols.data_ptr());
@@ -73,7 +72,7 @@ void col2im(const Tensor& cols, const Window2d& w, Tensor& dx) {
             }
           }
         }
-    if (!acc.shares_storage_with(dx)) convert(sum, dtype_of<C>(), dx.data_ptr(), dx.dtype(), dx.numel());
+    accumulator.store();
   });
 }
 

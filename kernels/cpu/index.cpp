@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/accumulator.h"
 #include "kernels/index.h"
 
 namespace mg::kernels::cpu {
@@ -24,12 +25,9 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     using C = compute_t<decltype(zero)>;
     const std::int64_t width = grad_table.size(1);
     const std::int64_t count = indices.numel();
-    // Accumulate in the compute type; an f32/f64 table is its own accumulator.
-    Tensor acc = grad_table.dtype() == dtype_of<C>() ? grad_table
-                                                      : Tensor::empty(grad_table.shape(), {.dtype = dtype_of<C>()});
-    if (acc.numel() == 0) return;
-    C* sum = acc.data<C>();
-    std::memset(sum, 0, acc.nbytes());
+    if (grad_table.numel() == 0) return;
+    Accumulator<C> accumulator(grad_table);  // repeated tokens add up in f32
+    C* sum = accumulator.data();
     std::vector<C> row(static_cast<std::size_t>(width));
     const auto* src = static_cast<const char*>(grad.data_ptr());
     const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(grad.dtype());
@@ -39,8 +37,7 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
       C* target = sum + static_cast<std::int64_t>(index[i]) * width;
       for (std::int64_t j = 0; j < width; ++j) target[j] += row[static_cast<std::size_t>(j)];
     }
-    if (!acc.shares_storage_with(grad_table))
-      convert(sum, dtype_of<C>(), grad_table.data_ptr(), grad_table.dtype(), grad_table.numel());
+    accumulator.store();
   });
 }
 

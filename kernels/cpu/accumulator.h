@@ -1,0 +1,38 @@
+// Accumulator: the scatter-add kernels' f32 sum (col2im, pooling backward, the embedding gradient).
+//
+// A scatter adds many values into one element (a pixel read by 9 windows, a token seen 1000 times);
+// adding them in f16 would round after every addition. So the sums are kept in the compute type C
+// (f32, f64 for f64) and rounded into the output once. An output already of type C is its own
+// accumulator: no extra buffer, no final copy.
+//
+//   Accumulator<C> sum(dx);          // zeroed
+//   sum.data()[i] += value;
+//   sum.store();                     // dx = round(sum)
+#pragma once
+
+#include <cstring>
+
+#include "core/convert.h"
+#include "core/tensor.h"
+
+namespace mg::kernels::cpu {
+
+template <class C>
+class Accumulator {
+ public:
+  explicit Accumulator(Tensor& out)
+      : out_(out), sum_(out.dtype() == dtype_of<C>() ? out : Tensor::empty(out.shape(), {.dtype = dtype_of<C>()})) {
+    if (sum_.numel() > 0) std::memset(sum_.data_ptr(), 0, sum_.nbytes());  // all-zero bits are 0.0
+  }
+  C* data() { return sum_.data<C>(); }
+  // Rounds the sums into the output (nothing to do when the output was the accumulator).
+  void store() {
+    if (!sum_.shares_storage_with(out_)) convert(sum_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
+  }
+
+ private:
+  Tensor& out_;
+  Tensor sum_;
+};
+
+}  // namespace mg::kernels::cpu
