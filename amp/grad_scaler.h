@@ -80,7 +80,8 @@ class GradScaler {
   // Adjusts the scale from this step's checks (all optimizers together) and advances the counters.
   void update();
 
-  double get_scale() const { return scale_; }
+  // The current scale; 1.0 when the scaler is disabled (as PyTorch's get_scale).
+  double get_scale() const { return options_.enabled ? scale_ : 1.0; }
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 

@@ -70,8 +70,9 @@ void accumulate(const Tensor& leaf, Tensor grad) {
   }
 }
 
-// t in another dtype (t itself when it already has it).
-Tensor converted(const Tensor& t, DType dtype) {
+// t in another dtype (t itself when it already has it). Takes t by value so that a caller that
+// moves its last handle in lets accumulate() adopt the gradient without copying it.
+Tensor converted(Tensor t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), {.dtype = dtype, .device = t.device()});
   kernels::cast(t, out);
@@ -214,7 +215,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
     throw;
   }
   if (!options.keep_tape) empty_tape();
-  for (auto& [id, entry] : leaves) accumulate(entry.first, converted(entry.second, entry.first.dtype()));
+  for (auto& [id, entry] : leaves) accumulate(entry.first, converted(std::move(entry.second), entry.first.dtype()));
 }
 
 Saved::Saved(const Tensor& tensor)

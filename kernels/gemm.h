@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -28,6 +29,8 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape);
 
 namespace cpu {
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape);
+// What multiplies f32/f64 matrices in this build: "OpenBLAS <version> (one thread)" or "Eigen <version>".
+std::string gemm_backend();
 }  // namespace cpu
 
 }  // namespace mg::kernels

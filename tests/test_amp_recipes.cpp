@@ -100,7 +100,7 @@ TEST_CASE("recipes: make_scaler is dynamic, static or disabled per recipe") {
     CHECK(scaler.is_enabled() == scaled);
     if (scaled) CHECK(scaler.options().dynamic);
     CHECK(scaler.options().growth_interval == 7);
-    CHECK(scaler.get_scale() == 65536.0);
+    CHECK(scaler.get_scale() == (scaled ? 65536.0 : 1.0));  // 1 when disabled, as PyTorch
   }
   amp::Recipe fixed = amp::Recipe::parse("float16_master");
   fixed.loss_scaling = amp::LossScaling::Static;

@@ -205,7 +205,7 @@ TrainSummary train(const TrainOptions& o) {
   summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
   summary.steps = step;
   summary.skipped_steps = scaler.skipped_steps();
-  summary.final_scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  summary.final_scale = scaler.get_scale();  // 1 when the recipe does not scale
   summary.final_loss = smoothed_loss;
 
   if (!o.save.empty()) {

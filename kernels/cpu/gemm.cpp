@@ -1,7 +1,10 @@
-// CPU GEMM on Eigen: C[b] = op(A[b]) * op(B[b]) (shapes and layouts in kernels/gemm.h).
+// CPU GEMM: C[b] = op(A[b]) * op(B[b]) (shapes and layouts in kernels/gemm.h), on Eigen or OpenBLAS.
 //
-// f32 and f64 map the tensors' memory as row-major Eigen matrices and multiply in place: no copies,
-// so mixgrad's f32 matmul runs at Eigen's speed (bench/matmul measures it).
+// f32 and f64 map the tensors' memory as row-major matrices and multiply in place: no copies. The
+// multiply is Eigen's, or OpenBLAS's sgemm/dgemm when the build found it (MG_BLAS, see the
+// top-level CMakeLists.txt): on this project's AMD CPU OpenBLAS is ~1.3x faster at the shapes of
+// the example models (docs/results/cpu-bench.md). OpenBLAS is pinned to one thread, like the rest
+// of the CPU backend, so results never depend on a thread count.
 // f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
 // pass (F16C for f16), multiplied and accumulated by Eigen in f32, and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
@@ -9,8 +12,15 @@
 // directly: Eigen's half GEMM emulates every operation and is ~400x slower.
 // Run its tests: build/tests/test_ops_matmul; its benchmark: build/bench/matmul.
 #include <Eigen/Core>
+#include <fmt/format.h>
 
 #include <cassert>
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+#ifdef MG_WITH_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include "kernels/gemm.h"
 
@@ -21,9 +31,28 @@ namespace {
 template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+#ifdef MG_WITH_OPENBLAS
+// cblas_?gemm on row-major operands; false when a size does not fit BLAS's int (Eigen takes those).
+template <class T>
+bool blas_gemm(const T* a, const T* b, T* c, const GemmShape& s) {
+  if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX) return false;
+  static const bool single_threaded = (openblas_set_num_threads(1), true);
+  (void)single_threaded;
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const int lda = std::max(1, s.transpose_a ? m : k), ldb = std::max(1, s.transpose_b ? k : n);
+  const CBLAS_TRANSPOSE ta = s.transpose_a ? CblasTrans : CblasNoTrans, tb = s.transpose_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+  return true;
+}
+#endif
+
 // C = op(A) * op(B) for one matrix of the batch, all of element type T (float or double).
 template <class T>
 void gemm_one(const T* a, const T* b, T* c, const GemmShape& s) {
+#ifdef MG_WITH_OPENBLAS
+  if (blas_gemm(a, b, c, s)) return;
+#endif
   Eigen::Map<const RowMajor<T>> A(a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
   Eigen::Map<const RowMajor<T>> B(b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
   Eigen::Map<RowMajor<T>> C(c, s.m, s.n);
@@ -63,6 +92,14 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
   gemm_batched(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
+}
+
+std::string gemm_backend() {
+#ifdef MG_WITH_OPENBLAS
+  return fmt::format("{} (one thread)", openblas_get_config());
+#else
+  return fmt::format("Eigen {}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+#endif
 }
 
 }  // namespace mg::kernels::cpu

@@ -1,0 +1,26 @@
+// The libtorch side of bench/train_step, behind a header without torch includes: only
+// torch_step.cpp sees <torch/torch.h>, so the mixgrad side compiles the same with or without it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace bench {
+
+// One training step of a model built in libtorch: zero_grad, forward, cross_entropy, backward,
+// SGD with momentum. Same shapes, batch and optimizer settings as the mixgrad side.
+class TorchStep {
+ public:
+  virtual ~TorchStep() = default;
+  virtual void step() = 0;
+};
+
+// model: "mlp" (784-256-256-10) or "cnn" (nn::cnn's layers); f32 throughout.
+std::unique_ptr<TorchStep> make_torch_step(const std::string& model, std::int64_t batch);
+
+// Pins libtorch (intra- and inter-op) and OpenBLAS to `threads` and describes the configuration:
+// torch version, thread counts, the BLAS core OpenBLAS selected.
+std::string configure_torch(int threads);
+
+}  // namespace bench

@@ -1,0 +1,146 @@
+// bench/train_step: one training step (forward, cross_entropy, backward, SGD with momentum) of the
+// 784-256-256-10 MLP at batch 128 and 512 and of the 2-conv CNN at batch 128, in mixgrad (fp32 and
+// mixed_float16) and, when built against libtorch, in libtorch (fp32), side by side in one run.
+//
+//   build/bench/train_step                     mixgrad only (always built)
+//   build/bench/train_step_vs_torch            with libtorch (built when CMake finds Torch)
+//   ... --steps 100 mlp:128 cnn:64             more timed steps; chosen models and batches
+//
+// The variants of one model are interleaved in every repetition so that a noisy machine slows them
+// alike; each warms up for 5 steps, then the median of --steps timed steps (default 50) is
+// reported with the ratios the issue sets targets for: mixgrad fp32 / libtorch fp32 and mixgrad
+// mixed_float16 / mixgrad fp32. Also reported: minor page faults per timed step (0 once the
+// caching allocator holds every buffer a step needs) and the bytes of activations saved for
+// backward after one forward pass (autograd/tape.h, saved_tensor_bytes). One thread everywhere:
+// Eigen is built without OpenMP, and libtorch and OpenBLAS are pinned to one thread.
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/timing.h"
+#include "kernels/gemm.h"
+#include "mixgrad.h"
+#ifdef MG_BENCH_TORCH
+#include "bench/torch_step.h"
+#endif
+
+namespace {
+
+using namespace mg;
+
+// A mixgrad training step as tools/train.cpp takes it, on one fixed batch.
+class MixgradStep {
+ public:
+  MixgradStep(const std::string& model, const std::string& recipe, std::int64_t batch)
+      : recipe_(amp::Recipe::parse(recipe)), scaler_(recipe_.make_scaler()) {
+    Generator generator(0);
+    model_ = model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}, generator))
+                            : std::shared_ptr<nn::Module>(nn::cnn({}, generator));
+    model_->to(recipe_.parameter_dtype);
+    optimizer_ = recipe_.make_optimizer(model_->parameters(), [](std::vector<Tensor> parameters) {
+      return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+    });
+    x_ = randn({batch, 1, 28, 28}, generator);
+    labels_ = randint(0, 10, {batch}, generator);
+  }
+
+  // Returns the bytes saved for backward by the forward pass.
+  std::size_t step() {
+    optimizer_->zero_grad();
+    Tensor loss;
+    {
+      amp::Autocast region = recipe_.autocast();
+      loss = cast(cross_entropy((*model_)(x_), labels_), DType::F32);
+    }
+    const std::size_t saved = saved_tensor_bytes();
+    backward(scaler_.scale(loss));
+    scaler_.step(*optimizer_);
+    scaler_.update();
+    return saved;
+  }
+
+ private:
+  amp::Recipe recipe_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  amp::GradScaler scaler_;
+  Tensor x_, labels_;
+};
+
+struct Variant {
+  std::string name;
+  std::function<std::size_t()> step;
+  std::vector<double> ms;
+  std::int64_t faults = 0;
+  std::size_t saved_bytes = 0;
+};
+
+void run(const std::string& model, std::int64_t batch, int steps) {
+  std::vector<Variant> variants;
+  auto add = [&variants](std::string name, std::function<std::size_t()> step) {
+    variants.emplace_back();
+    variants.back().name = std::move(name);
+    variants.back().step = std::move(step);
+  };
+  for (const char* recipe : {"fp32", "mixed_float16"}) {
+    auto trainer = std::make_shared<MixgradStep>(model, recipe, batch);
+    add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
+  }
+#ifdef MG_BENCH_TORCH
+  std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
+  add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
+#endif
+  for (Variant& v : variants)
+    for (int i = 0; i < 5; ++i) v.saved_bytes = v.step();
+  for (int i = 0; i < steps; ++i)
+    for (Variant& v : variants) {
+      const std::int64_t faults = bench::minor_faults();
+      const auto begin = bench::Clock::now();
+      v.step();
+      v.ms.push_back(std::chrono::duration<double, std::milli>(bench::Clock::now() - begin).count());
+      v.faults += bench::minor_faults() - faults;
+    }
+
+  fmt::print("\n{} batch {} ({} timed steps each, median)\n", model, batch, steps);
+  fmt::print("  {:<22} {:>10} {:>14} {:>16}\n", "variant", "ms/step", "faults/step", "saved activations");
+  for (const Variant& v : variants)
+    fmt::print("  {:<22} {:>10.3f} {:>14.2f} {:>16}\n", v.name, bench::median(v.ms),
+               static_cast<double>(v.faults) / steps,
+               v.name.starts_with("mixgrad") ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-");
+  const double fp32 = bench::median(variants[0].ms), f16 = bench::median(variants[1].ms);
+  fmt::print("  mixed_float16 / fp32 (mixgrad): {:.3f}x; saved activations {:.3f}x\n", f16 / fp32,
+             static_cast<double>(variants[1].saved_bytes) / static_cast<double>(variants[0].saved_bytes));
+  if (variants.size() > 2)
+    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / bench::median(variants[2].ms));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 50;
+  std::vector<std::pair<std::string, std::int64_t>> cases;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc) {
+      steps = std::max(1, std::atoi(argv[++i]));
+    } else if (const auto colon = arg.find(':'); colon != std::string::npos &&
+               (arg.starts_with("mlp:") || arg.starts_with("cnn:"))) {
+      cases.emplace_back(arg.substr(0, colon), std::max<std::int64_t>(1, std::atoll(arg.c_str() + colon + 1)));
+    } else {
+      fmt::print(stderr, "usage: {} [--steps N] [mlp:BATCH | cnn:BATCH ...]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (cases.empty()) cases = {{"mlp", 128}, {"mlp", 512}, {"cnn", 128}};
+  fmt::print("Training step, SGD with momentum 0.9, one thread. mixgrad GEMM: {}\n", kernels::cpu::gemm_backend());
+#ifdef MG_BENCH_TORCH
+  fmt::print("peer: {}\n", bench::configure_torch(1));
+#else
+  fmt::print("peer: none (libtorch not found at configure time; see docs/results/cpu-bench.md)\n");
+#endif
+  for (const auto& [model, batch] : cases) run(model, batch, steps);
+  return 0;
+}
