@@ -18,6 +18,7 @@ std::map<std::string, PolicyEntry, std::less<>> builtin_table() {
       // lower precision: the matrix products
       {"matmul", {LowerPrecision, "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)"}},
       {"linear", {LowerPrecision, "matmul plus bias: the bias is cast too, so the output stays low precision"}},
+      {"lstm_recurrence", {LowerPrecision, "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside"}},
       {"conv2d", {LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d, with the nn issue)"}},
       // f32: range, long sums, cancellation
       {"exp", {Float32, "exp(x) overflows f16 for x > 11.1"}},

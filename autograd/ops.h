@@ -165,6 +165,19 @@ void cast_storage_(const Tensor& leaf, DType dtype);
 // The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
+// ---- recurrences (autograd/lstm.cpp)
+// The LSTM recurrence over a whole sequence as one op, as cuDNN fuses it: for t = 0 .. T-1
+//   gates = gates_x[t] + h W_hh^T + b_hh;   i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of its
+//   four H-wide blocks (PyTorch's order);   c = f c + i g;   h = o tanh(c)
+// gates_x [T, B, 4H] is x W_ih^T + b_ih for every step (one GEMM before the loop); weight_hh [4H, H]
+// shares its dtype X; bias_hh [4H] is X or f32; h0, c0 [B, H] share the state dtype S, which is X
+// or f32 (f32 state with f16/bf16 GEMMs: what nn::LSTM does under autocast). Returns [T, B, 2H]
+// in S: h_t and c_t side by side. Gates and state are computed in f32 (f64 for f64); under
+// autocast the recurrent GEMM runs in the region's dtype with f32 accumulation. Backward walks
+// the steps in reverse and computes dW_hh as one GEMM over all steps.
+Tensor lstm_recurrence(const Tensor& gates_x, const Tensor& weight_hh, const Tensor& bias_hh, const Tensor& h0,
+                       const Tensor& c0);
+
 // ---- operators
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -10,6 +10,7 @@
 #include "kernels/gemm.h"
 #include "kernels/conv.h"
 #include "kernels/index.h"
+#include "kernels/lstm.h"
 #include "kernels/optim.h"
 #include "kernels/pool.h"
 #include "kernels/reduce.h"
@@ -103,6 +104,18 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
   require_cpu("scatter_along_dim", out);
   cpu::scatter_along_dim(values, indices, shape, out);
+}
+
+void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
+               Tensor& c_out, Tensor& hc, Tensor& h_x) {
+  require_cpu("lstm_cell", hc);
+  cpu::lstm_cell(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
+}
+
+void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
+                        const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum) {
+  require_cpu("lstm_cell_backward", dgates);
+  cpu::lstm_cell_backward(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
 }
 
 void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {

@@ -42,7 +42,7 @@ std::pair<Tensor, LSTM::State> LSTM::forward_with_state(const Tensor& x, const S
            type_name(), state_shape, initial.c.shape());
   const DType state_dtype = amp::autocast_enabled() ? DType::F32 : layers_[0].weight_hh.dtype();
 
-  Tensor sequence = permute(x, {1, 0, 2});  // [T, B, in]: step t is then a view (a slice of dim 0)
+  Tensor sequence = permute(x, {1, 0, 2});  // [T, B, in]: time-major, as lstm_recurrence takes it
   State final_state;
   std::vector<Tensor> final_h, final_c;
   for (std::int64_t l = 0; l < num_layers(); ++l) {
@@ -52,21 +52,11 @@ std::pair<Tensor, LSTM::State> LSTM::forward_with_state(const Tensor& x, const S
     Tensor c = initial.c.defined() ? reshape(slice(initial.c, 0, l, l + 1), {batch, H})
                                    : zeros({batch, H}, {.dtype = state_dtype});
     Tensor projected = linear(sequence, layer.weight_ih, layer.bias_ih);  // [T, B, 4H]: every step in one GEMM
-    std::vector<Tensor> outputs;
-    for (std::int64_t t = 0; t < steps; ++t) {
-      Tensor gates = add(reshape(slice(projected, 0, t, t + 1), {batch, 4 * H}),
-                         linear(h, layer.weight_hh, layer.bias_hh));  // [B, 4H]
-      Tensor input_gate = sigmoid(slice(gates, 1, 0, H));
-      Tensor forget_gate = sigmoid(slice(gates, 1, H, 2 * H));
-      Tensor candidate = tanh(slice(gates, 1, 2 * H, 3 * H));
-      Tensor output_gate = sigmoid(slice(gates, 1, 3 * H, 4 * H));
-      c = add(mul(forget_gate, c), mul(input_gate, candidate));
-      h = mul(output_gate, tanh(c));
-      outputs.push_back(h);
-    }
-    final_h.push_back(h);
-    final_c.push_back(c);
-    sequence = stack(outputs, 0);  // [T, B, H]: the next layer's input
+    Tensor hc = lstm_recurrence(projected, layer.weight_hh, layer.bias_hh, h, c);  // [T, B, 2H]: (h_t, c_t)
+    Tensor last = reshape(slice(hc, 0, steps - 1, steps), {batch, 2 * H});
+    final_h.push_back(slice(last, 1, 0, H));
+    final_c.push_back(slice(last, 1, H, 2 * H));
+    sequence = slice(hc, 2, 0, H);  // [T, B, H]: the next layer's input
   }
   final_state.h = stack(final_h, 0);
   final_state.c = stack(final_c, 0);
