@@ -1,4 +1,5 @@
 // CPU im2col / col2im (kernels/conv.h). Run their tests: build/tests/test_ops_conv.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -10,24 +11,40 @@ namespace mg::kernels::cpu {
 
 namespace {
 
+// The kernel columns kw in [first, last) of a window starting at input column iw0 land inside the
+// image (the others read padding). Computed once per window, so the copy loops need no checks.
+struct Columns {
+  std::int64_t first, last;
+};
+Columns inside_columns(const Window2d& w, std::int64_t iw0) {
+  return {std::clamp<std::int64_t>(-iw0, 0, w.kernel_w), std::clamp<std::int64_t>(w.width - iw0, 0, w.kernel_w)};
+}
+
 // im2col moves elements without reading them as numbers: one template per element size.
 template <class Bits>
 void im2col_bits(const Bits* x, const Window2d& w, Bits* cols) {
   const std::int64_t out_h = w.out_h(), out_w = w.out_w();
   for (std::int64_t n = 0; n < w.batch; ++n)
     for (std::int64_t oh = 0; oh < out_h; ++oh)
-      for (std::int64_t ow = 0; ow < out_w; ++ow)
+      for (std::int64_t ow = 0; ow < out_w; ++ow) {
+        const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
+        const Columns inside = inside_columns(w, iw0);
         for (std::int64_t c = 0; c < w.channels; ++c) {
           const Bits* plane = x + (n * w.channels + c) * w.height * w.width;
-          for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+          for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, cols += w.kernel_w) {
             const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
-            for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) {
-              const std::int64_t iw = ow * w.stride_w - w.pad_w + kw;
-              const bool inside = ih >= 0 && ih < w.height && iw >= 0 && iw < w.width;
-              *cols++ = inside ? plane[ih * w.width + iw] : Bits{0};  // all-zero bits are 0.0 in every dtype
+            const bool row_inside = ih >= 0 && ih < w.height;
+            const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0 (may be padding)
+            if (row_inside && inside.first == 0 && inside.last == w.kernel_w) {
+              // Most windows: a plain copy (a loop: a few elements, cheaper than a call to memcpy).
+              for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) cols[kw] = plane[start + kw];
+              continue;
             }
+            for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)  // all-zero bits are 0.0 in every dtype
+              cols[kw] = row_inside && kw >= inside.first && kw < inside.last ? plane[start + kw] : Bits{0};
           }
         }
+      }
 }
 
 }  // namespace
@@ -61,14 +78,15 @@ void col2im(const Tensor& cols, const Window2d& w, Tensor& dx) {
           convert(src, cols.dtype(), row.data(), dtype_of<C>(), width);
           src += row_bytes;
           const C* value = row.data();
+          const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
+          const Columns inside = inside_columns(w, iw0);
           for (std::int64_t c = 0; c < w.channels; ++c) {
             C* plane = sum + (n * w.channels + c) * w.height * w.width;
-            for (std::int64_t kh = 0; kh < w.kernel_h; ++kh) {
+            for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, value += w.kernel_w) {
               const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
-              for (std::int64_t kw = 0; kw < w.kernel_w; ++kw, ++value) {
-                const std::int64_t iw = ow * w.stride_w - w.pad_w + kw;
-                if (ih >= 0 && ih < w.height && iw >= 0 && iw < w.width) plane[ih * w.width + iw] += *value;
-              }
+              if (ih < 0 || ih >= w.height) continue;
+              const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0
+              for (std::int64_t kw = inside.first; kw < inside.last; ++kw) plane[start + kw] += value[kw];
             }
           }
         }

@@ -1,4 +1,6 @@
-// CPU max and average pooling (kernels/pool.h). Run their tests: build/tests/test_ops_conv.
+// CPU max and average pooling (kernels/pool.h). f16/bf16 inputs are widened to f32 in one pass,
+// pooled in f32 and rounded once on store (a max is exact either way; an average is not).
+// Run their tests: build/tests/test_ops_conv.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,75 +31,125 @@ void for_each_pixel(const Window2d& w, std::int64_t ih0, std::int64_t iw0, Visit
       visit(ih * w.width + iw);
 }
 
+// x's values as C: x itself when it already holds C, else one widened copy (F16C for f16), so the
+// window loops never convert element by element.
+template <class C>
+Tensor widened(const Tensor& x) {
+  if (x.dtype() == dtype_of<C>()) return x;
+  Tensor copy = Tensor::empty(x.shape(), {.dtype = dtype_of<C>()});
+  convert(x.data_ptr(), x.dtype(), copy.data_ptr(), dtype_of<C>(), x.numel());
+  return copy;
+}
+
+// Where the window loops write: `out` itself when it holds C, else a C buffer that store() rounds
+// into `out` in one pass.
+template <class C>
+class Result {
+ public:
+  explicit Result(Tensor& out)
+      : out_(out), values_(out.dtype() == dtype_of<C>() ? out : Tensor::empty(out.shape(), {.dtype = dtype_of<C>()})) {}
+  C* data() { return values_.data<C>(); }
+  void store() {
+    if (!values_.shares_storage_with(out_)) convert(values_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
+  }
+
+ private:
+  Tensor& out_;
+  Tensor values_;
+};
+
 }  // namespace
 
 void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax) {
   visit_floating(x.dtype(), "max_pool2d", [&](auto zero) {
-    using T = decltype(zero);
-    using C = compute_t<T>;
-    const T* in = x.data<T>();
-    T* result = out.data<T>();
+    using C = compute_t<decltype(zero)>;
+    const Tensor x_c = widened<C>(x);
+    const C* in = x_c.data<C>();
+    Result<C> values(out);
+    C* result = values.data();
     std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
-    for_each_window(w, [&](std::int64_t plane, std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
-      const T* values = in + plane * plane_size;
-      C best = -std::numeric_limits<C>::infinity();
-      std::int64_t best_at = -1;
-      for_each_pixel(w, ih0, iw0, [&](std::int64_t at) {
-        const C v = static_cast<C>(values[at]);
-        if (best_at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-          best = v;
-          best_at = at;
-        }
+    // Keeps the first pixel, then any larger one or a NaN (which then stays: NaN propagates, as in
+    // PyTorch). Selects, not branches: which pixel wins is data, so branches would mispredict.
+    auto consider = [](C v, std::int64_t at, C& best, std::int64_t& best_at) {
+      const bool take = (best_at < 0) | ((best == best) & !(v <= best));
+      best = take ? v : best;
+      best_at = take ? at : best_at;
+    };
+    if (w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.pad_h == 0 && w.pad_w == 0) {
+      // The CNN's 2x2 pooling: every window inside the image, four pixels, no bounds to check.
+      const std::int64_t out_h = w.out_h(), out_w = w.out_w();
+      for (std::int64_t plane = 0; plane < w.batch * w.channels; ++plane)
+        for (std::int64_t oh = 0; oh < out_h; ++oh)
+          for (std::int64_t ow = 0; ow < out_w; ++ow) {
+            const C* pixels = in + plane * plane_size;
+            const std::int64_t top = 2 * oh * w.width + 2 * ow;
+            C best = 0;
+            std::int64_t best_at = -1;
+            for (std::int64_t at : {top, top + 1, top + w.width, top + w.width + 1}) consider(pixels[at], at, best, best_at);
+            result[plane * out_plane + oh * out_w + ow] = best;
+            where[plane * out_plane + oh * out_w + ow] = static_cast<std::int32_t>(best_at);
+          }
+    } else {
+      for_each_window(w, [&](std::int64_t plane, std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
+        const C* pixels = in + plane * plane_size;
+        C best = 0;
+        std::int64_t best_at = -1;
+        for_each_pixel(w, ih0, iw0, [&](std::int64_t at) { consider(pixels[at], at, best, best_at); });
+        result[plane * out_plane + position] = best;
+        where[plane * out_plane + position] = static_cast<std::int32_t>(best_at);
       });
-      result[plane * out_plane + position] = static_cast<T>(best);
-      where[plane * out_plane + position] = static_cast<std::int32_t>(best_at);
-    });
+    }
+    values.store();
   });
 }
 
 void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& w, Tensor& dx) {
   visit_floating(dx.dtype(), "max_pool2d_backward", [&](auto zero) {
-    using T = decltype(zero);
-    using C = compute_t<T>;
+    using C = compute_t<decltype(zero)>;
     Accumulator<C> accumulator(dx);  // overlapping windows may pick one pixel several times
     C* sum = accumulator.data();
-    const T* grad = dout.data<T>();
+    const Tensor dout_c = widened<C>(dout);
+    const C* grad = dout_c.data<C>();
     const std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
-    for (std::int64_t i = 0; i < dout.numel(); ++i) sum[(i / out_plane) * plane_size + where[i]] += static_cast<C>(grad[i]);
+    const std::int64_t planes = dout.numel() / std::max<std::int64_t>(out_plane, 1);
+    for (std::int64_t plane = 0; plane < planes; ++plane)
+      for (std::int64_t i = plane * out_plane; i < (plane + 1) * out_plane; ++i) sum[plane * plane_size + where[i]] += grad[i];
     accumulator.store();
   });
 }
 
 void avg_pool2d(const Tensor& x, const Window2d& w, Tensor& out) {
   visit_floating(x.dtype(), "avg_pool2d", [&](auto zero) {
-    using T = decltype(zero);
-    using C = compute_t<T>;
-    const T* in = x.data<T>();
-    T* result = out.data<T>();
+    using C = compute_t<decltype(zero)>;
+    const Tensor x_c = widened<C>(x);
+    const C* in = x_c.data<C>();
+    Result<C> values(out);
+    C* result = values.data();
     const C divisor = static_cast<C>(w.kernel_h * w.kernel_w);
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
     for_each_window(w, [&](std::int64_t plane, std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
-      const T* values = in + plane * plane_size;
+      const C* pixels = in + plane * plane_size;
       C total = 0;
-      for_each_pixel(w, ih0, iw0, [&](std::int64_t at) { total += static_cast<C>(values[at]); });
-      result[plane * out_plane + position] = static_cast<T>(total / divisor);
+      for_each_pixel(w, ih0, iw0, [&](std::int64_t at) { total += pixels[at]; });
+      result[plane * out_plane + position] = total / divisor;
     });
+    values.store();
   });
 }
 
 void avg_pool2d_backward(const Tensor& dout, const Window2d& w, Tensor& dx) {
   visit_floating(dx.dtype(), "avg_pool2d_backward", [&](auto zero) {
-    using T = decltype(zero);
-    using C = compute_t<T>;
+    using C = compute_t<decltype(zero)>;
     Accumulator<C> accumulator(dx);
     C* sum = accumulator.data();
-    const T* grad = dout.data<T>();
+    const Tensor dout_c = widened<C>(dout);
+    const C* grad = dout_c.data<C>();
     const C divisor = static_cast<C>(w.kernel_h * w.kernel_w);
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
     for_each_window(w, [&](std::int64_t plane, std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
-      const C share = static_cast<C>(grad[plane * out_plane + position]) / divisor;
+      const C share = grad[plane * out_plane + position] / divisor;
       C* target = sum + plane * plane_size;
       for_each_pixel(w, ih0, iw0, [&](std::int64_t at) { target[at] += share; });
     });
