@@ -5,13 +5,15 @@
 //   c_t = sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g)
 //   h_t = sigmoid(o) * tanh(c_t)
 //
-// The input projection of all T steps is one GEMM per layer; only h W_hh^T runs step by step.
+// The input projection of all T steps is one GEMM per layer; the recurrence over the steps is one
+// op, mg::lstm_recurrence (autograd/lstm.cpp): the gates' pointwise math and backward through
+// time in a kernel, as cuDNN fuses them, so a 64-step sequence costs a handful of tape nodes.
 // Weights per layer: weight_ih_l{l} [4H, in], weight_hh_l{l} [4H, H], bias_ih_l{l}, bias_hh_l{l}
 // [4H], from U(-1/sqrt(H), 1/sqrt(H)) as PyTorch's, in PyTorch's gate order (i, f, g, o).
 //
-// Mixed precision: under autocast the GEMMs run in f16, but the initial state is f32, so the cell
-// state c and the output h are f32 (f16 gates * f32 state promote to f32): a cell state summed over
-// hundreds of steps is kept in f32, like cuDNN's. Outside autocast the state has the weights' dtype.
+// Mixed precision: under autocast the GEMMs run in f16 (f32 accumulation), but the initial state is
+// f32, so the gates, the cell state c and the output h are f32: a cell state summed over hundreds
+// of steps is kept in f32, like cuDNN's. Outside autocast the state has the weights' dtype.
 #pragma once
 
 #include <utility>
