@@ -8,6 +8,9 @@
 //   Accumulator<C> sum(dx);          // zeroed
 //   sum.data()[i] += value;
 //   sum.store();                     // dx = round(sum)
+//
+// With zero = false it is just the C-typed place a kernel writes its results before one rounding
+// pass (pooling's forward): not zeroed, since every element is written.
 #pragma once
 
 #include <cstring>
@@ -20,9 +23,9 @@ namespace mg::kernels::cpu {
 template <class C>
 class Accumulator {
  public:
-  explicit Accumulator(Tensor& out)
+  explicit Accumulator(Tensor& out, bool zero = true)
       : out_(out), sum_(out.dtype() == dtype_of<C>() ? out : Tensor::empty(out.shape(), {.dtype = dtype_of<C>()})) {
-    if (sum_.numel() > 0) std::memset(sum_.data_ptr(), 0, sum_.nbytes());  // all-zero bits are 0.0
+    if (zero && sum_.numel() > 0) std::memset(sum_.data_ptr(), 0, sum_.nbytes());  // all-zero bits are 0.0
   }
   C* data() { return sum_.data<C>(); }
   // Rounds the sums into the output (nothing to do when the output was the accumulator).

@@ -41,23 +41,6 @@ Tensor widened(const Tensor& x) {
   return copy;
 }
 
-// Where the window loops write: `out` itself when it holds C, else a C buffer that store() rounds
-// into `out` in one pass.
-template <class C>
-class Result {
- public:
-  explicit Result(Tensor& out)
-      : out_(out), values_(out.dtype() == dtype_of<C>() ? out : Tensor::empty(out.shape(), {.dtype = dtype_of<C>()})) {}
-  C* data() { return values_.data<C>(); }
-  void store() {
-    if (!values_.shares_storage_with(out_)) convert(values_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
-  }
-
- private:
-  Tensor& out_;
-  Tensor values_;
-};
-
 }  // namespace
 
 void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax) {
@@ -65,7 +48,7 @@ void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax)
     using C = compute_t<decltype(zero)>;
     const Tensor x_c = widened<C>(x);
     const C* in = x_c.data<C>();
-    Result<C> values(out);
+    Accumulator<C> values(out, /*zero=*/false);  // rounded into out once, by store()
     C* result = values.data();
     std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
@@ -125,7 +108,7 @@ void avg_pool2d(const Tensor& x, const Window2d& w, Tensor& out) {
     using C = compute_t<decltype(zero)>;
     const Tensor x_c = widened<C>(x);
     const C* in = x_c.data<C>();
-    Result<C> values(out);
+    Accumulator<C> values(out, /*zero=*/false);  // rounded into out once, by store()
     C* result = values.data();
     const C divisor = static_cast<C>(w.kernel_h * w.kernel_w);
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
