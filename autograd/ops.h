@@ -157,6 +157,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // x in another dtype, rounded to nearest even. Backward casts the gradient back to x's dtype, so an
 // f32 parameter used through an f16 cast receives an f32 gradient. Returns x itself if the dtype matches.
 Tensor cast(const Tensor& x, DType dtype);
+// x on another device (x itself when it is there already): CPU <-> CUDA, or between GPUs; values
+// are copied byte for byte. Backward copies the gradient back to x's device. A CUDA device must
+// exist (mg::cuda_device_count()); f64 stays on the CPU.
+Tensor to_device(const Tensor& x, Device device);
 // Converts a leaf's data to `dtype` in place (rounded to nearest even), so that every handle to it
 // (a module's member, an optimizer's list) sees the new dtype; drops its .grad. Not recorded, and a
 // graph that saved the old data refuses to run backward. nn::Module::to and amp::Recipe use it.

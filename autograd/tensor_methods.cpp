@@ -6,6 +6,7 @@
 namespace mg {
 
 Tensor Tensor::to(DType dtype) const { return cast(*this, dtype); }
+Tensor Tensor::to(Device device) const { return to_device(*this, device); }
 Tensor Tensor::reshape(const Shape& shape) const { return mg::reshape(*this, shape); }
 Tensor Tensor::clone() const { return mg::clone(*this); }
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const { return mg::slice(*this, 0, begin, end); }

@@ -34,6 +34,10 @@ class Allocator {
   // Gives back a block from allocate() with the same nbytes.
   virtual void deallocate(void* ptr, std::size_t nbytes) = 0;
   virtual Device device() const = 0;
+  // What Storage calls: the same, for one device of the allocator's type. One CUDA allocator
+  // serves every GPU and needs the index; a CPU allocator ignores it.
+  virtual void* allocate_on(Device /*device*/, std::size_t nbytes) { return allocate(nbytes); }
+  virtual void deallocate_on(Device /*device*/, void* ptr, std::size_t nbytes) { deallocate(ptr, nbytes); }
 };
 
 // A thread-safe caching allocator for host memory. Sizes are rounded up to a size class (four

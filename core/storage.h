@@ -13,8 +13,9 @@ namespace mg {
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device)
-      : device_(device), allocator_(&allocator_for(device)), nbytes_(nbytes), data_(allocator_->allocate(nbytes)) {}
-  ~Storage() { allocator_->deallocate(data_, nbytes_); }
+      : device_(device), allocator_(&allocator_for(device)), nbytes_(nbytes),
+        data_(allocator_->allocate_on(device, nbytes)) {}
+  ~Storage() { allocator_->deallocate_on(device_, data_, nbytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 

@@ -91,6 +91,7 @@ class Tensor {
 
   // ---- ops (differentiable; defined in autograd/)
   Tensor to(DType dtype) const;                  // mg::cast; returns *this when the dtype matches
+  Tensor to(Device device) const;                // mg::to_device; returns *this when already there
   Tensor reshape(const Shape& shape) const;      // mg::reshape; one size may be -1; a view
   Tensor clone() const;                          // a copy with its own storage; gradient passes through
   Tensor slice(std::int64_t begin, std::int64_t end) const;  // rows [begin, end) of dim 0; a view

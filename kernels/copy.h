@@ -5,6 +5,8 @@
 // permute:         out[i_perm[0], ..., i_perm[r-1]] = x[i_0, ..., i_{r-1}], out.shape[d] = x.shape[perm[d]]
 // copy_along_dim:  with src and dst equal in every dim but `dim` (and of one dtype), copies
 //                  src[..., src_start : src_start+length, ...] into dst[..., dst_start : dst_start+length, ...]
+// copy_between_devices: dst = src byte for byte (same dtype and element count), wherever each
+//                  lives: CPU, or a CUDA device (kernels/cuda/copy.cpp, through pinned buffers)
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,11 @@ void cast(const Tensor& x, Tensor& out);
 void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
                     std::int64_t length);
+void copy_between_devices(const Tensor& src, Tensor& dst);
+
+namespace cuda {
+void copy_between_devices(const Tensor& src, Tensor& dst);
+}  // namespace cuda
 
 namespace cpu {
 void cast(const Tensor& x, Tensor& out);

@@ -1,9 +1,12 @@
 // The dispatch point: every kernel family enters here, and the device of its output picks the
 // backend. Ops have already checked that all tensors share that device.
 //
-// Today only the CPU backend exists (kernels/cpu/). The CUDA backend adds a `cuda::` namespace
-// beside `cpu::` in each family header and one line per function below; until it lands, a tensor on
-// a GPU gets this error instead of reaching host code with a device pointer.
+// The CPU backend is kernels/cpu/. The CUDA backend (kernels/cuda/) is arriving family by family:
+// so far its runtime, caching allocator and copies between devices. A family without a CUDA
+// kernel yet gives a tensor on a GPU the error of require_cpu instead of reaching host code with
+// a device pointer.
+#include <cstring>
+
 #include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -15,10 +18,19 @@
 #include "kernels/pool.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/allocator.h"
+#endif
 
 namespace mg::kernels {
 
 namespace {
+
+#ifdef MG_WITH_CUDA
+// Every CUDA storage comes from the caching allocator; registered before main() runs (this file
+// is linked into every program that runs an op).
+[[maybe_unused]] const bool cuda_allocator_registered = (set_allocator(DeviceType::CUDA, &mg::cuda::allocator()), true);
+#endif
 
 void require_cpu(const char* kernel, const Tensor& out) {
   MG_CHECK(out.device().is_cpu(),
@@ -73,6 +85,18 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
   require_cpu("cross_entropy_backward", dlogits);
   cpu::cross_entropy_backward(logits, labels, lse, row_weight, ignore_index, dlogits);
+}
+
+void copy_between_devices(const Tensor& src, Tensor& dst) {
+  if (src.device().is_cpu() && dst.device().is_cpu()) {
+    if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    return;
+  }
+#ifdef MG_WITH_CUDA
+  cuda::copy_between_devices(src, dst);
+#else
+  MG_CHECK(false, "kernel copy_between_devices: {} to {}: this build has no CUDA backend", src.device(), dst.device());
+#endif
 }
 
 void cast(const Tensor& x, Tensor& out) {

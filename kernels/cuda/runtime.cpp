@@ -1,0 +1,49 @@
+#include "kernels/cuda/runtime.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mg::cuda {
+
+void fail(cudaError_t error, const char* call, const char* file, int line) {
+  cudaGetLastError();  // clear a sticky error so that the next call reports its own
+  throw Error(fmt::format("CUDA error: {} failed with {} ({}) at {}:{}", call, cudaGetErrorName(error),
+                          cudaGetErrorString(error), file, line));
+}
+
+void require_device(Device device, const char* op) {
+  const int count = cuda_device_count();
+  MG_CHECK(device.is_cuda() && device.index >= 0 && device.index < count,
+           "{}: {} is not available: this process sees {} CUDA device(s){}", op, device, count,
+           count == 0 ? " (no GPU or no driver); keep the tensors on the CPU" : "; use an index below that count");
+}
+
+cudaStream_t stream(int device_index) {
+  static std::mutex mutex;
+  static std::vector<cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (streams.size() <= static_cast<std::size_t>(device_index)) streams.resize(static_cast<std::size_t>(device_index) + 1);
+  cudaStream_t& s = streams[static_cast<std::size_t>(device_index)];
+  if (s == nullptr) {
+    DeviceGuard guard(device_index);
+    // Non-blocking: it does not synchronise with the legacy default stream other libraries may use.
+    MG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  return s;
+}
+
+void synchronize(int device_index) { MG_CUDA_CHECK(cudaStreamSynchronize(stream(device_index))); }
+
+DeviceGuard::DeviceGuard(int device_index) {
+  MG_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device_index) MG_CUDA_CHECK(cudaSetDevice(device_index));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = previous_;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);  // no throw here
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,46 @@
+// The CUDA runtime as the backend uses it: checked calls, one stream per device, a device guard.
+//
+// Every CUDA call goes through MG_CUDA_CHECK, which turns a failure into an mg::Error naming the
+// call, the file and line, and CUDA's own message. Work is queued on one stream per device, so the
+// caching allocator can hand a freed block to the next request without events: later work on the
+// same stream runs after the work that used the block. The host waits only where a value reaches
+// it (a copy to the CPU; item(), the GradScaler's decision).
+// Host code: compiled by the C++ compiler against the CUDA runtime API (no kernels here).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/device.h"
+
+namespace mg::cuda {
+
+[[noreturn]] void fail(cudaError_t error, const char* call, const char* file, int line);
+
+#define MG_CUDA_CHECK(call)                                                         \
+  do {                                                                              \
+    const cudaError_t mg_cuda_error_ = (call);                                      \
+    if (mg_cuda_error_ != cudaSuccess) ::mg::cuda::fail(mg_cuda_error_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// An mg::Error unless `device` is a CUDA device this process can use (index in range).
+void require_device(Device device, const char* op);
+
+// The stream all of mixgrad's work on this device is queued on, created on first use.
+cudaStream_t stream(int device_index);
+
+// Waits for everything queued on the device's stream.
+void synchronize(int device_index);
+
+// Makes `device_index` current for its scope and restores the previous device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device_index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace mg::cuda

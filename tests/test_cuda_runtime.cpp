@@ -1,0 +1,94 @@
+// The CUDA backend's runtime: moving tensors between the CPU and GPUs (mg::to_device), the caching
+// device allocator, and the errors on a machine or a build without a GPU. The GPU cases skip with a
+// message when no device is visible (CI has nvcc but no GPU); the error cases run everywhere.
+#include "tests/testing.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/allocator.h"
+#endif
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+bool have_gpu() {
+  if (cuda_device_count() > 0) return true;
+  const std::string why = built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend";
+  MESSAGE("skipped: no CUDA device visible; " << why);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("to_device: the same device returns the tensor itself") {
+  Tensor x = ones({3});
+  CHECK(to_device(x, Device::cpu()).id() == x.id());
+  CHECK(x.to(Device::cpu()).id() == x.id());
+}
+
+TEST_CASE("to_device: a missing GPU or a missing backend is a clear error, and nothing is allocated") {
+  if (cuda_device_count() > 0) {
+    check_error([] { ones({2}).to(Device::cuda(cuda_device_count())); }, "use an index below that count");
+    return;
+  }
+  const std::size_t before = cpu_allocator().stats().allocated_bytes;
+  check_error([] { ones({2, 3}).to(Device::cuda()); }, "mg::to_device: cannot move [2, 3] f32 to cuda:0");
+  check_error([] { ones({2}).to(Device::cuda()); }, built_with_cuda() ? "sees 0 CUDA device(s)" : "no CUDA backend");
+  CHECK(cpu_allocator().stats().allocated_bytes == before);
+}
+
+TEST_CASE("to_device: f64 stays on the CPU") {
+  check_error([] { ones({2}, {.dtype = DType::F64}).to(Device::cuda()); }, "f64 lives on the CPU only");
+}
+
+TEST_CASE("to_device: every dtype goes to the GPU and back bit for bit") {
+  if (!have_gpu()) return;
+  Generator gen(3);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    Tensor x = randn({37, 129}, gen).to(dtype);  // odd sizes: no chunk or alignment is assumed
+    Tensor on_gpu = x.to(Device::cuda());
+    CHECK(on_gpu.device() == Device::cuda());
+    CHECK(on_gpu.dtype() == dtype);
+    check_close(on_gpu.to(Device::cpu()), x, 0.0, 0.0);
+  }
+  Tensor labels = randint(0, 10, {100}, gen);
+  CHECK(labels.to(Device::cuda()).to(Device::cpu()).to_vector<std::int32_t>() == labels.to_vector<std::int32_t>());
+  // Larger than the 8 MiB staging buffer: several chunks each way.
+  Tensor big = randn({3 * 1024 * 1024 + 5}, gen);
+  check_close(big.to(Device::cuda()).to(Device::cpu()), big, 0.0, 0.0);
+}
+
+TEST_CASE("to_device: the gradient comes back to the source device") {
+  if (!have_gpu()) return;
+  Tensor x = from_vector({1.0, -2.0, 3.0}, {3}).set_requires_grad(true);
+  Tensor back = x.to(Device::cuda()).to(Device::cpu());
+  backward(sum(mul(back, back)));
+  check_values(x.grad(), {2.0, -4.0, 6.0});
+  CHECK(x.grad().device() == Device::cpu());
+}
+
+TEST_CASE("to_device: reading a GPU tensor on the host asks for a copy first") {
+  if (!have_gpu()) return;
+  Tensor x = ones({2}).to(Device::cuda());
+  check_error([&] { x.to_vector<float>(); }, "copy it to the CPU first");
+}
+
+#ifdef MG_WITH_CUDA
+TEST_CASE("CUDA allocator: a freed block is reused without cudaMalloc; statistics per device") {
+  if (!have_gpu()) return;
+  cuda::CachingCudaAllocator& allocator = cuda::allocator();
+  const AllocatorStats start = allocator.stats(0);
+  {
+    Tensor a = Tensor::empty({1000}, {.device = Device::cuda()});
+    CHECK(allocator.stats(0).allocated_bytes == start.allocated_bytes + CachingCpuAllocator::size_class(4000));
+  }
+  const std::size_t mallocs = allocator.stats(0).system_allocations;
+  for (int i = 0; i < 10; ++i) Tensor b = Tensor::empty({999}, {.device = Device::cuda()});  // same size class
+  CHECK(allocator.stats(0).system_allocations == mallocs);
+  CHECK(allocator.stats(0).allocated_bytes == start.allocated_bytes);
+  CHECK(allocator.stats(0).peak_allocated_bytes >= start.allocated_bytes + CachingCpuAllocator::size_class(4000));
+  allocator.empty_cache();
+  CHECK(allocator.stats(0).reserved_bytes == allocator.stats(0).allocated_bytes);
+}
+#endif
