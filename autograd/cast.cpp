@@ -26,14 +26,7 @@ Tensor to_device(const Tensor& x, Device device) {
   if (x.device() == device) return x;
   MG_CHECK(x.dtype() != DType::F64, "{}: f64 lives on the CPU only (the reference precision); cast the {} tensor "
            "to f32 first to move it to {}", op, x.shape(), device);
-  if (device.is_cuda()) {
-    MG_CHECK(built_with_cuda(), "{}: cannot move {} {} to {}: this build has no CUDA backend (configure with "
-             "-DMG_CUDA=ON where nvcc is installed)", op, x.shape(), x.dtype(), device);
-    const int count = cuda_device_count();
-    MG_CHECK(device.index >= 0 && device.index < count, "{}: cannot move {} {} to {}: this process sees {} CUDA "
-             "device(s){}", op, x.shape(), x.dtype(), device, count,
-             count == 0 ? " (no GPU or no driver); keep the tensors on the CPU" : "; use an index below that count");
-  }
+  check_device_available(device, fmt::format("{}: cannot move {} {} to {}", op, x.shape(), x.dtype(), device));
   Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = device});
   kernels::copy_between_devices(x, out);
   if (is_floating(x.dtype())) {

@@ -17,12 +17,13 @@
 #include <memory>
 #include <vector>
 
+#include "bench/timing.h"
 #include "mixgrad.h"
 
 namespace {
 
 using namespace mg;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
 struct Trainer {
   amp::Recipe recipe;
@@ -76,11 +77,6 @@ struct Trainer {
   }
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,9 +103,9 @@ int main(int argc, char** argv) {
       }
     }
     fmt::print("batch {:>4} ({} runs each):", batch, times[0].size());
-    const double base = median(times[0]);
+    const double base = bench::median(times[0]);
     for (std::size_t i = 0; i < trainers.size(); ++i)
-      fmt::print("  {} {:.3f} ms ({:.2f}x)", recipes[i], median(times[i]), median(times[i]) / base);
+      fmt::print("  {} {:.3f} ms ({:.2f}x)", recipes[i], bench::median(times[i]), bench::median(times[i]) / base);
     fmt::print("\n");
   }
   return 0;

@@ -18,22 +18,18 @@
 #include <functional>
 #include <vector>
 
+#include "bench/timing.h"
 #include "mixgrad.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 double seconds(const std::function<void()>& fn) {
   auto start = Clock::now();
   fn();
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace
@@ -67,9 +63,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r)
       for (std::size_t v = 0; v < variants.size(); ++v) times[v].push_back(seconds(variants[v]));
 
-    double eigen = flops / median(times[0]) / 1e9;
-    double f32 = flops / median(times[1]) / 1e9;
-    double f16 = flops / median(times[2]) / 1e9;
+    double eigen = flops / bench::median(times[0]) / 1e9;
+    double f32 = flops / bench::median(times[1]) / 1e9;
+    double f16 = flops / bench::median(times[2]) / 1e9;
     fmt::print("{:>6} {:>13.1f} {:>13.1f} {:>7.1f}% {:>13.1f} {:>7.1f}%   n = {}\n", n, eigen, f32,
                100.0 * f32 / eigen, f16, 100.0 * f16 / f32, reps);
   }

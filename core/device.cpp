@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include "core/error.h"
+
 #ifdef MG_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -29,6 +31,16 @@ bool built_with_cuda() {
 #else
   return false;
 #endif
+}
+
+void check_device_available(Device device, std::string_view context) {
+  if (device.is_cpu()) return;
+  MG_CHECK(built_with_cuda(), "{}: {} is not available: this build has no CUDA backend (configure with -DMG_CUDA=ON "
+           "where nvcc is installed)", context, device);
+  const int count = cuda_device_count();
+  MG_CHECK(device.index >= 0 && device.index < count, "{}: {} is not available: this process sees {} CUDA device(s){}",
+           context, device, count,
+           count == 0 ? " (no GPU or no driver); keep the tensors on the CPU" : "; use an index below that count");
 }
 
 }  // namespace mg

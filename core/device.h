@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <string_view>
 
 namespace mg {
 
@@ -28,6 +29,10 @@ int cuda_device_count();
 inline bool cuda_is_available() { return cuda_device_count() > 0; }
 // True when this build contains the CUDA backend (MG_CUDA=AUTO found nvcc, or MG_CUDA=ON).
 bool built_with_cuda();
+// An mg::Error unless `device` is the CPU or a CUDA device this build and process can use. The
+// message starts with `context` ("CUDA allocator", "mg::to_device: cannot move [2] f32 to cuda:0")
+// and says what is missing: the backend, any GPU, or a device of that index.
+void check_device_available(Device device, std::string_view context);
 
 }  // namespace mg
 

@@ -5,8 +5,6 @@
 // so far its runtime, caching allocator and copies between devices. A family without a CUDA
 // kernel yet gives a tensor on a GPU the error of require_cpu instead of reaching host code with
 // a device pointer.
-#include <cstring>
-
 #include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -89,7 +87,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
 
 void copy_between_devices(const Tensor& src, Tensor& dst) {
   if (src.device().is_cpu() && dst.device().is_cpu()) {
-    if (src.nbytes() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    cpu::cast(src, dst);  // same dtype: a plain copy
     return;
   }
 #ifdef MG_WITH_CUDA

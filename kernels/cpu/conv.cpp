@@ -5,7 +5,7 @@
 
 #include "core/convert.h"
 #include "kernels/conv.h"
-#include "kernels/cpu/accumulator.h"
+#include "kernels/cpu/compute_type.h"
 
 namespace mg::kernels::cpu {
 

@@ -22,6 +22,7 @@
 #include <cblas.h>
 #endif
 
+#include "kernels/cpu/compute_type.h"
 #include "kernels/gemm.h"
 
 namespace mg::kernels::cpu {
@@ -68,14 +69,6 @@ void gemm_batched(const T* a, const T* b, T* c, const GemmShape& s) {
     gemm_one(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
 }
 
-// A tensor's values as f32: the tensor itself when it is f32, else a converted copy from the cache.
-Tensor as_f32(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t;
-  Tensor copy = Tensor::empty(t.shape(), {.dtype = DType::F32});
-  convert(t.data_ptr(), t.dtype(), copy.data_ptr(), DType::F32, t.numel());
-  return copy;
-}
-
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
@@ -88,7 +81,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
     return;
   }
   // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
-  Tensor a32 = as_f32(a), b32 = as_f32(b);
+  Tensor a32 = widened<float>(a), b32 = widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
   gemm_batched(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());

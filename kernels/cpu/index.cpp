@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/accumulator.h"
+#include "kernels/cpu/compute_type.h"
 #include "kernels/index.h"
 
 namespace mg::kernels::cpu {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 
+#include "kernels/cpu/compute_type.h"
 #include "kernels/optim.h"
 
 namespace mg::kernels::cpu {
@@ -15,19 +16,6 @@ namespace mg::kernels::cpu {
 namespace {
 
 constexpr std::int64_t kChunk = 256;
-
-char* bytes_at(const Tensor& t, std::int64_t start) {
-  return static_cast<char*>(t.data_ptr()) + static_cast<std::size_t>(start) * dtype_size(t.dtype());
-}
-
-// The first n values of `t` from `start` as C: the tensor's own memory when it already holds C
-// (no copy), else converted into `buffer`.
-template <class C>
-C* values_at(const Tensor& t, std::int64_t start, std::int64_t n, C* buffer) {
-  if (t.dtype() == dtype_of<C>()) return reinterpret_cast<C*>(bytes_at(t, start));
-  convert(bytes_at(t, start), t.dtype(), buffer, dtype_of<C>(), n);
-  return buffer;
-}
 
 // Runs update(p, g, state) for every element; `state` holds the values of the state tensors, and
 // update returns whether the change it computed was non-zero (before any rounding). Tensors that

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/accumulator.h"
+#include "kernels/cpu/compute_type.h"
 #include "kernels/pool.h"
 
 namespace mg::kernels::cpu {
@@ -29,16 +29,6 @@ void for_each_pixel(const Window2d& w, std::int64_t ih0, std::int64_t iw0, Visit
   for (std::int64_t ih = std::max<std::int64_t>(ih0, 0); ih < std::min(ih0 + w.kernel_h, w.height); ++ih)
     for (std::int64_t iw = std::max<std::int64_t>(iw0, 0); iw < std::min(iw0 + w.kernel_w, w.width); ++iw)
       visit(ih * w.width + iw);
-}
-
-// x's values as C: x itself when it already holds C, else one widened copy (F16C for f16), so the
-// window loops never convert element by element.
-template <class C>
-Tensor widened(const Tensor& x) {
-  if (x.dtype() == dtype_of<C>()) return x;
-  Tensor copy = Tensor::empty(x.shape(), {.dtype = dtype_of<C>()});
-  convert(x.data_ptr(), x.dtype(), copy.data_ptr(), dtype_of<C>(), x.numel());
-  return copy;
 }
 
 }  // namespace
@@ -96,8 +86,7 @@ void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2
     const C* grad = dout_c.data<C>();
     const std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
-    const std::int64_t planes = dout.numel() / std::max<std::int64_t>(out_plane, 1);
-    for (std::int64_t plane = 0; plane < planes; ++plane)
+    for (std::int64_t plane = 0; plane < w.batch * w.channels; ++plane)
       for (std::int64_t i = plane * out_plane; i < (plane + 1) * out_plane; ++i) sum[plane * plane_size + where[i]] += grad[i];
     accumulator.store();
   });

@@ -12,7 +12,7 @@ CachingCudaAllocator::Pool& CachingCudaAllocator::pool(int device_index) {
 
 void* CachingCudaAllocator::allocate_on(Device device, std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
-  require_device(device, "CUDA allocator");
+  check_device_available(device, "CUDA allocator");
   const std::size_t size = CachingCpuAllocator::size_class(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   Pool& p = pool(device.index);

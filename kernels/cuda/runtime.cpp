@@ -13,13 +13,6 @@ void fail(cudaError_t error, const char* call, const char* file, int line) {
                           cudaGetErrorString(error), file, line));
 }
 
-void require_device(Device device, const char* op) {
-  const int count = cuda_device_count();
-  MG_CHECK(device.is_cuda() && device.index >= 0 && device.index < count,
-           "{}: {} is not available: this process sees {} CUDA device(s){}", op, device, count,
-           count == 0 ? " (no GPU or no driver); keep the tensors on the CPU" : "; use an index below that count");
-}
-
 cudaStream_t stream(int device_index) {
   static std::mutex mutex;
   static std::vector<cudaStream_t> streams;

@@ -22,9 +22,6 @@ namespace mg::cuda {
     if (mg_cuda_error_ != cudaSuccess) ::mg::cuda::fail(mg_cuda_error_, #call, __FILE__, __LINE__); \
   } while (0)
 
-// An mg::Error unless `device` is a CUDA device this process can use (index in range).
-void require_device(Device device, const char* op);
-
 // The stream all of mixgrad's work on this device is queued on, created on first use.
 cudaStream_t stream(int device_index);
 

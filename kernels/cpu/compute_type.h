@@ -1,3 +1,11 @@
+// Working in the compute type C (f32, f64 for f64) on tensors that may hold f16/bf16: the CPU
+// kernels' one way to read a tensor as C (widened once, F16C for f16; no copy when it already
+// holds C) and to write results back rounded once.
+//
+//   bytes_at(t, start)                 the address of element `start` of a contiguous tensor
+//   values_at<C>(t, start, n, buffer)  n values from `start` as C: t's memory, or converted into buffer
+//   widened<C>(t)                      the whole tensor as C: t itself, or one converted copy
+//
 // Accumulator: the scatter-add kernels' f32 sum (col2im, pooling backward, the embedding gradient).
 //
 // A scatter adds many values into one element (a pixel read by 9 windows, a token seen 1000 times);
@@ -13,12 +21,32 @@
 // pass (pooling's forward): not zeroed, since every element is written.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/convert.h"
 #include "core/tensor.h"
 
 namespace mg::kernels::cpu {
+
+inline char* bytes_at(const Tensor& t, std::int64_t start) {
+  return static_cast<char*>(t.data_ptr()) + static_cast<std::size_t>(start) * dtype_size(t.dtype());
+}
+
+template <class C>
+C* values_at(const Tensor& t, std::int64_t start, std::int64_t n, C* buffer) {
+  if (t.dtype() == dtype_of<C>()) return reinterpret_cast<C*>(bytes_at(t, start));
+  convert(bytes_at(t, start), t.dtype(), buffer, dtype_of<C>(), n);
+  return buffer;
+}
+
+template <class C>
+Tensor widened(const Tensor& t) {
+  if (t.dtype() == dtype_of<C>()) return t;
+  Tensor copy = Tensor::empty(t.shape(), {.dtype = dtype_of<C>()});
+  convert(t.data_ptr(), t.dtype(), copy.data_ptr(), dtype_of<C>(), t.numel());
+  return copy;
+}
 
 template <class C>
 class Accumulator {
