@@ -37,20 +37,36 @@ Tensor to_device(const Tensor& x, Device device) {
   return out;
 }
 
+namespace {
+
+// Points the leaf at `replacement`'s storage. A new storage, not a write into the old one: a graph
+// that saved the old values sees its storage gone and refuses to run backward (Saved checks storage
+// identity), and caches keyed on it miss.
+void adopt_storage(const Tensor& leaf, const Tensor& replacement) {
+  TensorImpl& impl = leaf.impl();
+  impl.storage = replacement.impl().storage;
+  impl.offset = replacement.impl().offset;
+  impl.dtype = replacement.dtype();
+  impl.grad.reset();
+}
+
+}  // namespace
+
 void cast_storage_(const Tensor& leaf, DType dtype) {
   MG_CHECK(leaf.defined() && leaf.is_leaf() && is_floating(leaf.dtype()) && is_floating(dtype),
            "mg::cast_storage_: needs a floating leaf and a floating dtype (got {} to {})",
            leaf.defined() ? fmt::format("{} {}", leaf.shape(), leaf.dtype()) : "undefined", dtype);
   if (leaf.dtype() == dtype) return;
   NoGradGuard no_grad;
-  Tensor converted = cast(leaf.detach(), dtype);
-  // A new storage, not a write into the old one: a graph that saved the old values sees its storage
-  // gone and refuses to run backward (Saved checks storage identity), and caches keyed on it miss.
-  TensorImpl& impl = leaf.impl();
-  impl.storage = converted.impl().storage;
-  impl.offset = converted.impl().offset;
-  impl.dtype = dtype;
-  impl.grad.reset();
+  adopt_storage(leaf, cast(leaf.detach(), dtype));
+}
+
+void move_storage_(const Tensor& leaf, Device device) {
+  MG_CHECK(leaf.defined() && leaf.is_leaf(), "mg::move_storage_: needs a leaf (got {})",
+           leaf.defined() ? "a tensor produced by an op" : "an undefined tensor");
+  if (leaf.device() == device) return;
+  NoGradGuard no_grad;
+  adopt_storage(leaf, to_device(leaf.detach(), device));
 }
 
 }  // namespace mg

@@ -14,8 +14,8 @@ Tensor embedding(const Tensor& weight_in, const Tensor& indices) {
   check::floating(op, weight);
   MG_CHECK(weight.dim() == 2, "{}: the weight must be [num_embeddings, dim], got shape {}", op, weight.shape());
   MG_CHECK(indices.dtype() == DType::I32, "{}: indices must be i32, got {}", op, indices.dtype());
-  MG_CHECK(indices.device().is_cpu(), "{}: indices on {} cannot be checked in this build", op, indices.device());
-  const std::int32_t* index = indices.data<std::int32_t>();
+  // Checked on the host before any kernel runs (from a GPU this is a copy, and a wait).
+  const std::vector<std::int32_t> index = indices.to_vector<std::int32_t>();
   for (std::int64_t i = 0; i < indices.numel(); ++i)
     MG_CHECK(index[i] >= 0 && index[i] < weight.size(0),
              "{}: index {} at position {} is out of range for {} embeddings (valid: 0..{})", op, index[i], i,

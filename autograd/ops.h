@@ -165,6 +165,9 @@ Tensor to_device(const Tensor& x, Device device);
 // (a module's member, an optimizer's list) sees the new dtype; drops its .grad. Not recorded, and a
 // graph that saved the old data refuses to run backward. nn::Module::to and amp::Recipe use it.
 void cast_storage_(const Tensor& leaf, DType dtype);
+// Moves a leaf's data to `device` in place, the same way (every handle sees it; .grad dropped).
+// nn::Module::to(Device) uses it.
+void move_storage_(const Tensor& leaf, Device device);
 // Rows of weight [num_embeddings, dim] picked by i32 indices of any shape: [..., dim].
 // The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights).
 Tensor embedding(const Tensor& weight, const Tensor& indices);

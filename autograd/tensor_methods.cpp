@@ -16,11 +16,13 @@ Tensor& Tensor::copy_(const Tensor& src) {
   MG_CHECK(!(requires_grad() && grad_enabled()),
            "Tensor::copy_: this tensor requires grad and an in-place write would not be recorded; do it under "
            "NoGradGuard (as an optimizer step does)");
-  MG_CHECK(src.shape() == shape() && src.device() == device(),
-           "Tensor::copy_: the source ({} on {}) must match this tensor ({} on {})", src.shape(), src.device(),
-           shape(), device());
-  // A source that shares memory with this tensor is copied first, so overlapping views stay correct.
-  Tensor source = shares_storage_with(src) ? mg::clone(src.detach()) : src;
+  MG_CHECK(src.shape() == shape(), "Tensor::copy_: the source's shape {} must match this tensor's {}", src.shape(),
+           shape());
+  // A source on another device is moved first; one that shares memory with this tensor is copied
+  // first, so overlapping views stay correct.
+  Tensor source = src.device() != device() ? mg::to_device(src.detach(), device())
+                  : shares_storage_with(src) ? mg::clone(src.detach())
+                                             : src;
   kernels::cast(source, *this);
   impl().storage->bump_version();  // a tensor saved for backward now holds other values
   return *this;

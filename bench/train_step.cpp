@@ -1,10 +1,14 @@
 // bench/train_step: one training step (forward, cross_entropy, backward, SGD with momentum) of the
 // 784-256-256-10 MLP at batch 128 and 512 and of the 2-conv CNN at batch 128, in mixgrad (fp32 and
 // mixed_float16) and, when built against libtorch, in libtorch (fp32), side by side in one run.
+// With --device cuda the same steps run on the GPU, in fp32, mixed_float16 and mixed_bfloat16, with
+// a GEMM-bound MLP (4096 wide, batch 8192) added, and the peak GPU memory of each step is reported
+// (its peer is PyTorch eager AMP: bench/torch_gpu_step.py, same models and batches).
 //
 //   build/bench/train_step                     mixgrad only (always built)
 //   build/bench/train_step_vs_torch            with libtorch (built when CMake finds Torch)
 //   ... --steps 100 mlp:128 cnn:64             more timed steps; chosen models and batches
+//   build/bench/train_step --device cuda       on the GPU (builds with the CUDA backend)
 //
 // The variants of one model are interleaved in every repetition so that a noisy machine slows them
 // alike; each warms up for 5 steps, then the median of --steps timed steps (default 50) is
@@ -25,6 +29,10 @@
 #include "bench/timing.h"
 #include "kernels/gemm.h"
 #include "mixgrad.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/allocator.h"
+#include "kernels/cuda/runtime.h"
+#endif
 #ifdef MG_BENCH_TORCH
 #include "bench/torch_step.h"
 #endif
@@ -36,17 +44,20 @@ using namespace mg;
 // A mixgrad training step as tools/train.cpp takes it, on one fixed batch.
 class MixgradStep {
  public:
-  MixgradStep(const std::string& model, const std::string& recipe, std::int64_t batch)
-      : recipe_(amp::Recipe::parse(recipe)), scaler_(recipe_.make_scaler()) {
+  // model: "mlp" (784-256-256-10), "cnn" (nn::cnn) or "wide" (4096-4096-4096-4096-10, GEMM-bound).
+  MixgradStep(const std::string& model, const std::string& recipe, std::int64_t batch, Device device)
+      : recipe_(amp::Recipe::parse(recipe)), scaler_(recipe_.make_scaler()), device_(device) {
     Generator generator(0);
-    model_ = model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}, generator))
-                            : std::shared_ptr<nn::Module>(nn::cnn({}, generator));
+    if (model == "mlp") model_ = nn::mlp({784, 256, 256, 10}, generator);
+    else if (model == "wide") model_ = nn::mlp({4096, 4096, 4096, 4096, 10}, generator);
+    else model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
+    model_->to(device);
     optimizer_ = recipe_.make_optimizer(model_->parameters(), [](std::vector<Tensor> parameters) {
       return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
     });
-    x_ = randn({batch, 1, 28, 28}, generator);
-    labels_ = randint(0, 10, {batch}, generator);
+    x_ = (model == "wide" ? randn({batch, 4096}, generator) : randn({batch, 1, 28, 28}, generator)).to(device);
+    labels_ = randint(0, 10, {batch}, generator).to(device);
   }
 
   // Returns the bytes saved for backward by the forward pass.
@@ -61,6 +72,9 @@ class MixgradStep {
     backward(scaler_.scale(loss));
     scaler_.step(*optimizer_);
     scaler_.update();
+#ifdef MG_WITH_CUDA
+    if (device_.is_cuda()) mg::cuda::synchronize(device_.index);  // the step is done when the GPU is
+#endif
     return saved;
   }
 
@@ -69,8 +83,22 @@ class MixgradStep {
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::GradScaler scaler_;
+  Device device_;
   Tensor x_, labels_;
 };
+
+// Peak bytes the caching allocator handed out on the GPU during `step` (0 on the CPU).
+std::size_t peak_device_bytes(Device device, const std::function<std::size_t()>& step) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) {
+    mg::cuda::allocator().reset_peak(device.index);
+    step();
+    return mg::cuda::allocator().stats(device.index).peak_allocated_bytes;
+  }
+#endif
+  step();
+  return 0;
+}
 
 struct Variant {
   std::string name;
@@ -78,25 +106,32 @@ struct Variant {
   std::vector<double> ms;
   std::int64_t faults = 0;
   std::size_t saved_bytes = 0;
+  std::size_t peak_bytes = 0;  // on a GPU
 };
 
-void run(const std::string& model, std::int64_t batch, int steps) {
+void run(const std::string& model, std::int64_t batch, int steps, Device device) {
   std::vector<Variant> variants;
   auto add = [&variants](std::string name, std::function<std::size_t()> step) {
     variants.emplace_back();
     variants.back().name = std::move(name);
     variants.back().step = std::move(step);
   };
-  for (const char* recipe : {"fp32", "mixed_float16"}) {
-    auto trainer = std::make_shared<MixgradStep>(model, recipe, batch);
+  std::vector<std::string> recipes{"fp32", "mixed_float16"};
+  if (device.is_cuda()) recipes.push_back("mixed_bfloat16");
+  for (const std::string& recipe : recipes) {
+    auto trainer = std::make_shared<MixgradStep>(model, recipe, batch, device);
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
   }
 #ifdef MG_BENCH_TORCH
-  std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
-  add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
+  if (device.is_cpu()) {
+    std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
+    add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
+  }
 #endif
-  for (Variant& v : variants)
+  for (Variant& v : variants) {
     for (int i = 0; i < 5; ++i) v.saved_bytes = v.step();
+    v.peak_bytes = peak_device_bytes(device, v.step);
+  }
   for (int i = 0; i < steps; ++i)
     for (Variant& v : variants) {
       const std::int64_t faults = bench::minor_faults();
@@ -106,17 +141,24 @@ void run(const std::string& model, std::int64_t batch, int steps) {
       if (2 * i >= steps) v.faults += bench::minor_faults() - faults;  // the second half: steady state
     }
 
-  fmt::print("\n{} batch {} ({} timed steps each, median)\n", model, batch, steps);
-  fmt::print("  {:<22} {:>10} {:>14} {:>16}\n", "variant", "ms/step", "faults/step*", "saved activations");
+  fmt::print("\n{} batch {} on {} ({} timed steps each, median)\n", model, batch, device, steps);
+  fmt::print("  {:<22} {:>10} {:>14} {:>16} {:>14}\n", "variant", "ms/step", "faults/step*", "saved activations",
+             "peak GPU MiB");
   for (const Variant& v : variants)
-    fmt::print("  {:<22} {:>10.3f} {:>14.2f} {:>16}\n", v.name, bench::median(v.ms),
+    fmt::print("  {:<22} {:>10.3f} {:>14.2f} {:>16} {:>14}\n", v.name, bench::median(v.ms),
                static_cast<double>(v.faults) / std::max(1, steps / 2),
-               v.name.starts_with("mixgrad") ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-");
-  const double fp32 = bench::median(variants[0].ms), f16 = bench::median(variants[1].ms);
-  fmt::print("  mixed_float16 / fp32 (mixgrad): {:.3f}x; saved activations {:.3f}x\n", f16 / fp32,
-             static_cast<double>(variants[1].saved_bytes) / static_cast<double>(variants[0].saved_bytes));
-  if (variants.size() > 2)
-    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / bench::median(variants[2].ms));
+               v.name.starts_with("mixgrad") ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-",
+               device.is_cuda() ? fmt::format("{:.1f}", v.peak_bytes / 1048576.0) : "-");
+  const double fp32 = bench::median(variants[0].ms);
+  for (std::size_t i = 1; i < variants.size() && variants[i].name.starts_with("mixgrad"); ++i)
+    fmt::print("  {} / fp32 (mixgrad): {:.3f}x time, {:.3f}x saved activations{}\n", variants[i].name.substr(8),
+               bench::median(variants[i].ms) / fp32,
+               static_cast<double>(variants[i].saved_bytes) / static_cast<double>(variants[0].saved_bytes),
+               device.is_cuda() ? fmt::format(", {:.3f}x peak memory", static_cast<double>(variants[i].peak_bytes) /
+                                                                       static_cast<double>(variants[0].peak_bytes))
+                                : "");
+  if (variants.back().name == "libtorch fp32")
+    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / bench::median(variants.back().ms));
   fmt::print("  * minor page faults per step over the second half of the timed steps\n");
 }
 
@@ -124,26 +166,37 @@ void run(const std::string& model, std::int64_t batch, int steps) {
 
 int main(int argc, char** argv) {
   int steps = 50;
+  Device device = Device::cpu();
   std::vector<std::pair<std::string, std::int64_t>> cases;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--device" && i + 1 < argc) {
+      device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
     } else if (const auto colon = arg.find(':'); colon != std::string::npos &&
-               (arg.starts_with("mlp:") || arg.starts_with("cnn:"))) {
+               (arg.starts_with("mlp:") || arg.starts_with("cnn:") || arg.starts_with("wide:"))) {
       cases.emplace_back(arg.substr(0, colon), std::max<std::int64_t>(1, std::atoll(arg.c_str() + colon + 1)));
     } else {
-      fmt::print(stderr, "usage: {} [--steps N] [mlp:BATCH | cnn:BATCH ...]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--device cpu|cuda] [--steps N] [mlp:BATCH | cnn:BATCH | wide:BATCH ...]\n",
+                 argv[0]);
       return 2;
     }
   }
   if (cases.empty()) cases = {{"mlp", 128}, {"mlp", 512}, {"cnn", 128}};
+  if (device.is_cuda()) {
+    check_device_available(device, "bench/train_step --device cuda");
+    cases.emplace_back("wide", 8192);
+    cases.emplace_back("cnn", 512);  // activation-bound: the peak-memory ratio under AMP
+    for (const auto& [model, batch] : cases) run(model, batch, steps, device);
+    return 0;
+  }
   fmt::print("Training step, SGD with momentum 0.9, one thread. mixgrad GEMM: {}\n", kernels::cpu::gemm_backend());
 #ifdef MG_BENCH_TORCH
   fmt::print("peer: {}\n", bench::configure_torch(1));
 #else
   fmt::print("peer: none (libtorch not found at configure time; see docs/results/cpu-bench.md)\n");
 #endif
-  for (const auto& [model, batch] : cases) run(model, batch, steps);
+  for (const auto& [model, batch] : cases) run(model, batch, steps, device);
   return 0;
 }

@@ -1,23 +1,41 @@
 #include "core/factory.h"
 
 #include <bit>
-#include <limits>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numbers>
+
+#include "core/device_ops.h"
+#include "core/philox.h"
 
 namespace mg {
 
 namespace {
 
-// Factories write values from the host, so for now they make CPU tensors only. Everything about
-// the request is checked before any random number is drawn, so a bad call leaves the generator as
-// it was.
+// Everything about the request is checked before any random number is drawn, so a bad call leaves
+// the generator as it was.
 void check_request(const Shape& shape, TensorOptions options, const char* op) {
   check_shape(shape, op);
-  MG_CHECK(options.device.is_cpu(), "{}: filling a tensor on {} needs the CUDA backend; create it on the "
-           "CPU and copy it", op, options.device);
+  check_device_available(options.device, op);
+  MG_CHECK(options.device.is_cpu() || options.dtype != DType::F64, "{}: f64 lives on the CPU only; use f32 on {}", op,
+           options.device);
   MG_CHECK(!options.requires_grad || is_floating(options.dtype),
            "{}: a {} tensor cannot require grad; only floating-point tensors are differentiable", op, options.dtype);
+}
+
+// Values are computed on the host, into a CPU tensor; one for a GPU is that tensor's copy (random
+// numbers are the same bits on every device). `options` are the caller's.
+TensorOptions on_cpu(TensorOptions options) { return {.dtype = options.dtype, .device = Device::cpu()}; }
+
+Tensor place(const Tensor& values, TensorOptions options, const char* op) {
+  if (options.device.is_cpu()) {
+    if (options.requires_grad) Tensor(values).set_requires_grad(true);
+    return values;
+  }
+  Tensor out = Tensor::empty(values.shape(), options);
+  copy_bytes(values.data_ptr(), Device::cpu(), out.data_ptr(), options.device, values.nbytes(), op);
+  return out;
 }
 
 // An i32 tensor holds whole numbers in range; anything else is refused rather than truncated.
@@ -33,9 +51,9 @@ Tensor from_doubles(const std::vector<double>& values, const Shape& shape, Tenso
            "{}: {} values do not fill shape {} ({} elements)", op, values.size(), shape, numel(shape));
   if (options.dtype == DType::I32)
     for (std::size_t i = 0; i < values.size(); ++i) check_integer(values[i], i, op);
-  Tensor out = Tensor::empty(shape, options);
+  Tensor out = Tensor::empty(shape, on_cpu(options));
   convert(values.data(), DType::F64, out.data_ptr(), out.dtype(), out.numel());
-  return out;
+  return place(out, options, op);
 }
 
 // Every element set to `value` (rounded to the dtype).
@@ -45,15 +63,20 @@ Tensor filled(const Shape& shape, double value, TensorOptions options, const cha
   Tensor out = Tensor::empty(shape, options);
   visit_dtype(out.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
-    T stored = scalar_cast<T>(value);
+    const T stored = scalar_cast<T>(value);
+    if (out.device().is_cuda()) {  // the backend's fill kernel, with the element's bits as its pattern
+      std::uint32_t pattern = 0;
+      std::memcpy(&pattern, &stored, sizeof(T));
+      device_ops(out.device(), op).fill(out.data_ptr(), out.device(), out.dtype(), pattern, out.numel());
+      return;
+    }
     T* data = out.data<T>();
     for (std::int64_t i = 0; i < out.numel(); ++i) data[i] = stored;
   });
   return out;
 }
 
-// 24 random bits as a float in [0, 1): every value is exactly representable in f32.
-float unit_float(std::uint32_t word) { return static_cast<float>(word >> 8) * 0x1p-24f; }
+using philox::unit_float;
 
 // The largest value of T below x (one step toward -inf).
 template <class T>
@@ -130,10 +153,10 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& generator
   std::vector<float> values(n);
   const auto lo = static_cast<float>(low), width = static_cast<float>(high - low);
   for (std::uint64_t i = 0; i < n; ++i) values[i] = lo + width * unit_float(random_word(generator.seed(), first, i));
-  Tensor out = Tensor::empty(shape, options);
+  Tensor out = Tensor::empty(shape, on_cpu(options));
   convert(values.data(), DType::F32, out.data_ptr(), out.dtype(), out.numel());
   keep_below(out, high);
-  return out;
+  return place(out, options, op);
 }
 
 Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
@@ -154,9 +177,9 @@ Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
     double angle = 2.0 * std::numbers::pi * u2;
     values[i] = static_cast<float>(radius * (i % 2 == 0 ? std::cos(angle) : std::sin(angle)));
   }
-  Tensor out = Tensor::empty(shape, options);
+  Tensor out = Tensor::empty(shape, on_cpu(options));
   convert(values.data(), DType::F32, out.data_ptr(), out.dtype(), out.numel());
-  return out;
+  return place(out, options, op);
 }
 
 Tensor randn(const Shape& shape, TensorOptions options) { return randn(shape, default_generator(), options); }

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "core/device_ops.h"
+
 namespace mg {
 
 std::uint64_t next_tensor_id() {
@@ -36,8 +38,14 @@ std::int64_t Tensor::size(std::int64_t dim) const {
 double Tensor::item() const {
   MG_CHECK(numel() == 1, "Tensor::item: needs exactly one element, the tensor has shape {} ({} elements)",
            shape(), numel());
-  MG_CHECK(device().is_cpu(), "Tensor::item: the tensor is on {}; copy it to the CPU first", device());
-  return load_as_double(data_ptr(), dtype(), 0);
+  if (device().is_cpu()) return load_as_double(data_ptr(), dtype(), 0);
+  return load_as_double(host_bytes("Tensor::item").data(), dtype(), 0);
+}
+
+std::vector<unsigned char> Tensor::host_bytes(const char* context) const {
+  std::vector<unsigned char> bytes(nbytes());
+  copy_bytes(data_ptr(), device(), bytes.data(), Device::cpu(), bytes.size(), context);
+  return bytes;
 }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {

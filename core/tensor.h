@@ -66,11 +66,14 @@ class Tensor {
   template <class T>
   T* data() const;
 
-  // The single value of a one-element tensor, as double (an error for any other numel).
+  // The single value of a one-element tensor, as double (an error for any other numel). On a GPU this
+  // waits for the queued work that produces it.
   double item() const;
-  // All values converted to T (float, double or int32_t): a copy on the host.
+  // All values converted to T (float, double or int32_t): a copy on the host (waits for a GPU).
   template <class T>
   std::vector<T> to_vector() const;
+  // The raw bytes, copied to the host.
+  std::vector<unsigned char> host_bytes(const char* context) const;
 
   // ---- autograd state
   bool requires_grad() const { return impl().requires_grad; }
@@ -119,9 +122,13 @@ T* Tensor::data() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  MG_CHECK(device().is_cpu(), "Tensor::to_vector: the tensor is on {}; copy it to the CPU first", device());
   std::vector<T> values(static_cast<std::size_t>(numel()));
-  convert(data_ptr(), dtype(), values.data(), dtype_of<T>(), numel());
+  if (device().is_cpu()) {
+    convert(data_ptr(), dtype(), values.data(), dtype_of<T>(), numel());
+  } else {
+    const std::vector<unsigned char> bytes = host_bytes("Tensor::to_vector");  // waits for the GPU
+    convert(bytes.data(), dtype(), values.data(), dtype_of<T>(), numel());
+  }
   return values;
 }
 

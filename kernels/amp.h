@@ -7,21 +7,61 @@
 //           src[i] and dst[i] have one shape and device; dst[i] may be src[i] (in place) or an f32
 //           master gradient of an f16 src[i] (conversion and unscaling in the same pass).
 // Cost: one read of every src and one write of every dst. found_inf is a tensor, not a bool, so
-// that the CUDA backend (a later issue: one multi-tensor launch) can keep it on the device until
+// that the CUDA backend (one multi-tensor launch, kernels/cuda/amp.cu) keeps it on the device until
 // the scaler's step decision.
-// Tests: build/tests/test_amp_scaler.
+//
+// update_scale: PyTorch's _amp_update_scale_ on one-element tensors, so that the scale can live on
+//           the device next to found_inf: scale (f32 [1]), growth_tracker (i32 [1]) and found_inf
+//           (f32 [1]) on one device. If found_inf != 0: scale *= backoff_factor, tracker = 0.
+//           Otherwise tracker += 1, and when it reaches growth_interval: scale *= growth_factor
+//           (kept only while the result is finite), tracker = 0. Products in f64, rounded to f32.
+// Tests: build/tests/test_amp_scaler, build/tests/test_cuda_amp.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
 #include "core/tensor.h"
 
 namespace mg::kernels {
 
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval);
 
 namespace cpu {
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval);
 }  // namespace cpu
+
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval);
+}  // namespace cuda
+
+// One update_scale step on the values themselves, written once for the CPU kernel and the CUDA
+// thread that runs it (so both round the f64 product to f32 the same way).
+MG_HOST_DEVICE inline void update_scale_step(float& scale, std::int32_t& growth_tracker, bool found_inf,
+                                             double growth_factor, double backoff_factor,
+                                             std::int64_t growth_interval) {
+  if (found_inf) {
+    scale = static_cast<float>(scale * backoff_factor);
+    growth_tracker = 0;
+    return;
+  }
+  const std::int64_t successful = std::int64_t{growth_tracker} + 1;
+  if (successful != growth_interval) {
+    growth_tracker = static_cast<std::int32_t>(successful);
+    return;
+  }
+  const float grown = static_cast<float>(scale * growth_factor);
+  if (std::isfinite(grown)) scale = grown;  // an inf scale would turn every gradient into inf or NaN
+  growth_tracker = 0;
+}
 
 }  // namespace mg::kernels

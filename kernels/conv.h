@@ -26,4 +26,10 @@ void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
 void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
+void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
+}  // namespace cuda
+
 }  // namespace mg::kernels

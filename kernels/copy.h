@@ -6,7 +6,7 @@
 // copy_along_dim:  with src and dst equal in every dim but `dim` (and of one dtype), copies
 //                  src[..., src_start : src_start+length, ...] into dst[..., dst_start : dst_start+length, ...]
 // copy_between_devices: dst = src byte for byte (same dtype and element count), wherever each
-//                  lives: CPU, or a CUDA device (kernels/cuda/copy.cpp, through pinned buffers)
+//                  lives: CPU, or a CUDA device (core/device_ops.h: kernels/cuda/transfer.cpp, through pinned buffers)
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,16 @@ void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std:
                     std::int64_t length);
 void copy_between_devices(const Tensor& src, Tensor& dst);
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA.
 namespace cuda {
-void copy_between_devices(const Tensor& src, Tensor& dst);
+// The byte-level operations core's factories and item() use (core/device_ops.h), registered by
+// kernels/dispatch.cpp: copy_bytes (kernels/cuda/transfer.cpp) and fill (kernels/cuda/copy.cu).
+void copy_bytes(const void* src, Device src_device, void* dst, Device dst_device, std::size_t nbytes);
+void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count);
+void cast(const Tensor& x, Tensor& out);
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length);
 }  // namespace cuda
 
 namespace cpu {

@@ -1,10 +1,6 @@
 // The dispatch point: every kernel family enters here, and the device of its output picks the
-// backend. Ops have already checked that all tensors share that device.
-//
-// The CPU backend is kernels/cpu/. The CUDA backend (kernels/cuda/) is arriving family by family:
-// so far its runtime, caching allocator and copies between devices. A family without a CUDA
-// kernel yet gives a tensor on a GPU the error of require_cpu instead of reaching host code with
-// a device pointer.
+// backend: kernels/cpu/ for the CPU, kernels/cuda/ for a GPU (in builds with the CUDA backend). Ops
+// have already checked that all tensors share that device.
 #include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -14,8 +10,10 @@
 #include "kernels/lstm.h"
 #include "kernels/optim.h"
 #include "kernels/pool.h"
+#include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "core/device_ops.h"
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/allocator.h"
 #endif
@@ -25,149 +23,142 @@ namespace mg::kernels {
 namespace {
 
 #ifdef MG_WITH_CUDA
-// Every CUDA storage comes from the caching allocator; registered before main() runs (this file
-// is linked into every program that runs an op).
-[[maybe_unused]] const bool cuda_allocator_registered = (set_allocator(DeviceType::CUDA, &mg::cuda::allocator()), true);
+// Every CUDA storage comes from the caching allocator, and core's factories and item() move and
+// fill bytes through the backend; both registered before main() runs (this file is linked into
+// every program that runs an op).
+[[maybe_unused]] const bool cuda_backend_registered =
+    (set_allocator(DeviceType::CUDA, &mg::cuda::allocator()),
+     set_device_ops(DeviceType::CUDA, DeviceOps{.copy = &cuda::copy_bytes, .fill = &cuda::fill}), true);
+
+// The kernel `fn` of the backend of `out`'s device.
+#define MG_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
+#else
+// Without the backend no tensor can be on a GPU (allocation fails first); checked all the same, so
+// a device pointer never reaches host code.
+void require_cpu(const char* kernel, const Tensor& out) {
+  MG_CHECK(out.device().is_cpu(), "kernel {}: tensors on {} need the CUDA backend, which this build lacks",
+           kernel, out.device());
+}
+#define MG_ROUTE(out, fn, ...) (require_cpu(#fn, out), cpu::fn(__VA_ARGS__))
 #endif
 
-void require_cpu(const char* kernel, const Tensor& out) {
-  MG_CHECK(out.device().is_cpu(),
-           "kernel {}: no kernel for tensors on {} in this build (the CUDA backend is not part of it yet); "
-           "create the tensors on the CPU", kernel, out.device());
+// The optional FusedMaster arguments of sgd and adam: found_inf is one f32 element and the model
+// copy matches the parameter, both on the parameter's device.
+void check_fused_master(const char* kernel, const Tensor& param, const FusedMaster& fused) {
+  if (const Tensor* found_inf = fused.found_inf) {
+    MG_CHECK(found_inf->defined() && found_inf->numel() == 1 && found_inf->dtype() == DType::F32 &&
+                 found_inf->device() == param.device(),
+             "kernel {}: found_inf must be one f32 element on {}, the parameter's device", kernel, param.device());
+  }
+  if (const Tensor* copy = fused.model_copy) {
+    MG_CHECK(copy->defined() && copy->shape() == param.shape() && is_floating(copy->dtype()) &&
+                 copy->device() == param.device() && !copy->shares_storage_with(param),
+             "kernel {}: the model copy must be a floating tensor of the parameter's shape {} on {}, with storage "
+             "of its own", kernel, param.shape(), param.device());
+  }
 }
 
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars) {
-  require_cpu("unary", out);
-  cpu::unary(op, x, out, scalars);
+  MG_ROUTE(out, unary, op, x, out, scalars);
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars) {
-  require_cpu("binary", out);
-  cpu::binary(op, a, b, out, scalars);
+  MG_ROUTE(out, binary, op, a, b, out, scalars);
 }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
-  require_cpu("ternary", out);
-  cpu::ternary(op, x, y, z, out);
+  MG_ROUTE(out, ternary, op, x, y, z, out);
 }
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape) {
-  require_cpu("gemm", c);
-  cpu::gemm(a, b, c, shape);
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue) {
+  MG_ROUTE(c, gemm, a, b, c, shape, epilogue);
 }
 
 void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices) {
-  require_cpu("reduce", out);
-  cpu::reduce(op, x, shape, out, indices);
+  MG_ROUTE(out, reduce, op, x, shape, out, indices);
 }
 
 void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y) {
-  require_cpu("softmax", y);
-  cpu::softmax(x, shape, log, y);
+  MG_ROUTE(y, softmax, x, shape, log, y);
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx) {
-  require_cpu("softmax_backward", dx);
-  cpu::softmax_backward(y, dy, shape, log, dx);
+  MG_ROUTE(dx, softmax_backward, y, dy, shape, log, dx);
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
                    Tensor& lse) {
-  require_cpu("cross_entropy", loss);
-  cpu::cross_entropy(logits, labels, ignore_index, loss, lse);
+  MG_ROUTE(loss, cross_entropy, logits, labels, ignore_index, loss, lse);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
-  require_cpu("cross_entropy_backward", dlogits);
-  cpu::cross_entropy_backward(logits, labels, lse, row_weight, ignore_index, dlogits);
+  MG_ROUTE(dlogits, cross_entropy_backward, logits, labels, lse, row_weight, ignore_index, dlogits);
 }
 
 void copy_between_devices(const Tensor& src, Tensor& dst) {
-  if (src.device().is_cpu() && dst.device().is_cpu()) {
-    cpu::cast(src, dst);  // same dtype: a plain copy
-    return;
-  }
-#ifdef MG_WITH_CUDA
-  cuda::copy_between_devices(src, dst);
-#else
-  MG_CHECK(false, "kernel copy_between_devices: {} to {}: this build has no CUDA backend", src.device(), dst.device());
-#endif
+  copy_bytes(src.data_ptr(), src.device(), dst.data_ptr(), dst.device(), src.nbytes(), "kernel copy_between_devices");
 }
 
 void cast(const Tensor& x, Tensor& out) {
-  require_cpu("cast", out);
-  cpu::cast(x, out);
+  MG_ROUTE(out, cast, x, out);
 }
 
 void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
-  require_cpu("permute", out);
-  cpu::permute(x, perm, out);
+  MG_ROUTE(out, permute, x, perm, out);
 }
 
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
                     std::int64_t length) {
-  require_cpu("copy_along_dim", dst);
-  cpu::copy_along_dim(src, src_start, dst, dst_start, dim, length);
+  MG_ROUTE(dst, copy_along_dim, src, src_start, dst, dst_start, dim, length);
 }
 
 void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
-  require_cpu("gather_rows", out);
-  cpu::gather_rows(table, indices, out);
+  MG_ROUTE(out, gather_rows, table, indices, out);
 }
 
 void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table) {
-  require_cpu("scatter_add_rows", grad_table);
-  cpu::scatter_add_rows(grad, indices, grad_table);
+  MG_ROUTE(grad_table, scatter_add_rows, grad, indices, grad_table);
 }
 
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
-  require_cpu("scatter_along_dim", out);
-  cpu::scatter_along_dim(values, indices, shape, out);
+  MG_ROUTE(out, scatter_along_dim, values, indices, shape, out);
 }
 
 void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
                Tensor& c_out, Tensor& hc, Tensor& h_x) {
-  require_cpu("lstm_cell", hc);
-  cpu::lstm_cell(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
+  MG_ROUTE(hc, lstm_cell, gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
 }
 
 void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
                         const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum) {
-  require_cpu("lstm_cell_backward", dgates);
-  cpu::lstm_cell_backward(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
+  MG_ROUTE(dgates, lstm_cell_backward, acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
 }
 
 void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
-  require_cpu("im2col", cols);
-  cpu::im2col(x, window, cols);
+  MG_ROUTE(cols, im2col, x, window, cols);
 }
 
 void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
-  require_cpu("col2im", dx);
-  cpu::col2im(cols, window, dx);
+  MG_ROUTE(dx, col2im, cols, window, dx);
 }
 
 void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax) {
-  require_cpu("max_pool2d", out);
-  cpu::max_pool2d(x, window, out, argmax);
+  MG_ROUTE(out, max_pool2d, x, window, out, argmax);
 }
 
 void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx) {
-  require_cpu("max_pool2d_backward", dx);
-  cpu::max_pool2d_backward(dout, argmax, window, dx);
+  MG_ROUTE(dx, max_pool2d_backward, dout, argmax, window, dx);
 }
 
 void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) {
-  require_cpu("avg_pool2d", out);
-  cpu::avg_pool2d(x, window, out);
+  MG_ROUTE(out, avg_pool2d, x, window, out);
 }
 
 void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx) {
-  require_cpu("avg_pool2d_backward", dx);
-  cpu::avg_pool2d_backward(dout, window, dx);
+  MG_ROUTE(dx, avg_pool2d_backward, dout, window, dx);
 }
 
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
@@ -175,26 +166,50 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, dou
   MG_CHECK(found_inf.defined() && found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
            "kernel unscale: found_inf must be one f32 element");
   MG_CHECK(src.size() == dst.size(), "kernel unscale: {} sources but {} destinations", src.size(), dst.size());
-  require_cpu("unscale", found_inf);
   for (std::size_t i = 0; i < src.size(); ++i) {
     MG_CHECK(src[i].defined() && dst[i].defined() && src[i].numel() == dst[i].numel() &&
                  is_floating(src[i].dtype()) && is_floating(dst[i].dtype()),
              "kernel unscale: gradient {} and its destination must be floating tensors of one size", i);
-    require_cpu("unscale", src[i]);
-    require_cpu("unscale", dst[i]);
+    MG_CHECK(src[i].device() == found_inf.device() && dst[i].device() == found_inf.device(),
+             "kernel unscale: gradient {} is on {} and its destination on {}, but found_inf is on {}; one "
+             "optimizer's gradients live on one device", i, src[i].device(), dst[i].device(), found_inf.device());
   }
-  cpu::unscale(src, dst, factor, found_inf);
+  MG_ROUTE(found_inf, unscale, src, dst, factor, found_inf);
 }
 
-void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count) {
-  require_cpu("sgd", param);
-  cpu::sgd(param, grad, momentum_buffer, hyper, count);
+void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
+         const FusedMaster& fused) {
+  check_fused_master("sgd", param, fused);
+  MG_ROUTE(param, sgd, param, grad, momentum_buffer, hyper, count, fused);
 }
 
 void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count) {
-  require_cpu("adam", param);
-  cpu::adam(param, grad, exp_avg, exp_avg_sq, hyper, count);
+          UpdateCount& count, const FusedMaster& fused) {
+  check_fused_master("adam", param, fused);
+  MG_ROUTE(param, adam, param, grad, exp_avg, exp_avg_sq, hyper, count, fused);
+}
+
+void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep) {
+  MG_ROUTE(keep, dropout_mask, seed, first_block, p, keep);
+}
+
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval) {
+  MG_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() && scale.numel() == 1 &&
+               scale.dtype() == DType::F32 && growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I32 &&
+               found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+           "kernel update_scale: needs scale f32 [1], growth_tracker i32 [1] and found_inf f32 [1]");
+  MG_CHECK(growth_tracker.device() == scale.device() && found_inf.device() == scale.device(),
+           "kernel update_scale: scale ({}), growth_tracker ({}) and found_inf ({}) must be on one device",
+           scale.device(), growth_tracker.device(), found_inf.device());
+  MG_ROUTE(scale, update_scale, scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
+}
+
+void collect_update_count(Device device, UpdateCount& count) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) return cuda::collect_update_count(device, count);
+#endif
+  cpu::collect_update_count(device, count);
 }
 
 }  // namespace mg::kernels

@@ -48,4 +48,11 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars);
+void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
+}  // namespace cuda
+
 }  // namespace mg::kernels

@@ -11,11 +11,7 @@
 
 #include <cmath>
 
-#ifdef __CUDACC__
-#define MG_HOST_DEVICE __host__ __device__
-#else
-#define MG_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace mg::functors {
 

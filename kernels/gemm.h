@@ -9,6 +9,10 @@
 // Numerics (the Tensor Core contract, identical on CPU and GPU): f16/bf16 operands are multiplied
 // exactly and accumulated in f32; the result is rounded once when stored into C's dtype (f16, bf16
 // or f32). f32 and f64 multiply in their own precision. A and B share one dtype.
+//
+// Epilogue (optional, fused into the store): C = act(op(A) op(B) + bias), with the bias added and the
+// activation applied to the f32 (f64 for f64) sum, and the result rounded once into C's dtype. A
+// linear layer's forward is then one GEMM instead of a GEMM and two elementwise passes.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +29,31 @@ struct GemmShape {
   bool transpose_b = false;
 };
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape);
+// What the epilogue applies after the product; the default is none (C = op(A) op(B)).
+enum class Activation : std::uint8_t { None, Relu, Gelu };  // Gelu: the exact erf GELU, as kernels/functors.h
+struct GemmEpilogue {
+  Tensor bias;  // undefined (no bias), or [n] in C's dtype or f32, on C's device: added to every row
+  Activation activation = Activation::None;
+};
+
+// TF32 for f32 GEMMs on Tensor Cores (Ampere and later): the operands are rounded to 10 mantissa bits
+// (relative error 2^-11 each) and the products accumulated in f32, ~7x the f32 rate of an H100. Off by
+// default: fp32 means fp32. Like PyTorch's torch.backends.cuda.matmul.allow_tf32, it is one global
+// switch, read when a GEMM is queued. The CPU ignores it.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 
 namespace cpu {
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape);
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 // What multiplies f32/f64 matrices in this build: "OpenBLAS <version> (one thread)" or "Eigen <version>".
 std::string gemm_backend();
 }  // namespace cpu
+
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
+}  // namespace cuda
 
 }  // namespace mg::kernels

@@ -24,4 +24,11 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out);
+void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table);
+void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
+}  // namespace cuda
+
 }  // namespace mg::kernels

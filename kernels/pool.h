@@ -27,4 +27,12 @@ void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
 void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax);
+void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx);
+void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
+void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);
+}  // namespace cuda
+
 }  // namespace mg::kernels

@@ -24,4 +24,9 @@ namespace cpu {
 void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices);
+}  // namespace cuda
+
 }  // namespace mg::kernels

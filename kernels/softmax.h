@@ -40,4 +40,14 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
 }  // namespace cpu
 
+// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+namespace cuda {
+void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& lse);
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
+}  // namespace cuda
+
 }  // namespace mg::kernels

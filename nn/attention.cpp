@@ -10,13 +10,13 @@ namespace mg::nn {
 
 namespace {
 
-// i32 [T, T]: 1 where query t may attend to key s (s <= t), 0 for the future.
-Tensor causal_mask(std::int64_t steps) {
+// i32 [T, T] on `device`: 1 where query t may attend to key s (s <= t), 0 for the future.
+Tensor causal_mask(std::int64_t steps, Device device) {
   Tensor mask = Tensor::empty({steps, steps}, {.dtype = DType::I32});
   std::int32_t* m = mask.data<std::int32_t>();
   for (std::int64_t t = 0; t < steps; ++t)
     for (std::int64_t s = 0; s < steps; ++s) m[t * steps + s] = s <= t ? 1 : 0;
-  return mask;
+  return mask.to(device);
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 
   Tensor scores = mul(matmul(q, k, {.transpose_b = true}), 1.0 / std::sqrt(static_cast<double>(D)));  // [BH, T, T]
   Tensor future = full({1}, -std::numeric_limits<double>::infinity(), {.dtype = scores.dtype()});
-  Tensor weights = (*dropout_)(softmax(where(causal_mask(T), scores, future), -1));
+  Tensor weights = (*dropout_)(softmax(where(causal_mask(T, scores.device()), scores, future), -1));
   Tensor heads = matmul(weights, v);                                                 // [BH, T, D]
   Tensor joined = reshape(permute(reshape(heads, {B, heads_, T, D}), {0, 2, 1, 3}), {B, T, C});
   return (*proj)(joined);

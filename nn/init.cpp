@@ -31,7 +31,7 @@ Fans fans(const Tensor& weight) {
 
 void uniform_(const Tensor& tensor, double low, double high, Generator& generator) {
   MG_CHECK(low < high, "nn::init::uniform_: needs low < high, got {} and {}", low, high);
-  overwrite(tensor, uniform(tensor.shape(), low, high, generator));
+  overwrite(tensor, uniform(tensor.shape(), low, high, generator, {.device = tensor.device()}));
 }
 
 void normal_(const Tensor& tensor, double mean, double std, Generator& generator) {
@@ -40,10 +40,12 @@ void normal_(const Tensor& tensor, double mean, double std, Generator& generator
   Tensor values = randn(tensor.shape(), generator);
   float* v = values.data<float>();
   for (std::int64_t i = 0; i < values.numel(); ++i) v[i] = static_cast<float>(mean + std * v[i]);
-  overwrite(tensor, values);
+  overwrite(tensor, values.to(tensor.device()));
 }
 
-void constant_(const Tensor& tensor, double value) { overwrite(tensor, full(tensor.shape(), value)); }
+void constant_(const Tensor& tensor, double value) {
+  overwrite(tensor, full(tensor.shape(), value, {.device = tensor.device()}));
+}
 
 void kaiming_uniform_(const Tensor& weight, double a, FanMode mode, Generator& generator) {
   const double std = std::sqrt(2.0 / (1.0 + a * a)) / std::sqrt(fan(weight, mode));

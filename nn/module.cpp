@@ -98,6 +98,11 @@ void Module::to(DType dtype) {
     if (is_floating(b.dtype())) cast_storage_(b, dtype);
 }
 
+void Module::to(Device device) {
+  for (auto& [name, p] : named_parameters()) move_storage_(p, device);
+  for (auto& [name, b] : named_buffers()) move_storage_(b, device);
+}
+
 void Module::zero_grad() {
   for (auto& [name, p] : named_parameters()) p.zero_grad();
 }

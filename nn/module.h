@@ -54,6 +54,9 @@ class Module {
   // Tensor handles held elsewhere see the change; gradients are dropped). Build the optimizer after.
   // BatchNorm's running statistics stay f32: they are sums over many batches.
   void to(DType dtype);
+  // Moves every parameter and buffer to `device` in place (gradients are dropped): model.to(Device::cuda()).
+  // Build the optimizer after.
+  void to(Device device);
   void zero_grad();  // drops every parameter's .grad
 
   // ---- state: parameters and buffers by name (the tensors themselves, sharing data)

@@ -19,7 +19,11 @@ double total_norm(const std::vector<Tensor>& gradients, double p) {
   bool saw_nan = false;      // max would drop a NaN that the sum keeps: remember it
   double values[kChunk];
   for (const Tensor& g : gradients) {
-    const auto* bytes = static_cast<const char*>(g.data_ptr());
+    // A gradient on a GPU is read from a host copy (a wait per tensor; clipping is not a hot path yet).
+    std::vector<unsigned char> host;
+    if (!g.device().is_cpu()) host = g.host_bytes("optim::clip_grad_norm_");
+    const auto* bytes = g.device().is_cpu() ? static_cast<const char*>(g.data_ptr())
+                                            : reinterpret_cast<const char*>(host.data());
     for (std::int64_t start = 0; start < g.numel(); start += kChunk) {
       const std::int64_t n = std::min(kChunk, g.numel() - start);
       convert(bytes + static_cast<std::size_t>(start) * dtype_size(g.dtype()), g.dtype(), values, DType::F64, n);
@@ -48,8 +52,9 @@ double clip_grad_norm_(const std::vector<Tensor>& gradients, double max_norm, do
     const Tensor& g = gradients[i];
     MG_CHECK(g.defined(), "optim::clip_grad_norm_: gradient {} is undefined; pass only the gradients that exist "
              "(optimizer.gradients(), or clip_grad_norm_(optimizer, ...))", i);
-    MG_CHECK(is_floating(g.dtype()) && g.device().is_cpu(), "optim::clip_grad_norm_: gradient {} is {} on {}; "
-             "gradients must be floating tensors on the CPU", i, g.dtype(), g.device());
+    MG_CHECK(is_floating(g.dtype()) && g.device() == gradients[0].device(), "optim::clip_grad_norm_: gradient {} "
+             "is {} on {}; gradients must be floating tensors on one device ({})", i, g.dtype(), g.device(),
+             gradients[0].device());
   }
   const double total = total_norm(gradients, norm_type);
   const double coefficient = max_norm / (total + 1e-6);
@@ -60,7 +65,8 @@ double clip_grad_norm_(const std::vector<Tensor>& gradients, double max_norm, do
     // element is rounded once, as any f16 result is. (The flush to zero that forbids unscaling f16
     // gradients in place comes from the huge 1/S; a clipping factor shrinks the norm to max_norm,
     // which leaves the elements that matter far above f16's subnormals.)
-    Tensor ignored = zeros({}, {.dtype = DType::F32});  // an inf/NaN here was already there (or is PyTorch's NaN)
+    // An inf/NaN found here was already there (or is PyTorch's NaN): the flag is ignored.
+    Tensor ignored = zeros({}, {.dtype = DType::F32, .device = gradients[0].device()});
     kernels::unscale(gradients, gradients, coefficient, ignored);
     for (const Tensor& g : gradients) g.impl().storage->bump_version();
   }

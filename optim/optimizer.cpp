@@ -79,6 +79,9 @@ void Optimizer::step() {
       p.impl().storage->bump_version();
     }
   }
+  // GPU kernels count on the device, so that none of them waits: the step's one host wait is here.
+  if (const Device device = parameters_.front().device(); device.is_cuda())
+    kernels::collect_update_count(device, count);
   last_update_ = count;
   ++step_count_;
 }
@@ -217,10 +220,10 @@ void Optimizer::load_state_dict(const StateDict& state) {
                  ">= 0, got shape {}", owner, i, entry.name, value.shape());
         continue;
       }
-      MG_CHECK(value.shape() == p.shape() && value.dtype() == p.dtype() && value.device() == p.device(),
-               "{}: entry 'state.{}.{}' is {} {} on {}, but parameter {} is {} {} on {}; load the state into a model "
-               "of the same shapes, dtypes and device", owner, i, entry.name, value.shape(), value.dtype(),
-               value.device(), i, p.shape(), p.dtype(), p.device());
+      MG_CHECK(value.shape() == p.shape() && value.dtype() == p.dtype(),
+               "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}; load the state into a model of the same "
+               "shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), p.dtype());
+      it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
     }
     parameter_states[i] = std::move(saved);
   }

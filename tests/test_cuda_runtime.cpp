@@ -9,17 +9,6 @@
 using namespace mg;
 using namespace mg::testing;
 
-namespace {
-
-bool have_gpu() {
-  if (cuda_device_count() > 0) return true;
-  const std::string why = built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend";
-  MESSAGE("skipped: no CUDA device visible; " << why);
-  return false;
-}
-
-}  // namespace
-
 TEST_CASE("to_device: the same device returns the tensor itself") {
   Tensor x = ones({3});
   CHECK(to_device(x, Device::cpu()).id() == x.id());
@@ -68,10 +57,20 @@ TEST_CASE("to_device: the gradient comes back to the source device") {
   CHECK(x.grad().device() == Device::cpu());
 }
 
-TEST_CASE("to_device: reading a GPU tensor on the host asks for a copy first") {
+TEST_CASE("factories, item() and to_vector() work on a GPU tensor, with the CPU's values") {
   if (!have_gpu()) return;
-  Tensor x = ones({2}).to(Device::cuda());
-  check_error([&] { x.to_vector<float>(); }, "copy it to the CPU first");
+  Tensor x = full({3}, 2.5, {.dtype = DType::F16, .device = Device::cuda()});
+  CHECK(x.device() == Device::cuda());
+  CHECK(x.to_vector<float>() == std::vector<float>{2.5f, 2.5f, 2.5f});
+  CHECK(sum(x).item() == 7.5);
+  CHECK(zeros({5}, {.dtype = DType::I32, .device = Device::cuda()}).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>(5, 0));
+  // Counter-based random numbers: the same seed gives the same bits on either device.
+  Generator on_cpu(11), on_gpu(11);
+  check_close(randn({1000}, on_gpu, {.device = Device::cuda()}).to(Device::cpu()), randn({1000}, on_cpu), 0.0, 0.0);
+  CHECK(on_cpu.offset() == on_gpu.offset());
+  Tensor w = ones({4}, {.device = Device::cuda(), .requires_grad = true});
+  CHECK(w.requires_grad());
 }
 
 #ifdef MG_WITH_CUDA

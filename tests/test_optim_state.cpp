@@ -108,8 +108,8 @@ TEST_CASE("load_state_dict: every malformed state is refused before anything cha
   refused([](StateDict& s) { s["step_count"] = state_scalar(1.5); }, "step_count must be a whole number >= 0");
   refused([](StateDict& s) { s["group.0.lr"] = state_scalar(-1.0); }, "group 0 has lr -1");
   refused([](StateDict& s) { s["state.0.momentum_buffer"] = f64({1, 2, 3}, {3}, false); },
-          "entry 'state.0.momentum_buffer' is [3] f64 on cpu, but parameter 0 is [2] f64 on cpu");
-  refused([](StateDict& s) { s["state.0.momentum_buffer"] = ones({2}); }, "is [2] f32 on cpu, but parameter 0 is [2] f64");
+          "entry 'state.0.momentum_buffer' is [3] f64, but parameter 0 is [2] f64");
+  refused([](StateDict& s) { s["state.0.momentum_buffer"] = ones({2}); }, "is [2] f32, but parameter 0 is [2] f64");
   refused([](StateDict& s) { s["state.0.exp_avg"] = f64({0, 0}, {2}, false); },
           "entry 'state.0.exp_avg' is not state of optim::SGD with these options (its parameters' state is "
           "[momentum_buffer]); was it saved by another optimizer?");

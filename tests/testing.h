@@ -20,6 +20,14 @@
 
 namespace mg::testing {
 
+// True when a CUDA device is visible. Otherwise the test case reports that it is skipped, and why
+// (CI builds the CUDA backend but has no GPU), and returns: `if (!have_gpu()) return;`.
+inline bool have_gpu() {
+  if (cuda_device_count() > 0) return true;
+  MESSAGE("skipped: no CUDA device visible; " << (built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend"));
+  return false;
+}
+
 // The relative tolerance for `factor` units of the dtype's eps (f16: 2^-10, bf16: 2^-7).
 inline double tolerance(DType dtype, double factor) { return factor * dtype_eps(dtype); }
 

@@ -53,6 +53,8 @@ std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
   return std::make_shared<data::LabeledImages>(std::move(set));
 }
 
+Device train_device(const TrainOptions& o) { return o.device == "cuda" ? Device::cuda() : Device::cpu(); }
+
 Task image_task(const TrainOptions& o) {
   auto train_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
   auto test_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Test));
@@ -66,7 +68,8 @@ Task image_task(const TrainOptions& o) {
   task.load_data_state = [loader](const StateDict& s) { loader->load_state_dict(s); };
   task.batches_per_epoch = loader->batches_per_epoch();
   task.unit = "img";
-  task.evaluate = [test_set, model = task.model](TrainSummary summary, const amp::Recipe& recipe) {
+  task.evaluate = [test_set, model = task.model, device = train_device(o)](TrainSummary summary,
+                                                                           const amp::Recipe& recipe) {
     NoGradGuard no_grad;
     model->eval();
     std::int64_t correct = 0;
@@ -76,7 +79,7 @@ Task image_task(const TrainOptions& o) {
       Tensor logits;
       {
         amp::Autocast region = recipe.autocast();
-        logits = (*model)(test_set->images.slice(begin, end));
+        logits = (*model)(test_set->images.slice(begin, end).to(device));
       }
       const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
       const std::int32_t* label = test_set->labels.data<std::int32_t>() + begin;
@@ -107,14 +110,15 @@ Task text_task(const TrainOptions& o) {
   task.data_state = [batcher] { return batcher->state_dict(); };
   task.load_data_state = [batcher](const StateDict& s) { batcher->load_state_dict(s); };
   task.unit = "char";
-  task.evaluate = [corpus, model = task.model, context = o.context](TrainSummary summary, const amp::Recipe& recipe) {
+  task.evaluate = [corpus, model = task.model, context = o.context, device = train_device(o)](
+                      TrainSummary summary, const amp::Recipe& recipe) {
     NoGradGuard no_grad;
     model->eval();
     double nats = 0;
     std::int64_t count = 0;
     for (const data::TextBatch& b : data::sequential_batches(corpus->validation(), 64, context)) {
       amp::Autocast region = recipe.autocast();
-      Tensor loss = loss_of((*model)(b.inputs), b.targets);
+      Tensor loss = loss_of((*model)(b.inputs.to(device)), b.targets.to(device));
       nats += loss.item() * static_cast<double>(b.targets.numel());
       count += b.targets.numel();
     }
@@ -148,6 +152,8 @@ TrainSummary train(const TrainOptions& o) {
   Task task = o.data == "text" ? text_task(o) : image_task(o);
   nn::Module& model = *task.model;
   model.to(recipe.parameter_dtype);
+  const Device device = train_device(o);
+  model.to(device);  // before the optimizer, whose state lives beside the parameters
   auto optimizer = recipe.make_optimizer(model.parameters(), optimizer_factory(o));
   amp::GradScaler scaler = recipe.make_scaler();
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
@@ -184,7 +190,7 @@ TrainSummary train(const TrainOptions& o) {
     Tensor loss;
     {
       amp::Autocast region = recipe.autocast();
-      loss = cast(loss_of(model(batch.inputs), batch.labels), DType::F32);
+      loss = cast(loss_of(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
     }
     const double lr = optimizer->lr();
     backward(scaler.scale(loss));

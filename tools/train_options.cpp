@@ -53,8 +53,7 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.epochs > 0 || o.steps > 0, "mixgrad train: say how long to train: --epochs N or --steps N");
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
-  MG_CHECK(o.device == "cpu", "mixgrad train: --device cuda: the CUDA kernels are not part of mixgrad yet; use "
-           "--device cpu");
+  if (o.device == "cuda") check_device_available(Device::cuda(), "mixgrad train --device cuda");
   for (const std::string* path : {&o.log, &o.save, &o.summary}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();

@@ -1,6 +1,7 @@
-// CPU loss-scaling kernel (kernels/amp.h): chunks of each gradient are widened to f32 (F16C for
-// f16), multiplied by the factor, checked, and rounded into the destination.
-// Tests: build/tests/test_amp_scaler.
+// CPU loss-scaling kernels (kernels/amp.h): unscale widens chunks of each gradient to f32 (F16C
+// for f16), multiplies them by the factor, checks them, and rounds them into the destination;
+// update_scale runs the shared update_scale_step on the three one-element tensors.
+// Tests: build/tests/test_amp_scaler, build/tests/test_cuda_amp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -56,6 +57,12 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, dou
                                                : unscale_one<float>(src[i], dst[i], static_cast<float>(factor));
   }
   if (non_finite) *found_inf.data<float>() = 1.0f;
+}
+
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval) {
+  update_scale_step(*scale.data<float>(), *growth_tracker.data<std::int32_t>(), *found_inf.data<float>() != 0.0f,
+                    growth_factor, backoff_factor, growth_interval);
 }
 
 }  // namespace mg::kernels::cpu

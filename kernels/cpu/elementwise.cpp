@@ -1,9 +1,9 @@
 // CPU elementwise kernels: out = f(inputs...) with NumPy broadcasting, for one, two or three inputs.
 //
 // How the loop works (one function, elementwise_loop, serves every op):
-//   1. Plan: each input gets a stride per output dim (0 where it is broadcast). Neighbouring dims
-//      that are contiguous for every operand are merged, so same-shape ops become one flat loop
-//      and a bias add becomes [rows] x [cols] with the bias's row stride 0.
+//   1. Plan (kernels/loop_plan.h, shared with the CUDA kernel): each input gets a stride per output
+//      dim (0 where it is broadcast), and dims contiguous for every operand are merged, so same-shape
+//      ops become one flat loop and a bias add becomes [rows] x [cols] with the bias's row stride 0.
 //   2. The innermost dim is walked in chunks of kChunk elements. Each input chunk is converted to
 //      the compute type C (f32, or f64 for f64) into a small buffer (a broadcast input is filled
 //      with its single value), the functor runs over plain arrays, which the compiler vectorises,
@@ -14,60 +14,14 @@
 #include <vector>
 
 #include "kernels/elementwise.h"
-#include "kernels/functors.h"
+#include "kernels/elementwise_table.h"
+#include "kernels/loop_plan.h"
 
 namespace mg::kernels::cpu {
 
 namespace {
 
 constexpr std::int64_t kChunk = 256;  // elements per buffer: 4 buffers of f64 stay within 8 KiB of L1
-
-template <std::size_t N>
-struct LoopPlan {
-  std::vector<std::int64_t> sizes;                        // merged dims, outermost first
-  std::vector<std::array<std::int64_t, N + 1>> strides;   // per dim: out's stride, then each input's
-};
-
-template <std::size_t N>
-LoopPlan<N> make_plan(const Shape& out_shape, const std::array<const Tensor*, N>& inputs) {
-  const std::size_t rank = out_shape.size();
-  // Element strides per operand for every output dim (right-aligned broadcasting).
-  std::vector<std::array<std::int64_t, N + 1>> full(rank);
-  for (std::size_t k = 0; k <= N; ++k) {
-    const Shape& shape = k == 0 ? out_shape : inputs[k - 1]->shape();
-    std::int64_t stride = 1;
-    for (std::size_t i = 0; i < rank; ++i) {
-      std::size_t d = rank - 1 - i;
-      bool present = i < shape.size();
-      std::int64_t size = present ? shape[shape.size() - 1 - i] : 1;
-      full[d][k] = (size == 1) ? 0 : stride;
-      stride *= size;
-    }
-  }
-  LoopPlan<N> plan;
-  for (std::size_t d = 0; d < rank; ++d) {
-    if (out_shape[d] == 1) continue;  // a size-1 dim moves nothing
-    if (!plan.sizes.empty()) {
-      // Merge into the previous dim when, for every operand, stepping the previous dim once equals
-      // stepping this one across its whole length.
-      auto& prev = plan.strides.back();
-      bool mergeable = true;
-      for (std::size_t k = 0; k <= N; ++k) mergeable &= prev[k] == full[d][k] * out_shape[d];
-      if (mergeable) {
-        plan.sizes.back() *= out_shape[d];
-        prev = full[d];
-        continue;
-      }
-    }
-    plan.sizes.push_back(out_shape[d]);
-    plan.strides.push_back(full[d]);
-  }
-  if (plan.sizes.empty()) {  // a scalar, or all sizes 1
-    plan.sizes.push_back(1);
-    plan.strides.push_back({});
-  }
-  return plan;
-}
 
 // Converts `count` elements of an operand into the compute-type buffer. A broadcast operand
 // (stride 0) repeats its single element.
@@ -152,57 +106,15 @@ void run(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f, co
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars s) {
-  namespace fn = functors;
-  std::array<const Tensor*, 1> in{&x};
-  switch (op) {
-    case UnaryOp::Copy: return run(out, in, fn::Copy{}, "copy");
-    case UnaryOp::Neg: return run(out, in, fn::Neg{}, "neg");
-    case UnaryOp::Exp: return run(out, in, fn::Exp{}, "exp");
-    case UnaryOp::Log: return run(out, in, fn::Log{}, "log");
-    case UnaryOp::Sqrt: return run(out, in, fn::Sqrt{}, "sqrt");
-    case UnaryOp::Abs: return run(out, in, fn::Abs{}, "abs");
-    case UnaryOp::Tanh: return run(out, in, fn::Tanh{}, "tanh");
-    case UnaryOp::Sigmoid: return run(out, in, fn::Sigmoid{}, "sigmoid");
-    case UnaryOp::Relu: return run(out, in, fn::Relu{}, "relu");
-    case UnaryOp::Gelu: return run(out, in, fn::Gelu{}, "gelu");
-    case UnaryOp::AddScalar: return run(out, in, fn::AddScalar{s.a}, "add");
-    case UnaryOp::MulScalar: return run(out, in, fn::MulScalar{s.a}, "mul");
-    case UnaryOp::DivScalar: return run(out, in, fn::DivScalar{s.a}, "div");
-    case UnaryOp::PowScalar: return run(out, in, fn::PowScalar{s.a}, "pow");
-    case UnaryOp::RDivScalar: return run(out, in, fn::RDivScalar{s.a}, "div");
-    case UnaryOp::Clamp: return run(out, in, fn::Clamp{s.a, s.b}, "clamp");
-  }
+  visit_unary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 1>{&x}, f, name); });
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars s) {
-  namespace fn = functors;
-  std::array<const Tensor*, 2> in{&a, &b};
-  switch (op) {
-    case BinaryOp::Add: return run(out, in, fn::Add{}, "add");
-    case BinaryOp::Sub: return run(out, in, fn::Sub{}, "sub");
-    case BinaryOp::Mul: return run(out, in, fn::Mul{}, "mul");
-    case BinaryOp::Div: return run(out, in, fn::Div{}, "div");
-    case BinaryOp::Pow: return run(out, in, fn::Pow{}, "pow");
-    case BinaryOp::ReluGrad: return run(out, in, fn::ReluGrad{}, "relu backward");
-    case BinaryOp::AbsGrad: return run(out, in, fn::AbsGrad{}, "abs backward");
-    case BinaryOp::TanhGrad: return run(out, in, fn::TanhGrad{}, "tanh backward");
-    case BinaryOp::SigmoidGrad: return run(out, in, fn::SigmoidGrad{}, "sigmoid backward");
-    case BinaryOp::SqrtGrad: return run(out, in, fn::SqrtGrad{}, "sqrt backward");
-    case BinaryOp::GeluGrad: return run(out, in, fn::GeluGrad{}, "gelu backward");
-    case BinaryOp::ClampGrad: return run(out, in, fn::ClampGrad{s.a, s.b}, "clamp backward");
-    case BinaryOp::PowScalarGrad: return run(out, in, fn::PowScalarGrad{s.a}, "pow backward");
-  }
+  visit_binary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 2>{&a, &b}, f, name); });
 }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
-  namespace fn = functors;
-  std::array<const Tensor*, 3> in{&x, &y, &z};
-  switch (op) {
-    case TernaryOp::Where: return run(out, in, fn::Where{}, "where");
-    case TernaryOp::DivisorGrad: return run(out, in, fn::DivisorGrad{}, "div backward");
-    case TernaryOp::PowBaseGrad: return run(out, in, fn::PowBaseGrad{}, "pow backward");
-    case TernaryOp::PowExponentGrad: return run(out, in, fn::PowExponentGrad{}, "pow backward");
-  }
+  visit_ternary(op, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 3>{&x, &y, &z}, f, name); });
 }
 
 }  // namespace mg::kernels::cpu

@@ -8,14 +8,16 @@
 // f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
 // pass (F16C for f16), multiplied and accumulated by Eigen in f32, and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
-// the hardware's, up to the order of the f32 additions. Eigen::half matrices are never multiplied
+// the hardware's, up to the order of the f32 additions. The epilogue (bias, activation) is applied to
+// the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. Eigen::half matrices are never multiplied
 // directly: Eigen's half GEMM emulates every operation and is ~400x slower.
 // Run its tests: build/tests/test_ops_matmul; its benchmark: build/bench/matmul.
 #include <Eigen/Core>
 #include <fmt/format.h>
 
-#include <cassert>
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <climits>
 #include <type_traits>
 #ifdef MG_WITH_OPENBLAS
@@ -23,7 +25,19 @@
 #endif
 
 #include "kernels/cpu/compute_type.h"
+#include "kernels/functors.h"
 #include "kernels/gemm.h"
+
+namespace mg::kernels {
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+
+}  // namespace mg::kernels
 
 namespace mg::kernels::cpu {
 
@@ -69,21 +83,46 @@ void gemm_batched(const T* a, const T* b, T* c, const GemmShape& s) {
     gemm_one(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
 }
 
+// c = act(c + bias) over every row of the batch, in the compute type C, before c is rounded.
+template <class C, class Activation>
+void bias_and_activation(C* c, const C* bias, std::int64_t rows, std::int64_t n, Activation activation) {
+  for (std::int64_t row = 0; row < rows; ++row, c += n)
+    for (std::int64_t j = 0; j < n; ++j) c[j] = activation(bias ? c[j] + bias[j] : c[j]);
+}
+
+template <class C>
+void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
+  if (!epilogue.bias.defined() && epilogue.activation == Activation::None) return;
+  Tensor bias = epilogue.bias.defined() ? widened<C>(epilogue.bias) : Tensor();  // exact: f16/bf16/f32 fit in C
+  const C* bias_values = bias.defined() ? bias.template data<C>() : nullptr;
+  const std::int64_t rows = s.batch * s.m;
+  switch (epilogue.activation) {
+    case Activation::None: return bias_and_activation(c, bias_values, rows, s.n, functors::Copy{});
+    case Activation::Relu: return bias_and_activation(c, bias_values, rows, s.n, functors::Relu{});
+    case Activation::Gelu: return bias_and_activation(c, bias_values, rows, s.n, functors::Gelu{});
+  }
+}
+
 }  // namespace
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s) {
-  // What matmul has checked: one input dtype, and element counts that match the shape.
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
+  // What matmul has checked: one input dtype, and element counts that match the shape; the caller
+  // that asks for an epilogue passes a bias of [n] in C's dtype or f32.
   assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
   assert(a.numel() == s.batch * s.m * s.k && b.numel() == s.batch * s.k * s.n && c.numel() == s.batch * s.m * s.n);
+  assert(!epilogue.bias.defined() || (epilogue.bias.numel() == s.n && epilogue.bias.device().is_cpu() &&
+                                      (epilogue.bias.dtype() == c.dtype() || epilogue.bias.dtype() == DType::F32)));
   if (c.numel() == 0) return;
   if (a.dtype() == DType::F64) {
     gemm_batched(a.data<double>(), b.data<double>(), c.data<double>(), s);
+    apply_epilogue(c.data<double>(), s, epilogue);
     return;
   }
   // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
   Tensor a32 = widened<float>(a), b32 = widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
   gemm_batched(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
+  apply_epilogue(c32.data<float>(), s, epilogue);
   if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
 }
 

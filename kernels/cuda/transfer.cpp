@@ -1,4 +1,5 @@
-// Copies between the CPU and CUDA devices (kernels/copy.h, copy_between_devices).
+// Transfers between the CPU and CUDA devices: cuda::copy_bytes (kernels/copy.h), which core/device_ops.h
+// calls for kernels::copy_between_devices, factories on a GPU, item() and to_vector().
 //
 // Host memory from the caching CPU allocator is pageable, and the driver can only DMA from pinned
 // (page-locked) memory: cudaMemcpy from pageable memory stages through a driver buffer and blocks.
@@ -54,12 +55,10 @@ Staging& staging() {
 
 }  // namespace
 
-void copy_between_devices(const Tensor& src, Tensor& dst) {
-  const std::size_t nbytes = src.nbytes();
+void copy_bytes(const void* src, Device s, void* dst, Device d, std::size_t nbytes) {
   if (nbytes == 0) return;
-  const auto* from = static_cast<const char*>(src.data_ptr());
-  auto* to = static_cast<char*>(dst.data_ptr());
-  const Device s = src.device(), d = dst.device();
+  const auto* from = static_cast<const char*>(src);
+  auto* to = static_cast<char*>(dst);
   if (s.is_cuda() && d.is_cuda()) {
     // The destination's stream must not start before the source's queued work has produced it.
     if (s.index != d.index) mg::cuda::synchronize(s.index);

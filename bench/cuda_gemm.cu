@@ -1,0 +1,230 @@
+// bench/cuda_gemm: TFLOP/s of mixgrad's CUDA GEMMs (kernels/cuda/gemm.cu) beside cuBLAS, same
+// shapes, layouts and dtypes, on GPU 0.
+//
+//   build/bench/cuda_gemm              every mode and shape below
+//   build/bench/cuda_gemm f16 4096     only modes and shapes whose names contain the given words
+//
+// Modes: f16 and bf16 operands into an output of the same dtype with f32 accumulation (cuBLAS:
+// cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F); f32 on CUDA cores (cublasSgemmStridedBatched, no
+// TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS: CUBLAS_COMPUTE_32F_FAST_TF32).
+// Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
+// of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
+// is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
+// 3x3 convolutions with 32 and 64 channels, and its two linear layers).
+// For each: both results are compared first (max |mixgrad - cuBLAS| / max |cuBLAS|; a wrong kernel is
+// off by O(1), flagged MISMATCH), then each runs 3 times to warm up and 25 timed times; every run
+// sits between two cudaEvents on mixgrad's stream, all queued before one wait, so the GPU runs them
+// back to back and the median is the kernel's time (for the smallest shapes the host's launch
+// cost may show through: that is then the real cost of the call). Targets on an H100: the
+// pipelined WMMA kernel >= 60% of cuBLAS at 4096^3, f32 on CUDA cores >= 70% of cublasSgemm.
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/timing.h"
+#include "kernels/cuda/gemm_common.cuh"
+#include "mixgrad.h"
+
+namespace {
+
+using mg::kernels::GemmShape;
+
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    const cublasStatus_t status_ = (call);                                                         \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      throw mg::Error(fmt::format("{} failed: {} ({}:{})", #call, cublasGetStatusString(status_), \
+                                  __FILE__, __LINE__));                                            \
+  } while (0)
+
+struct Case {
+  std::string name;
+  GemmShape shape;
+};
+
+struct Mode {
+  std::string name;
+  mg::DType dtype;  // of A, B and C
+  bool tf32;
+};
+
+constexpr int kWarmup = 3, kRuns = 25;
+
+std::vector<Case> cases() {
+  const auto nn = [](std::int64_t m, std::int64_t n, std::int64_t k) { return GemmShape{.m = m, .n = n, .k = k}; };
+  const auto nt = [](std::int64_t m, std::int64_t n, std::int64_t k) {
+    return GemmShape{.m = m, .n = n, .k = k, .transpose_b = true};
+  };
+  const auto tn = [](std::int64_t m, std::int64_t n, std::int64_t k) {
+    return GemmShape{.m = m, .n = n, .k = k, .transpose_a = true};
+  };
+  std::vector<Case> all;
+  for (std::int64_t size : {1024, 2048, 4096, 8192})
+    all.push_back({fmt::format("square {} NN", size), nn(size, size, size)});
+  all.push_back({"square 4096 NT", nt(4096, 4096, 4096)});
+  all.push_back({"square 4096 TN", tn(4096, 4096, 4096)});
+  all.push_back({"square 4096 TT",
+                 GemmShape{.m = 4096, .n = 4096, .k = 4096, .transpose_a = true, .transpose_b = true}});
+  const std::int64_t batch = 128;
+  all.push_back({"mlp fc1 forward", nt(batch, 256, 784)});
+  all.push_back({"mlp fc1 dW", tn(256, 784, batch)});
+  all.push_back({"mlp fc2 forward", nt(batch, 256, 256)});
+  all.push_back({"mlp fc2 dX", nn(batch, 256, 256)});
+  all.push_back({"mlp fc2 dW", tn(256, 256, batch)});
+  all.push_back({"mlp fc3 forward", nt(batch, 10, 256)});
+  all.push_back({"mlp fc3 dX", nn(batch, 256, 10)});
+  all.push_back({"mlp fc3 dW", tn(10, 256, batch)});
+  const std::int64_t rows1 = batch * 28 * 28, rows2 = batch * 14 * 14;  // im2col rows: one per output pixel
+  all.push_back({"cnn conv1 forward", nt(rows1, 32, 9)});
+  all.push_back({"cnn conv1 dW", tn(32, 9, rows1)});
+  all.push_back({"cnn conv2 forward", nt(rows2, 64, 288)});
+  all.push_back({"cnn conv2 dcols", nn(rows2, 288, 64)});
+  all.push_back({"cnn conv2 dW", tn(64, 288, rows2)});
+  all.push_back({"cnn fc1 forward", nt(batch, 128, 64 * 7 * 7)});
+  all.push_back({"cnn fc2 forward", nt(batch, 10, 128)});
+  return all;
+}
+
+// C = op(A) op(B) by cuBLAS on the same row-major tensors: cuBLAS is column-major, and a row-major
+// matrix is its column-major transpose, so it computes C^T = op(B)^T op(A)^T with B first.
+void cublas_gemm(cublasHandle_t handle, const Mode& mode, const mg::Tensor& a, const mg::Tensor& b, mg::Tensor& c,
+                 const GemmShape& s) {
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const int lda = s.transpose_a ? m : k, ldb = s.transpose_b ? k : n;
+  const cublasOperation_t op_a = s.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const long long stride_a = s.m * s.k, stride_b = s.k * s.n, stride_c = s.m * s.n;
+  const int batch = static_cast<int>(s.batch);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (mode.dtype == mg::DType::F32 && !mode.tf32) {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, n, m, k, &alpha, b.data<float>(), ldb, stride_b,
+                                           a.data<float>(), lda, stride_a, &beta, c.data<float>(), n, stride_c, batch));
+    return;
+  }
+  const cudaDataType type =
+      mode.dtype == mg::DType::F16 ? CUDA_R_16F : (mode.dtype == mg::DType::BF16 ? CUDA_R_16BF : CUDA_R_32F);
+  const cublasComputeType_t compute = mode.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, &alpha, b.data_ptr(), type, ldb, stride_b,
+                                          a.data_ptr(), type, lda, stride_a, &beta, c.data_ptr(), type, n, stride_c,
+                                          batch, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+// The median time of one run of fn in milliseconds (see the header for how it is measured).
+double median_ms(const std::function<void()>& fn, cudaStream_t stream) {
+  for (int i = 0; i < kWarmup; ++i) fn();
+  std::vector<cudaEvent_t> starts(kRuns), stops(kRuns);
+  for (int i = 0; i < kRuns; ++i) {
+    MG_CUDA_CHECK(cudaEventCreate(&starts[i]));
+    MG_CUDA_CHECK(cudaEventCreate(&stops[i]));
+  }
+  for (int i = 0; i < kRuns; ++i) {
+    MG_CUDA_CHECK(cudaEventRecord(starts[i], stream));
+    fn();
+    MG_CUDA_CHECK(cudaEventRecord(stops[i], stream));
+  }
+  MG_CUDA_CHECK(cudaEventSynchronize(stops.back()));
+  std::vector<double> times;
+  for (int i = 0; i < kRuns; ++i) {
+    float ms = 0.0f;
+    MG_CUDA_CHECK(cudaEventElapsedTime(&ms, starts[i], stops[i]));
+    times.push_back(ms);
+    MG_CUDA_CHECK(cudaEventDestroy(starts[i]));
+    MG_CUDA_CHECK(cudaEventDestroy(stops[i]));
+  }
+  return bench::median(times);
+}
+
+// max |got - want| / max |want|, on the host.
+double max_relative_error(const mg::Tensor& got, const mg::Tensor& want) {
+  const std::vector<double> g = got.to(mg::Device::cpu()).to_vector<double>();
+  const std::vector<double> w = want.to(mg::Device::cpu()).to_vector<double>();
+  double error = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    error = std::max(error, std::isnan(g[i]) ? INFINITY : std::fabs(g[i] - w[i]));
+    scale = std::max(scale, std::fabs(w[i]));
+  }
+  return scale > 0.0 ? error / scale : error;
+}
+
+void print_header() {
+  cudaDeviceProp prop{};
+  MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int sm_khz = 0, memory_khz = 0;
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, 0));
+  int cublas_version = 0;
+  cublasHandle_t handle;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasGetVersion(handle, &cublas_version));
+  CUBLAS_CHECK(cublasDestroy(handle));
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  fmt::print("bench/cuda_gemm, {}\n", date);
+  fmt::print("device: {} (sm_{}{}, {} SMs), max clocks: SM {} MHz, memory {} MHz (lock them with nvidia-smi -lgc for "
+             "steady numbers)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000,
+             memory_khz / 1000);
+  fmt::print("cuBLAS {}; median of {} runs after {} warm-ups; TFLOP/s = 2 m n k / time\n\n", cublas_version, kRuns,
+             kWarmup);
+  fmt::print("{:<5} {:<18} {:>24} {:<32} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
+             "mixgrad kernel", "max rel err", "mixgrad", "cuBLAS", "ratio");
+}
+
+bool selected(const std::string& name, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (name.find(argv[i]) == std::string::npos) return false;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MG_CHECK(mg::cuda_device_count() > 0, "bench/cuda_gemm: no CUDA device is visible; run it on a machine with a GPU");
+  print_header();
+  const cudaStream_t stream = mg::cuda::stream(0);
+  cublasHandle_t handle;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasSetStream(handle, stream));
+  mg::Generator generator(1);
+  const std::vector<Mode> modes = {{"f16", mg::DType::F16, false}, {"bf16", mg::DType::BF16, false},
+                                   {"f32", mg::DType::F32, false}, {"tf32", mg::DType::F32, true}};
+  for (const Mode& mode : modes) {
+    mg::kernels::set_allow_tf32(mode.tf32);
+    // Worst |error| / max |result| still counted right: accumulation-order differences, an ulp of the
+    // output, and for TF32 the two libraries' own roundings of the operands.
+    const double allowed =
+        mode.dtype == mg::DType::BF16 ? 0x1p-5 : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
+    for (const Case& c : cases()) {
+      if (!selected(mode.name + " " + c.name, argc, argv)) continue;
+      const GemmShape& s = c.shape;
+      const mg::Shape a_shape = s.transpose_a ? mg::Shape{s.k, s.m} : mg::Shape{s.m, s.k};
+      const mg::Shape b_shape = s.transpose_b ? mg::Shape{s.n, s.k} : mg::Shape{s.k, s.n};
+      const mg::Tensor a = mg::randn(a_shape, generator).to(mode.dtype).to(mg::Device::cuda());
+      const mg::Tensor b = mg::randn(b_shape, generator).to(mode.dtype).to(mg::Device::cuda());
+      mg::Tensor ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
+      mg::Tensor theirs = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
+      const auto run_ours = [&] { mg::kernels::cuda::gemm(a, b, ours, s); };
+      const auto run_theirs = [&] { cublas_gemm(handle, mode, a, b, theirs, s); };
+      run_ours();
+      run_theirs();
+      const double error = max_relative_error(ours, theirs);
+      const double ours_ms = median_ms(run_ours, stream), theirs_ms = median_ms(run_theirs, stream);
+      const double flop = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
+      const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
+      fmt::print("{:<5} {:<18} {:>24} {:<32} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
+                 fmt::format("{} x {} x {}", s.m, s.n, s.k), mg::kernels::cuda::gemm_kernel_name(a, b, s), error,
+                 ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops, error <= allowed ? "" : "MISMATCH");
+      std::fflush(stdout);
+    }
+  }
+  mg::kernels::set_allow_tf32(false);
+  CUBLAS_CHECK(cublasDestroy(handle));
+  return 0;
+}

@@ -1,0 +1,172 @@
+// What every CUDA kernel file shares: the device element type behind each DType, conversions that
+// round exactly like the CPU path (core/convert.h), the dtype switch, and launch helpers.
+//
+// Conventions of the CUDA backend (kernels/cuda/README.md says more):
+//   - An entry point kernels::cuda::<fn> has the signature of kernels::cpu::<fn>; kernels/dispatch.cpp
+//     picks it when the output lives on a GPU. Ops have checked shapes, dtypes and devices already.
+//   - Work is queued on the device's one stream (mg::cuda::stream) under a DeviceGuard; nothing here
+//     waits for the GPU. Scratch memory is a Tensor::empty on the same device (the caching allocator).
+//   - Every launch is followed by MG_CUDA_LAUNCHED(), so a bad launch is an mg::Error at its source.
+//   - Values are loaded into float, computed in float and rounded once on store (RNE, subnormals
+//     kept): the same contract as the CPU, so results agree to the last bit wherever the order of
+//     operations is the same.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/cuda/runtime.h"
+
+#define MG_CUDA_LAUNCHED() MG_CUDA_CHECK(cudaGetLastError())
+
+namespace mg::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- conversions (device) -------------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(std::int32_t x) { return static_cast<float>(x); }
+
+// Rounds a float into T: to nearest even for f16/bf16 (subnormals kept, overflow to inf), toward zero
+// with saturation (NaN -> 0) for i32, as core/convert.h's scalar_cast does.
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) { return __float2int_rz(x); }
+
+// Any element type into any other, rounded once: i32 -> f16/bf16 directly (not through f32, which
+// would round twice above 2^24), everything else through the exact f32 value.
+template <class To, class From>
+__device__ __forceinline__ To convert(From x) {
+  if constexpr (std::is_same_v<To, From>) {
+    return x;
+  } else if constexpr (std::is_same_v<From, std::int32_t> && std::is_same_v<To, __half>) {
+    return __int2half_rn(x);
+  } else if constexpr (std::is_same_v<From, std::int32_t> && std::is_same_v<To, bf16>) {
+    return __int2bfloat16_rn(x);
+  } else {
+    return from_float<To>(to_float(x));
+  }
+}
+
+// ---- warp and block reductions (device) --------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// The sum of `v` over the block, returned to every thread. blockDim.x is a multiple of 32, at most
+// 1024; `scratch` is 32 floats of shared memory. Starts with a barrier, so it may be called in a loop.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// The max over the block (NaN propagates: fmaxf drops NaN, so NaN is tracked on the side).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const bool nan = __syncthreads_or(isnan(v));
+  if (nan) return __int_as_float(0x7fc00000);
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// fn(T{}) with the element type of a floating dtype, inside a kernel that takes tensors of several
+// dtypes in one launch (the multi-tensor unscale); the host has checked the dtypes.
+template <class Fn>
+__device__ __forceinline__ void visit_floating_on_device(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::F16: fn(__half{}); break;
+    case DType::BF16: fn(bf16{}); break;
+    default: fn(float{}); break;
+  }
+}
+
+// ---- vector access ---------------------------------------------------------------------------------
+
+// Four elements moved by one load or store instruction (16 bytes of f32, 8 of f16/bf16): memory-bound
+// kernels read a Pack per thread when every pointer involved is aligned() to it.
+constexpr int kPack = 4;
+
+template <class T>
+struct alignas(sizeof(T) * kPack) Pack {
+  T v[kPack];
+};
+
+inline bool aligned(const void* ptr, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0; }
+
+// ---- host side ------------------------------------------------------------------------------------
+
+// Calls fn(T{}) with the device element type of `dtype` (float, __half, bf16 or int32); f64 tensors
+// never reach a GPU (mg::to_device refuses them), so F64 is an error naming the kernel.
+template <class Fn>
+decltype(auto) visit_device_dtype(DType dtype, const char* kernel, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: return fn(float{});
+    case DType::F16: return fn(__half{});
+    case DType::BF16: return fn(bf16{});
+    case DType::I32: return fn(std::int32_t{});
+    case DType::F64: break;
+  }
+  throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
+}
+
+// Like visit_device_dtype, for the floating dtypes only.
+template <class Fn>
+decltype(auto) visit_device_floating(DType dtype, const char* kernel, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: return fn(float{});
+    case DType::F16: return fn(__half{});
+    case DType::BF16: return fn(bf16{});
+    default: break;
+  }
+  throw Error(fmt::format("CUDA kernel {}: needs an f32, f16 or bf16 tensor, got {}", kernel, dtype));
+}
+
+template <class T>
+T* device_ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+
+inline cudaStream_t stream_of(const Tensor& t) { return mg::cuda::stream(t.device().index); }
+
+// Blocks of `threads` for a grid-stride loop over n items: enough to fill the GPU several times
+// over, never more than needed.
+inline unsigned blocks_for(std::int64_t n, int threads) {
+  const std::int64_t wanted = (n + threads - 1) / threads;
+  constexpr std::int64_t kMaxBlocks = 132 * 32;  // H100: 132 SMs, 32 resident blocks of 64 threads each
+  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted < kMaxBlocks ? wanted : kMaxBlocks));
+}
+
+// A grid-stride loop index: for (auto i = first_index(); i < n; i += grid_stride()).
+__device__ __forceinline__ std::int64_t first_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+}  // namespace mg::kernels::cuda

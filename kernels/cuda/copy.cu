@@ -1,0 +1,145 @@
+// CUDA data movement (kernels/copy.h): casts, dim permutations, block copies along a dim, and the
+// fill that the factories use (core/device_ops.h). No arithmetic, so results are bit-identical to
+// the CPU's: casts round to nearest even with subnormals kept, i32 saturates (common.cuh, convert).
+//
+// Launch geometry: grid-stride loops, 256 threads a block.
+//   cast     4 elements per thread with vector loads and stores when both pointers are aligned
+//   permute  one thread per element of out, decomposing its index over out's dims (at most 8)
+//   fill     one thread per element, writing the element's bit pattern
+// copy_along_dim needs no kernel: a block of `length` rows along `dim` is, for each of the `outer`
+// slices before it, one contiguous run of bytes, so the whole copy is one cudaMemcpy2DAsync.
+// Tests: build/tests/test_cuda_ops. Benchmark: build/bench/cuda_memory (cast).
+#include "kernels/copy.h"
+#include "kernels/cuda/common.cuh"
+
+namespace mg::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxDims = 8;
+
+template <class From, class To>
+__global__ void cast_kernel(const From* x, To* out, std::int64_t n, bool vectorized) {
+  std::int64_t done = 0;
+  if (vectorized) {
+    const std::int64_t packs = n / kPack;
+    for (std::int64_t p = first_index(); p < packs; p += grid_stride()) {
+      const Pack<From> in = reinterpret_cast<const Pack<From>*>(x)[p];
+      Pack<To> result;
+      for (int j = 0; j < kPack; ++j) result.v[j] = convert<To>(in.v[j]);
+      reinterpret_cast<Pack<To>*>(out)[p] = result;
+    }
+    done = packs * kPack;
+  }
+  for (std::int64_t i = done + first_index(); i < n; i += grid_stride()) out[i] = convert<To>(x[i]);
+}
+
+// out[i] = x[sum_d index_d(i) * source_stride[d]], with index_d(i) i's coordinates in out's shape.
+struct PermutePlan {
+  int rank = 0;
+  std::int64_t out_sizes[kMaxDims] = {};
+  std::int64_t source_stride[kMaxDims] = {};
+};
+
+template <class Bits>
+__global__ void permute_kernel(const Bits* x, Bits* out, PermutePlan plan, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    std::int64_t rest = i, offset = 0;
+    for (int d = plan.rank - 1; d >= 0; --d) {
+      offset += (rest % plan.out_sizes[d]) * plan.source_stride[d];
+      rest /= plan.out_sizes[d];
+    }
+    out[i] = x[offset];
+  }
+}
+
+template <class Bits>
+__global__ void fill_kernel(Bits* out, Bits pattern, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) out[i] = pattern;
+}
+
+// Calls fn(Bits{}) with an unsigned integer as wide as one element: moving bytes needs no dtype.
+template <class Fn>
+void visit_bits(DType dtype, Fn&& fn) {
+  if (dtype_size(dtype) == 2) fn(std::uint16_t{});
+  else fn(std::uint32_t{});
+}
+
+}  // namespace
+
+void cast(const Tensor& x, Tensor& out) {
+  const std::int64_t n = x.numel();
+  if (n == 0) return;
+  mg::cuda::DeviceGuard guard(out.device().index);
+  visit_device_dtype(x.dtype(), "cast", [&](auto from_zero) {
+    using From = decltype(from_zero);
+    visit_device_dtype(out.dtype(), "cast", [&](auto to_zero) {
+      using To = decltype(to_zero);
+      const bool vectorized = aligned(x.data_ptr(), sizeof(Pack<From>)) && aligned(out.data_ptr(), sizeof(Pack<To>));
+      cast_kernel<<<blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out)>>>(
+          device_ptr<const From>(x), device_ptr<To>(out), n, vectorized);
+    });
+  });
+  MG_CUDA_LAUNCHED();
+}
+
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  const std::size_t rank = perm.size();
+  MG_CHECK(rank <= static_cast<std::size_t>(kMaxDims), "CUDA kernel permute: {} dims, more than the {} it takes",
+           rank, kMaxDims);
+  PermutePlan plan;
+  plan.rank = static_cast<int>(rank);
+  std::int64_t x_stride[kMaxDims] = {};
+  for (std::size_t d = rank, stride = 1; d-- > 0;) {
+    x_stride[d] = static_cast<std::int64_t>(stride);
+    stride *= static_cast<std::size_t>(x.shape()[d]);
+  }
+  // Stepping out's dim d steps x's dim perm[d].
+  for (std::size_t d = 0; d < rank; ++d) {
+    plan.out_sizes[d] = out.shape()[d];
+    plan.source_stride[d] = x_stride[static_cast<std::size_t>(perm[d])];
+  }
+  mg::cuda::DeviceGuard guard(out.device().index);
+  visit_bits(out.dtype(), [&](auto zero) {
+    using Bits = decltype(zero);
+    permute_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_of(out)>>>(device_ptr<const Bits>(x),
+                                                                            device_ptr<Bits>(out), plan, n);
+  });
+  MG_CUDA_LAUNCHED();
+}
+
+void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                    std::int64_t length) {
+  const auto d = static_cast<std::size_t>(dim);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t i = 0; i < d; ++i) outer *= src.shape()[i];
+  for (std::size_t i = d + 1; i < src.shape().size(); ++i) inner *= src.shape()[i];
+  const std::size_t element = dtype_size(src.dtype());
+  const std::size_t width = static_cast<std::size_t>(length * inner) * element;
+  if (width == 0 || outer == 0) return;
+  // One row per outer slice: `width` bytes at the start offset, rows a whole slice of each tensor apart.
+  const std::size_t src_pitch = static_cast<std::size_t>(src.shape()[d] * inner) * element;
+  const std::size_t dst_pitch = static_cast<std::size_t>(dst.shape()[d] * inner) * element;
+  const auto* from = static_cast<const char*>(src.data_ptr()) + static_cast<std::size_t>(src_start * inner) * element;
+  auto* to = static_cast<char*>(dst.data_ptr()) + static_cast<std::size_t>(dst_start * inner) * element;
+  mg::cuda::DeviceGuard guard(dst.device().index);
+  MG_CUDA_CHECK(cudaMemcpy2DAsync(to, dst_pitch, from, src_pitch, width, static_cast<std::size_t>(outer),
+                                  cudaMemcpyDeviceToDevice, stream_of(dst)));
+}
+
+void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count) {
+  if (count == 0) return;
+  mg::cuda::DeviceGuard guard(device.index);
+  const cudaStream_t stream = mg::cuda::stream(device.index);
+  visit_bits(dtype, [&](auto zero) {
+    using Bits = decltype(zero);
+    fill_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(static_cast<Bits*>(dst),
+                                                                     static_cast<Bits>(pattern), count);
+  });
+  MG_CUDA_LAUNCHED();
+}
+
+}  // namespace mg::kernels::cuda

@@ -1,0 +1,158 @@
+// The f32 GEMM on CUDA cores: C[z] = epilogue(op(A[z]) op(B[z])) with A, B, C in f32, every product
+// and sum in f32 (fp32 means fp32). Rung 3 of the ladder in gemm.cu. With kernels::allow_tf32() on
+// and aligned operands, f32 GEMMs run on Tensor Cores instead: gemm_wmma.cuh instantiated for float
+// (TF32 fragments, m16n16k8, f32 accumulation), the same pipeline as f16 and bf16.
+//
+// Shapes: any m, n, k >= 0 and batch, any layout; no alignment needed (loads are scalar).
+// Launch geometry: 256 threads a block, one 128x128 tile of C a block, as 16 x 16 threads each
+// computing 8 x 8 elements of C in registers. Grid (ceil(m/128), ceil(n/128), batch).
+// A k step of 8: each thread loads 4 values of A's 128x8 slice and 4 of B's 8x128 slice, and the
+// block keeps both as [k][128] in shared memory (A's slice transposed when A is stored [m, k]), so
+// that a thread reads its 8 values of op(A) and 8 of op(B) for one k as four float4 loads; 8 + 8
+// loads then feed 64 fused multiply-adds.
+// Double buffering: two shared slices; the next step's values are loaded into registers before the
+// math on the current slice and stored into the other slice after it, so the global loads' latency
+// hides behind the 512 multiply-adds, with one barrier a step.
+// A thread's 8 rows are two groups of 4, 64 apart (likewise its columns), not 8 in a row: a warp's
+// float4 reads of one k then cover 16 distinct consecutive float4s of B (conflict-free) and 2 of A
+// (broadcasts), where 8 in a row would make two threads of a phase hit the same banks.
+// Edges: loads outside the matrices read as 0 and stores are predicated, so no size need be a multiple
+// of anything.
+//
+// Tests: build/tests/test_cuda_gemm. Benchmark: build/bench/cuda_gemm (target: >= 70% of cublasSgemm).
+#pragma once
+
+#include "kernels/cuda/gemm_common.cuh"
+
+namespace mg::kernels::cuda::simt_f32 {
+
+constexpr int kTile = 128;     // C tile of a block: 128 x 128
+constexpr int kStep = 8;       // k per step
+constexpr int kThreads = 256;  // 16 x 16
+constexpr int kPerThread = 8;  // C per thread: 8 x 8, as 2 x 2 groups of 4 x 4
+constexpr int kGroup = 4;
+constexpr int kHalf = kTile / 2;  // the distance between a thread's two groups
+
+// The 4 values one thread loads of one operand slice: the slice is rows x [k0, k0 + 8) of op(X),
+// where x is m (A) or n (B). A k-major operand is stored [k, x] (A transposed, B not): the thread
+// takes 4 consecutive x of one k, so a warp reads 512 contiguous bytes. An x-major one is stored
+// [x, k]: the thread takes 4 consecutive k of one x, a warp 16 rows of 32 bytes.
+template <bool kMajor>
+__device__ __forceinline__ void load_slice(const float* matrix, int xs, int k, int x0, int k0,
+                                           float (&values)[kGroup]) {
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kGroup; ++i) {
+    if constexpr (kMajor) {
+      const int kk = k0 + t / 32, x = x0 + (t % 32) * kGroup + i;
+      values[i] = kk < k && x < xs ? matrix[static_cast<std::int64_t>(kk) * xs + x] : 0.0f;
+    } else {
+      const int x = x0 + t / 2, kk = k0 + (t % 2) * kGroup + i;
+      values[i] = x < xs && kk < k ? matrix[static_cast<std::int64_t>(x) * k + kk] : 0.0f;
+    }
+  }
+}
+
+// Stores them into the shared slice [kStep][kTile] at the places load_slice took them from.
+template <bool kMajor>
+__device__ __forceinline__ void store_slice(float (*slice)[kTile], const float (&values)[kGroup]) {
+  const int t = threadIdx.x;
+  if constexpr (kMajor) {
+    *reinterpret_cast<float4*>(&slice[t / 32][(t % 32) * kGroup]) =
+        make_float4(values[0], values[1], values[2], values[3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) slice[(t % 2) * kGroup + i][t / 2] = values[i];
+  }
+}
+
+// vector_store: C's rows start on 16 bytes (n % 4 == 0, C aligned), so 4 columns go in one float4.
+template <bool kTransposeA, bool kTransposeB>
+__global__ void __launch_bounds__(kThreads, 2) gemm_f32_kernel(GemmArgs<float, float> args, bool vector_store) {
+  __shared__ __align__(16) float a_slice[2][kStep][kTile];  // op(A)^T: [k][m]
+  __shared__ __align__(16) float b_slice[2][kStep][kTile];  // op(B): [k][n]
+  constexpr bool kMajorA = kTransposeA, kMajorB = !kTransposeB;
+
+  const int m = args.m, n = args.n, k = args.k;
+  const int row0 = blockIdx.x * kTile, col0 = blockIdx.y * kTile;
+  const float* a = args.a_of(blockIdx.z);
+  const float* b = args.b_of(blockIdx.z);
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;  // rows ty*4 + {0, 64}, columns tx*4 + {0, 64}
+
+  float sum[kPerThread][kPerThread] = {};
+  float next_a[kGroup], next_b[kGroup];
+  load_slice<kMajorA>(a, m, k, row0, 0, next_a);
+  load_slice<kMajorB>(b, n, k, col0, 0, next_b);
+  store_slice<kMajorA>(a_slice[0], next_a);
+  store_slice<kMajorB>(b_slice[0], next_b);
+  __syncthreads();
+
+  const int steps = (k + kStep - 1) / kStep;
+  for (int step = 0; step < steps; ++step) {
+    const int current = step % 2;
+    const bool more = step + 1 < steps;
+    if (more) {  // in flight during the math below
+      load_slice<kMajorA>(a, m, k, row0, (step + 1) * kStep, next_a);
+      load_slice<kMajorB>(b, n, k, col0, (step + 1) * kStep, next_b);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kStep; ++kk) {
+      const float4 a0 = *reinterpret_cast<const float4*>(&a_slice[current][kk][ty * kGroup]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&a_slice[current][kk][kHalf + ty * kGroup]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&b_slice[current][kk][tx * kGroup]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&b_slice[current][kk][kHalf + tx * kGroup]);
+      const float av[kPerThread] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[kPerThread] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i)
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) sum[i][j] = fmaf(av[i], bv[j], sum[i][j]);
+    }
+    // The other slice was last read in step - 1, which every thread finished before the barrier
+    // that ended it; this step's barrier then publishes the new slice for step + 1.
+    if (more) {
+      store_slice<kMajorA>(a_slice[1 - current], next_a);
+      store_slice<kMajorB>(b_slice[1 - current], next_b);
+    }
+    __syncthreads();
+  }
+
+  float* c = args.c_of(blockIdx.z);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int row = row0 + (i / kGroup) * kHalf + ty * kGroup + i % kGroup;
+    if (row >= m) continue;
+    float* c_row = c + static_cast<std::int64_t>(row) * n;
+#pragma unroll
+    for (int group = 0; group < 2; ++group) {
+      const int col = col0 + group * kHalf + tx * kGroup;
+      float v[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) v[j] = col + j < n ? args.finish(sum[i][group * kGroup + j], col + j) : 0.0f;
+      if (vector_store && col + kGroup <= n) {
+        *reinterpret_cast<float4*>(c_row + col) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j)
+          if (col + j < n) c_row[col + j] = v[j];
+      }
+    }
+  }
+}
+
+template <bool kTransposeA, bool kTransposeB>
+void launch_layout(const GemmArgs<float, float>& args, const GemmShape& shape, bool vector_store, cudaStream_t stream) {
+  gemm_f32_kernel<kTransposeA, kTransposeB>
+      <<<gemm_grid(shape, kTile, kTile), kThreads, 0, stream>>>(args, vector_store);
+  MG_CUDA_LAUNCHED();
+}
+
+inline void launch(const GemmArgs<float, float>& args, const GemmShape& shape, cudaStream_t stream) {
+  const bool vector_store = shape.n % kGroup == 0 && reinterpret_cast<std::uintptr_t>(args.c) % 16 == 0;
+  if (!shape.transpose_a && !shape.transpose_b) launch_layout<false, false>(args, shape, vector_store, stream);
+  else if (!shape.transpose_a) launch_layout<false, true>(args, shape, vector_store, stream);
+  else if (!shape.transpose_b) launch_layout<true, false>(args, shape, vector_store, stream);
+  else launch_layout<true, true>(args, shape, vector_store, stream);
+}
+
+}  // namespace mg::kernels::cuda::simt_f32

@@ -1,0 +1,260 @@
+// The fast WMMA (Tensor Core) GEMM: C[z] = epilogue(op(A[z]) op(B[z])) with f32 accumulation, C
+// rounded once on store. Rung 2 of the ladder in gemm.cu, the mainline for f16 and bf16 operands (C
+// in f16, bf16 or f32), and with f32 operands the TF32 path (kernels::allow_tf32(): each operand
+// rounded to TF32 in registers, m16n16k8 fragments). Read gemm_wmma_simple.cuh first: the same
+// multiply, one 16x16 fragment a warp and no overlap of copies and math.
+//
+// Shapes: any m, n, k >= 0 and batch, but every operand's rows must start on 16 bytes: the leading
+// dimension of A (k, or m when transposed) and of B (n, or k when transposed) a multiple of 8
+// elements (4 for f32), and A and B 16-byte aligned. The copies are 16-byte cp.async, and a copy
+// must not straddle two rows. gemm.cu checks this and sends other shapes to the simple kernel.
+//
+// Launch geometry: 256 threads = 8 warps a block, one 128x128 tile of C a block; the warps are 2 x 4
+// over it and each owns 64x32 of C as 4 x 2 WMMA accumulators (64 f32 registers a thread). A step
+// along k is 64 bytes of each row: 32 f16/bf16 or 16 f32 values. Grid (ceil(m/128), ceil(n/128), batch).
+//
+// The pipeline: 4 stages of shared memory, each holding one k step of A's and B's tiles. While the
+// warps multiply stage s, the copies of the next 3 steps are in flight (cp.async: global to shared
+// without passing through registers, one commit group per step). Before using a stage a thread waits
+// until at most 2 groups are pending, i.e. its own copies of that step have landed, and a barrier
+// makes everyone's visible; the same barrier guarantees that the stage refilled next was finished
+// by every warp one step earlier. 4 x 20 KiB = 80 KiB of shared memory: 2 blocks fit on an SM
+// (H100: 228 KiB, A100: 164 KiB), one's copies hiding the other's barriers.
+//
+// Transposes cost nothing: each tile is copied in the operand's own global layout ([m][k] or [k][m]
+// for A, [k][n] or [n][k] for B) and the fragments are loaded as row_major or col_major to match.
+// Edges: a 16-byte copy whose row or column lies outside the matrix has source size 0, which fills
+// its 16 bytes of shared memory with zeros, so the last, partial tiles along m, n and k add exact
+// zeros. Epilogue: the accumulators go through shared memory (reusing the pipeline's buffers), then
+// each thread finishes whole elements of C (bias, activation, one rounding) and stores where they exist.
+//
+// Tests: build/tests/test_cuda_gemm. Benchmark: build/bench/cuda_gemm (target: >= 60% of cuBLAS at 4096^3).
+#pragma once
+
+#include <mma.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/gemm_common.cuh"
+
+namespace mg::kernels::cuda::wmma_pipelined {
+
+// The fragment shape of each operand type: f16 and bf16 multiply 16 deep; f32 operands use TF32
+// fragments 8 deep, loaded from f32 and rounded in registers.
+template <class T>
+struct FragmentOf {
+  using Element = T;
+  static constexpr int kDepth = 16;
+};
+template <>
+struct FragmentOf<float> {
+  using Element = nvcuda::wmma::precision::tf32;
+  static constexpr int kDepth = 8;
+};
+
+constexpr int kTileM = 128, kTileN = 128;  // equal: both operands' tiles are sized by kTileM
+static_assert(kTileM == kTileN);
+constexpr int kThreads = 256;                   // 8 warps
+constexpr int kWarpsN = 4;                      // warps 2 (along m) x 4 (along n)
+constexpr int kWarpM = 64, kWarpN = 32;         // C owned by one warp
+constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 16;
+constexpr int kStages = 4;
+constexpr int kStepBytes = 64;                  // of each row per k step
+constexpr int kCopyBytes = 16;                  // one cp.async
+// Shared rows are 16 bytes longer than the data. A fragment load reads 8 rows of 16 bytes at once:
+// with rows of 64 bytes those land on 2 groups of 4 banks (a 4-way conflict), with 256 or 512 bytes
+// on one (8-way); with 80, 272 or 528 bytes they cover all 32 banks. 16 bytes also keeps every row
+// aligned for cp.async and for WMMA (ldm a multiple of 16 bytes).
+constexpr int kSkewBytes = 16;
+constexpr int kSkewC = 4;                       // floats, for the accumulator tile: same reason
+
+// The shared tile of one operand in one stage: `x` is m (A) or n (B). k-major tiles are [k][x]
+// (A stored [k, m], B stored [k, n]), the others [x][k].
+template <class T, bool kMajor>
+struct OperandTile {
+  static constexpr int kStep = kStepBytes / sizeof(T);    // k per step: 32 (f16/bf16) or 16 (f32)
+  static constexpr int kChunk = kCopyBytes / sizeof(T);   // elements per copy
+  static constexpr int kRows = kMajor ? kStep : kTileM;
+  static constexpr int kCols = kMajor ? kTileM : kStep;
+  static constexpr int kLd = kCols + kSkewBytes / sizeof(T);
+  // A stage holds either layout: room for the larger one (both are 10 KiB for every T).
+  static constexpr int kElements = std::max(kStep * (kTileM + kSkewBytes / sizeof(T)),
+                                            kTileM * (kStep + kSkewBytes / sizeof(T)));
+
+  // The element (x, kk) of the operand, where a fragment of 16 x's starting there begins.
+  __device__ static const T* at(const T* tile, int x, int kk) {
+    return kMajor ? tile + kk * kLd + x : tile + x * kLd + kk;
+  }
+};
+
+template <class T>
+constexpr int kStageBytes = 2 * OperandTile<T, false>::kElements * sizeof(T);
+constexpr int kAccumulatorBytes = kTileM * (kTileN + kSkewC) * sizeof(float);
+template <class T>
+constexpr int kSharedBytes = std::max(kStages * kStageBytes<T>, kAccumulatorBytes);
+
+// ---- cp.async (sm_80+) --------------------------------------------------------------------------
+
+// Copies 16 bytes from global to shared memory; bytes beyond `src_bytes` (0 or 16 here) are zeros.
+// .cg caches in L2 only: each element is read once per block, so L1 would only be polluted.
+__device__ __forceinline__ void copy_async(void* shared, const void* global, int src_bytes) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
+// Queues the copies of one operand tile: rows [row0, row0 + kRows) and columns [col0, col0 + kCols)
+// of a row-major [rows, cols] matrix. cols is a multiple of kChunk (the alignment rule above), so a
+// copy lies wholly inside the matrix or wholly outside it (and then reads nothing).
+template <class T, bool kMajor>
+__device__ __forceinline__ void copy_tile(T* tile, const T* matrix, int rows, int cols, int row0, int col0) {
+  using Tile = OperandTile<T, kMajor>;
+  constexpr int kChunksPerRow = Tile::kCols / Tile::kChunk;
+  constexpr int kChunks = Tile::kRows * kChunksPerRow;  // 512 in every case: 2 copies a thread
+  static_assert(kChunks % kThreads == 0);
+#pragma unroll
+  for (int copy = 0; copy < kChunks / kThreads; ++copy) {
+    const int i = copy * kThreads + threadIdx.x;
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * Tile::kChunk;
+    const int row = row0 + r, col = col0 + c;
+    const bool inside = row < rows && col < cols;
+    copy_async(tile + r * Tile::kLd + c, inside ? matrix + static_cast<std::int64_t>(row) * cols + col : matrix,
+               inside ? kCopyBytes : 0);
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+// A is k-major when stored transposed ([k, m]); B when not ([k, n]).
+template <class In, class Out, bool kTransposeA, bool kTransposeB>
+__global__ void __launch_bounds__(kThreads, 2) gemm_wmma_kernel(GemmArgs<In, Out> args) {
+  using namespace nvcuda;
+  using TileA = OperandTile<In, kTransposeA>;
+  using TileB = OperandTile<In, !kTransposeB>;
+  using Fragment = FragmentOf<In>;
+  using LayoutA = std::conditional_t<kTransposeA, wmma::col_major, wmma::row_major>;
+  using LayoutB = std::conditional_t<kTransposeB, wmma::col_major, wmma::row_major>;
+  constexpr int kStep = TileA::kStep;
+
+  extern __shared__ __align__(128) unsigned char shared[];
+  const auto stage_a = [&](int stage) { return reinterpret_cast<In*>(shared + stage * kStageBytes<In>); };
+  const auto stage_b = [&](int stage) { return stage_a(stage) + TileA::kElements; };
+
+  const int m = args.m, n = args.n, k = args.k;
+  const int row0 = blockIdx.x * kTileM, col0 = blockIdx.y * kTileN;
+  const In* a = args.a_of(blockIdx.z);
+  const In* b = args.b_of(blockIdx.z);
+  const int warp = threadIdx.x / 32;
+  const int warp_row = (warp / kWarpsN) * kWarpM, warp_col = (warp % kWarpsN) * kWarpN;
+
+  // Queues the copies of k step `step` into `stage`.
+  const auto copy_step = [&](int stage, int step) {
+    const int k0 = step * kStep;
+    if constexpr (kTransposeA) copy_tile<In, true>(stage_a(stage), a, k, m, k0, row0);
+    else copy_tile<In, false>(stage_a(stage), a, m, k, row0, k0);
+    if constexpr (kTransposeB) copy_tile<In, false>(stage_b(stage), b, n, k, col0, k0);
+    else copy_tile<In, true>(stage_b(stage), b, k, n, k0, col0);
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, Fragment::kDepth, float> sum[kFragsM][kFragsN];
+#pragma unroll
+  for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j) wmma::fill_fragment(sum[i][j], 0.0f);
+
+  // One commit group per step, empty ones included, so that "step s has landed" is always "at most
+  // kStages - 2 groups are still pending" when step s is needed.
+  const int steps = (k + kStep - 1) / kStep;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) copy_step(s, s);
+    commit_copies();
+  }
+  for (int step = 0; step < steps; ++step) {
+    wait_copies<kStages - 2>();  // this thread's copies of `step` are in shared memory
+    __syncthreads();             // everyone's are; and every warp is done with step - 1's stage
+    const int ahead = step + kStages - 1;
+    if (ahead < steps) copy_step(ahead % kStages, ahead);  // refills the stage of step - 1
+    commit_copies();
+
+    const In* tile_a = stage_a(step % kStages);
+    const In* tile_b = stage_b(step % kStages);
+#pragma unroll
+    for (int kk = 0; kk < kStep; kk += Fragment::kDepth) {
+      wmma::fragment<wmma::matrix_b, 16, 16, Fragment::kDepth, typename Fragment::Element, LayoutB> b_frag[kFragsN];
+#pragma unroll
+      for (int j = 0; j < kFragsN; ++j) {
+        wmma::load_matrix_sync(b_frag[j], TileB::at(tile_b, warp_col + j * 16, kk), TileB::kLd);
+        if constexpr (std::is_same_v<In, float>)
+          for (int t = 0; t < b_frag[j].num_elements; ++t) b_frag[j].x[t] = wmma::__float_to_tf32(b_frag[j].x[t]);
+      }
+#pragma unroll
+      for (int i = 0; i < kFragsM; ++i) {
+        wmma::fragment<wmma::matrix_a, 16, 16, Fragment::kDepth, typename Fragment::Element, LayoutA> a_frag;
+        wmma::load_matrix_sync(a_frag, TileA::at(tile_a, warp_row + i * 16, kk), TileA::kLd);
+        if constexpr (std::is_same_v<In, float>)
+          for (int t = 0; t < a_frag.num_elements; ++t) a_frag.x[t] = wmma::__float_to_tf32(a_frag.x[t]);
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j) wmma::mma_sync(sum[i][j], a_frag, b_frag[j], sum[i][j]);
+      }
+    }
+  }
+
+  // The epilogue reuses the pipeline's shared memory: no copy may still be writing it (the groups
+  // left are empty, but waiting costs nothing) and every warp must be done reading its last stage.
+  wait_copies<0>();
+  __syncthreads();
+  float* c_tile = reinterpret_cast<float*>(shared);  // [kTileM][kTileN + kSkewC]
+  constexpr int kLdC = kTileN + kSkewC;
+#pragma unroll
+  for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j)
+      wmma::store_matrix_sync(c_tile + (warp_row + i * 16) * kLdC + warp_col + j * 16, sum[i][j], kLdC,
+                              wmma::mem_row_major);
+  __syncthreads();
+  // Consecutive threads take consecutive columns: coalesced stores, conflict-free shared reads.
+  Out* c = args.c_of(blockIdx.z);
+  for (int i = threadIdx.x; i < kTileM * kTileN; i += kThreads) {
+    const int r = i / kTileN, col_in_tile = i % kTileN, row = row0 + r, col = col0 + col_in_tile;
+    if (row < m && col < n)
+      c[static_cast<std::int64_t>(row) * n + col] = from_float<Out>(args.finish(c_tile[r * kLdC + col_in_tile], col));
+  }
+}
+
+// ---- host side -----------------------------------------------------------------------------------
+
+// Whether the operands meet the 16-byte rule above (the simple kernel takes them otherwise).
+template <class In>
+bool fits(const Tensor& a, const Tensor& b, const GemmShape& s) {
+  constexpr std::int64_t kChunk = kCopyBytes / sizeof(In);
+  const std::int64_t lda = s.transpose_a ? s.m : s.k, ldb = s.transpose_b ? s.k : s.n;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCopyBytes == 0; };
+  return lda % kChunk == 0 && ldb % kChunk == 0 && aligned(a.data_ptr()) && aligned(b.data_ptr());
+}
+
+template <class In, class Out, bool kTransposeA, bool kTransposeB>
+void launch_layout(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
+  const auto kernel = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so on every launch, a
+  // host-side attribute write); the carveout hint asks for the most shared memory, so 2 blocks fit.
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
+  kernel<<<gemm_grid(shape, kTileM, kTileN), kThreads, kSharedBytes<In>, stream>>>(args);
+  MG_CUDA_LAUNCHED();
+}
+
+template <class In, class Out>
+void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
+  if (!shape.transpose_a && !shape.transpose_b) launch_layout<In, Out, false, false>(args, shape, stream);
+  else if (!shape.transpose_a) launch_layout<In, Out, false, true>(args, shape, stream);
+  else if (!shape.transpose_b) launch_layout<In, Out, true, false>(args, shape, stream);
+  else launch_layout<In, Out, true, true>(args, shape, stream);
+}
+
+}  // namespace mg::kernels::cuda::wmma_pipelined

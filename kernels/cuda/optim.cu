@@ -1,0 +1,230 @@
+// CUDA optimizer updates (kernels/optim.h): sgd and adam/adamw over one parameter tensor, with the
+// optional fused master-weights pass (FusedMaster), and the device-side update counts.
+//
+// The math is the functors of kernels/optim_functors.h, the same ones the CPU loop calls, in f32
+// with the same rounding of every intermediate, so a GPU update equals the CPU's bit for bit (the
+// lost-update counts included). Parameter, gradient and state are read in their dtypes (the state
+// in the parameter's), widened to f32, updated, and rounded once on store.
+//
+// Launch geometry: a grid-stride loop over packs of 4 elements, kThreads threads a block, as many
+// blocks as the GPU holds at once (grid_for: one wave, never a partial last one), fewer for small
+// tensors; one vector load per tensor and pack when every pointer is aligned to a pack, then the
+// tail (or everything, when some pointer is not aligned) element by element.
+// FusedMaster: each block first reads found_inf (written by the unscale or another kernel before it
+// on the stream) and returns at once when it is set; the model copy is written from the stored
+// parameter in the same pass.
+// Counting: each thread counts its non-zero and lost updates, a block adds its threads' counts
+// (warp reductions, then shared memory) and one thread adds them to the device's two counters with
+// atomicAdd. collect_update_count reads and clears them: the one place the host waits.
+// Tests: build/tests/test_cuda_amp (GPU vs CPU). Benchmark: build/bench/cuda_memory (sgd, adam).
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/optim.h"
+#include "kernels/optim_functors.h"
+
+namespace mg::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// The tensors of one update: S state tensors in the parameter's element type P, the gradient in G.
+template <class P, class G, int S>
+struct UpdateTensors {
+  P* param;
+  const G* grad;
+  P* state[S > 0 ? S : 1];
+  void* model_copy;  // null, or the model's copy of the parameter in model_dtype
+  DType model_dtype;
+  std::int64_t numel;
+  bool vectorized;  // every pointer aligned to a pack of its element type
+};
+
+struct Counts {
+  unsigned nonzero = 0, lost = 0;
+};
+
+// One element: updates p (f32) and state[0..S) for the gradient g (scaled by inv_scale), counts
+// the update, and returns p rounded to P.
+template <class P, class Update>
+__device__ __forceinline__ P update_element(const Update& update, float& p, float g, float* state, float inv_scale,
+                                            Counts& counts) {
+  const float before = p;
+  const bool changed = update(p, __fmul_rn(g, inv_scale), state);
+  const P stored = from_float<P>(p);
+  counts.nonzero += changed;
+  counts.lost += changed && to_float(stored) == before;
+  return stored;
+}
+
+// Adds the block's counts to the device's counters: one atomicAdd per counter and block, none when 0.
+__device__ void add_block_counts(Counts counts, unsigned long long* counters) {
+  __shared__ unsigned block_nonzero, block_lost;
+  if (threadIdx.x == 0) block_nonzero = block_lost = 0;
+  __syncthreads();
+  const unsigned warp_nonzero = __reduce_add_sync(0xffffffffu, counts.nonzero);
+  const unsigned warp_lost = __reduce_add_sync(0xffffffffu, counts.lost);
+  if (threadIdx.x % 32 == 0) {
+    if (warp_nonzero) atomicAdd(&block_nonzero, warp_nonzero);
+    if (warp_lost) atomicAdd(&block_lost, warp_lost);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (block_nonzero) atomicAdd(&counters[0], static_cast<unsigned long long>(block_nonzero));
+    if (block_lost) atomicAdd(&counters[1], static_cast<unsigned long long>(block_lost));
+  }
+}
+
+
+template <class P, class G, int S, class Update>
+__global__ void __launch_bounds__(kThreads)
+    update_kernel(UpdateTensors<P, G, S> t, Update update, float inv_scale, const float* found_inf,
+                  unsigned long long* counters) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;  // a skipped step: the whole grid leaves
+  Counts counts;
+  std::int64_t done = 0;
+  if (t.vectorized) {
+    const std::int64_t packs = t.numel / kPack;
+    for (std::int64_t k = first_index(); k < packs; k += grid_stride()) {
+      const Pack<P> p_in = reinterpret_cast<const Pack<P>*>(t.param)[k];
+      const Pack<G> g_in = reinterpret_cast<const Pack<G>*>(t.grad)[k];
+      Pack<P> s_in[S > 0 ? S : 1], p_out, s_out[S > 0 ? S : 1];
+      for (int m = 0; m < S; ++m) s_in[m] = reinterpret_cast<const Pack<P>*>(t.state[m])[k];
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        float p = to_float(p_in.v[j]), state[S > 0 ? S : 1];
+        for (int m = 0; m < S; ++m) state[m] = to_float(s_in[m].v[j]);
+        p_out.v[j] = update_element<P>(update, p, to_float(g_in.v[j]), state, inv_scale, counts);
+        for (int m = 0; m < S; ++m) s_out[m].v[j] = from_float<P>(state[m]);
+      }
+      reinterpret_cast<Pack<P>*>(t.param)[k] = p_out;
+      for (int m = 0; m < S; ++m) reinterpret_cast<Pack<P>*>(t.state[m])[k] = s_out[m];
+      if (t.model_copy) {
+        visit_floating_on_device(t.model_dtype, [&](auto model_type) {
+          using M = decltype(model_type);
+          Pack<M> copy;
+          for (int j = 0; j < kPack; ++j) copy.v[j] = convert<M>(p_out.v[j]);
+          reinterpret_cast<Pack<M>*>(t.model_copy)[k] = copy;
+        });
+      }
+    }
+    done = packs * kPack;
+  }
+  for (std::int64_t i = done + first_index(); i < t.numel; i += grid_stride()) {
+    float p = to_float(t.param[i]), state[S > 0 ? S : 1];
+    for (int m = 0; m < S; ++m) state[m] = to_float(t.state[m][i]);
+    const P stored = update_element<P>(update, p, to_float(t.grad[i]), state, inv_scale, counts);
+    t.param[i] = stored;
+    for (int m = 0; m < S; ++m) t.state[m][i] = from_float<P>(state[m]);
+    if (t.model_copy) {
+      visit_floating_on_device(t.model_dtype, [&](auto model_type) {
+        using M = decltype(model_type);
+        static_cast<M*>(t.model_copy)[i] = convert<M>(stored);
+      });
+    }
+  }
+  add_block_counts(counts, counters);
+}
+
+// Blocks for the grid-stride loop over `packs` packs: never more than the GPU holds at once, so that
+// there is no last, partial wave (an Adam kernel uses ~40 registers a thread, so an H100 SM holds 6
+// blocks of 256, and a fixed grid of 132 * 32 blocks would run 5.3 waves: 11% of the time idle).
+// Queried once per kernel, on the device current at its first launch.
+template <class P, class G, int S, class Update>
+unsigned grid_for(std::int64_t packs) {
+  static const std::int64_t resident = [] {
+    int device = 0, multiprocessors = 0, blocks_per_multiprocessor = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    MG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor,
+                                                                update_kernel<P, G, S, Update>, kThreads, 0));
+    return std::int64_t{multiprocessors} * blocks_per_multiprocessor;
+  }();
+  const std::int64_t wanted = (packs + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, resident));
+}
+
+// The device's running counts [nonzero, lost], cleared by collect_update_count. Allocated on first
+// use with cudaMalloc and kept for the life of the process (16 bytes a device), outside the
+// caching allocator so that they never show in its statistics.
+unsigned long long* update_counters(int device_index) {
+  static std::mutex mutex;
+  static std::unordered_map<int, unsigned long long*> counters;
+  std::lock_guard lock(mutex);
+  unsigned long long*& device_counters = counters[device_index];
+  if (device_counters == nullptr) {
+    mg::cuda::DeviceGuard guard(device_index);
+    MG_CUDA_CHECK(cudaMalloc(&device_counters, 2 * sizeof(unsigned long long)));
+    MG_CUDA_CHECK(
+        cudaMemsetAsync(device_counters, 0, 2 * sizeof(unsigned long long), mg::cuda::stream(device_index)));
+  }
+  return device_counters;
+}
+
+// Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor.
+template <int S, class Update>
+void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state,
+                   const FusedMaster& fused, const Update& update) {
+  for (Tensor* s : state)
+    MG_CHECK(s->dtype() == param.dtype(), "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a "
+             "GPU the state has the parameter's dtype (as every optimizer creates it)", kernel, s->dtype(),
+             param.dtype());
+  Tensor* model_copy = fused.model_copy;
+  if (model_copy) visit_device_floating(model_copy->dtype(), kernel, [](auto) {});
+  const std::int64_t numel = param.numel();
+  if (numel == 0) return;
+  mg::cuda::DeviceGuard guard(param.device().index);
+  unsigned long long* counters = update_counters(param.device().index);
+  const float* found_inf = fused.found_inf ? device_ptr<const float>(*fused.found_inf) : nullptr;
+  visit_device_floating(param.dtype(), kernel, [&](auto param_type) {
+    using P = decltype(param_type);
+    visit_device_floating(grad.dtype(), kernel, [&](auto grad_type) {
+      using G = decltype(grad_type);
+      UpdateTensors<P, G, S> t{.param = device_ptr<P>(param), .grad = device_ptr<const G>(grad), .state = {},
+                               .model_copy = model_copy ? model_copy->data_ptr() : nullptr,
+                               .model_dtype = model_copy ? model_copy->dtype() : DType::F32, .numel = numel,
+                               .vectorized = aligned(param.data_ptr(), sizeof(Pack<P>)) &&
+                                             aligned(grad.data_ptr(), sizeof(Pack<G>))};
+      for (int m = 0; m < S; ++m) {
+        t.state[m] = device_ptr<P>(*state[m]);
+        t.vectorized = t.vectorized && aligned(t.state[m], sizeof(Pack<P>));
+      }
+      if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
+      const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
+      update_kernel<<<blocks, kThreads, 0, stream_of(param)>>>(t, update, static_cast<float>(fused.inv_scale),
+                                                               found_inf, counters);
+      MG_CUDA_LAUNCHED();
+    });
+  });
+}
+
+}  // namespace
+
+void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount&,
+         const FusedMaster& fused) {
+  if (momentum_buffer) launch_update<1>("sgd", param, grad, {momentum_buffer}, fused, SgdUpdate<float, true>(hyper));
+  else launch_update<0>("sgd", param, grad, {}, fused, SgdUpdate<float, false>(hyper));
+}
+
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
+          UpdateCount&, const FusedMaster& fused) {
+  launch_update<2>("adam", param, grad, {&exp_avg, &exp_avg_sq}, fused, AdamUpdate<float>(hyper));
+}
+
+void collect_update_count(Device device, UpdateCount& count) {
+  mg::cuda::DeviceGuard guard(device.index);
+  unsigned long long* counters = update_counters(device.index);
+  const cudaStream_t stream = mg::cuda::stream(device.index);
+  unsigned long long host[2];
+  MG_CUDA_CHECK(cudaMemcpyAsync(host, counters, sizeof host, cudaMemcpyDeviceToHost, stream));
+  MG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof host, stream));  // queued after the copy
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  count.nonzero += static_cast<std::int64_t>(host[0]);
+  count.lost += static_cast<std::int64_t>(host[1]);
+}
+
+}  // namespace mg::kernels::cuda

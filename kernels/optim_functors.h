@@ -1,0 +1,142 @@
+// The math of every optimizer update (kernels/optim.h), written once.
+//
+// One functor per optimizer updates one element in the compute type C (f32, f64 for f64 parameters):
+// the CPU loop (kernels/cpu/optim.cpp) and the CUDA kernel (kernels/cuda/optim.cu) call the same
+// operator(), which is why it is MG_HOST_DEVICE. Its constants are rounded to C once, on the host,
+// when the functor is built from the hyper-parameters, and both backends receive the same values.
+//
+// Why `exact::`: both compilers fuse a product into a following add (nvcc always, GCC with
+// -march=native), each at places of its own choosing, and one fused multiply-add rounds once where
+// the pair rounds twice. So every multiply-add the formulas mean is an explicit fma, and on the GPU
+// the other operations are intrinsics that are never fused. On the CPU a plain product here always
+// feeds something other than a lone add (a product, a quotient, an fma's addend, a comparison as
+// well as a subtraction), which GCC leaves unfused. That is what lets a GPU update be compared with
+// the CPU's bit for bit, lost-update counts included.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "core/host_device.h"
+#include "kernels/optim.h"
+
+namespace mg::kernels {
+
+// Each operation rounded once, as written, and never fused with another.
+namespace exact {
+
+template <class C>
+MG_HOST_DEVICE inline C mul(C a, C b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <class C>
+MG_HOST_DEVICE inline C add(C a, C b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+template <class C>
+MG_HOST_DEVICE inline C sub(C a, C b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
+  else return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+template <class C>
+MG_HOST_DEVICE inline C div(C a, C b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);
+  else return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+template <class C>
+MG_HOST_DEVICE inline C sqrt(C a) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fsqrt_rn(a);
+  else return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+// a * b + c, rounded once.
+template <class C>
+MG_HOST_DEVICE inline C fma(C a, C b, C c) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<C, float>) return __fmaf_rn(a, b, c);
+  else return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+}  // namespace exact
+
+// sgd: p -= lr * d, d = g + weight_decay * p, through the momentum buffer state[0] when Momentum.
+template <class C, bool Momentum>
+struct SgdUpdate {
+  C lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov, first_step;
+
+  explicit SgdUpdate(const SgdHyper& h)
+      : lr(C(h.lr)), momentum(C(h.momentum)), one_minus_dampening(C(1) - C(h.dampening)),
+        weight_decay(C(h.weight_decay)), nesterov(h.nesterov), first_step(h.first_step) {}
+
+  // Updates p (and state[0]) for the gradient g; returns whether the change lr * d was non-zero.
+  MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {
+    C d = exact::fma(weight_decay, p, g);
+    if constexpr (Momentum) {
+      C& buffer = state[0];
+      buffer = first_step ? d : exact::fma(momentum, buffer, exact::mul(one_minus_dampening, d));
+      d = nesterov ? exact::fma(momentum, buffer, d) : buffer;
+    }
+    const C change = exact::mul(lr, d);
+    p = exact::sub(p, change);
+    return change != C(0);
+  }
+};
+
+// adam / adamw: state[0] = m, state[1] = v.
+template <class C>
+struct AdamUpdate {
+  C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
+  C decay_factor;  // AdamW's 1 - lr * weight_decay, in f64 then rounded to C (PyTorch: a Python scalar)
+  C step_size;     // lr / (1 - beta1^step)
+  C bias2_sqrt;    // sqrt(1 - beta2^step)
+  bool decoupled;
+
+  explicit AdamUpdate(const AdamHyper& h)
+      : beta1(C(h.beta1)), one_minus_beta1(C(1) - C(h.beta1)), beta2(C(h.beta2)), one_minus_beta2(C(1) - C(h.beta2)),
+        eps(C(h.eps)), weight_decay(C(h.weight_decay)), decay_factor(C(std::fma(-h.lr, h.weight_decay, 1.0))),
+        step_size(C(h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(h.step))))),
+        bias2_sqrt(C(std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step))))),
+        decoupled(h.decoupled_weight_decay) {}
+
+  // Updates p, m and v for the gradient g; returns whether p was meant to change.
+  MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {
+    const C decayed = decoupled ? exact::mul(p, decay_factor) : p;
+    if (!decoupled) g = exact::fma(weight_decay, p, g);
+    C& m = state[0];
+    C& v = state[1];
+    m = exact::fma(beta1, m, exact::mul(one_minus_beta1, g));
+    v = exact::fma(beta2, v, exact::mul(exact::mul(one_minus_beta2, g), g));
+    const C denominator = exact::add(exact::div(exact::sqrt(v), bias2_sqrt), eps);
+    const C change = exact::div(exact::mul(step_size, m), denominator);
+    const bool changed = change != C(0) || decayed != p;
+    p = exact::sub(decayed, change);
+    return changed;
+  }
+};
+
+}  // namespace mg::kernels

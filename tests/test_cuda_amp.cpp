@@ -1,0 +1,389 @@
+// The fused AMP kernels: unscale, update_scale, sgd and adam with their lost-update counts, and the
+// fused master-weights pass (kernels/amp.h, kernels/optim.h). Both backends round every
+// intermediate the same way (kernels/optim_functors.h), so the GPU is compared with the CPU bit for
+// bit (any NaN matching any NaN: the two make NaNs with different payloads).
+//
+// CPU cases run everywhere: update_scale by hand-computed values; the fused master pass against
+// the unfused sequence (unscale into f32, update, cast), bit for bit; a set found_inf changes no bit.
+// GPU cases (in builds with the CUDA backend) skip with a message when no device is visible.
+// Add an optimizer configuration: one line in update_cases(); every GPU and fused case runs it.
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "kernels/amp.h"
+#include "kernels/copy.h"
+#include "kernels/optim.h"
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+using kernels::FusedMaster;
+using kernels::UpdateCount;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Every element of `got` has the bits of the same element of `expected`.
+void check_identical(const Tensor& got_anywhere, const Tensor& expected_anywhere, const std::string& what) {
+  INFO(what);
+  const Tensor got = got_anywhere.to(Device::cpu()), expected = expected_anywhere.to(Device::cpu());
+  REQUIRE(got.dtype() == expected.dtype());
+  REQUIRE(got.numel() == expected.numel());
+  const std::size_t size = dtype_size(got.dtype());
+  const std::vector<double> g = got.to_vector<double>(), e = expected.to_vector<double>();
+  const auto* got_bytes = static_cast<const char*>(got.data_ptr());
+  const auto* expected_bytes = static_cast<const char*>(expected.data_ptr());
+  std::size_t mismatches = 0, first = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const bool same = (std::isnan(g[i]) && std::isnan(e[i])) ||
+                      std::memcmp(got_bytes + i * size, expected_bytes + i * size, size) == 0;
+    if (!same && mismatches++ == 0) first = i;
+  }
+  INFO(mismatches << " of " << g.size() << " differ; element " << first << ": "
+                  << (mismatches ? g[first] : 0.0) << " instead of " << (mismatches ? e[first] : 0.0));
+  CHECK(mismatches == 0);
+}
+
+Tensor with_value(const Tensor& t, std::size_t index, double value) {
+  std::vector<double> values = t.to_vector<double>();
+  values[index] = value;
+  return from_vector(values, t.shape(), {.dtype = t.dtype()});
+}
+
+// One optimizer configuration, run on either backend: step 0 is the first update (Adam's bias
+// correction, SGD's momentum buffer taken from the first update).
+using RunUpdate = std::function<void(bool on_gpu, int step, Tensor& param, const Tensor& grad,
+                                     std::vector<Tensor>& state, UpdateCount& count, const FusedMaster& fused)>;
+struct UpdateCase {
+  const char* name;
+  int states;  // the momentum buffer, or Adam's two moments
+  RunUpdate run;
+};
+
+RunUpdate sgd_with(kernels::SgdHyper hyper) {
+  return [hyper](bool on_gpu, int step, Tensor& p, const Tensor& g, std::vector<Tensor>& state, UpdateCount& count,
+                 const FusedMaster& fused) {
+    kernels::SgdHyper h = hyper;
+    h.first_step = step == 0;
+    Tensor* buffer = state.empty() ? nullptr : &state[0];
+#ifdef MG_WITH_CUDA
+    if (on_gpu) return kernels::cuda::sgd(p, g, buffer, h, count, fused);
+#endif
+    REQUIRE_FALSE(on_gpu);
+    kernels::cpu::sgd(p, g, buffer, h, count, fused);
+  };
+}
+
+RunUpdate adam_with(kernels::AdamHyper hyper) {
+  return [hyper](bool on_gpu, int step, Tensor& p, const Tensor& g, std::vector<Tensor>& state, UpdateCount& count,
+                 const FusedMaster& fused) {
+    kernels::AdamHyper h = hyper;
+    h.step = step + 1;
+#ifdef MG_WITH_CUDA
+    if (on_gpu) return kernels::cuda::adam(p, g, state[0], state[1], h, count, fused);
+#endif
+    REQUIRE_FALSE(on_gpu);
+    kernels::cpu::adam(p, g, state[0], state[1], h, count, fused);
+  };
+}
+
+std::vector<UpdateCase> update_cases() {
+  return {
+      {"sgd", 0, sgd_with({.lr = 0.1})},
+      {"sgd, small lr (f16 and bf16 lose updates)", 0, sgd_with({.lr = 1e-3})},
+      {"sgd + momentum + dampening", 1, sgd_with({.lr = 0.1, .momentum = 0.9, .dampening = 0.3})},
+      {"sgd + nesterov + weight decay", 1,
+       sgd_with({.lr = 0.05, .momentum = 0.8, .weight_decay = 0.1, .nesterov = true})},
+      {"adam", 2, adam_with({.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3})},
+      {"adam + L2 weight decay", 2,
+       adam_with({.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1})},
+      {"adamw", 2, adam_with({.lr = 0.05, .beta1 = 0.85, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.2,
+                         .decoupled_weight_decay = true})},
+  };
+}
+
+// Fresh zero state tensors like `param` (each its own storage).
+std::vector<Tensor> fresh_state(int count, const Tensor& param) {
+  std::vector<Tensor> state;
+  for (int k = 0; k < count; ++k) state.push_back(zeros(param.shape(), {.dtype = param.dtype()}));
+  return state;
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> copies;
+  for (const Tensor& t : tensors) copies.push_back(t.clone());
+  return copies;
+}
+
+constexpr double kInverseScale = 1.0 / 1000.0;  // not a power of two: the unscaled product rounds
+
+}  // namespace
+
+TEST_CASE("update_scale (CPU): PyTorch's rule, by hand") {
+  Tensor scale = full({1}, 65536.0), tracker = zeros({1}, {.dtype = DType::I32});
+  const Tensor clean = zeros({1}), overflow = ones({1});
+  struct Row {
+    bool found_inf;
+    double scale;
+    double tracker;
+  };
+  // growth_interval 3: the third clean step in a row doubles the scale; an overflow halves it.
+  const std::vector<Row> rows{{false, 65536, 1}, {false, 65536, 2}, {false, 131072, 0}, {true, 65536, 0},
+                              {false, 65536, 1}, {true, 32768, 0},  {false, 32768, 1},  {false, 32768, 2},
+                              {false, 65536, 0}};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("step " << i);
+    kernels::update_scale(scale, tracker, rows[i].found_inf ? overflow : clean, 2.0, 0.5, 3);
+    CHECK(scale.item() == rows[i].scale);
+    CHECK(tracker.item() == rows[i].tracker);
+  }
+  // Factors that are not powers of two: the product in f64, rounded once to f32.
+  kernels::update_scale(scale, tracker, overflow, 2.0, 0.3, 3);
+  CHECK(scale.item() == static_cast<double>(static_cast<float>(65536.0 * 0.3)));
+  // Growth that would overflow f32 keeps the scale and still resets the tracker.
+  Tensor huge = full({1}, 0x1p127);
+  kernels::update_scale(huge, tracker, clean, 2.0, 0.5, 1);
+  CHECK(huge.item() == 0x1p127);
+  CHECK(tracker.item() == 0);
+  check_error([&] { kernels::update_scale(scale, scale, clean, 2.0, 0.5, 3); }, "kernel update_scale");
+}
+
+TEST_CASE("fused master (CPU): one pass equals unscale, update and cast, bit for bit") {
+  for (const UpdateCase& c : update_cases()) {
+    for (DType model_dtype : {DType::F16, DType::BF16}) {
+      INFO(c.name << ", model in " << dtype_name(model_dtype));
+      const Tensor master = uniform_in({1001}, DType::F32, 1, -2.0, 2.0);
+      Tensor master_a = master.clone(), master_b = master.clone();
+      Tensor model_a = master.to(model_dtype), model_b = master.to(model_dtype);
+      std::vector<Tensor> state_a = fresh_state(c.states, master), state_b = fresh_state(c.states, master);
+      Tensor found_a = zeros({}), found_b = zeros({});
+      UpdateCount count_a, count_b;
+      for (int step = 0; step < 3; ++step) {
+        const Tensor scaled_grad = uniform_in({1001}, model_dtype, 100 + step, -1000.0, 1000.0);
+        Tensor grad = Tensor::empty({1001});
+        kernels::cpu::unscale({scaled_grad}, {grad}, kInverseScale, found_a);
+        c.run(false, step, master_a, grad, state_a, count_a, {});
+        kernels::cpu::cast(master_a, model_a);
+        c.run(false, step, master_b, scaled_grad, state_b, count_b,
+              {.inv_scale = kInverseScale, .found_inf = &found_b, .model_copy = &model_b});
+        check_identical(master_b, master_a, "master");
+        check_identical(model_b, model_a, "model copy");
+        for (int k = 0; k < c.states; ++k) check_identical(state_b[k], state_a[k], "state");
+        CHECK(count_b.nonzero == count_a.nonzero);
+        CHECK(count_b.lost == count_a.lost);
+      }
+      CHECK(found_b.item() == 0.0);
+    }
+  }
+}
+
+TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model copy bit-identical") {
+  for (const UpdateCase& c : update_cases()) {
+    INFO(c.name);
+    Tensor master = uniform_in({257}, DType::F32, 2, -2.0, 2.0), model = master.to(DType::F16);
+    std::vector<Tensor> state = fresh_state(c.states, master);
+    UpdateCount count;
+    Tensor found_inf = zeros({});
+    c.run(false, 0, master, uniform_in({257}, DType::F16, 3, -1.0, 1.0), state, count,
+          {.found_inf = &found_inf, .model_copy = &model});  // a clean step: the state is not zero
+    const Tensor master_before = master.clone(), model_before = model.clone();
+    const std::vector<Tensor> state_before = clones(state);
+    const UpdateCount count_before = count;
+    found_inf = ones({});
+    const Tensor overflowed = with_value(uniform_in({257}, DType::F16, 4, -1.0, 1.0), 7, kInf);
+    c.run(false, 1, master, overflowed, state, count,
+          {.inv_scale = 0.5, .found_inf = &found_inf, .model_copy = &model});
+    check_identical(master, master_before, "master");
+    check_identical(model, model_before, "model copy");
+    for (int k = 0; k < c.states; ++k) check_identical(state[k], state_before[k], "state");
+    CHECK(count.nonzero == count_before.nonzero);
+  }
+  Tensor w = zeros({3}), g = zeros({3}), bad_flag = zeros({2}), short_copy = zeros({2}, {.dtype = DType::F16});
+  UpdateCount count;
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.found_inf = &bad_flag}); }, "kernel sgd");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.model_copy = &short_copy}); }, "kernel sgd");
+}
+
+#ifdef MG_WITH_CUDA
+
+namespace {
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+// Runs `steps` updates of one configuration on both backends from the same values; checks the
+// parameter, state and model copy bit for bit, and the update counts, after every step. With a
+// model dtype, the update is the fused master pass (gradients scaled by 1 / inv_scale, found_inf
+// clear); F64 stands for none.
+void check_update_on_gpu(const UpdateCase& c, DType param_dtype, DType grad_dtype, std::int64_t numel, int steps,
+                         DType model_dtype = DType::F64, double inv_scale = 1.0) {
+  INFO(c.name << ": parameter " << dtype_name(param_dtype) << ", gradient " << dtype_name(grad_dtype) << ", "
+              << numel << " elements");
+  const bool fused_master = model_dtype != DType::F64;
+  Tensor p_cpu = uniform_in({numel}, param_dtype, 5, 0.5, 1.5), p_gpu = gpu(p_cpu);
+  Tensor model_cpu = fused_master ? p_cpu.to(model_dtype) : Tensor();
+  Tensor model_gpu = fused_master ? gpu(model_cpu) : Tensor();
+  std::vector<Tensor> s_cpu = fresh_state(c.states, p_cpu), s_gpu;
+  for (const Tensor& s : s_cpu) s_gpu.push_back(gpu(s));
+  Tensor found_cpu = zeros({}), found_gpu = gpu(found_cpu);
+  UpdateCount count_cpu, count_gpu, ignored;
+  kernels::cuda::collect_update_count(Device::cuda(), ignored);  // start from zero
+  for (int step = 0; step < steps; ++step) {
+    INFO("step " << step);
+    const double range = 1.0 / inv_scale;
+    const Tensor g_cpu = uniform_in({numel}, grad_dtype, 50 + step, -range, range), g_gpu = gpu(g_cpu);
+    FusedMaster fused_cpu{.inv_scale = inv_scale}, fused_gpu{.inv_scale = inv_scale};
+    if (fused_master) {
+      fused_cpu = {.inv_scale = inv_scale, .found_inf = &found_cpu, .model_copy = &model_cpu};
+      fused_gpu = {.inv_scale = inv_scale, .found_inf = &found_gpu, .model_copy = &model_gpu};
+    }
+    c.run(false, step, p_cpu, g_cpu, s_cpu, count_cpu, fused_cpu);
+    c.run(true, step, p_gpu, g_gpu, s_gpu, count_gpu, fused_gpu);
+    kernels::cuda::collect_update_count(Device::cuda(), count_gpu);
+    check_identical(p_gpu, p_cpu, "parameter");
+    for (int k = 0; k < c.states; ++k) check_identical(s_gpu[k], s_cpu[k], "state");
+    if (fused_master) {
+      check_identical(model_gpu, model_cpu, "model copy");
+      check_identical(model_gpu, p_cpu.to(model_dtype), "model copy = the master rounded");
+    }
+    CHECK(count_gpu.nonzero == count_cpu.nonzero);
+    CHECK(count_gpu.lost == count_cpu.lost);
+  }
+  if (param_dtype == DType::F16 && numel > 1000 && std::string(c.name).find("small lr") != std::string::npos)
+    CHECK((count_cpu.lost > 0 && count_cpu.lost < count_cpu.nonzero));  // the comparison saw both kinds
+}
+
+}  // namespace
+
+TEST_CASE("unscale (GPU): one pass over many tensors of odd sizes and mixed dtypes, bit for bit the CPU's") {
+  if (!have_gpu()) return;
+  const std::vector<std::pair<DType, DType>> pairs{{DType::F32, DType::F32}, {DType::F16, DType::F32},
+                                                   {DType::BF16, DType::F32}, {DType::F16, DType::F16},
+                                                   {DType::BF16, DType::BF16}, {DType::F32, DType::F16}};
+  const std::vector<std::int64_t> sizes{1, 3, 4, 5, 17, 1000, 4097, 16383, 16384, 16385, 40001};
+  for (double factor : {0x1p-10, 1.0 / 3.0}) {
+    INFO("factor " << factor);
+    std::vector<Tensor> src_cpu, dst_cpu, src_gpu, dst_gpu;
+    for (std::size_t i = 0; i < 150; ++i) {  // more than one launch's table (120 tensors)
+      const auto [from, to] = pairs[i % pairs.size()];
+      const std::int64_t n = sizes[i % sizes.size()];
+      const bool in_place = from == to, misaligned = i % 7 == 3;
+      Tensor src = uniform_in({n + misaligned}, from, 7 + i, -2000.0, 2000.0);
+      Tensor on_gpu = gpu(src);
+      if (misaligned) {  // one element past a pack boundary: the element-by-element path
+        src = src.slice(1, n + 1);
+        on_gpu = on_gpu.slice(1, n + 1);
+      }
+      src_cpu.push_back(src);
+      src_gpu.push_back(on_gpu);
+      dst_cpu.push_back(in_place ? src : Tensor::empty({n}, {.dtype = to}));
+      dst_gpu.push_back(in_place ? on_gpu : Tensor::empty({n}, {.dtype = to, .device = Device::cuda()}));
+    }
+    Tensor found_cpu = zeros({}), found_gpu = gpu(found_cpu);
+    kernels::cpu::unscale(src_cpu, dst_cpu, factor, found_cpu);
+    kernels::cuda::unscale(src_gpu, dst_gpu, factor, found_gpu);
+    for (std::size_t i = 0; i < dst_cpu.size(); ++i)
+      check_identical(dst_gpu[i], dst_cpu[i], "tensor " + std::to_string(i));
+    CHECK(found_gpu.to(Device::cpu()).item() == 0.0);
+  }
+}
+
+TEST_CASE("unscale (GPU): inf, NaN and f16 overflow on store set found_inf, which clean passes never clear") {
+  if (!have_gpu()) return;
+  struct Poison {
+    std::size_t tensor, index;
+    double value;
+  };
+  // The big tensor's element 20000 lies in its second chunk; 1e5 / 1 overflows f16 only on store.
+  for (const Poison& poison : {Poison{0, 0, kInf}, Poison{1, 20000, kNaN}, Poison{2, 4, -kInf}, Poison{3, 1, 1e5}}) {
+    INFO("tensor " << poison.tensor << ", element " << poison.index << " = " << poison.value);
+    std::vector<Tensor> src{uniform_in({5}, DType::F16, 1, -1, 1), uniform_in({40000}, DType::F32, 2, -1, 1),
+                            uniform_in({9}, DType::BF16, 3, -1, 1), uniform_in({3}, DType::F32, 4, -1, 1)};
+    src[poison.tensor] = with_value(src[poison.tensor], poison.index, poison.value);
+    std::vector<Tensor> dst_cpu{Tensor::empty({5}), Tensor::empty({40000}), Tensor::empty({9}),
+                                Tensor::empty({3}, {.dtype = DType::F16})};
+    std::vector<Tensor> src_gpu, dst_gpu;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      src_gpu.push_back(gpu(src[i]));
+      dst_gpu.push_back(Tensor::empty(dst_cpu[i].shape(), {.dtype = dst_cpu[i].dtype(), .device = Device::cuda()}));
+    }
+    Tensor found_cpu = zeros({}), found_gpu = gpu(found_cpu);
+    kernels::cpu::unscale(src, dst_cpu, 1.0, found_cpu);
+    kernels::cuda::unscale(src_gpu, dst_gpu, 1.0, found_gpu);
+    CHECK(found_cpu.item() == 1.0);
+    CHECK(found_gpu.to(Device::cpu()).item() == 1.0);
+    for (std::size_t i = 0; i < src.size(); ++i) check_identical(dst_gpu[i], dst_cpu[i], "tensor " + std::to_string(i));
+    // A clean pass afterwards (another optimizer's gradients) accumulates into the flag: it stays 1.
+    const std::vector<Tensor> clean{gpu(uniform_in({100}, DType::F32, 9, -1, 1))};
+    kernels::cuda::unscale(clean, clean, 0.5, found_gpu);
+    CHECK(found_gpu.to(Device::cpu()).item() == 1.0);
+  }
+}
+
+TEST_CASE("update_scale (GPU): the CPU's scale and tracker after every step") {
+  if (!have_gpu()) return;
+  for (const auto& [growth, backoff] : {std::pair{2.0, 0.5}, std::pair{3.7, 0.37}}) {
+    Tensor scale_cpu = full({1}, 65536.0), tracker_cpu = zeros({1}, {.dtype = DType::I32});
+    Tensor scale_gpu = gpu(scale_cpu), tracker_gpu = gpu(tracker_cpu);
+    const std::string script = "ccciccccniccc";  // c: clean, i: inf, n: NaN gradients
+    for (std::size_t step = 0; step < script.size(); ++step) {
+      INFO("growth " << growth << ", backoff " << backoff << ", step " << step);
+      const Tensor found_cpu = full({1}, script[step] == 'c' ? 0.0 : 1.0), found_gpu = gpu(found_cpu);
+      kernels::update_scale(scale_cpu, tracker_cpu, found_cpu, growth, backoff, 3);
+      kernels::cuda::update_scale(scale_gpu, tracker_gpu, found_gpu, growth, backoff, 3);
+      check_identical(scale_gpu, scale_cpu, "scale");
+      check_identical(tracker_gpu, tracker_cpu, "growth tracker");
+    }
+  }
+  Tensor huge = gpu(full({1}, 0x1p127)), tracker = gpu(zeros({1}, {.dtype = DType::I32}));
+  kernels::cuda::update_scale(huge, tracker, gpu(zeros({1})), 2.0, 0.5, 1);
+  CHECK(huge.to(Device::cpu()).item() == 0x1p127);  // inf would be the next scale: kept instead
+  CHECK(tracker.to(Device::cpu()).item() == 0.0);
+}
+
+TEST_CASE("sgd and adam (GPU): bit for bit the CPU's, lost-update counts included") {
+  if (!have_gpu()) return;
+  const std::vector<std::pair<DType, DType>> dtypes{{DType::F32, DType::F32}, {DType::F16, DType::F16},
+                                                    {DType::BF16, DType::BF16}, {DType::F32, DType::F16},
+                                                    {DType::F16, DType::F32}};
+  for (const UpdateCase& c : update_cases())
+    for (const auto& [param_dtype, grad_dtype] : dtypes)
+      for (std::int64_t numel : {std::int64_t{5}, std::int64_t{4099}})
+        check_update_on_gpu(c, param_dtype, grad_dtype, numel, 3);
+  // Several passes of the grid-stride loop (the grid is what the GPU holds at once: on an H100 at
+  // most 132 * 8 blocks of 256 threads, 4 elements each, about 2^20 elements a pass), plus a tail.
+  check_update_on_gpu(update_cases()[5], DType::F16, DType::F16, 3 * (std::int64_t{1} << 20) + 3, 2);
+}
+
+TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf skips everything") {
+  if (!have_gpu()) return;
+  for (const UpdateCase& c : update_cases()) {
+    for (DType model_dtype : {DType::F16, DType::BF16}) {
+      check_update_on_gpu(c, DType::F32, model_dtype, 4099, 3, model_dtype, kInverseScale);
+      INFO(c.name << ": skipped step, model in " << dtype_name(model_dtype));
+      const Tensor master_before = uniform_in({4099}, DType::F32, 8, -2.0, 2.0);
+      const Tensor model_before = master_before.to(model_dtype);
+      Tensor master = gpu(master_before), model = gpu(model_before);
+      std::vector<Tensor> state_before, state;
+      for (int k = 0; k < c.states; ++k) {
+        state_before.push_back(uniform_in({4099}, DType::F32, 20 + k, 0.0, 1.0));
+        state.push_back(gpu(state_before.back()));
+      }
+      Tensor found_inf = gpu(ones({}));
+      const Tensor overflowed = gpu(with_value(uniform_in({4099}, model_dtype, 9, -1, 1), 11, kNaN));
+      UpdateCount count, collected;
+      kernels::cuda::collect_update_count(Device::cuda(), collected);
+      c.run(true, 1, master, overflowed, state, count,
+            {.inv_scale = 0.5, .found_inf = &found_inf, .model_copy = &model});
+      kernels::cuda::collect_update_count(Device::cuda(), count);
+      check_identical(master, master_before, "master");
+      check_identical(model, model_before, "model copy");
+      for (int k = 0; k < c.states; ++k) check_identical(state[k], state_before[k], "state");
+      CHECK(count.nonzero == 0);
+    }
+  }
+}
+
+#endif  // MG_WITH_CUDA
