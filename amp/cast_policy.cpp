@@ -11,15 +11,14 @@ namespace {
 
 using enum CastPolicy;
 
-// The built-in table. The ops the nn issue adds (conv2d, norm, layer_norm, batch_norm) are listed
-// already, so the whole policy stays on one screen and those layers only need to use the names.
+// The built-in table: the whole policy on one screen; layers only use the names.
 std::map<std::string, PolicyEntry, std::less<>> builtin_table() {
   return {
       // lower precision: the matrix products
       {"matmul", {LowerPrecision, "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)"}},
       {"linear", {LowerPrecision, "matmul plus bias: the bias is cast too, so the output stays low precision"}},
       {"lstm_recurrence", {LowerPrecision, "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside"}},
-      {"conv2d", {LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d, with the nn issue)"}},
+      {"conv2d", {LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d)"}},
       // f32: range, long sums, cancellation
       {"exp", {Float32, "exp(x) overflows f16 for x > 11.1"}},
       {"log", {Float32, "log near 0 needs the small inputs f16 flushes to zero"}},

@@ -87,7 +87,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
            optimizer.name());
   if (existing == per_optimizer_.end()) unscale_(optimizer);
   PerOptimizer& state = per_optimizer_.at(&optimizer);
-  const bool finite = state.found_inf.item() == 0.0;  // the one point where a GPU would synchronise
+  const bool finite = state.found_inf.item() == 0.0;  // the host decides: on a GPU, a wait for the unscale
   if (finite) optimizer.step();
   else nonfinite_parameters_ = nonfinite_gradients(optimizer.parameters());
   state.stage = Stage::Stepped;

@@ -10,7 +10,11 @@
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
-// 3x3 convolutions with 32 and 64 channels, and its two linear layers).
+// 3x3 convolutions with 32 and 64 channels, and its two linear layers), with every weight gradient:
+// the convolutions' dW (64 x 288 over k = 25088, 32 x 9 over k = 100352) are the shapes split-K is
+// for; the MLP's first dW again at batch 8192, where it splits too.
+// The kernel column names the kernel each shape takes and, when kernels/cuda/gemm.cu splits k, the
+// split: "split-k S x K" is S slices of K (its header says when and how many).
 // For each: both results are compared first (max |mixgrad - cuBLAS| / max |cuBLAS|; a wrong kernel is
 // off by O(1), flagged MISMATCH), then each runs 3 times to warm up and 25 timed times; every run
 // sits between two cudaEvents on mixgrad's stream, all queued before one wait, so the GPU runs them
@@ -81,6 +85,7 @@ std::vector<Case> cases() {
   all.push_back({"mlp fc3 forward", nt(batch, 10, 256)});
   all.push_back({"mlp fc3 dX", nn(batch, 256, 10)});
   all.push_back({"mlp fc3 dW", tn(10, 256, batch)});
+  all.push_back({"mlp fc1 dW b8192", tn(256, 784, 8192)});
   const std::int64_t rows1 = batch * 28 * 28, rows2 = batch * 14 * 14;  // im2col rows: one per output pixel
   all.push_back({"cnn conv1 forward", nt(rows1, 32, 9)});
   all.push_back({"cnn conv1 dW", tn(32, 9, rows1)});
@@ -88,7 +93,9 @@ std::vector<Case> cases() {
   all.push_back({"cnn conv2 dcols", nn(rows2, 288, 64)});
   all.push_back({"cnn conv2 dW", tn(64, 288, rows2)});
   all.push_back({"cnn fc1 forward", nt(batch, 128, 64 * 7 * 7)});
+  all.push_back({"cnn fc1 dW", tn(128, 64 * 7 * 7, batch)});
   all.push_back({"cnn fc2 forward", nt(batch, 10, 128)});
+  all.push_back({"cnn fc2 dW", tn(10, 128, batch)});
   return all;
 }
 
@@ -173,8 +180,8 @@ void print_header() {
              memory_khz / 1000);
   fmt::print("cuBLAS {}; median of {} runs after {} warm-ups; TFLOP/s = 2 m n k / time\n\n", cublas_version, kRuns,
              kWarmup);
-  fmt::print("{:<5} {:<18} {:>24} {:<32} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
-             "mixgrad kernel", "max rel err", "mixgrad", "cuBLAS", "ratio");
+  fmt::print("{:<5} {:<18} {:>24} {:<46} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
+             "mixgrad kernel (and split of k)", "max rel err", "mixgrad", "cuBLAS", "ratio");
 }
 
 bool selected(const std::string& name, int argc, char** argv) {
@@ -218,7 +225,7 @@ int main(int argc, char** argv) {
       const double ours_ms = median_ms(run_ours, stream), theirs_ms = median_ms(run_theirs, stream);
       const double flop = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
-      fmt::print("{:<5} {:<18} {:>24} {:<32} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
+      fmt::print("{:<5} {:<18} {:>24} {:<46} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
                  fmt::format("{} x {} x {}", s.m, s.n, s.k), mg::kernels::cuda::gemm_kernel_name(a, b, s), error,
                  ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops, error <= allowed ? "" : "MISMATCH");
       std::fflush(stdout);

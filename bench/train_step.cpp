@@ -88,7 +88,7 @@ class MixgradStep {
 };
 
 // Peak bytes the caching allocator handed out on the GPU during `step` (0 on the CPU).
-std::size_t peak_device_bytes(Device device, const std::function<std::size_t()>& step) {
+std::size_t peak_device_bytes([[maybe_unused]] Device device, const std::function<std::size_t()>& step) {
 #ifdef MG_WITH_CUDA
   if (device.is_cuda()) {
     mg::cuda::allocator().reset_peak(device.index);

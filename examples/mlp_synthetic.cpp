@@ -6,7 +6,7 @@
 //   build/examples/mlp_synthetic <recipe>           any name of amp::Recipe::names()
 //
 // The data: points x in R^16 drawn from N(0, 1), labelled by which of 4 fixed random directions
-// they point along most (argmax of x W_true). A 16-64-4 MLP learns it to well above the 25% of
+// they point along most (argmax of x teacher). A 16-64-4 MLP learns it to well above the 25% of
 // guessing; the loss printed every 50 steps falls from ln(4) = 1.39.
 #include "mixgrad.h"
 

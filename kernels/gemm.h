@@ -11,8 +11,9 @@
 // or f32). f32 and f64 multiply in their own precision. A and B share one dtype.
 //
 // Epilogue (optional, fused into the store): C = act(op(A) op(B) + bias), with the bias added and the
-// activation applied to the f32 (f64 for f64) sum, and the result rounded once into C's dtype. A
-// linear layer's forward is then one GEMM instead of a GEMM and two elementwise passes.
+// activation applied to the f32 (f64 for f64) sum, and the result rounded once into C's dtype: one
+// GEMM where a layer would take a GEMM and two elementwise passes. (mg::linear does not use it yet:
+// it is matmul then add, whose backward the tape derives; a fused linear needs a backward of its own.)
 #pragma once
 
 #include <cstdint>

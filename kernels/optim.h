@@ -23,8 +23,8 @@
 //
 // Counting on a GPU: the kernels add their counts to a per-device counter on the device instead of
 // `count`, so that nothing waits; collect_update_count(device, count) adds what the device
-// accumulated since its last call to `count` and clears it (one host wait: Optimizer::step calls
-// it once per step). On the CPU the kernels add to `count` directly and collect_update_count does
+// accumulated since its last call to `count` and clears it (a host wait: Optimizer::step calls it
+// once per step). On the CPU the kernels add to `count` directly and collect_update_count does
 // nothing.
 // Tests: build/tests/test_optim, build/tests/test_cuda_amp.
 #pragma once

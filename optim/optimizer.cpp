@@ -79,7 +79,7 @@ void Optimizer::step() {
       p.impl().storage->bump_version();
     }
   }
-  // GPU kernels count on the device, so that none of them waits: the step's one host wait is here.
+  // GPU kernels count on the device, so that none of them waits; the counts reach the host here.
   if (const Device device = parameters_.front().device(); device.is_cuda())
     kernels::collect_update_count(device, count);
   last_update_ = count;

@@ -5,8 +5,11 @@
 // sizes 1, 7, 15, 17, 127, 128, 129 (misaligned rows: the simple WMMA kernel for f16/bf16), 136x200x40
 // and the MLP's 128x784->256 (aligned: the pipelined one, with partial tiles along m, n and k), the
 // classifier's n = 10 (the simple one again), k = 0, in all four layouts, f16/bf16 operands into
-// f16/bf16/f32 outputs, f32 on CUDA cores and in TF32, batched, and with bias + relu/gelu. Every GPU
-// output starts as NaN, so an element a kernel forgets to write fails the comparison.
+// f16/bf16/f32 outputs, f32 on CUDA cores and in TF32, batched, and with bias + relu/gelu. Split-K
+// (a long k over one to three output tiles: 64x40 over k = 6008, 3x9 over 20007, batched) in every
+// kernel that splits, where the plan must say it splits, plain and with bias + relu/gelu, on random
+// values and exactly on integer ones, and the same bits on a second run. Every GPU output starts as
+// NaN, so an element a kernel forgets to write fails the comparison.
 // CPU cases (run everywhere): the epilogue against a plain f64 loop, and the TF32 switch's default.
 //
 // Tolerances. Both sides multiply the same rounded operands (f16 and bf16 products are exact in
@@ -17,18 +20,29 @@
 // two differ by at most 3 (k + 1) * 2^-24 * S (atol). Each side then rounds to nearest into the
 // output dtype: at most one ulp of the output apart after that (rtol = eps: 2^-10 f16, 2^-7 bf16,
 // 2^-23 f32), and 2^-24 absolute below f16's normal range. GELU (slope <= 1.13, an f32 erf within a
-// few ulps on either side) at most doubles the atol.
+// few ulps on either side) at most doubles the atol. Split-K changes only the order of the f32
+// additions, which the bound above already allows for; being loose at a long k (S grows with k), it
+// is backed by exact checks on integer operands (integer_valued below).
 #include "tests/testing.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/gemm.h"
 
 using namespace mg;
 using namespace mg::testing;
+
+#ifdef MG_WITH_CUDA
+namespace mg::kernels::cuda {
+// Declared in kernels/cuda/gemm_common.cuh, a CUDA header this C++ file cannot include: the kernel a
+// GEMM of these operands runs, with ", split-k S x K" when k is cut into S slices of K.
+std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape);
+}  // namespace mg::kernels::cuda
+#endif
 
 namespace {
 
@@ -53,7 +67,7 @@ Operands operands(Size size, bool transpose_a, bool transpose_b, DType dtype, st
 }
 
 // S of the header: the largest sum of |products| of one element, plus the largest |bias|.
-double abs_scale(const Operands& in, const Tensor& bias) {
+[[maybe_unused]] double abs_scale(const Operands& in, const Tensor& bias) {
   const kernels::GemmShape& s = in.shape;
   Tensor sums = Tensor::empty({s.batch, s.m, s.n});
   kernels::cpu::gemm(abs(in.a.to(DType::F32)), abs(in.b.to(DType::F32)), sums, s);
@@ -66,7 +80,7 @@ double abs_scale(const Operands& in, const Tensor& bias) {
 }
 
 // Every element of `got` within atol + rtol * |expected|; one CHECK, naming the worst element.
-void check_matches(const Tensor& got, const Tensor& expected, double rtol, double atol) {
+[[maybe_unused]] void check_matches(const Tensor& got, const Tensor& expected, double rtol, double atol) {
   const std::vector<double> g = got.to_vector<double>(), e = expected.to_vector<double>();
   REQUIRE(g.size() == e.size());
   std::size_t failures = 0, worst = 0;
@@ -174,29 +188,65 @@ TEST_CASE("gemm on the CPU: the TF32 switch changes nothing there") {
 
 namespace {
 
+// The product on the CPU (kernels::cpu::gemm), the reference.
+Tensor cpu_gemm(const Operands& in, DType out, const kernels::GemmEpilogue& epilogue) {
+  const kernels::GemmShape& s = in.shape;
+  Tensor expected = Tensor::empty({s.batch, s.m, s.n}, {.dtype = out});
+  kernels::cpu::gemm(in.a, in.b, expected, s, epilogue);
+  return expected;
+}
+
+// The product on the GPU, into an output poisoned with NaN (an element no kernel writes stays NaN),
+// copied back to the CPU.
+Tensor gpu_gemm(const Operands& in, DType out, const kernels::GemmEpilogue& epilogue) {
+  const kernels::GemmShape& s = in.shape;
+  Tensor got = full({s.batch, s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), {.dtype = out}).to(Device::cuda());
+  const kernels::GemmEpilogue on_gpu{.bias = epilogue.bias.defined() ? epilogue.bias.to(Device::cuda()) : Tensor(),
+                                     .activation = epilogue.activation};
+  kernels::cuda::gemm(in.a.to(Device::cuda()), in.b.to(Device::cuda()), got, s, on_gpu);
+  return got.to(Device::cpu());
+}
+
+std::string describe(const Operands& in, DType out, const kernels::GemmEpilogue& epilogue) {
+  const kernels::GemmShape& s = in.shape;
+  return fmt::format("batch {}, m {}, n {}, k {}, transpose_a {}, transpose_b {}, {} -> {}{}, activation {}, tf32 {}",
+                     s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, dtype_name(in.a.dtype()), dtype_name(out),
+                     epilogue.bias.defined() ? ", bias" : "", static_cast<int>(epilogue.activation),
+                     kernels::allow_tf32());
+}
+
 // Runs one product on the GPU (into NaN) and on the CPU, and compares them with the header's
 // tolerance; `extra_atol` in units of S for the TF32 rounding of the operands.
 void check_gpu_gemm(const Operands& in, DType out, const kernels::GemmEpilogue& epilogue = {},
                     double extra_atol = 0.0) {
-  const kernels::GemmShape& s = in.shape;
-  INFO("batch " << s.batch << ", m " << s.m << ", n " << s.n << ", k " << s.k << ", transpose_a " << s.transpose_a
-                << ", transpose_b " << s.transpose_b << ", " << dtype_name(in.a.dtype()) << " -> " << dtype_name(out)
-                << (epilogue.bias.defined() ? ", bias" : "") << ", activation " << static_cast<int>(epilogue.activation)
-                << ", tf32 " << kernels::allow_tf32());
-  const Shape c_shape{s.batch, s.m, s.n};
-  Tensor expected = Tensor::empty(c_shape, {.dtype = out});
-  kernels::cpu::gemm(in.a, in.b, expected, s, epilogue);
-
-  Tensor got = full(c_shape, std::numeric_limits<double>::quiet_NaN(), {.dtype = out}).to(Device::cuda());
-  const kernels::GemmEpilogue on_gpu{.bias = epilogue.bias.defined() ? epilogue.bias.to(Device::cuda()) : Tensor(),
-                                     .activation = epilogue.activation};
-  kernels::cuda::gemm(in.a.to(Device::cuda()), in.b.to(Device::cuda()), got, s, on_gpu);
-
+  INFO(describe(in, out, epilogue));
   const double scale = abs_scale(in, epilogue.bias);
   const double epilogue_factor = epilogue.activation == kernels::Activation::Gelu ? 2.0 : 1.0;
-  const double atol = epilogue_factor * 3.0 * static_cast<double>(s.k + 1) * 0x1p-24 * scale + extra_atol * scale +
-                      (out == DType::F16 ? 0x1p-24 : 0.0);
-  check_matches(got.to(Device::cpu()), expected, dtype_eps(out), atol);
+  const double atol = epilogue_factor * 3.0 * static_cast<double>(in.shape.k + 1) * 0x1p-24 * scale +
+                      extra_atol * scale + (out == DType::F16 ? 0x1p-24 : 0.0);
+  check_matches(gpu_gemm(in, out, epilogue), cpu_gemm(in, out, epilogue), dtype_eps(out), atol);
+}
+
+// Operands (and a bias) of small integers, -3 to 3: exact in f16, bf16 and TF32; every product is an
+// integer of at most 9, every sum of fewer than 2^24 / 9 of them an integer below 2^24, exact in f32
+// in any order and any rounding of the additions (Tensor Cores' too). So the GPU's f32 sum is the
+// CPU's to the bit, whatever the kernel and the split of k, and both round it into the output dtype
+// alike: no tolerance hides a lost or doubled slice.
+Tensor integer_valued(const Tensor& normal, DType dtype) {
+  std::vector<double> values = normal.to_vector<double>();
+  for (double& v : values) v = std::clamp(std::round(1.5 * v), -3.0, 3.0);
+  return from_vector(values, normal.shape(), {.dtype = dtype});
+}
+
+// On integer operands: bit for bit, but for GELU, whose f32 erf differs between the CPU's libm and
+// CUDA by a few ulps (CUDA's erff: 2): that moves GELU(x) by at most about 2^-22 |x|, and |x| <= S;
+// 2^-20 S allows for it and the three f32 products around erf, and two f32 values that close may
+// round one output ulp apart (rtol eps).
+void check_gpu_gemm_exact(const Operands& in, DType out, const kernels::GemmEpilogue& epilogue) {
+  INFO(describe(in, out, epilogue) << ", integer operands");
+  const bool gelu = epilogue.activation == kernels::Activation::Gelu;
+  const double atol = gelu ? 0x1p-20 * abs_scale(in, epilogue.bias) : 0.0;
+  check_matches(gpu_gemm(in, out, epilogue), cpu_gemm(in, out, epilogue), gelu ? dtype_eps(out) : 0.0, atol);
 }
 
 const std::vector<Size>& sizes() {
@@ -271,6 +321,80 @@ TEST_CASE("cuda gemm: TF32 only when allowed; within TF32's rounding of f32 when
     const std::vector<double> tf32_values = run().to_vector<double>(), fp32_values = fp32.to_vector<double>();
     const bool differs = tf32_values != fp32_values;  // random f32 operands do not fit in TF32's 10 bits
     CHECK(differs);
+  }
+  CHECK_FALSE(kernels::allow_tf32());
+}
+
+// ---- GPU: split-K -----------------------------------------------------------------------------------
+
+TEST_CASE("cuda gemm: split-K only for a long k over few output tiles (the plan, on an empty product)") {
+  if (!have_gpu()) return;
+  // Only the plan is asked for: the tensors are allocated, never filled or multiplied.
+  const auto plan = [](DType dtype, kernels::GemmShape s) {
+    const Shape a_shape = s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k};
+    const Shape b_shape = s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n};
+    const TensorOptions options{.dtype = dtype, .device = Device::cuda()};
+    return kernels::cuda::gemm_kernel_name(Tensor::empty(a_shape, options), Tensor::empty(b_shape, options), s);
+  };
+  const auto splits = [](const std::string& name) { return name.find("split-k") != std::string::npos; };
+  // The CNN's weight gradients at batch 128 (dW = dY^T cols, TN): 3 and 1 output tiles over a long k.
+  const std::string conv2_dw = plan(DType::F16, {.m = 64, .n = 288, .k = 25088, .transpose_a = true});
+  const std::string conv1_dw = plan(DType::F16, {.m = 32, .n = 9, .k = 100352, .transpose_a = true});
+  const std::string conv1_dw_f32 = plan(DType::F32, {.m = 32, .n = 9, .k = 100352, .transpose_a = true});
+  INFO(conv2_dw << "; " << conv1_dw << "; " << conv1_dw_f32);
+  CHECK((splits(conv2_dw) && conv2_dw.starts_with("wmma 128x128")));
+  CHECK((splits(conv1_dw) && conv1_dw.starts_with("wmma simple")));
+  CHECK((splits(conv1_dw_f32) && conv1_dw_f32.starts_with("simt")));
+  // Short k (the MLP's dW at batch 128, its first layer's forward), or enough tiles: no split.
+  CHECK_FALSE(splits(plan(DType::F16, {.m = 256, .n = 784, .k = 128, .transpose_a = true})));
+  CHECK_FALSE(splits(plan(DType::F16, {.m = 128, .n = 256, .k = 784, .transpose_b = true})));
+  CHECK_FALSE(splits(plan(DType::F16, {.m = 4096, .n = 4096, .k = 4096})));
+}
+
+TEST_CASE("cuda gemm: split-K, every kernel that splits, against the CPU and exactly on integers") {
+  if (!have_gpu()) return;
+  REQUIRE_FALSE(kernels::allow_tf32());
+  struct Mode {
+    DType in, out;
+    bool tf32;
+  };
+  // 64x40 over 6008 is one tile of the pipelined kernel for f16/bf16 (or TF32), 3x9 over 20007 one of
+  // the simple kernel (k misaligns the rows); f32 without TF32 takes the CUDA-core kernel. Batched, so
+  // that the partial sums' [slice, batch] layout is exercised. Each kernel's last slice ends inside
+  // one of its k steps at one of the two k (6008 = 187 x 32 + 24 = 375 x 16 + 8, 20007 = 1250 x 16 + 7
+  // = 2500 x 8 + 7): the zero-fill along k, within a slice.
+  const std::vector<Size> sizes = {{2, 64, 40, 6008}, {3, 3, 9, 20007}};
+  Generator generator(17);
+  for (Mode mode : {Mode{DType::F16, DType::F16, false}, Mode{DType::F16, DType::F32, false},
+                    Mode{DType::BF16, DType::BF16, false}, Mode{DType::BF16, DType::F32, false},
+                    Mode{DType::F32, DType::F32, false}, Mode{DType::F32, DType::F32, true}}) {
+    Tf32Scope tf32(mode.tf32);
+    const double tf32_atol = mode.tf32 ? 0x1p-10 : 0.0;  // as in the TF32 test above
+    for (Size size : sizes)
+      for (int layout = 0; layout < 4; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;
+        const Operands random = operands(size, ta, tb, mode.in, 500 + layout);
+        const std::string name = kernels::cuda::gemm_kernel_name(random.a.to(Device::cuda()),
+                                                                 random.b.to(Device::cuda()), random.shape);
+        INFO("kernel: " << name);
+        CHECK(name.find("split-k") != std::string::npos);
+
+        const DType bias_dtype = layout % 2 == 0 ? mode.out : DType::F32;  // both kinds the contract allows
+        check_gpu_gemm(random, mode.out, {}, tf32_atol);
+        const Tensor bias = randn({size.n}, generator).to(bias_dtype);
+        check_gpu_gemm(random, mode.out, {.bias = bias, .activation = kernels::Activation::Gelu}, tf32_atol);
+
+        Operands exact = operands(size, ta, tb, DType::F32, 600 + layout);
+        exact.a = integer_valued(exact.a, mode.in);
+        exact.b = integer_valued(exact.b, mode.in);
+        const Tensor integer_bias = integer_valued(randn({size.n}, generator), bias_dtype);
+        check_gpu_gemm_exact(exact, mode.out, {});
+        check_gpu_gemm_exact(exact, mode.out, {.bias = integer_bias, .activation = kernels::Activation::Relu});
+        check_gpu_gemm_exact(exact, mode.out, {.bias = integer_bias, .activation = kernels::Activation::Gelu});
+
+        // The slices are added in a fixed order: the same bits again.
+        check_close(gpu_gemm(random, mode.out, {}), gpu_gemm(random, mode.out, {}), 0.0, 0.0);
+      }
   }
   CHECK_FALSE(kernels::allow_tf32());
 }

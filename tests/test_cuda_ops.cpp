@@ -15,6 +15,7 @@
 // Add a case: one line in op_cases() with a name, the input shapes, the op as a lambda and its factor.
 // The CPU side of every op is itself gradchecked in f64 by the test_ops_* suites.
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,9 @@ std::vector<OpCase> op_cases() {
       {"div rank 4", {{2, 1, 3, 4}, {5, 1, 4}}, [](const Inputs& x) { return div(x[0], x[1]); }, 2, 0.5, 2.0},
       {"pow", {{4, 6}, {4, 6}}, [](const Inputs& x) { return pow(x[0], x[1]); }, 3, 0.5, 2.0},
       {"where", {{6, 5}, {6, 5}}, [](const Inputs& x) { return where(relu(x[0]), x[0], x[1]); }, 1},
+      // an i32 mask (0 or 1: relu of [-2, 2) truncated), broadcast along the rows: read as its own type
+      {"where i32 mask", {{6, 1}, {6, 5}, {6, 5}},
+       [](const Inputs& x) { return where(cast(relu(x[0]), DType::I32), x[1], x[2]); }, 1},
       // GEMMs: K-long f32 sums in another order, then one rounding
       {"matmul", {{17, 40}, {40, 9}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
       {"matmul NT", {{17, 40}, {9, 40}},
@@ -138,7 +142,7 @@ std::vector<OpCase> op_cases() {
       {"sum dim 0", {m}, [](const Inputs& x) { return sum(x[0], 0); }, 8},
       {"mean dim 1", {m}, [](const Inputs& x) { return mean(x[0], 1, true); }, 8},
       {"max dim 1", {m}, [](const Inputs& x) { return max(x[0], 1); }, 1},
-      {"max dim 0", {{5, 3, 4}}, [](const Inputs& x) { return max(x[0], 1); }, 1},
+      {"max dim 1 of 3 (inner > 1)", {{5, 3, 4}}, [](const Inputs& x) { return max(x[0], 1); }, 1},
       // softmax and losses (f32 math inside)
       {"softmax", {{6, 11}}, [](const Inputs& x) { return softmax(x[0], -1); }, 4},
       {"log_softmax dim 0", {{6, 11}}, [](const Inputs& x) { return log_softmax(x[0], 0); }, 4},
@@ -157,6 +161,8 @@ std::vector<OpCase> op_cases() {
       {"transpose", {{4, 5, 6}}, [](const Inputs& x) { return transpose(x[0], 0, 2); }, 0},
       {"cat and slice", {{3, 4}, {3, 2}},
        [](const Inputs& x) { return slice(cat({x[0], x[1]}, 1), 1, 1, 5); }, 0},
+      // along dim 0 each block is one contiguous run: one plain copy instead of a 2-D one
+      {"cat dim 0", {{2, 5}, {3, 5}}, [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, 0},
   };
 }
 
@@ -168,11 +174,13 @@ TEST_CASE("every op on a GPU matches the CPU, forward and backward, in f32, f16 
     for (DType dtype : {DType::F32, DType::F16, DType::BF16}) run_case(c, dtype);
 }
 
-TEST_CASE("casts on a GPU are the CPU's bit for bit, subnormals, overflow and i32 included") {
+TEST_CASE("casts on a GPU are the CPU's bit for bit, subnormals, overflow, NaN and i32 included") {
   if (!have_gpu()) return;
+  // NaN and -inf as well: to i32 they must give the CPU's 0 and saturation, not the hardware's choice.
   const Tensor values = from_vector({0.0, -0.0, 1.0, 65504.0, 65520.0, 0x1p-24, 0x1p-25, 1e-30, -3.75, 16777217.0,
-                                     3e9, -3e9, 1.0 / 3.0},
-                                    {13});
+                                     3e9, -3e9, 1.0 / 3.0, std::numeric_limits<double>::quiet_NaN(),
+                                     -std::numeric_limits<double>::infinity()},
+                                    {15});
   for (DType from : {DType::F32, DType::F16, DType::BF16, DType::I32})
     for (DType to : {DType::F32, DType::F16, DType::BF16, DType::I32}) {
       INFO(dtype_name(from) << " -> " << dtype_name(to));
@@ -260,10 +268,12 @@ TEST_CASE("the example models train on a GPU under every recipe as they do on th
           return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
         });
         amp::GradScaler scaler = recipe.make_scaler();
+        // One batch, five steps on it: random labels on random images carry nothing to learn across
+        // batches (the loss of fresh batches wanders around ln 10), but one batch is fitted step by step.
         Generator data(4);
+        const Tensor images = uniform({16, 1, 28, 28}, 0.0, 1.0, data).to(device);
+        const Tensor labels = randint(0, 10, {16}, data).to(device);
         for (int step = 0; step < 5; ++step) {
-          Tensor images = uniform({16, 1, 28, 28}, 0.0, 1.0, data).to(device);
-          Tensor labels = randint(0, 10, {16}, data).to(device);
           optimizer->zero_grad();
           Tensor loss;
           {
@@ -280,7 +290,7 @@ TEST_CASE("the example models train on a GPU under every recipe as they do on th
       // functions: after 5 steps the losses agree to a few ulps of the compute dtype.
       const DType compute = recipe.autocast_dtype.value_or(DType::F32);
       for (std::size_t s = 0; s < losses[0].size(); ++s)
-        CHECK(losses[1][s] == doctest::Approx(losses[0][s]).epsilon(allowed(compute, 16)));
+        CHECK(losses[1][s] == doctest::Approx(losses[0][s]).epsilon(allowed(compute, 8)));
       CHECK(losses[1].back() < losses[1].front());
     }
 }

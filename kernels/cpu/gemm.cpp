@@ -6,7 +6,7 @@
 // the example models (docs/results/cpu-bench.md). OpenBLAS is pinned to one thread, like the rest
 // of the CPU backend, so results never depend on a thread count.
 // f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
-// pass (F16C for f16), multiplied and accumulated by Eigen in f32, and the result rounded once on
+// pass (F16C for f16), multiplied and accumulated in f32 by the f32 GEMM (OpenBLAS's or Eigen's), and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
 // the hardware's, up to the order of the f32 additions. The epilogue (bias, activation) is applied to
 // the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. Eigen::half matrices are never multiplied

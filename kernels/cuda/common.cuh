@@ -44,8 +44,10 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+// cvt.rzi saturates at the i32 range; NaN is mapped to 0 here, so the CPU's rule does not rest on
+// what the conversion instruction makes of a NaN.
 template <>
-__device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) { return __float2int_rz(x); }
+__device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) { return isnan(x) ? 0 : __float2int_rz(x); }
 
 // Any element type into any other, rounded once: i32 -> f16/bf16 directly (not through f32, which
 // would round twice above 2^24), everything else through the exact f32 value.

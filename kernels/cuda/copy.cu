@@ -7,8 +7,11 @@
 //   permute  one thread per element of out, decomposing its index over out's dims (at most 8)
 //   fill     one thread per element, writing the element's bit pattern
 // copy_along_dim needs no kernel: a block of `length` rows along `dim` is, for each of the `outer`
-// slices before it, one contiguous run of bytes, so the whole copy is one cudaMemcpy2DAsync.
+// slices before it, one contiguous run of bytes, so the whole copy is one cudaMemcpy2DAsync (one
+// cudaMemcpyAsync when the runs touch, and one per run for pitches beyond the 2-D copy's limit).
 // Tests: build/tests/test_cuda_ops. Benchmark: build/bench/cuda_memory (cast).
+#include <algorithm>
+
 #include "kernels/copy.h"
 #include "kernels/cuda/common.cuh"
 
@@ -60,10 +63,15 @@ __global__ void fill_kernel(Bits* out, Bits pattern, std::int64_t n) {
 }
 
 // Calls fn(Bits{}) with an unsigned integer as wide as one element: moving bytes needs no dtype.
+// Every GPU dtype is 2 or 4 bytes; an 8-byte f64 would otherwise be moved as half of its bytes.
 template <class Fn>
-void visit_bits(DType dtype, Fn&& fn) {
-  if (dtype_size(dtype) == 2) fn(std::uint16_t{});
-  else fn(std::uint32_t{});
+void visit_bits(DType dtype, const char* kernel, Fn&& fn) {
+  switch (dtype_size(dtype)) {
+    case 2: return fn(std::uint16_t{});
+    case 4: return fn(std::uint32_t{});
+    default: break;
+  }
+  throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
 }
 
 }  // namespace
@@ -103,7 +111,7 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
     plan.source_stride[d] = x_stride[static_cast<std::size_t>(perm[d])];
   }
   mg::cuda::DeviceGuard guard(out.device().index);
-  visit_bits(out.dtype(), [&](auto zero) {
+  visit_bits(out.dtype(), "permute", [&](auto zero) {
     using Bits = decltype(zero);
     permute_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_of(out)>>>(device_ptr<const Bits>(x),
                                                                             device_ptr<Bits>(out), plan, n);
@@ -126,15 +134,30 @@ void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std:
   const auto* from = static_cast<const char*>(src.data_ptr()) + static_cast<std::size_t>(src_start * inner) * element;
   auto* to = static_cast<char*>(dst.data_ptr()) + static_cast<std::size_t>(dst_start * inner) * element;
   mg::cuda::DeviceGuard guard(dst.device().index);
+  const cudaStream_t stream = stream_of(dst);
+  if (outer == 1 || (src_pitch == width && dst_pitch == width)) {  // one contiguous run
+    MG_CUDA_CHECK(cudaMemcpyAsync(to, from, width * static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice,
+                                  stream));
+    return;
+  }
+  // A 2-D copy refuses pitches above the device's limit (2^31 - 1 bytes on current GPUs); rows that
+  // long are few (outer * pitch fits in memory), so they go one cudaMemcpyAsync each.
+  int max_pitch = 0;
+  MG_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, dst.device().index));
+  if (std::max(src_pitch, dst_pitch) > static_cast<std::size_t>(max_pitch)) {
+    for (std::size_t o = 0; o < static_cast<std::size_t>(outer); ++o)
+      MG_CUDA_CHECK(cudaMemcpyAsync(to + o * dst_pitch, from + o * src_pitch, width, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
   MG_CUDA_CHECK(cudaMemcpy2DAsync(to, dst_pitch, from, src_pitch, width, static_cast<std::size_t>(outer),
-                                  cudaMemcpyDeviceToDevice, stream_of(dst)));
+                                  cudaMemcpyDeviceToDevice, stream));
 }
 
 void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count) {
   if (count == 0) return;
   mg::cuda::DeviceGuard guard(device.index);
   const cudaStream_t stream = mg::cuda::stream(device.index);
-  visit_bits(dtype, [&](auto zero) {
+  visit_bits(dtype, "fill", [&](auto zero) {
     using Bits = decltype(zero);
     fill_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(static_cast<Bits*>(dst),
                                                                      static_cast<Bits>(pattern), count);

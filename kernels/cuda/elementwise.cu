@@ -131,9 +131,21 @@ void launch(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f,
   MG_CUDA_LAUNCHED();
 }
 
+// The kernels read operand k (k >= first) as out's element type: a tensor of another dtype would be
+// reinterpreted bit by bit, so it is refused (the CPU loop converts; the ops never pass one).
+template <std::size_t N>
+void require_out_dtype(const std::array<const Tensor*, N>& inputs, std::size_t first, const Tensor& out,
+                       const char* name) {
+  for (std::size_t k = first; k < N; ++k)
+    MG_CHECK(inputs[k]->dtype() == out.dtype(), "CUDA kernel {}: input {} is {} but the output is {}; on a GPU every "
+             "input has the output's dtype (where's mask excepted): cast it first", name, k, inputs[k]->dtype(),
+             out.dtype());
+}
+
 // Every operand has out's dtype T.
 template <std::size_t N, class F>
 void run(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f, const char* name) {
+  require_out_dtype(inputs, 0, out, name);
   visit_device_floating(out.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     launch<T, T>(out, inputs, f, name);
@@ -157,6 +169,7 @@ void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Te
     return;
   }
   // where(mask, a, b) with a mask of another dtype: operand 0 is read as its own type.
+  require_out_dtype(inputs, 1, out, "where");
   visit_device_floating(out.dtype(), "where", [&](auto out_zero) {
     using T = decltype(out_zero);
     visit_device_dtype(x.dtype(), "where", [&](auto mask_zero) {

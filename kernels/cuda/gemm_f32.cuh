@@ -5,7 +5,9 @@
 //
 // Shapes: any m, n, k >= 0 and batch, any layout; no alignment needed (loads are scalar).
 // Launch geometry: 256 threads a block, one 128x128 tile of C a block, as 16 x 16 threads each
-// computing 8 x 8 elements of C in registers. Grid (ceil(m/128), ceil(n/128), batch).
+// computing 8 x 8 elements of C in registers. Grid (ceil(m/128), ceil(n/128), slices * batch): when
+// gemm.cu splits k, a block sums its slice of k only and stores f32 partial sums, which the second
+// pass (gemm_common.cuh) adds up, finishes and stores into C.
 // A k step of 8: each thread loads 4 values of A's 128x8 slice and 4 of B's 8x128 slice, and the
 // block keeps both as [k][128] in shared memory (A's slice transposed when A is stored [m, k]), so
 // that a thread reads its 8 values of op(A) and 8 of op(B) for one k as four float4 loads; 8 + 8
@@ -32,6 +34,7 @@ constexpr int kThreads = 256;  // 16 x 16
 constexpr int kPerThread = 8;  // C per thread: 8 x 8, as 2 x 2 groups of 4 x 4
 constexpr int kGroup = 4;
 constexpr int kHalf = kTile / 2;  // the distance between a thread's two groups
+constexpr int kBlocksPerSm = 2;   // the launch bounds' promise (<= 128 registers); what split-K fills
 
 // The 4 values one thread loads of one operand slice: the slice is rows x [k0, k0 + 8) of op(X),
 // where x is m (A) or n (B). A k-major operand is stored [k, x] (A transposed, B not): the thread
@@ -66,34 +69,42 @@ __device__ __forceinline__ void store_slice(float (*slice)[kTile], const float (
   }
 }
 
-// vector_store: C's rows start on 16 bytes (n % 4 == 0, C aligned), so 4 columns go in one float4.
-template <bool kTransposeA, bool kTransposeB>
-__global__ void __launch_bounds__(kThreads, 2) gemm_f32_kernel(GemmArgs<float, float> args, bool vector_store) {
+// kSplit: k is split (args.partial set). A template argument so that the unsplit kernel, the f32
+// mainline, knows k_begin = 0 and has no second store path: at 128 registers a thread, the extra
+// live values of a run-time split make ptxas spill.
+// vector_store: the output's rows start on 16 bytes (n % 4 == 0; C, or the partial sums when k is
+// split, aligned), so 4 columns go in one float4.
+template <bool kTransposeA, bool kTransposeB, bool kSplit>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    gemm_f32_kernel(GemmArgs<float, float> args, bool vector_store) {
   __shared__ __align__(16) float a_slice[2][kStep][kTile];  // op(A)^T: [k][m]
   __shared__ __align__(16) float b_slice[2][kStep][kTile];  // op(B): [k][n]
   constexpr bool kMajorA = kTransposeA, kMajorB = !kTransposeB;
 
   const int m = args.m, n = args.n, k = args.k;
   const int row0 = blockIdx.x * kTile, col0 = blockIdx.y * kTile;
-  const float* a = args.a_of(blockIdx.z);
-  const float* b = args.b_of(blockIdx.z);
+  const GemmBlock block = kSplit ? args.block() : GemmBlock{static_cast<int>(blockIdx.z), 0, 0, k};
+  const float* a = args.a_of(block.entry);
+  const float* b = args.b_of(block.entry);
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;  // rows ty*4 + {0, 64}, columns tx*4 + {0, 64}
 
+  // The block's steps start at its slice's k_begin (a multiple of kStep) and read up to k_end, which
+  // is k or a multiple of kStep: the loads' bound stays the matrix's k.
   float sum[kPerThread][kPerThread] = {};
   float next_a[kGroup], next_b[kGroup];
-  load_slice<kMajorA>(a, m, k, row0, 0, next_a);
-  load_slice<kMajorB>(b, n, k, col0, 0, next_b);
+  load_slice<kMajorA>(a, m, k, row0, block.k_begin, next_a);
+  load_slice<kMajorB>(b, n, k, col0, block.k_begin, next_b);
   store_slice<kMajorA>(a_slice[0], next_a);
   store_slice<kMajorB>(b_slice[0], next_b);
   __syncthreads();
 
-  const int steps = (k + kStep - 1) / kStep;
+  const int steps = (block.k_end - block.k_begin + kStep - 1) / kStep;
   for (int step = 0; step < steps; ++step) {
     const int current = step % 2;
     const bool more = step + 1 < steps;
     if (more) {  // in flight during the math below
-      load_slice<kMajorA>(a, m, k, row0, (step + 1) * kStep, next_a);
-      load_slice<kMajorB>(b, n, k, col0, (step + 1) * kStep, next_b);
+      load_slice<kMajorA>(a, m, k, row0, block.k_begin + (step + 1) * kStep, next_a);
+      load_slice<kMajorB>(b, n, k, col0, block.k_begin + (step + 1) * kStep, next_b);
     }
 #pragma unroll
     for (int kk = 0; kk < kStep; ++kk) {
@@ -117,18 +128,22 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_f32_kernel(GemmArgs<float, f
     __syncthreads();
   }
 
-  float* c = args.c_of(blockIdx.z);
+  // Finished into C, or, when k is split, the raw sums into the block's slice of the partial sums.
+  float* out = kSplit ? args.partial_of(block) : args.c_of(block.entry);
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int row = row0 + (i / kGroup) * kHalf + ty * kGroup + i % kGroup;
     if (row >= m) continue;
-    float* c_row = c + static_cast<std::int64_t>(row) * n;
+    float* c_row = out + static_cast<std::int64_t>(row) * n;
 #pragma unroll
     for (int group = 0; group < 2; ++group) {
       const int col = col0 + group * kHalf + tx * kGroup;
       float v[kGroup];
 #pragma unroll
-      for (int j = 0; j < kGroup; ++j) v[j] = col + j < n ? args.finish(sum[i][group * kGroup + j], col + j) : 0.0f;
+      for (int j = 0; j < kGroup; ++j) {
+        const float value = sum[i][group * kGroup + j];
+        v[j] = col + j >= n ? 0.0f : (kSplit ? value : args.finish(value, col + j));
+      }
       if (vector_store && col + kGroup <= n) {
         *reinterpret_cast<float4*>(c_row + col) = make_float4(v[0], v[1], v[2], v[3]);
       } else {
@@ -141,18 +156,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_f32_kernel(GemmArgs<float, f
 }
 
 template <bool kTransposeA, bool kTransposeB>
-void launch_layout(const GemmArgs<float, float>& args, const GemmShape& shape, bool vector_store, cudaStream_t stream) {
-  gemm_f32_kernel<kTransposeA, kTransposeB>
-      <<<gemm_grid(shape, kTile, kTile), kThreads, 0, stream>>>(args, vector_store);
+void launch_layout(const GemmArgs<float, float>& args, bool vector_store, cudaStream_t stream) {
+  const auto kernel = args.partial ? gemm_f32_kernel<kTransposeA, kTransposeB, true>
+                                   : gemm_f32_kernel<kTransposeA, kTransposeB, false>;
+  kernel<<<gemm_grid(args, kTile, kTile), kThreads, 0, stream>>>(args, vector_store);
   MG_CUDA_LAUNCHED();
 }
 
 inline void launch(const GemmArgs<float, float>& args, const GemmShape& shape, cudaStream_t stream) {
-  const bool vector_store = shape.n % kGroup == 0 && reinterpret_cast<std::uintptr_t>(args.c) % 16 == 0;
-  if (!shape.transpose_a && !shape.transpose_b) launch_layout<false, false>(args, shape, vector_store, stream);
-  else if (!shape.transpose_a) launch_layout<false, true>(args, shape, vector_store, stream);
-  else if (!shape.transpose_b) launch_layout<true, false>(args, shape, vector_store, stream);
-  else launch_layout<true, true>(args, shape, vector_store, stream);
+  const float* out = args.partial ? args.partial : args.c;
+  const bool vector_store = shape.n % kGroup == 0 && aligned(out, 16);
+  if (!shape.transpose_a && !shape.transpose_b) launch_layout<false, false>(args, vector_store, stream);
+  else if (!shape.transpose_a) launch_layout<false, true>(args, vector_store, stream);
+  else if (!shape.transpose_b) launch_layout<true, false>(args, vector_store, stream);
+  else launch_layout<true, true>(args, vector_store, stream);
 }
 
 }  // namespace mg::kernels::cuda::simt_f32

@@ -11,7 +11,9 @@
 //
 // Launch geometry: 256 threads = 8 warps a block, one 128x128 tile of C a block; the warps are 2 x 4
 // over it and each owns 64x32 of C as 4 x 2 WMMA accumulators (64 f32 registers a thread). A step
-// along k is 64 bytes of each row: 32 f16/bf16 or 16 f32 values. Grid (ceil(m/128), ceil(n/128), batch).
+// along k is 64 bytes of each row: 32 f16/bf16 or 16 f32 values. Grid (ceil(m/128), ceil(n/128),
+// slices * batch): when gemm.cu splits k, a block runs the pipeline over its slice's steps only and
+// stores f32 partial sums (gemm_common.cuh) for the second pass to finish.
 //
 // The pipeline: 4 stages of shared memory, each holding one k step of A's and B's tiles. While the
 // warps multiply stage s, the copies of the next 3 steps are in flight (cp.async: global to shared
@@ -27,6 +29,11 @@
 // its 16 bytes of shared memory with zeros, so the last, partial tiles along m, n and k add exact
 // zeros. Epilogue: the accumulators go through shared memory (reusing the pipeline's buffers), then
 // each thread finishes whole elements of C (bias, activation, one rounding) and stores where they exist.
+// Fragment pointers (WMMA wants them 32-byte aligned, ldm a multiple of 16 bytes) with the padded rows:
+// a [x][k] row is 80 bytes and fragments start 16 rows (1280 bytes) and 32 bytes of k apart; a [k][x]
+// row is 272 (f16/bf16) or 528 (f32) bytes, fragments 16 or 8 rows apart (4352, 4224 bytes) and 16
+// x (32 or 64 bytes); stage_b starts 10 KiB after stage_a; the accumulator rows are 528 bytes, 16 rows
+// and 16 floats apart. All multiples of 32, checked by the static_asserts below.
 //
 // Tests: build/tests/test_cuda_gemm. Benchmark: build/bench/cuda_gemm (target: >= 60% of cuBLAS at 4096^3).
 #pragma once
@@ -60,7 +67,10 @@ constexpr int kWarpsN = 4;                      // warps 2 (along m) x 4 (along 
 constexpr int kWarpM = 64, kWarpN = 32;         // C owned by one warp
 constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 16;
 constexpr int kStages = 4;
+constexpr int kBlocksPerSm = 2;                 // the launch bounds' promise; gemm.cu's split-K fills to it
 constexpr int kStepBytes = 64;                  // of each row per k step
+template <class T>
+constexpr int kStepOf = kStepBytes / sizeof(T);  // k per step: 32 (f16/bf16) or 16 (f32)
 constexpr int kCopyBytes = 16;                  // one cp.async
 // Shared rows are 16 bytes longer than the data. A fragment load reads 8 rows of 16 bytes at once:
 // with rows of 64 bytes those land on 2 groups of 4 banks (a 4-way conflict), with 256 or 512 bytes
@@ -73,7 +83,7 @@ constexpr int kSkewC = 4;                       // floats, for the accumulator t
 // (A stored [k, m], B stored [k, n]), the others [x][k].
 template <class T, bool kMajor>
 struct OperandTile {
-  static constexpr int kStep = kStepBytes / sizeof(T);    // k per step: 32 (f16/bf16) or 16 (f32)
+  static constexpr int kStep = kStepOf<T>;
   static constexpr int kChunk = kCopyBytes / sizeof(T);   // elements per copy
   static constexpr int kRows = kMajor ? kStep : kTileM;
   static constexpr int kCols = kMajor ? kTileM : kStep;
@@ -86,11 +96,19 @@ struct OperandTile {
   __device__ static const T* at(const T* tile, int x, int kk) {
     return kMajor ? tile + kk * kLd + x : tile + x * kLd + kk;
   }
+  // Byte offsets between fragment starts (see the header): every one a multiple of 32.
+  static_assert((kLd * sizeof(T)) % 16 == 0, "ldm must be a multiple of 16 bytes");
+  static_assert((16 * kLd * sizeof(T)) % 32 == 0 && (FragmentOf<T>::kDepth * kLd * sizeof(T)) % 32 == 0 &&
+                    (16 * sizeof(T)) % 32 == 0 && (FragmentOf<T>::kDepth * sizeof(T)) % 32 == 0,
+                "fragment pointers must be 32-byte aligned");
+  static_assert((kElements * sizeof(T)) % 128 == 0, "stage_b must keep the shared buffer's alignment");
 };
 
 template <class T>
 constexpr int kStageBytes = 2 * OperandTile<T, false>::kElements * sizeof(T);
 constexpr int kAccumulatorBytes = kTileM * (kTileN + kSkewC) * sizeof(float);
+static_assert(((kTileN + kSkewC) * sizeof(float)) % 16 == 0 && (16 * (kTileN + kSkewC) * sizeof(float)) % 32 == 0,
+              "accumulator fragments must start on 32 bytes, rows a multiple of 16 bytes apart");
 template <class T>
 constexpr int kSharedBytes = std::max(kStages * kStageBytes<T>, kAccumulatorBytes);
 
@@ -129,9 +147,11 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* matrix, int rows, in
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-// A is k-major when stored transposed ([k, m]); B when not ([k, n]).
-template <class In, class Out, bool kTransposeA, bool kTransposeB>
-__global__ void __launch_bounds__(kThreads, 2) gemm_wmma_kernel(GemmArgs<In, Out> args) {
+// A is k-major when stored transposed ([k, m]); B when not ([k, n]). kSplit: k is split (args.partial
+// set); a template argument so that the unsplit kernel knows k_begin = 0 and has one store path: at
+// 128 registers a thread the TF32 kernel spills otherwise.
+template <class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmArgs<In, Out> args) {
   using namespace nvcuda;
   using TileA = OperandTile<In, kTransposeA>;
   using TileB = OperandTile<In, !kTransposeB>;
@@ -146,12 +166,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wmma_kernel(GemmArgs<In, Out
 
   const int m = args.m, n = args.n, k = args.k;
   const int row0 = blockIdx.x * kTileM, col0 = blockIdx.y * kTileN;
-  const In* a = args.a_of(blockIdx.z);
-  const In* b = args.b_of(blockIdx.z);
+  const GemmBlock block = kSplit ? args.block() : GemmBlock{static_cast<int>(blockIdx.z), 0, 0, k};
+  const In* a = args.a_of(block.entry);
+  const In* b = args.b_of(block.entry);
   const int warp = threadIdx.x / 32;
   const int warp_row = (warp / kWarpsN) * kWarpM, warp_col = (warp % kWarpsN) * kWarpN;
 
-  // Queues the copies of k step `step` into `stage`.
+  // Queues the copies of k step `step` (k from step * kStep) into `stage`. The bounds are the
+  // matrix's: a slice of k ends on a step boundary or at k.
   const auto copy_step = [&](int stage, int step) {
     const int k0 = step * kStep;
     if constexpr (kTransposeA) copy_tile<In, true>(stage_a(stage), a, k, m, k0, row0);
@@ -166,19 +188,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wmma_kernel(GemmArgs<In, Out
 #pragma unroll
     for (int j = 0; j < kFragsN; ++j) wmma::fill_fragment(sum[i][j], 0.0f);
 
-  // One commit group per step, empty ones included, so that "step s has landed" is always "at most
-  // kStages - 2 groups are still pending" when step s is needed.
-  const int steps = (k + kStep - 1) / kStep;
+  // The block's steps are [first, last): all of k, or its slice (k_begin is a multiple of kStep).
+  // Step s lives in stage s % kStages. One commit group per step, empty ones included, so that "step
+  // s has landed" is always "at most kStages - 2 groups are still pending" when step s is needed:
+  // before the wait of step s, kStages - 1 + (s - first) groups are committed, and the first
+  // s - first + 1 of them, step s's included, must be complete. Fewer steps than stages (a short k
+  // or slice) leave empty groups, which count as complete at once.
+  const int first = block.k_begin / kStep, last = (block.k_end + kStep - 1) / kStep;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) copy_step(s, s);
+    if (first + s < last) copy_step((first + s) % kStages, first + s);
     commit_copies();
   }
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first; step < last; ++step) {
     wait_copies<kStages - 2>();  // this thread's copies of `step` are in shared memory
     __syncthreads();             // everyone's are; and every warp is done with step - 1's stage
     const int ahead = step + kStages - 1;
-    if (ahead < steps) copy_step(ahead % kStages, ahead);  // refills the stage of step - 1
+    if (ahead < last) copy_step(ahead % kStages, ahead);  // refills the stage of step - 1
     commit_copies();
 
     const In* tile_a = stage_a(step % kStages);
@@ -218,11 +244,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wmma_kernel(GemmArgs<In, Out
                               wmma::mem_row_major);
   __syncthreads();
   // Consecutive threads take consecutive columns: coalesced stores, conflict-free shared reads.
-  Out* c = args.c_of(blockIdx.z);
   for (int i = threadIdx.x; i < kTileM * kTileN; i += kThreads) {
     const int r = i / kTileN, col_in_tile = i % kTileN, row = row0 + r, col = col0 + col_in_tile;
-    if (row < m && col < n)
-      c[static_cast<std::int64_t>(row) * n + col] = from_float<Out>(args.finish(c_tile[r * kLdC + col_in_tile], col));
+    if (row < m && col < n) args.template store<kSplit>(block, row, col, c_tile[r * kLdC + col_in_tile]);
   }
 }
 
@@ -237,24 +261,34 @@ bool fits(const Tensor& a, const Tensor& b, const GemmShape& s) {
   return lda % kChunk == 0 && ldb % kChunk == 0 && aligned(a.data_ptr()) && aligned(b.data_ptr());
 }
 
-template <class In, class Out, bool kTransposeA, bool kTransposeB>
-void launch_layout(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  const auto kernel = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB>;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so on every launch, a
-  // host-side attribute write); the carveout hint asks for the most shared memory, so 2 blocks fit.
-  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
-  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared));
-  kernel<<<gemm_grid(shape, kTileM, kTileN), kThreads, kSharedBytes<In>, stream>>>(args);
+template <class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
+void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
+  const auto kernel = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB, kSplit>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device (the attribute lasts;
+  // setting it on every launch would add two driver calls to each); the carveout hint asks for the
+  // most shared memory, so 2 blocks fit.
+  static OncePerDevice opted_in;
+  opted_in([&](int) {
+    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+  });
+  kernel<<<gemm_grid(args, kTileM, kTileN), kThreads, kSharedBytes<In>, stream>>>(args);
   MG_CUDA_LAUNCHED();
+}
+
+template <class In, class Out, bool kTransposeA, bool kTransposeB>
+void launch_layout(const GemmArgs<In, Out>& args, cudaStream_t stream) {
+  if (args.partial) launch_variant<In, Out, kTransposeA, kTransposeB, true>(args, stream);
+  else launch_variant<In, Out, kTransposeA, kTransposeB, false>(args, stream);
 }
 
 template <class In, class Out>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  if (!shape.transpose_a && !shape.transpose_b) launch_layout<In, Out, false, false>(args, shape, stream);
-  else if (!shape.transpose_a) launch_layout<In, Out, false, true>(args, shape, stream);
-  else if (!shape.transpose_b) launch_layout<In, Out, true, false>(args, shape, stream);
-  else launch_layout<In, Out, true, true>(args, shape, stream);
+  if (!shape.transpose_a && !shape.transpose_b) launch_layout<In, Out, false, false>(args, stream);
+  else if (!shape.transpose_a) launch_layout<In, Out, false, true>(args, stream);
+  else if (!shape.transpose_b) launch_layout<In, Out, true, false>(args, stream);
+  else launch_layout<In, Out, true, true>(args, stream);
 }
 
 }  // namespace mg::kernels::cuda::wmma_pipelined

@@ -5,7 +5,9 @@
 //
 // Shapes: any m, n, k >= 0, any batch (kernels/gemm.h; GemmArgs in gemm_common.cuh).
 // Launch geometry: 128 threads = 4 warps a block, one 32x32 tile of C a block, each warp one 16x16
-// WMMA accumulator of it (warps 2 x 2). Grid (ceil(m/32), ceil(n/32), batch).
+// WMMA accumulator of it (warps 2 x 2). Grid (ceil(m/32), ceil(n/32), slices * batch): when gemm.cu
+// splits k (e.g. a weight gradient with n = 9 over k = 100352), a block sums its slice of k only and
+// stores f32 partial sums for the second pass (gemm_common.cuh) to finish.
 // Per step of 16 along k, the block copies op(A)'s 32x16 and op(B)'s 16x32 slice into shared memory
 // element by element, writing 0 outside the matrices (so no size needs to be a multiple of 16 and
 // the padding adds nothing to the sums), then every warp does one 16x16x16 multiply-accumulate.
@@ -29,13 +31,20 @@ constexpr int kThreads = 128;  // 4 warps, 2 x 2 over the tile
 // Rows of the shared tiles are 8 elements (16 bytes) longer than the data: with 32-byte (A) and
 // 64-byte (B) rows, the 8 rows that one fragment load reads would start on the same few banks and
 // conflict; 48- and 80-byte rows spread them over all 32 banks. 8 halves keeps every row start a
-// multiple of 16 bytes, as WMMA's loads require (ldm a multiple of 8 elements).
+// multiple of 16 bytes, as WMMA's loads require (ldm a multiple of 8 elements), and the fragments'
+// starts on 32 bytes: 16 rows of 48 bytes down, 16 columns (32 bytes) across.
 constexpr int kSkew = 8;
-constexpr int kSkewC = 4;  // floats: the same reason for the f32 accumulator tile
+constexpr int kSkewC = 4;  // floats: the same reason for the f32 accumulator tile (rows of 144 bytes)
+// Blocks an SM runs at once: promised by the launch bounds (at most 64 registers a thread; 7.4 KiB
+// of shared memory a block), and what gemm.cu's split-K fills the GPU with.
+constexpr int kBlocksPerSm = 8;
+static_assert((16 * (kStep + kSkew) * sizeof(__half)) % 32 == 0 && (16 * sizeof(__half)) % 32 == 0 &&
+                  (16 * (kTile + kSkewC) * sizeof(float)) % 32 == 0,
+              "WMMA fragment pointers must be 32-byte aligned");
 
 template <class In, class Out>
-__global__ void __launch_bounds__(kThreads) gemm_wmma_simple_kernel(GemmArgs<In, Out> args, bool transpose_a,
-                                                                    bool transpose_b) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    gemm_wmma_simple_kernel(GemmArgs<In, Out> args, bool transpose_a, bool transpose_b) {
   using namespace nvcuda;
   __shared__ __align__(32) In a_tile[kTile][kStep + kSkew];     // op(A) rows x k, row-major
   __shared__ __align__(32) In b_tile[kStep][kTile + kSkew];     // k x op(B) columns, row-major
@@ -43,14 +52,17 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_simple_kernel(GemmArgs<In,
 
   const int m = args.m, n = args.n, k = args.k;
   const int row0 = blockIdx.x * kTile, col0 = blockIdx.y * kTile;
-  const In* a = args.a_of(blockIdx.z);
-  const In* b = args.b_of(blockIdx.z);
+  const GemmBlock block = args.block();
+  const In* a = args.a_of(block.entry);
+  const In* b = args.b_of(block.entry);
   const int warp = threadIdx.x / 32, warp_row = (warp / 2) * 16, warp_col = (warp % 2) * 16;
   const In zero = from_float<In>(0.0f);
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
   wmma::fill_fragment(sum, 0.0f);
-  for (int k0 = 0; k0 < k; k0 += kStep) {
+  // The block's k: all of it, or its slice, which ends at k or on a multiple of kStep, so that the
+  // bound below stays the matrix's k.
+  for (int k0 = block.k_begin; k0 < block.k_end; k0 += kStep) {
     // Element i of each slice; the index that runs fastest follows the operand's memory order.
     for (int i = threadIdx.x; i < kTile * kStep; i += kThreads) {
       const int r = transpose_a ? i % kTile : i / kStep;  // A stored [k, m]: along m; [m, k]: along k
@@ -79,17 +91,15 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_simple_kernel(GemmArgs<In,
 
   wmma::store_matrix_sync(&c_tile[warp_row][warp_col], sum, kTile + kSkewC, wmma::mem_row_major);
   __syncthreads();
-  Out* c = args.c_of(blockIdx.z);
   for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
     const int r = i / kTile, col_in_tile = i % kTile, row = row0 + r, col = col0 + col_in_tile;
-    if (row < m && col < n)
-      c[static_cast<std::int64_t>(row) * n + col] = from_float<Out>(args.finish(c_tile[r][col_in_tile], col));
+    if (row < m && col < n) args.store(block, row, col, c_tile[r][col_in_tile]);
   }
 }
 
 template <class In, class Out>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  gemm_wmma_simple_kernel<In, Out><<<gemm_grid(shape, kTile, kTile), kThreads, 0, stream>>>(
+  gemm_wmma_simple_kernel<In, Out><<<gemm_grid(args, kTile, kTile), kThreads, 0, stream>>>(
       args, shape.transpose_a, shape.transpose_b);
   MG_CUDA_LAUNCHED();
 }

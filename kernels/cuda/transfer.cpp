@@ -9,7 +9,10 @@
 //               buffer. The host returns once the last chunk is queued.
 //   GPU -> CPU  queue cudaMemcpyAsync into the staging buffer, wait for the stream (the value is
 //               reaching the host: the one place the host must wait), memcpy out.
-//   GPU -> GPU  cudaMemcpyPeerAsync on the destination's stream, after the source's stream.
+//   GPU -> GPU  cudaMemcpyPeerAsync on the destination's stream, after the source's stream; the
+//               source's stream then waits for the copy, so that the source's block, freed and
+//               handed out again by the caching allocator, is not overwritten while it is read.
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -60,10 +63,25 @@ void copy_bytes(const void* src, Device s, void* dst, Device d, std::size_t nbyt
   const auto* from = static_cast<const char*>(src);
   auto* to = static_cast<char*>(dst);
   if (s.is_cuda() && d.is_cuda()) {
+    if (s.index == d.index) {  // one stream: ordered after the producers and before the next user
+      mg::cuda::DeviceGuard guard(d.index);
+      MG_CUDA_CHECK(cudaMemcpyPeerAsync(to, d.index, from, s.index, nbytes, mg::cuda::stream(d.index)));
+      return;
+    }
     // The destination's stream must not start before the source's queued work has produced it.
-    if (s.index != d.index) mg::cuda::synchronize(s.index);
-    mg::cuda::DeviceGuard guard(d.index);
-    MG_CUDA_CHECK(cudaMemcpyPeerAsync(to, d.index, from, s.index, nbytes, mg::cuda::stream(d.index)));
+    mg::cuda::synchronize(s.index);
+    cudaEvent_t copied = nullptr;
+    {
+      mg::cuda::DeviceGuard guard(d.index);
+      MG_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+      MG_CUDA_CHECK(cudaMemcpyPeerAsync(to, d.index, from, s.index, nbytes, mg::cuda::stream(d.index)));
+      MG_CUDA_CHECK(cudaEventRecord(copied, mg::cuda::stream(d.index)));
+    }
+    // The source's block goes back to its device's pool as soon as the caller drops it, and the next
+    // kernel on the source's stream may write it: that stream waits for the copy (no host wait).
+    mg::cuda::DeviceGuard guard(s.index);
+    MG_CUDA_CHECK(cudaStreamWaitEvent(mg::cuda::stream(s.index), copied, 0));
+    MG_CUDA_CHECK(cudaEventDestroy(copied));  // released by the driver once the copy has completed
     return;
   }
   Staging& stage = staging();
