@@ -2,6 +2,7 @@
 //
 //   mixgrad train --data fashion-mnist --model cnn --precision mixed_float16 --epochs 2
 //   mixgrad train --help            every flag, with its default
+//   mixgrad repro --experiment all --preset quick --out repro-quick   the paper's experiments, as a report
 //
 // Bad flags are refused with a message before any work starts; an mg::Error during the run (a
 // missing data file, a checkpoint that does not fit) ends it with the message and exit status 1.
@@ -11,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tools/repro/repro.h"
 #include "tools/train.h"
 
 int main(int argc, char** argv) {
@@ -19,9 +21,17 @@ int main(int argc, char** argv) {
   mg::tools::TrainOptions options;
   CLI::App* train = app.add_subcommand("train", "Train a model on Fashion-MNIST or text in a precision recipe");
   mg::tools::add_train_flags(*train, options);
+  mg::tools::repro::ReproOptions repro_options;
+  CLI::App* repro = app.add_subcommand("repro", "Reproduce the paper's experiments: a report with tables, CSVs and plots");
+  mg::tools::repro::add_repro_flags(*repro, repro_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (repro->parsed()) {
+      const std::string report = mg::tools::repro::run_repro(repro_options);
+      fmt::print("mixgrad repro: wrote {}\n", report);
+      return 0;
+    }
     mg::tools::finalize(options);
     const mg::tools::TrainSummary summary = mg::tools::train(options);
     if (!options.summary.empty()) {

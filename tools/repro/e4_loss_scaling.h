@@ -1,0 +1,68 @@
+// E4, the paper's Table 2 (SSD) and Figure 3: where loss scaling is needed.
+//
+// The controlled sweep: the 784-256-256-10 MLP with plain SGD, its loss multiplied by 2^-k and its
+// learning rate by 2^k. For plain SGD the f32 trajectory is then bit-identical for every k (scaling
+// by a power of two is exact in f32 far from its range limits), so fp32 is a perfect control,
+// while every gradient sits k binades lower: in f16 they fall below 2^-24 and flush to zero unless
+// the loss is scaled back up. Variants V0, V2 (no scaling), V3 (static S = 2^k), V4 (dynamic
+// GradScaler), V5 (bf16, f32's range); k in {0, 8, 12, 14, 16}. Measured: test accuracy and the
+// fraction of activation gradients that are exactly zero.
+//
+// The organic case: a deep tanh MLP without normalisation (PyTorch's default init), whose backward
+// signal shrinks layer by layer until the first layers' gradients fall below f16's range on their
+// own, with no artificial multiplier. Measured per layer: the fraction of weight-gradient values
+// that are zero, in V0 (and what would be zero in f16), V2 and V4.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/repro/experiment.h"
+
+namespace mg::tools::repro {
+
+struct E4Options {
+  std::int64_t train_examples = 10000, test_examples = 1000;
+  std::int64_t steps = 400, batch = 64, log_every = 10;
+  double lr = 0.05;  // at k = 0; run k uses lr * 2^k
+  std::vector<int> ks{0, 8, 12, 14, 16};
+  std::vector<std::string> variant_ids{"V0", "V2", "V3", "V4", "V5"};  // V3 gets S = 2^k
+  bool organic = true;
+  std::int64_t organic_depth = 24, organic_hidden = 64, organic_steps = 200;
+  double organic_lr = 0.05, organic_momentum = 0.9;
+  std::vector<std::string> organic_variant_ids{"V0", "V2", "V4"};
+  std::uint64_t seed = 0;
+  Device device = Device::cpu();
+};
+
+// The preset's sizes; seed and device are the caller's to set.
+E4Options e4_options(Preset preset);
+
+struct E4Result {
+  E4Options options;
+  std::vector<std::vector<RunResult>> sweep{};  // sweep[i][j]: k = options.ks[i], variant options.variant_ids[j]
+  // V0's runs for every k have the same losses at every logged step and the same final accuracy,
+  // bit for bit, as its k = ks[0] run (false when V0 is not in variant_ids).
+  bool fp32_identical_across_k = false;
+  std::vector<RunResult> organic{};  // one per organic_variant_ids
+};
+
+// The mean of `value` over the logged steps where it is not NaN (NaN when there are none).
+double mean_over_log(const RunResult& run, const std::function<double(const StepLog&)>& value);
+
+// The same loss at every logged step and the same final accuracy, exactly.
+bool identical_trajectories(const RunResult& a, const RunResult& b);
+
+// Runs the sweep and the organic case. `progress` (may be empty) gets one line per run.
+E4Result run_e4(const E4Options& options, std::shared_ptr<const ImageData> data,
+                const std::function<void(const std::string&)>& progress = {});
+
+// Writes e4_sweep_runs.csv, e4_sweep_steps.csv, e4_organic_runs.csv and e4_organic_steps.csv
+// (with per-layer weight-gradient columns), and returns the section.
+Section e4_section(const E4Result& result, Report& report);
+
+Experiment e4_experiment();
+
+}  // namespace mg::tools::repro

@@ -1,0 +1,23 @@
+#include "tools/repro/experiment.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace mg::tools::repro {
+
+std::shared_ptr<const ImageData> Context::fashion_mnist(std::int64_t train_examples, std::int64_t test_examples) {
+  auto& slot = fashion_[{train_examples, test_examples}];
+  if (!slot) slot = load_fashion_mnist_subset(train_examples, test_examples);
+  return slot;
+}
+
+void Context::progress(const std::string& line) const {
+  static const auto start = std::chrono::steady_clock::now();
+  if (quiet) return;
+  fmt::print("[{:6.1f} s] {}\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), line);
+  std::fflush(stdout);  // progress in a pipe or a log appears as it happens
+}
+
+}  // namespace mg::tools::repro

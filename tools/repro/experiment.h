@@ -1,0 +1,59 @@
+// What an experiment of `mixgrad repro` is, and what it gets to run with.
+//
+// How to add one (E1, E3, E5, E6 are next):
+//   1. tools/repro/eN_topic.h/.cpp: an options struct with eN_options(Preset), a result struct,
+//      run_eN(options, ...) that trains with repro::run (runner.h) and returns the numbers, and
+//      eN_section(result, report) that writes the CSVs and fills a Section (report.h): the paper's
+//      claim and figure, tables beside the paper's numbers, a verdict computed from the numbers,
+//      plots. Keep run and section apart: tests assert on the result without writing files.
+//   2. eN_experiment(): an Experiment whose run glues the two together from a Context.
+//   3. List it in experiments() (repro.cpp), add the .cpp to tools/CMakeLists.txt (mixgrad_repro),
+//      and a reduced run with assertions on the paper's outcome to tests/test_repro.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/device.h"
+#include "tools/repro/report.h"
+#include "tools/repro/runner.h"
+
+namespace mg::tools::repro {
+
+// quick: minutes on 2 CPU cores (small subsets, few hundred steps); full: the GPU-sized version.
+enum class Preset { Quick, Full };
+
+// Shared by every experiment of one `mixgrad repro` call.
+class Context {
+ public:
+  Context(Preset preset, Device device, std::uint64_t seed, bool quiet = false)
+      : preset(preset), device(device), seed(seed), quiet(quiet) {}
+  const Preset preset;
+  const Device device;
+  const std::uint64_t seed;  // of every run's initialization and data order
+  const bool quiet;          // no progress lines
+
+  // Fashion-MNIST subsets, loaded once per size and shared by every run that asks for them.
+  std::shared_ptr<const ImageData> fashion_mnist(std::int64_t train_examples, std::int64_t test_examples);
+  // One progress line on stdout (nothing when quiet), prefixed with the seconds since the start.
+  void progress(const std::string& line) const;
+
+ private:
+  std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<const ImageData>> fashion_;
+};
+
+struct Experiment {
+  std::string id{};         // "E2": what --experiment names
+  std::string title{};      // "Master weights"
+  std::string reference{};  // "Figure 2a"
+  std::string claim;      // the paper's claim (the report shows it even for a pending experiment)
+  // Runs the experiment and returns its section (its CSVs already written into the report's
+  // directory). Empty: not implemented yet, listed as pending.
+  std::function<Section(Context&, Report&)> run;
+};
+
+}  // namespace mg::tools::repro

@@ -1,0 +1,86 @@
+// The output of `mixgrad repro`: DIR/report.md, one CSV per series of numbers, PNG plots.
+//
+// An experiment fills a Section (the paper's claim, tables of measured numbers beside the paper's,
+// a verdict, plots) and writes its raw numbers with Report::write_csv; repro.cpp adds each Section
+// to the Report and calls write() once at the end, so report.md lists every experiment asked for,
+// pending ones included.
+//
+// Plots are made with gnuplot (Debian package gnuplot-nox, terminal pngcairo): for each plot the
+// report folder gets NAME.dat (the series, one gnuplot data block each), NAME.gp (the script, so a
+// reader can re-run or restyle it) and NAME.png. Without gnuplot the .dat and .gp files are still
+// written, the report says that the plots are missing and why, and one warning goes to stderr;
+// the run does not fail.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mg::tools::repro {
+
+// A markdown table: every row has header.size() cells.
+struct Table {
+  std::string caption{};  // a line above the table ("" for none)
+  std::vector<std::string> header{};
+  std::vector<std::vector<std::string>> rows{};
+  std::string markdown() const;  // requires every row to have header.size() cells (mg::Error otherwise)
+};
+
+// One curve: points (x[i], y[i]); NaN y values are left out (a gap in the data).
+struct Series {
+  std::string name{};  // the legend entry
+  std::vector<double> x{}, y{};
+};
+
+struct Plot {
+  std::string name;  // file stem: NAME.png, NAME.gp, NAME.dat (letters, digits, '_' and '-')
+  std::string title{}, x_label{}, y_label{};
+  bool log_x = false, log_y = false;  // log-scale axes (base 2 for x, base 10 for y)
+  bool points = false;                // points and lines (few x values), else lines
+  std::vector<Series> series{};
+};
+
+struct Section {
+  std::string id{};         // "E2"
+  std::string title{};      // "Master weights"
+  std::string reference{};  // the paper's table or figure: "Figure 2a"
+  std::string claim{};      // the paper's claim, in words, with its numbers
+  std::string setup{};      // what was run here: model, data, steps, variants
+  std::vector<Table> tables{};
+  std::string verdict{};    // one or two sentences: reproduced or not, and why
+  std::vector<Plot> plots{};
+  std::vector<std::string> csv_files{};  // names of the CSVs with this section's numbers
+  bool pending = false;   // not implemented yet: the report lists it as pending
+};
+
+class Report {
+ public:
+  // directory: created if missing (an mg::Error if it cannot be).
+  explicit Report(std::string directory);
+
+  const std::string& directory() const { return directory_; }
+  // Writes DIR/name (a .csv) with a header line and rows of cells (quoted when they contain ',' or
+  // '"'); returns name. Requires every row to have header.size() cells.
+  std::string write_csv(const std::string& name, const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows) const;
+  // Appends a section; plots are made here (gnuplot runs once per plot).
+  void add(Section section);
+  // Writes DIR/report.md: a header (preset, device, seed, date), a summary table of the sections,
+  // then every section. Returns its path.
+  std::string write(const std::string& preamble) const;
+
+  bool have_gnuplot() const { return have_gnuplot_; }
+
+ private:
+  void make_plot(const Plot& plot);  // .dat, .gp and, with gnuplot, .png
+
+  std::string directory_;
+  bool have_gnuplot_ = false;
+  std::vector<std::string> plot_failures_;
+  std::vector<Section> sections_;
+};
+
+// Number formatting shared by the experiments' tables: "87.35%", "0.912", "-" for NaN.
+std::string percent(double fraction, int decimals = 2);
+std::string number(double value, int significant = 3);
+
+}  // namespace mg::tools::repro

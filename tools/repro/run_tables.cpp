@@ -1,0 +1,74 @@
+#include "tools/repro/run_tables.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace mg::tools::repro {
+
+namespace {
+
+std::string cell(double value) { return std::isfinite(value) ? fmt::format("{:.9g}", value) : (std::isnan(value) ? "" : fmt::format("{}", value)); }
+
+}  // namespace
+
+std::string legend(const Variant& variant) { return variant.id + " " + variant.name; }
+
+std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_names) {
+  std::vector<std::string> header{"experiment", "series", "variant", "variant_name", "loss_multiplier", "step", "loss",
+                                  "lr", "scale", "skipped", "lost_update_fraction", "activation_zero_fraction",
+                                  "activation_zero_in_f16_fraction", "test_accuracy"};
+  for (const std::string& name : weight_names) header.push_back("weight_zero:" + name);
+  for (const std::string& name : weight_names) header.push_back("weight_zero_in_f16:" + name);
+  return header;
+}
+
+void append_step_rows(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run,
+                      bool with_weights) {
+  for (const StepLog& s : run.log) {
+    std::vector<std::string> row{experiment, series, run.variant.id, run.variant.name, cell(run.loss_multiplier),
+                                 std::to_string(s.step), cell(s.loss), cell(s.lr), cell(s.scale), s.skipped ? "1" : "0",
+                                 cell(s.lost_update_fraction), cell(s.activation_zero_fraction),
+                                 cell(s.activation_zero_in_f16_fraction), s.test_accuracy ? cell(*s.test_accuracy) : ""};
+    if (with_weights) {
+      for (std::size_t w = 0; w < run.weight_names.size(); ++w)
+        row.push_back(w < s.weight_grad_zero_fraction.size() ? cell(s.weight_grad_zero_fraction[w]) : "");
+      for (std::size_t w = 0; w < run.weight_names.size(); ++w)
+        row.push_back(w < s.weight_grad_zero_in_f16_fraction.size() ? cell(s.weight_grad_zero_in_f16_fraction[w]) : "");
+    }
+    rows.push_back(std::move(row));
+  }
+}
+
+std::vector<std::string> run_csv_header() {
+  return {"experiment", "series", "variant", "variant_name", "description", "loss_multiplier", "final_accuracy",
+          "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds"};
+}
+
+void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run) {
+  rows.push_back({experiment, series, run.variant.id, run.variant.name, run.variant.description,
+                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_loss),
+                  cell(run.lost_update_fraction), std::to_string(run.skipped_steps), cell(run.final_scale),
+                  run.diverged ? "1" : "0", fmt::format("{:.2f}", run.seconds)});
+}
+
+Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value) {
+  Series series{.name = legend(run.variant)};
+  for (const StepLog& s : run.log) {
+    series.x.push_back(static_cast<double>(s.step));
+    series.y.push_back(value(s));
+  }
+  return series;
+}
+
+Series accuracy_series(const RunResult& run) {
+  Series series{.name = legend(run.variant)};
+  for (const StepLog& s : run.log)
+    if (s.test_accuracy) {
+      series.x.push_back(static_cast<double>(s.step));
+      series.y.push_back(100 * *s.test_accuracy);
+    }
+  return series;
+}
+
+}  // namespace mg::tools::repro

@@ -1,0 +1,38 @@
+// RunResults as CSV rows and plot series: the common shape of every experiment's raw numbers.
+//
+// step CSV: experiment,series,variant,variant_name,loss_multiplier,step,loss,lr,scale,skipped,
+//           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,test_accuracy
+//           (+ one weight_zero:<name> and weight_zero_in_f16:<name> column per weight when asked)
+// run CSV:  experiment,series,variant,variant_name,description,loss_multiplier,final_accuracy,
+//           final_loss,lost_update_fraction,skipped_steps,final_scale,diverged,seconds
+// Empty cells are values not measured (NaN).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/repro/report.h"
+#include "tools/repro/runner.h"
+
+namespace mg::tools::repro {
+
+using Rows = std::vector<std::vector<std::string>>;
+
+// with_weights: add the per-weight columns of `weight_names` (every run appended must have them).
+std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_names = {});
+void append_step_rows(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run,
+                      bool with_weights = false);
+
+std::vector<std::string> run_csv_header();
+void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run);
+
+// One curve per run, x = step: `value` of every logged step (NaN ones are gaps), named by the
+// variant ("V2 float16_master").
+Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value);
+// The test accuracy at every evaluated step.
+Series accuracy_series(const RunResult& run);
+// "V2 float16_master"
+std::string legend(const Variant& variant);
+
+}  // namespace mg::tools::repro

@@ -1,0 +1,115 @@
+// One training run of a repro experiment: a model, a precision variant, plain SGD, and a record
+// of what the paper looks at, step by step.
+//
+// Every run of an experiment shares the seed, so the variants start from the same weights (drawn
+// in f32 from Generator(seed), then stored in the variant's dtype) and see the same batches in
+// the same order (DataLoader seed = seed). What differs between two runs is the precision only.
+//
+//   RunConfig config{.variant = variant("V2"), .make_model = mlp_784_256_256_10, .data = fashion,
+//                    .steps = 400, .lr = 1e-3};
+//   RunResult result = run(config);        // result.log: one StepLog per logged step
+//
+// The loop is tools/train.cpp's: { autocast: logits = model(x); loss = cross_entropy } then
+// backward(scaler.scale(loss * loss_multiplier)); scaler.step(optimizer); scaler.update().
+// With --device cuda the model and each batch move to the GPU; the statistics are read back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "nn/module.h"
+#include "optim/schedule.h"
+#include "tools/repro/variants.h"
+
+namespace mg::tools::repro {
+
+// Fashion-MNIST, standardized with the training set's pixel mean and deviation, kept on the CPU.
+struct ImageData {
+  Tensor train_images{}, train_labels{};  // [N, 1, 28, 28] f32, [N] i32
+  Tensor test_images{}, test_labels{};    // the first M test images: the accuracy every run reports
+};
+
+// The first train_examples training and test_examples test images (both >= 1). Throws mg::Error
+// (from data/idx.h) when the data set is missing, with the package to install.
+std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_examples, std::int64_t test_examples);
+
+// Builds the model in f32 on the CPU from `generator` (the run converts it afterwards).
+using ModelFactory = std::function<std::shared_ptr<nn::Module>(Generator& generator)>;
+
+struct RunConfig {
+  Variant variant{};
+  ModelFactory make_model{};
+  std::shared_ptr<const ImageData> data{};
+  std::int64_t steps = 300;
+  std::int64_t batch = 128;
+  double lr = 0.01;        // the base rate before loss_multiplier's compensation (below)
+  double momentum = 0.0;   // 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
+  optim::Schedule schedule{};  // a factor of the step count; empty: constant
+  // The loss is multiplied by this before backward (and before any loss scaling), and the learning
+  // rate divided by it: E4's loss x 2^-k with lr x 2^k. For SGD (with or without momentum) the f32
+  // trajectory is then the same up to rounding, and exactly the same when it is a power of two.
+  double loss_multiplier = 1.0;
+  std::int64_t log_every = 10;   // a StepLog every N steps, and at the last step
+  std::int64_t eval_every = 0;   // test accuracy every N steps (a multiple of log_every); 0: at the end only
+  bool record_activation_gradients = false;  // activation-gradient statistics at logged steps
+  bool record_weight_gradients = false;      // per-weight gradient zero fractions at logged steps
+  std::uint64_t seed = 0;
+  Device device = Device::cpu();
+};
+
+struct StepLog {
+  std::int64_t step = 0;  // 1-based: steps done, this one included
+  double loss = 0;        // the training loss of this batch, before loss_multiplier and scaling
+  double lr = 0;          // the rate this step used (after compensation and schedule)
+  double scale = 1;       // the loss scale this step used (1 without scaling)
+  bool skipped = false;   // the GradScaler skipped the step (inf/NaN gradients)
+  // Of the parameter elements this step meant to change, the fraction that kept its stored value
+  // (optimizer last_update(): lost / nonzero). NaN for a skipped step or one that changed nothing.
+  double lost_update_fraction = 0;
+  // Over every activation gradient of the backward pass (the gradients of each op's output, casts
+  // excepted), in the dtype it was computed in: the fraction exactly zero, and the fraction that is
+  // zero once rounded to f16 (exact zeros included; the same as zero for f16 gradients).
+  // NaN unless record_activation_gradients.
+  double activation_zero_fraction = 0;
+  double activation_zero_in_f16_fraction = 0;
+  // One per weight (parameter with >= 2 dims, RunResult::weight_names order): the fraction of its
+  // gradient (the model's .grad, scaled by the loss scale) that is zero, and zero once in f16.
+  // Empty unless record_weight_gradients.
+  std::vector<double> weight_grad_zero_fraction{}, weight_grad_zero_in_f16_fraction{};
+  std::optional<double> test_accuracy{};  // at eval_every steps and at the last
+};
+
+struct RunResult {
+  Variant variant{};
+  double loss_multiplier = 1;
+  std::vector<StepLog> log{};
+  std::vector<std::string> weight_names{};  // the model's parameters with >= 2 dims, in model order
+  double final_accuracy = 0;              // on data->test_images after the last step
+  double final_loss = 0;                  // mean training loss over the last 10% of logged steps
+  std::int64_t skipped_steps = 0;
+  double final_scale = 1;
+  double lost_update_fraction = 0;  // over every step taken: sum of lost / sum of nonzero
+  bool diverged = false;            // some training loss was inf or NaN
+  double seconds = 0;               // wall time of the run, evaluation included
+};
+
+// Trains a fresh model as `config` says and returns the record. Requires make_model, data, steps
+// >= 1, batch >= 1, lr > 0, log_every >= 1, loss_multiplier > 0; an mg::Error says which is wrong.
+// A run that diverges is a result (diverged = true), not an error.
+RunResult run(const RunConfig& config);
+
+// Models the experiments share, built from the generator so that every variant starts alike.
+std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator);  // the paper-table MLP, ReLU
+// A deep tanh MLP without normalisation, PyTorch's default init: 784 -> hidden x depth -> 10. Each
+// layer multiplies the backward signal by about 1/sqrt(3), so the first layers' gradients are
+// orders of magnitude below the last ones'.
+ModelFactory deep_tanh_mlp(std::int64_t depth, std::int64_t hidden);
+
+}  // namespace mg::tools::repro

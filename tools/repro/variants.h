@@ -1,0 +1,47 @@
+// The paper's precision variants, V0..V6: the rows of every table `mixgrad repro` writes.
+//
+//   id  name                 recipe (amp/recipe.h)       loss scaling
+//   V0  fp32                 fp32                        -              the control
+//   V1  float16_pure         float16_pure                -              f16 weights updated directly (Figure 2a)
+//   V2  float16_master       float16_master              none           f32 master copy, no scaling
+//   V3  float16_master_S     float16_master              static S       the paper's constant scale
+//   V4  float16_dynamic      float16_master              dynamic        GradScaler (init 2^16, x2 / x0.5)
+//   V5  mixed_bfloat16       mixed_bfloat16              -              bf16 has f32's range
+//   V6  bfloat16_pure        bfloat16_pure               -              bf16 weights updated directly
+//
+// V2, V3 and V4 share one recipe (f16 weights with an f32 master copy) and differ only in the loss
+// scaling, so an experiment that compares them isolates the scaling: that is why V4 is
+// float16_master with the dynamic scaler rather than mixed_float16 (which also differs in where the
+// f32 weights live).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "amp/grad_scaler.h"
+#include "amp/recipe.h"
+
+namespace mg::tools::repro {
+
+struct Variant {
+  std::string id{};           // "V0" .. "V6"
+  std::string name;         // short, for tables, CSVs and plot legends ("float16_master_S1024")
+  std::string description{};  // one line: what is stored in which precision and how the loss is scaled
+  amp::Recipe recipe;       // parameters, autocast, master copy, loss-scaling mode (and S for V3)
+  amp::GradScalerOptions scaler;  // everything else about the scaler (make_scaler sets enabled/dynamic)
+
+  amp::GradScaler make_scaler() const { return recipe.make_scaler(scaler); }
+};
+
+// The variant with this id. static_scale is S of V3 (ignored by the others); it must be > 0.
+// An unknown id is an mg::Error that lists the known ones.
+Variant variant(std::string_view id, double static_scale = 1024.0);
+
+// Several at once, in the given order: variants({"V0", "V2"}).
+std::vector<Variant> variants(const std::vector<std::string>& ids, double static_scale = 1024.0);
+
+// Every id, V0..V6.
+const std::vector<std::string>& variant_ids();
+
+}  // namespace mg::tools::repro
