@@ -55,6 +55,9 @@ std::string gemm_backend();
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
 namespace cuda {
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
+// Which kernel cuda::gemm runs for these operands, with ", split-k S x K" when k is cut into S slices
+// of K (kernels/cuda/gemm.cu decides; named for the benchmark and the tests).
+std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape);
 }  // namespace cuda
 
 }  // namespace mg::kernels

@@ -36,13 +36,6 @@
 using namespace mg;
 using namespace mg::testing;
 
-#ifdef MG_WITH_CUDA
-namespace mg::kernels::cuda {
-// Declared in kernels/cuda/gemm_common.cuh, a CUDA header this C++ file cannot include: the kernel a
-// GEMM of these operands runs, with ", split-k S x K" when k is cut into S slices of K.
-std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape);
-}  // namespace mg::kernels::cuda
-#endif
 
 namespace {
 

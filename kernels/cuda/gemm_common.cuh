@@ -179,8 +179,4 @@ class OncePerDevice {
   std::array<std::once_flag, kMaxDevices> done_;
 };
 
-// Which kernel kernels::cuda::gemm runs for these operands, and how it splits k (gemm.cu decides;
-// named for the benchmark and the tests).
-std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape);
-
 }  // namespace mg::kernels::cuda
