@@ -64,11 +64,13 @@ Tensor filled(const Shape& shape, double value, TensorOptions options, const cha
   visit_dtype(out.dtype(), op, [&](auto zero) {
     using T = decltype(zero);
     const T stored = scalar_cast<T>(value);
-    if (out.device().is_cuda()) {  // the backend's fill kernel, with the element's bits as its pattern
-      std::uint32_t pattern = 0;
-      std::memcpy(&pattern, &stored, sizeof(T));
-      device_ops(out.device(), op).fill(out.data_ptr(), out.device(), out.dtype(), pattern, out.numel());
-      return;
+    if constexpr (sizeof(T) <= sizeof(std::uint32_t)) {  // f64 never lives on a GPU (check_request)
+      if (out.device().is_cuda()) {  // the backend's fill kernel, with the element's bits as its pattern
+        std::uint32_t pattern = 0;
+        std::memcpy(&pattern, &stored, sizeof(T));
+        device_ops(out.device(), op).fill(out.data_ptr(), out.device(), out.dtype(), pattern, out.numel());
+        return;
+      }
     }
     T* data = out.data<T>();
     for (std::int64_t i = 0; i < out.numel(); ++i) data[i] = stored;
