@@ -1,5 +1,5 @@
-// `mixgrad repro` (tools/repro/): reduced versions of E2 and E4 asserting the paper's qualitative
-// outcomes, and the report's files.
+// `mixgrad repro` (tools/repro/): reduced versions of the six experiments asserting the paper's
+// qualitative outcomes, and the report's files.
 //
 // The runs are tiny (a few thousand images, a hundred-odd steps), so the assertions are orderings
 // with margins, never exact accuracies: "float16_pure loses most of its updates and ends several
@@ -12,8 +12,13 @@
 
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
+#include "data/text.h"
+#include "tools/repro/e1_parity.h"
 #include "tools/repro/e2_master_weights.h"
+#include "tools/repro/e3_histograms.h"
 #include "tools/repro/e4_loss_scaling.h"
+#include "tools/repro/e5_language_model.h"
+#include "tools/repro/e6_speed_memory.h"
 #include "tools/repro/repro.h"
 
 using namespace mg;
@@ -27,6 +32,23 @@ namespace {
 std::shared_ptr<const ImageData> small_fashion() {
   static auto data = load_fashion_mnist_subset(4000, 1000);
   return data;
+}
+
+// A character corpus that needs no package: sentences from a small vocabulary, in a fixed
+// pseudo-random order (an LCG), so the model has something to learn and every run sees the same text.
+std::shared_ptr<const TextData> small_text() {
+  static auto text = [] {
+    const char* words[] = {"the ", "lord ", "said ", "unto ", "moses, ", "and ", "it ", "was ", "so. ", "Behold ",
+                           "light ", "of ", "day; ", "night ", "came: ", "in ", "beginning "};
+    std::string corpus;
+    std::uint32_t state = 12345;
+    while (corpus.size() < 60000) {
+      state = state * 1664525u + 1013904223u;
+      corpus += words[(state >> 16) % 17];
+    }
+    return text_subset(data::TextCorpus(corpus, "synthetic"), 60000, 6000);
+  }();
+  return text;
 }
 
 E2Options small_e2() {
@@ -156,12 +178,18 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
     Report report(tmp / "out");
     report.add(e2_section(run_e2(e2, small_fashion()), report));
     report.add(e4_section(run_e4(e4, small_fashion()), report));
-    report.add(Section{.id = "E5", .title = "bigLSTM", .reference = "Figure 5", .claim = "x", .pending = true});
+    E3Options e3;
+    e3.image_steps = 10;
+    e3.log_every = 5;
+    e3.batch = 16;
+    e3.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
+    e3.text = false;
+    report.add(e3_section(run_e3(e3, small_fashion(), nullptr), report));
     report.write("test preamble");
   }
   const fs::path out = tmp.path / "out";
   const std::string md = read(out / "report.md");
-  for (const char* needle : {"## E2", "Figure 2a", "## E4", "Table 2", "## E5", "pending", "**Verdict.**", "| k |"})
+  for (const char* needle : {"## E2", "Figure 2a", "## E3", "## E4", "Table 2", "**Verdict.**", "| k |", "test preamble"})
     CHECK_MESSAGE(md.find(needle) != std::string::npos, needle);
   for (const char* csv : {"e2_runs.csv", "e2_steps.csv", "e4_sweep_runs.csv", "e4_sweep_steps.csv",
                           "e4_organic_runs.csv", "e4_organic_steps.csv"}) {
@@ -171,8 +199,17 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
     CHECK(text.starts_with("experiment,series,variant,variant_name"));
     CHECK(text.find(std::string(csv).starts_with("e2") ? "\nE2," : "\nE4,") != std::string::npos);
   }
+  // E3's histograms: one bin per exponent and layer, plotted over f16's ranges shaded.
+  const std::string bins = read(out / "e3_histograms.csv");
+  CHECK(bins.starts_with("model,gradient,layer,exponent,values_in_bin,values"));
+  CHECK(bins.find("\nMLP,weight,") != std::string::npos);
+  const std::string histogram_script = read(out / "e3_weights_mlp.gp");
+  CHECK(histogram_script.find("f16 subnormal") != std::string::npos);
+  CHECK(histogram_script.find("set object 1 rect") != std::string::npos);
+  CHECK(histogram_script.find("histeps") != std::string::npos);
   for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
-                           "e4_activation_zeros_by_k", "e4_organic_zeros_by_layer"}) {
+                           "e4_activation_zeros_by_k", "e4_organic_zeros_by_layer", "e3_weights_cnn",
+                           "e3_activations_mlp"}) {
     CHECK(fs::exists(out / (std::string(plot) + ".gp")));
     CHECK(fs::exists(out / (std::string(plot) + ".dat")));
     if (have_gnuplot()) {
@@ -186,15 +223,165 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   }
 }
 
-TEST_CASE("run_repro: pending experiments are listed as such; bad options are refused") {
+TEST_CASE("run_repro: bad options are refused before anything runs") {
   TempDir tmp;
-  const std::string path = run_repro(ReproOptions{.experiment = "E1", .out = tmp / "pending", .quiet = true});
-  const std::string md = read(path);
-  CHECK(md.find("## E1") != std::string::npos);
-  CHECK(md.find("**pending**") != std::string::npos);
   mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E9", .out = tmp / "x", .quiet = true}); },
                            "mixgrad repro");
+  mg::testing::check_error([&] { run_repro(ReproOptions{.preset = "huge", .out = tmp / "x", .quiet = true}); },
+                           "--preset");
   if (cuda_device_count() == 0)
     mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E1", .device = "cuda", .out = tmp / "y"}); },
                              "mixgrad repro --device cuda");
+  CHECK(experiments().size() == 6);
+  for (const Experiment& e : experiments()) CHECK_MESSAGE(e.run, e.id);
+}
+
+TEST_CASE("E1: float16_master and mixed_bfloat16 end at fp32's accuracy") {
+  E1Options o;
+  o.mlp_steps = 200;
+  o.cnn_steps = 40;
+  o.batch = 32;
+  o.log_every = 20;
+  o.eval_every = 0;
+  o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
+  o.variant_ids = {"V0", "V2", "V5"};
+  o.fp32_seed_offsets = {};
+  const E1Result r = run_e1(o, small_fashion());
+  const RunResult& fp32 = by_id(r.mlp, "V0");
+  CHECK(fp32.final_accuracy > 0.7);
+  for (const char* id : {"V2", "V5"}) {
+    INFO(id << " MLP " << by_id(r.mlp, id).final_accuracy << " vs fp32 " << fp32.final_accuracy);
+    CHECK(std::fabs(by_id(r.mlp, id).final_accuracy - fp32.final_accuracy) < 0.02);
+  }
+  for (const RunResult& run : r.cnn) {
+    INFO(run.variant.id << " CNN " << run.final_accuracy);
+    CHECK(run.final_accuracy > 0.4);  // 40 steps: learning, far from converged
+  }
+  CHECK(accuracy_standard_error(0.9, 1000) == doctest::Approx(std::sqrt(0.09 / 1000)));
+  CHECK(fp32_seed_spread(r.mlp, {}) == 0);
+}
+
+TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exact, f16's flushes come on top") {
+  E3Options o;
+  o.image_steps = 40;
+  o.batch = 32;
+  o.log_every = 10;
+  o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
+  o.text_steps = 20;
+  o.text_batch = 16;
+  o.context = 16;
+  o.hidden = 32;
+  o.embed_dim = 16;
+  const E3Result r = run_e3(o, small_fashion(), small_text());
+  REQUIRE(r.models.size() == 3);
+  for (const E3Model& m : r.models) {
+    const GradientHistograms& h = m.run.histograms;
+    INFO(m.model);
+    REQUIRE(h.weights.size() == m.run.weight_names.size());
+    REQUIRE(!h.activations.empty());
+    for (const auto* all : {&h.weights, &h.activations})
+      for (const amp::GradientStats& stats : *all) {
+        std::int64_t binned = 0;
+        for (std::int64_t n : stats.histogram) binned += n;
+        CHECK(binned + stats.zero + stats.nonfinite == stats.count);  // every value is in one place
+        CHECK(fraction_below(stats, -24) >= stats.fraction(stats.f16_flushed));  // flushed ones are below 2^-24
+        CHECK(fraction_below(stats, amp::GradientStats::kMaxExponent + 1) == doctest::Approx(stats.fraction(binned)));
+      }
+    CHECK(m.run.log.size() == static_cast<std::size_t>(m.model == "char LSTM" ? 2 : 4));
+  }
+  // The MLP's hidden layers are ReLU: the gradient of a ReLU's input is exactly zero where the unit
+  // was off, so some activation gradients are zero in f32 already.
+  const GradientHistograms& mlp = r.models[0].run.histograms;
+  std::int64_t zeros = 0;
+  for (const amp::GradientStats& stats : mlp.activations) zeros += stats.zero;
+  CHECK(zeros > 0);
+  // Weight gradients of these small fp32 runs are mostly within f16's range.
+  for (const amp::GradientStats& stats : mlp.weights) CHECK(fraction_below(stats, -24) < 0.05);
+}
+
+TEST_CASE("E5: a text run scores bits per character; scaling keeps the logit gradients f16 would flush") {
+  E5Options o;
+  o.steps = 30;
+  o.batch = 16;
+  o.context = 16;
+  o.hidden = 32;
+  o.embed_dim = 16;
+  o.log_every = 10;
+  o.eval_every = 0;
+  o.lr = 1e-2;
+  o.variant_ids = {"V0", "V3"};
+  const E5Result r = run_e5(o, small_text());
+  const RunResult &fp32 = by_id(r.lstm, "V0"), &scaled = by_id(r.lstm, "V3");
+  const double uniform = std::log2(static_cast<double>(small_text()->vocab));
+  INFO("bits/char: fp32 " << fp32.final_bpc << ", S=128 " << scaled.final_bpc << ", uniform " << uniform);
+  CHECK(fp32.final_bpc < uniform - 0.5);  // it learned the text's statistics
+  CHECK(std::fabs(scaled.final_bpc - fp32.final_bpc) < 0.05);
+  CHECK(scaled.skipped_steps == 0);
+  // The mechanism: with the loss x 2^-16 (plain SGD), the logit gradients sink below f16's range, and
+  // only a matching loss scale keeps them.
+  auto sunk = [&](const Variant& v) {
+    return logit_flush_fraction(run(RunConfig{.variant = v, .make_model = char_lstm(small_text()->vocab, 16, 32),
+                                              .text = small_text(), .context = 16, .steps = 10, .batch = 16,
+                                              .lr = 0.5, .loss_multiplier = std::ldexp(1.0, -16), .log_every = 5,
+                                              .record_activation_gradients = true}));
+  };
+  const double unscaled = sunk(variant("V2")), matched = sunk(variant("V3", 65536));
+  INFO("logit gradients zero in f16 with the loss x 2^-16: unscaled " << unscaled << ", S = 2^16 " << matched);
+  CHECK(unscaled > 0.9);
+  CHECK(matched < 0.05);
+  // The tiny GPT path (on by default on a GPU) runs the same variants through the same loop.
+  o.gpt = true;
+  o.steps = 2;
+  o.gpt_steps = 4;
+  o.gpt_options = nn::GptOptions{.block_size = 16, .embed_dim = 16, .heads = 2, .layers = 1};
+  o.variant_ids = {"V0", "V4"};
+  const E5Result with_gpt = run_e5(o, small_text());
+  REQUIRE(with_gpt.gpt.size() == 2);
+  for (const RunResult& gpt : with_gpt.gpt) CHECK(std::isfinite(gpt.final_bpc));
+  mg::testing::check_error([] {
+    run(RunConfig{.variant = variant("V0"), .make_model = char_lstm(small_text()->vocab, 8, 8), .text = small_text(),
+                  .context = 8, .steps = 1, .adam = true, .loss_multiplier = 0.5});
+  }, "Adam");
+}
+
+TEST_CASE("E6: every variant trains; half-precision storage halves the activations") {
+  E6Options o;
+  o.steps = 6;
+  o.batch = 16;
+  o.log_every = 3;
+  o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
+  const E6Result r = run_e6(o, small_fashion(), nullptr);
+  REQUIRE(r.workloads.size() == 1);
+  const std::vector<RunResult>& runs = r.workloads[0].runs;
+  REQUIRE(runs.size() == 7);
+  const RunResult& fp32 = by_id(runs, "V0");
+  REQUIRE(fp32.activation_bytes > 0);
+  for (const RunResult& run : runs) {
+    INFO(run.variant.id << ": activations " << run.activation_bytes << " vs fp32 " << fp32.activation_bytes
+                        << ", state " << run.state_bytes << ", peak " << run.peak_bytes);
+    CHECK(run.items_per_second > 0);
+    CHECK(run.peak_bytes >= run.state_bytes + run.activation_bytes);
+    if (run.variant.id == "V0") continue;
+    // Every other variant stores its activations in 16 bits: about half, never more than 60%.
+    const double ratio = static_cast<double>(run.activation_bytes) / static_cast<double>(fp32.activation_bytes);
+    CHECK(ratio > 0.4);
+    CHECK(ratio < 0.6);
+  }
+  // The master copy costs state: f16 weights plus f32 masters hold more than f32 weights alone.
+  CHECK(by_id(runs, "V2").state_bytes > fp32.state_bytes);
+  CHECK(by_id(runs, "V1").state_bytes < fp32.state_bytes);
+
+  // The larger workloads (on by default on a GPU): a wider CNN and the tiny GPT, in tokens per second.
+  o.variant_ids = {"V0"};
+  o.large = true;
+  o.large_cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 4, .hidden = 16};
+  o.large_steps = o.gpt_steps = 6;
+  o.large_batch = o.gpt_batch = 8;
+  o.gpt = nn::GptOptions{.block_size = 16, .embed_dim = 16, .heads = 2, .layers = 1};
+  o.large_variant_ids = {"V0", "V2"};
+  mg::testing::check_error([&] { run_e6(o, small_fashion(), nullptr); }, "tiny GPT");
+  const E6Result large = run_e6(o, small_fashion(), small_text());
+  REQUIRE(large.workloads.size() == 3);
+  CHECK(large.workloads[2].unit == "tokens");
+  for (const RunResult& run : large.workloads[2].runs) CHECK(std::isfinite(run.final_bpc));
 }

@@ -20,15 +20,9 @@ std::string paper_expectation(const std::string& id) {
   return "-";
 }
 
-const RunResult* find(const std::vector<RunResult>& runs, const std::string& id) {
-  for (const RunResult& r : runs)
-    if (r.variant.id == id) return &r;
-  return nullptr;
-}
-
 // One sentence for one schedule: does pure f16 lose its updates and accuracy, and does the master copy restore parity?
 std::string verdict_for(const std::string& schedule, const std::vector<RunResult>& runs) {
-  const RunResult *fp32 = find(runs, "V0"), *pure = find(runs, "V1"), *master = find(runs, "V2");
+  const RunResult *fp32 = find_run(runs, "V0"), *pure = find_run(runs, "V1"), *master = find_run(runs, "V2");
   if (!fp32 || !pure || !master) return fmt::format("{}: V0, V1 and V2 are needed for a verdict.", schedule);
   const double gap_pure = fp32->final_accuracy - pure->final_accuracy;
   const double gap_master = std::fabs(fp32->final_accuracy - master->final_accuracy);
@@ -115,8 +109,8 @@ Section e2_section(const E2Result& r, Report& report) {
   Table table{.header = {"variant", "accuracy (" + constant + ")", "lost updates (constant)",
                          "accuracy (" + decaying + ")", "lost updates (decaying)", "vs fp32 (constant / decaying)",
                          "the paper"}};
-  const RunResult* fp32_constant = find(r.constant_lr, "V0");
-  const RunResult* fp32_decaying = find(r.decaying_lr, "V0");
+  const RunResult* fp32_constant = find_run(r.constant_lr, "V0");
+  const RunResult* fp32_decaying = find_run(r.decaying_lr, "V0");
   for (std::size_t i = 0; i < r.constant_lr.size(); ++i) {
     const RunResult &c = r.constant_lr[i], &d = r.decaying_lr[i];
     const std::string versus =

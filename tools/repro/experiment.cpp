@@ -13,6 +13,11 @@ std::shared_ptr<const ImageData> Context::fashion_mnist(std::int64_t train_examp
   return slot;
 }
 
+std::shared_ptr<const TextData> Context::kjv(std::int64_t train_chars, std::int64_t validation_chars) {
+  if (!kjv_corpus_) kjv_corpus_ = std::make_shared<const data::TextCorpus>(data::kjv_corpus());
+  return text_subset(*kjv_corpus_, train_chars, validation_chars);
+}
+
 void Context::progress(const std::string& line) const {
   static const auto start = std::chrono::steady_clock::now();
   if (quiet) return;

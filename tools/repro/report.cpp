@@ -121,10 +121,20 @@ void Report::make_plot(const Plot& plot) {
            << "set grid\nset key outside right top\n";
     if (plot.log_x) script << "set logscale x 2\n";
     if (plot.log_y) script << "set logscale y 10\n";
+    if (plot.x_min < plot.x_max) script << fmt::format("set xrange [{:.9g}:{:.9g}]\n", plot.x_min, plot.x_max);
+    for (std::size_t i = 0; i < plot.bands.size(); ++i) {
+      const Band& b = plot.bands[i];
+      script << fmt::format("set object {} rect from {:.9g}, graph 0 to {:.9g}, graph 1 behind fc rgb {} "
+                            "fs transparent solid 0.18 noborder\n", i + 1, b.from, b.to, gp_string(b.color))
+             << fmt::format("set label {} {} at {:.9g}, graph 0.96 center font 'sans,9'\n", i + 1, gp_string(b.label),
+                            (b.from + b.to) / 2);
+    }
+    const std::string line_style = plot.steps ? "histeps" : plot.points ? "linespoints" : "lines";
     script << "plot ";
     for (std::size_t i = 0; i < plot.series.size(); ++i)
       script << (i ? ", \\\n     " : "") << gp_string(plot.name + ".dat") << " index " << i << " using 1:2 with "
-             << (plot.points ? "linespoints" : "lines") << " lw 2 title " << gp_string(plot.series[i].name);
+             << (plot.series[i].markers ? "points pt 7 ps 1.2" : line_style + " lw 2") << " title "
+             << gp_string(plot.series[i].name);
     script << "\n";
   }
   if (!have_gnuplot_) return;
@@ -149,18 +159,13 @@ std::string Report::write(const std::string& preamble) const {
   if (!have_gnuplot_)
     md += "> **No plots:** gnuplot was not found when this report was made. The `.gp` scripts and `.dat` files are "
           "here; install the Debian package `gnuplot-nox` and run `gnuplot NAME.gp` in this folder to draw them.\n\n";
-  Table summary{.header = {"experiment", "paper", "status", "verdict"}};
+  Table summary{.header = {"experiment", "paper", "verdict"}};
   for (const Section& s : sections_)
-    summary.rows.push_back({"[" + s.id + " " + s.title + "](#" + s.id + ")", s.reference,
-                            s.pending ? "**pending** (not implemented yet)" : "ran", s.pending ? "-" : s.verdict});
+    summary.rows.push_back({"[" + s.id + " " + s.title + "](#" + s.id + ")", s.reference, s.verdict});
   md += summary.markdown() + "\n";
   for (const Section& s : sections_) {
     md += fmt::format("<a id=\"{}\"></a>\n## {} — {} ({})\n\n", s.id, s.id, s.title, s.reference);
     md += "**The paper's claim.** " + s.claim + "\n\n";
-    if (s.pending) {
-      md += "**Pending:** this experiment is not implemented yet in `mixgrad repro`; no numbers were measured.\n\n";
-      continue;
-    }
     if (!s.setup.empty()) md += "**What ran here.** " + s.setup + "\n\n";
     for (const Table& table : s.tables) md += table.markdown() + "\n";
     md += "**Verdict.** " + s.verdict + "\n\n";

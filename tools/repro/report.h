@@ -2,8 +2,7 @@
 //
 // An experiment fills a Section (the paper's claim, tables of measured numbers beside the paper's,
 // a verdict, plots) and writes its raw numbers with Report::write_csv; repro.cpp adds each Section
-// to the Report and calls write() once at the end, so report.md lists every experiment asked for,
-// pending ones included.
+// to the Report and calls write() once at the end, so report.md lists every experiment asked for.
 //
 // Plots are made with gnuplot (Debian package gnuplot-nox, terminal pngcairo): for each plot the
 // report folder gets NAME.dat (the series, one gnuplot data block each), NAME.gp (the script, so a
@@ -29,6 +28,14 @@ struct Table {
 struct Series {
   std::string name{};  // the legend entry
   std::vector<double> x{}, y{};
+  bool markers = false;  // points only, no line (events such as skipped steps)
+};
+
+// A shaded range of x with a label at its top: the f16 ranges behind a histogram of exponents.
+struct Band {
+  double from = 0, to = 0;
+  std::string label{};
+  std::string color = "#999999";  // a gnuplot rgb colour
 };
 
 struct Plot {
@@ -36,6 +43,9 @@ struct Plot {
   std::string title{}, x_label{}, y_label{};
   bool log_x = false, log_y = false;  // log-scale axes (base 2 for x, base 10 for y)
   bool points = false;                // points and lines (few x values), else lines
+  bool steps = false;                 // a histogram outline (x = bin centres), else lines
+  double x_min = 0, x_max = 0;        // the x range when x_min < x_max, else gnuplot's choice
+  std::vector<Band> bands{};
   std::vector<Series> series{};
 };
 
@@ -49,7 +59,6 @@ struct Section {
   std::string verdict{};    // one or two sentences: reproduced or not, and why
   std::vector<Plot> plots{};
   std::vector<std::string> csv_files{};  // names of the CSVs with this section's numbers
-  bool pending = false;   // not implemented yet: the report lists it as pending
 };
 
 class Report {

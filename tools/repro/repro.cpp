@@ -7,18 +7,16 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "tools/repro/e1_parity.h"
 #include "tools/repro/e2_master_weights.h"
+#include "tools/repro/e3_histograms.h"
 #include "tools/repro/e4_loss_scaling.h"
+#include "tools/repro/e5_language_model.h"
+#include "tools/repro/e6_speed_memory.h"
 
 namespace mg::tools::repro {
 
 namespace {
-
-// An experiment still to be written: its claim is known, so the report can say what it will show.
-Experiment pending(std::string id, std::string title, std::string reference, std::string claim) {
-  return Experiment{.id = std::move(id), .title = std::move(title), .reference = std::move(reference),
-                    .claim = std::move(claim), .run = {}};
-}
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -32,22 +30,7 @@ std::string utc_now() {
 }  // namespace
 
 std::vector<Experiment> experiments() {
-  return {
-      pending("E1", "Parity", "Table 1",
-              "ImageNet CNNs trained in mixed precision (FP16 storage and math, FP32 master weights) match FP32 "
-              "top-1 accuracy within a few tenths of a point (e.g. ResNet-50 75.92 -> 76.04), without loss scaling."),
-      e2_experiment(),
-      pending("E3", "Gradient histograms", "Figures 2b and 3",
-              "About 5% of the weight gradients of a speech model have exponents below -24 (zero in FP16); in SSD, "
-              "67% of activation-gradient values are zero and many non-zero ones lie below 2^-24."),
-      e4_experiment(),
-      pending("E5", "bigLSTM", "Figure 5",
-              "A language model (bigLSTM) diverges after ~300K iterations with loss scale 1; with S = 128 it "
-              "matches FP32's training curve."),
-      pending("E6", "Speed and memory", "§1, §5",
-              "Half-precision math is 2-8x faster on the GPUs of the time and memory use is nearly halved "
-              "(activations dominate)."),
-  };
+  return {e1_experiment(), e2_experiment(), e3_experiment(), e4_experiment(), e5_experiment(), e6_experiment()};
 }
 
 void add_repro_flags(CLI::App& c, ReproOptions& o) {
@@ -76,12 +59,6 @@ std::string run_repro(const ReproOptions& o) {
   Report report(o.out);
   const auto start = std::chrono::steady_clock::now();
   for (const Experiment& e : chosen) {
-    if (!e.run) {
-      context.progress(fmt::format("{} ({}, {}): not implemented yet; listed as pending in the report", e.id, e.title,
-                                   e.reference));
-      report.add(Section{.id = e.id, .title = e.title, .reference = e.reference, .claim = e.claim, .pending = true});
-      continue;
-    }
     context.progress(fmt::format("{} ({}, {}): running", e.id, e.title, e.reference));
     report.add(e.run(context, report));
   }

@@ -4,8 +4,7 @@
 //   mixgrad repro --experiment E4 --preset full --device cuda --out repro-full --seed 1
 //
 // Each experiment (E1..E6, experiment.h) trains the same model in several precision variants
-// (variants.h) from one seed, and fills one section of DIR/report.md. Experiments not implemented
-// yet print "not implemented yet" and appear in the report as pending.
+// (variants.h) from one seed, and fills one section of DIR/report.md.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +28,7 @@ struct ReproOptions {
   bool quiet = false;
 };
 
-// Every experiment, E1..E6, in order; those not implemented yet have an empty run.
+// Every experiment, E1..E6, in order.
 std::vector<Experiment> experiments();
 
 // Registers the flags on `command` (the repro subcommand), with help texts and value checks.

@@ -14,10 +14,17 @@ std::string cell(double value) { return std::isfinite(value) ? fmt::format("{:.9
 
 std::string legend(const Variant& variant) { return variant.id + " " + variant.name; }
 
+const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id) {
+  for (const RunResult& r : runs)
+    if (r.variant.id == id) return &r;
+  return nullptr;
+}
+
 std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_names) {
   std::vector<std::string> header{"experiment", "series", "variant", "variant_name", "loss_multiplier", "step", "loss",
                                   "lr", "scale", "skipped", "lost_update_fraction", "activation_zero_fraction",
-                                  "activation_zero_in_f16_fraction", "test_accuracy"};
+                                  "activation_zero_in_f16_fraction", "logit_zero_in_f16_fraction", "test_accuracy",
+                                  "validation_bpc"};
   for (const std::string& name : weight_names) header.push_back("weight_zero:" + name);
   for (const std::string& name : weight_names) header.push_back("weight_zero_in_f16:" + name);
   return header;
@@ -29,7 +36,9 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
     std::vector<std::string> row{experiment, series, run.variant.id, run.variant.name, cell(run.loss_multiplier),
                                  std::to_string(s.step), cell(s.loss), cell(s.lr), cell(s.scale), s.skipped ? "1" : "0",
                                  cell(s.lost_update_fraction), cell(s.activation_zero_fraction),
-                                 cell(s.activation_zero_in_f16_fraction), s.test_accuracy ? cell(*s.test_accuracy) : ""};
+                                 cell(s.activation_zero_in_f16_fraction), cell(s.logit_zero_in_f16_fraction),
+                                 s.test_accuracy ? cell(*s.test_accuracy) : "",
+                                 s.validation_bpc ? cell(*s.validation_bpc) : ""};
     if (with_weights) {
       for (std::size_t w = 0; w < run.weight_names.size(); ++w)
         row.push_back(w < s.weight_grad_zero_fraction.size() ? cell(s.weight_grad_zero_fraction[w]) : "");
@@ -42,14 +51,17 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
 
 std::vector<std::string> run_csv_header() {
   return {"experiment", "series", "variant", "variant_name", "description", "loss_multiplier", "final_accuracy",
-          "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds"};
+          "final_bpc", "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds",
+          "train_seconds", "items_per_second", "peak_bytes", "state_bytes", "activation_bytes"};
 }
 
 void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run) {
   rows.push_back({experiment, series, run.variant.id, run.variant.name, run.variant.description,
-                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_loss),
+                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_bpc), cell(run.final_loss),
                   cell(run.lost_update_fraction), std::to_string(run.skipped_steps), cell(run.final_scale),
-                  run.diverged ? "1" : "0", fmt::format("{:.2f}", run.seconds)});
+                  run.diverged ? "1" : "0", fmt::format("{:.2f}", run.seconds), fmt::format("{:.2f}", run.train_seconds),
+                  fmt::format("{:.0f}", run.items_per_second), std::to_string(run.peak_bytes),
+                  std::to_string(run.state_bytes), std::to_string(run.activation_bytes)});
 }
 
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value) {
@@ -67,6 +79,56 @@ Series accuracy_series(const RunResult& run) {
     if (s.test_accuracy) {
       series.x.push_back(static_cast<double>(s.step));
       series.y.push_back(100 * *s.test_accuracy);
+    }
+  return series;
+}
+
+Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs) {
+  Plot plot{.name = name, .title = title, .x_label = "step", .y_label = "loss scale", .log_y = true};
+  for (const RunResult* run : runs) {
+    Series scale{.name = legend(run->variant) + " scale"};
+    auto scale_at = [&](std::int64_t step) {  // the scale step `step` used
+      double value = run->scale_trajectory.empty() ? 1.0 : run->scale_trajectory.front().second;
+      for (const auto& [from, s] : run->scale_trajectory)
+        if (from <= step) value = s;
+      return value;
+    };
+    for (const auto& [step, s] : run->scale_trajectory) {  // a staircase: hold each value until the next change
+      if (!scale.x.empty()) {
+        scale.x.push_back(static_cast<double>(step));
+        scale.y.push_back(scale.y.back());
+      }
+      scale.x.push_back(static_cast<double>(step));
+      scale.y.push_back(s);
+    }
+    if (!run->log.empty() && !scale.y.empty()) {  // held to the last step
+      scale.x.push_back(static_cast<double>(run->log.back().step));
+      scale.y.push_back(scale.y.back());
+    }
+    plot.series.push_back(std::move(scale));
+    Series skipped{.name = legend(run->variant) + " skipped steps", .markers = true};
+    for (std::int64_t step : run->skipped_at) {
+      skipped.x.push_back(static_cast<double>(step));
+      skipped.y.push_back(scale_at(step));
+    }
+    if (!skipped.x.empty()) plot.series.push_back(std::move(skipped));
+  }
+  return plot;
+}
+
+std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& runs) {
+  std::vector<const RunResult*> scaled;
+  for (const RunResult& run : runs)
+    if (run.variant.recipe.loss_scaling != amp::LossScaling::None) scaled.push_back(&run);
+  return scaled;
+}
+
+Series bpc_series(const RunResult& run) {
+  Series series{.name = legend(run.variant)};
+  for (const StepLog& s : run.log)
+    if (s.validation_bpc) {
+      series.x.push_back(static_cast<double>(s.step));
+      series.y.push_back(*s.validation_bpc);
     }
   return series;
 }

@@ -1,10 +1,12 @@
 // RunResults as CSV rows and plot series: the common shape of every experiment's raw numbers.
 //
 // step CSV: experiment,series,variant,variant_name,loss_multiplier,step,loss,lr,scale,skipped,
-//           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,test_accuracy
+//           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,
+//           logit_zero_in_f16_fraction,test_accuracy,validation_bpc
 //           (+ one weight_zero:<name> and weight_zero_in_f16:<name> column per weight when asked)
 // run CSV:  experiment,series,variant,variant_name,description,loss_multiplier,final_accuracy,
-//           final_loss,lost_update_fraction,skipped_steps,final_scale,diverged,seconds
+//           final_bpc,final_loss,lost_update_fraction,skipped_steps,final_scale,diverged,seconds,
+//           train_seconds,items_per_second,peak_bytes,state_bytes,activation_bytes
 // Empty cells are values not measured (NaN).
 #pragma once
 
@@ -30,8 +32,17 @@ void append_run_row(Rows& rows, const std::string& experiment, const std::string
 // One curve per run, x = step: `value` of every logged step (NaN ones are gaps), named by the
 // variant ("V2 float16_master").
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value);
-// The test accuracy at every evaluated step.
+// The test accuracy (in %) at every evaluated step.
 Series accuracy_series(const RunResult& run);
+// The validation bits per character at every evaluated step (text runs).
+Series bpc_series(const RunResult& run);
+// The loss scale of each run over the steps (a step line on a log axis), with every skipped step
+// marked by a point: the scale trajectory of a GradScaler.
+Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs);
+// The runs whose variant scales the loss (V3, V4): the ones a scale plot shows.
+std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& runs);
+// The run of variant `id` in `runs`, or nullptr.
+const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id);
 // "V2 float16_master"
 std::string legend(const Variant& variant);
 

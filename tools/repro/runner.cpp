@@ -3,6 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "amp/diagnostics.h"
 #include "autograd/ops.h"
@@ -11,7 +15,12 @@
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/models.h"
+#include "optim/adam.h"
 #include "optim/sgd.h"
+
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/allocator.h"
+#endif
 
 namespace mg::tools::repro {
 
@@ -29,8 +38,6 @@ Tensor standardized(const Tensor& images) {
 
 // Accuracy on the test subset, under the variant's autocast, in chunks that bound the buffers.
 double test_accuracy(nn::Module& model, const ImageData& data, const amp::Recipe& recipe, Device device) {
-  NoGradGuard no_grad;
-  model.eval();
   std::int64_t correct = 0;
   const std::int64_t n = data.test_images.size(0), chunk = 500;
   for (std::int64_t begin = 0; begin < n; begin += chunk) {
@@ -44,8 +51,46 @@ double test_accuracy(nn::Module& model, const ImageData& data, const amp::Recipe
     const std::int32_t* label = data.test_labels.data<std::int32_t>() + begin;
     for (std::size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == label[i];
   }
-  model.train();
   return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+// Cross entropy of next-token logits [B, T, V] (or class logits [B, V]) against targets [B, T]
+// (or [B]): the mean over every position, in f32 (autocast's policy for losses).
+Tensor loss_of(const Tensor& logits, const Tensor& targets) {
+  return cast(cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1})), DType::F32);
+}
+
+// Bits per character over the validation tokens, in fixed non-overlapping windows of `context`.
+double validation_bpc(nn::Module& model, const TextData& text, std::int64_t context, const amp::Recipe& recipe,
+                      Device device) {
+  double nats = 0;
+  std::int64_t count = 0;
+  for (const data::TextBatch& b : data::sequential_batches(text.validation, 64, context)) {
+    amp::Autocast region = recipe.autocast();
+    nats += loss_of(model(b.inputs.to(device)), b.targets.to(device)).item() * static_cast<double>(b.targets.numel());
+    count += b.targets.numel();
+  }
+  return nats / static_cast<double>(count) / std::log(2.0);
+}
+
+// Bytes the allocator of `device` holds now, and the most it held since reset_peak(device).
+std::size_t allocated_bytes([[maybe_unused]] Device device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) return cuda::allocator().stats(device.index).allocated_bytes;
+#endif
+  return cpu_allocator().stats().allocated_bytes;
+}
+std::size_t peak_bytes([[maybe_unused]] Device device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) return cuda::allocator().stats(device.index).peak_allocated_bytes;
+#endif
+  return cpu_allocator().stats().peak_allocated_bytes;
+}
+void reset_peak([[maybe_unused]] Device device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) return cuda::allocator().reset_peak(device.index);
+#endif
+  cpu_allocator().reset_peak();
 }
 
 // Casts only move a gradient between dtypes (their output's gradient is the next op's input
@@ -61,7 +106,13 @@ std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
 
 void check_config(const RunConfig& c) {
   const char* what = "repro::run";
-  MG_CHECK(c.make_model && c.data, "{} ({}): needs make_model and data", what, c.variant.name);
+  MG_CHECK(c.make_model && (c.data != nullptr) != (c.text != nullptr), "{} ({}): needs make_model and exactly one of "
+           "data (images) and text", what, c.variant.name);
+  MG_CHECK(!c.text || (c.context >= 1 && c.text->train.numel() > c.context && c.text->validation.numel() > c.context),
+           "{} ({}): the text's training and validation tokens ({} and {}) must be longer than the context ({})", what,
+           c.variant.name, c.text ? c.text->train.numel() : 0, c.text ? c.text->validation.numel() : 0, c.context);
+  MG_CHECK(!c.adam || c.loss_multiplier == 1.0, "{} ({}): loss_multiplier ({}) compensates the learning rate of SGD "
+           "only; use 1 with Adam", what, c.variant.name, c.loss_multiplier);
   MG_CHECK(c.steps >= 1 && c.batch >= 1 && c.log_every >= 1, "{} ({}): steps, batch and log_every must be >= 1, got "
            "{}, {}, {}", what, c.variant.name, c.steps, c.batch, c.log_every);
   MG_CHECK(c.lr > 0 && c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier), "{} ({}): lr and loss_multiplier "
@@ -104,20 +155,86 @@ ModelFactory deep_tanh_mlp(std::int64_t depth, std::int64_t hidden) {
   };
 }
 
+namespace {
+
+// Where a run's batches come from: a shuffling DataLoader over images, or random text windows.
+// Either way a pair (inputs, targets) on the CPU, the same sequence for every variant.
+class Batches {
+ public:
+  explicit Batches(const RunConfig& c) {
+    if (c.data)
+      images_.emplace(c.data->train_images, c.data->train_labels,
+                      data::DataLoaderOptions{.batch_size = c.batch, .drop_last = true, .seed = c.seed});
+    else
+      text_.emplace(c.text->train, c.batch, c.context, c.seed);
+  }
+  data::Batch next() {
+    if (images_) return images_->next();
+    data::TextBatch b = text_->next();
+    return data::Batch{b.inputs, b.targets};
+  }
+
+ private:
+  std::optional<data::DataLoader> images_;
+  std::optional<data::TextBatcher> text_;
+};
+
+// Merges `stats` into slot i of a histogram list, naming the slot on first sight.
+void merge_into(std::vector<std::string>& names, std::vector<amp::GradientStats>& all, std::size_t i,
+                const std::string& name, const amp::GradientStats& stats) {
+  if (i == all.size()) {
+    names.push_back(name);
+    all.emplace_back();
+  }
+  all[i].merge(stats);
+}
+
+}  // namespace
+
+std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
+                                            std::int64_t validation_chars) {
+  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
+           "characters, got {} and {}", train_chars, validation_chars);
+  auto result = std::make_shared<TextData>();
+  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
+  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
+  result->vocab = corpus.vocab_size();
+  return result;
+}
+
+ModelFactory cnn_of(nn::CnnOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
+}
+
+ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
+  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
+  };
+}
+
+ModelFactory tiny_gpt(nn::GptOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::TinyGPT>(options, generator);
+  };
+}
+
 RunResult run(const RunConfig& c) {
   check_config(c);
   const auto start = std::chrono::steady_clock::now();
   const amp::Recipe& recipe = c.variant.recipe;
+  const std::size_t bytes_before = allocated_bytes(c.device);
+  reset_peak(c.device);
 
   // Same seed, same f32 initial weights and batch order for every variant; then the variant's dtype.
   Generator init(c.seed);
   std::shared_ptr<nn::Module> model = c.make_model(init);
   model->to(recipe.parameter_dtype);
   model->to(c.device);
-  data::DataLoader loader(c.data->train_images, c.data->train_labels,
-                          data::DataLoaderOptions{.batch_size = c.batch, .drop_last = true, .seed = c.seed});
+  Batches batches(c);
   const double lr = c.lr / c.loss_multiplier;
-  auto optimizer = recipe.make_optimizer(model->parameters(), [&](std::vector<Tensor> parameters) {
+  auto optimizer = recipe.make_optimizer(model->parameters(), [&](std::vector<Tensor> parameters)
+                                                                  -> std::unique_ptr<optim::Optimizer> {
+    if (c.adam) return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = lr});
     return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = lr, .momentum = c.momentum});
   });
   if (c.schedule) optimizer->set_schedule(c.schedule);
@@ -132,41 +249,75 @@ RunResult run(const RunConfig& c) {
       result.weight_names.push_back(name);
       weights.push_back(p);
     }
+  GradientHistograms& histograms = result.histograms;
+  if (c.record_histograms) histograms.weight_names = result.weight_names;
 
-  std::int64_t lost = 0, nonzero = 0;
+  // Test accuracy (images) or validation bits per character (text) into `entry`.
+  auto evaluate = [&](StepLog& entry) {
+    NoGradGuard no_grad;
+    model->eval();
+    if (c.data) entry.test_accuracy = test_accuracy(*model, *c.data, recipe, c.device);
+    else entry.validation_bpc = validation_bpc(*model, *c.text, c.context, recipe, c.device);
+    model->train();
+  };
+
+  std::int64_t lost = 0, nonzero = 0, timed_steps = 0;
+  double train_seconds = 0;
   for (std::int64_t step = 1; step <= c.steps; ++step) {
     const bool logged = step % c.log_every == 0 || step == c.steps;
     const bool evaluated = step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0);
-    data::Batch batch = loader.next();
+    const bool recording = logged && (c.record_activation_gradients || c.record_histograms);
+    const auto step_start = std::chrono::steady_clock::now();
+    data::Batch batch = batches.next();
     optimizer->zero_grad();
     Tensor loss;
+    const std::size_t before_forward = allocated_bytes(c.device);
     {
       amp::Autocast region = recipe.autocast();
-      loss = cast(cross_entropy(model->forward(batch.inputs.to(c.device)), batch.labels.to(c.device)), DType::F32);
+      loss = loss_of(model->forward(batch.inputs.to(c.device)), batch.labels.to(c.device));
+    }
+    if (step == c.steps) {
+      result.state_bytes = before_forward - std::min(bytes_before, before_forward);
+      result.activation_bytes = allocated_bytes(c.device) - std::min(before_forward, allocated_bytes(c.device));
     }
     StepLog entry{.step = step, .loss = loss.item(), .lr = optimizer->lr(), .scale = scaler.get_scale()};
     Tensor objective = c.loss_multiplier == 1.0 ? loss : mul(loss, c.loss_multiplier);
-    if (logged && c.record_activation_gradients) {
+    entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
+    if (recording) {
       amp::GradientRecorder recorder;  // watches this backward pass only
       backward(scaler.scale(objective));
       amp::GradientStats activations;
-      for (const auto& e : recorder.entries())
-        if (is_activation(e)) activations.merge(e.stats);
-      std::tie(entry.activation_zero_fraction, entry.activation_zero_in_f16_fraction) = zero_fractions(activations);
+      std::size_t slot = 0;
+      for (const auto& e : recorder.entries()) {
+        if (!is_activation(e)) continue;
+        if (slot == 0) entry.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
+        activations.merge(e.stats);
+        if (c.record_histograms)
+          merge_into(histograms.activation_names, histograms.activations, slot,
+                     fmt::format("{} {}", e.op, e.shape), e.stats);
+        ++slot;
+      }
+      if (c.record_activation_gradients)
+        std::tie(entry.activation_zero_fraction, entry.activation_zero_in_f16_fraction) = zero_fractions(activations);
     } else {
       backward(scaler.scale(objective));
-      entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = kNaN;
     }
-    if (logged && c.record_weight_gradients)
-      for (const Tensor& w : weights) {
-        const auto [zero, zero_in_f16] = w.grad().defined() ? zero_fractions(amp::gradient_stats(w.grad()))
-                                                            : std::pair{1.0, 1.0};
+    if (logged && (c.record_weight_gradients || c.record_histograms))
+      for (std::size_t w = 0; w < weights.size(); ++w) {
+        const amp::GradientStats stats = weights[w].grad().defined() ? amp::gradient_stats(weights[w].grad())
+                                                                     : amp::GradientStats{};
+        if (c.record_histograms) merge_into(histograms.weight_names, histograms.weights, w, result.weight_names[w], stats);
+        if (!c.record_weight_gradients) continue;
+        const auto [zero, zero_in_f16] = weights[w].grad().defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
         entry.weight_grad_zero_fraction.push_back(zero);
         entry.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
       }
     const bool stepped = scaler.step(*optimizer);
     scaler.update();
     entry.skipped = !stepped;
+    if (!stepped) result.skipped_at.push_back(step);
+    if (result.scale_trajectory.empty() || result.scale_trajectory.back().second != entry.scale)
+      result.scale_trajectory.emplace_back(step, entry.scale);
     entry.lost_update_fraction = kNaN;
     if (stepped) {
       const kernels::UpdateCount count = optimizer->last_update();
@@ -174,12 +325,19 @@ RunResult run(const RunConfig& c) {
       nonzero += count.nonzero;
       if (count.nonzero > 0) entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
     }
+    if (!recording && step > c.warmup_steps) {  // plain training steps (the loss's item() waited for the device)
+      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      ++timed_steps;
+    }
     result.diverged = result.diverged || !std::isfinite(entry.loss);
-    if (evaluated) entry.test_accuracy = test_accuracy(*model, *c.data, recipe, c.device);
+    if (step == c.steps) result.peak_bytes = peak_bytes(c.device) - std::min(bytes_before, peak_bytes(c.device));
+    if (evaluated) evaluate(entry);
     if (logged) result.log.push_back(std::move(entry));
   }
 
-  result.final_accuracy = result.log.back().test_accuracy.value_or(kNaN);
+  const StepLog& last = result.log.back();
+  result.final_accuracy = last.test_accuracy.value_or(kNaN);
+  result.final_bpc = last.validation_bpc.value_or(kNaN);
   const std::size_t tail = std::max<std::size_t>(1, result.log.size() / 10);
   double sum = 0;
   for (std::size_t i = result.log.size() - tail; i < result.log.size(); ++i) sum += result.log[i].loss;
@@ -187,6 +345,9 @@ RunResult run(const RunConfig& c) {
   result.skipped_steps = scaler.skipped_steps();
   result.final_scale = scaler.get_scale();
   result.lost_update_fraction = nonzero > 0 ? static_cast<double>(lost) / static_cast<double>(nonzero) : kNaN;
+  result.train_seconds = train_seconds;
+  const std::int64_t items_per_step = c.data ? c.batch : c.batch * c.context;
+  result.items_per_second = train_seconds > 0 ? static_cast<double>(timed_steps * items_per_step) / train_seconds : 0;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

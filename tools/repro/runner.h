@@ -1,5 +1,5 @@
-// One training run of a repro experiment: a model, a precision variant, plain SGD, and a record
-// of what the paper looks at, step by step.
+// One training run of a repro experiment: a model, a precision variant, SGD (or Adam), and a
+// record of what the paper looks at, step by step.
 //
 // Every run of an experiment shares the seed, so the variants start from the same weights (drawn
 // in f32 from Generator(seed), then stored in the variant's dtype) and see the same batches in
@@ -11,6 +11,9 @@
 //
 // The loop is tools/train.cpp's: { autocast: logits = model(x); loss = cross_entropy } then
 // backward(scaler.scale(loss * loss_multiplier)); scaler.step(optimizer); scaler.update().
+// Two kinds of data: Fashion-MNIST images (classification, scored by test accuracy) and a character
+// corpus (next-character prediction, the loss a mean over batch x time as the paper's bigLSTM,
+// scored by validation bits per character).
 // With --device cuda the model and each batch move to the GPU; the statistics are read back.
 #pragma once
 
@@ -23,7 +26,10 @@
 
 #include "core/device.h"
 #include "core/generator.h"
+#include "amp/diagnostics.h"
 #include "core/tensor.h"
+#include "data/text.h"
+#include "nn/models.h"
 #include "nn/module.h"
 #include "optim/schedule.h"
 #include "tools/repro/variants.h"
@@ -40,26 +46,42 @@ struct ImageData {
 // (from data/idx.h) when the data set is missing, with the package to install.
 std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_examples, std::int64_t test_examples);
 
+// A character corpus for the language-model runs: 1-D i32 token tensors on the CPU.
+struct TextData {
+  Tensor train{}, validation{};
+  std::int64_t vocab = 0;  // token ids are 0 .. vocab-1
+};
+
+// The first train_chars of the corpus's training split and the first validation_chars of its
+// validation split (all of a split when it is shorter).
+std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
+                                            std::int64_t validation_chars);
+
 // Builds the model in f32 on the CPU from `generator` (the run converts it afterwards).
 using ModelFactory = std::function<std::shared_ptr<nn::Module>(Generator& generator)>;
 
 struct RunConfig {
   Variant variant{};
   ModelFactory make_model{};
-  std::shared_ptr<const ImageData> data{};
+  std::shared_ptr<const ImageData> data{};  // an image run, or ...
+  std::shared_ptr<const TextData> text{};   // ... a language-model run: exactly one of the two
+  std::int64_t context = 64;                // text: characters per training window (T)
   std::int64_t steps = 300;
   std::int64_t batch = 128;
   double lr = 0.01;        // the base rate before loss_multiplier's compensation (below)
-  double momentum = 0.0;   // 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
+  bool adam = false;       // Adam (default betas and eps) instead of SGD; needs loss_multiplier 1
+  double momentum = 0.0;   // SGD's; 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
   optim::Schedule schedule{};  // a factor of the step count; empty: constant
   // The loss is multiplied by this before backward (and before any loss scaling), and the learning
   // rate divided by it: E4's loss x 2^-k with lr x 2^k. For SGD (with or without momentum) the f32
   // trajectory is then the same up to rounding, and exactly the same when it is a power of two.
   double loss_multiplier = 1.0;
   std::int64_t log_every = 10;   // a StepLog every N steps, and at the last step
-  std::int64_t eval_every = 0;   // test accuracy every N steps (a multiple of log_every); 0: at the end only
+  std::int64_t eval_every = 0;   // evaluate every N steps (a multiple of log_every); 0: at the end only
   bool record_activation_gradients = false;  // activation-gradient statistics at logged steps
   bool record_weight_gradients = false;      // per-weight gradient zero fractions at logged steps
+  bool record_histograms = false;            // RunResult::histograms, from the logged steps
+  std::int64_t warmup_steps = 5;  // steps left out of the throughput (first allocations, caches)
   std::uint64_t seed = 0;
   Device device = Device::cpu();
 };
@@ -79,11 +101,26 @@ struct StepLog {
   // NaN unless record_activation_gradients.
   double activation_zero_fraction = 0;
   double activation_zero_in_f16_fraction = 0;
+  // The gradient of the logits alone (what cross entropy hands back, scaled by the loss scale): the
+  // fraction that is zero once rounded to f16. NaN unless record_activation_gradients.
+  double logit_zero_in_f16_fraction = 0;
   // One per weight (parameter with >= 2 dims, RunResult::weight_names order): the fraction of its
   // gradient (the model's .grad, scaled by the loss scale) that is zero, and zero once in f16.
   // Empty unless record_weight_gradients.
   std::vector<double> weight_grad_zero_fraction{}, weight_grad_zero_in_f16_fraction{};
-  std::optional<double> test_accuracy{};  // at eval_every steps and at the last
+  std::optional<double> test_accuracy{};   // images: at eval_every steps and at the last
+  std::optional<double> validation_bpc{};  // text: bits per character on the validation tokens, likewise
+};
+
+// Gradient histograms (amp::GradientStats: log2|g| bins, zeros, what f16 would flush), each merged
+// over the logged steps of a run: the data of the paper's Figures 2b and 3.
+struct GradientHistograms {
+  std::vector<std::string> weight_names{};  // the weights (parameters with >= 2 dims)
+  std::vector<amp::GradientStats> weights{};
+  // One per op output of the backward pass, casts excepted, in the order backward visits them
+  // (the loss first): "linear [64, 256]".
+  std::vector<std::string> activation_names{};
+  std::vector<amp::GradientStats> activations{};
 };
 
 struct RunResult {
@@ -91,17 +128,35 @@ struct RunResult {
   double loss_multiplier = 1;
   std::vector<StepLog> log{};
   std::vector<std::string> weight_names{};  // the model's parameters with >= 2 dims, in model order
-  double final_accuracy = 0;              // on data->test_images after the last step
+  double final_accuracy = 0;              // on data->test_images after the last step (NaN for text)
+  double final_bpc = 0;                   // on text->validation after the last step (NaN for images)
   double final_loss = 0;                  // mean training loss over the last 10% of logged steps
   std::int64_t skipped_steps = 0;
+  std::vector<std::int64_t> skipped_at{};  // the steps the GradScaler skipped
+  // (step, scale that step used) at step 1 and wherever the scale changed: the loss-scale trajectory.
+  std::vector<std::pair<std::int64_t, double>> scale_trajectory{};
   double final_scale = 1;
   double lost_update_fraction = 0;  // over every step taken: sum of lost / sum of nonzero
   bool diverged = false;            // some training loss was inf or NaN
   double seconds = 0;               // wall time of the run, evaluation included
+  double train_seconds = 0;         // of the timed training steps: after warmup_steps, not recording, no evaluation
+  double items_per_second = 0;      // images or characters per second of train_seconds
+  // The most memory the run's allocator held at once during training (on its device), above what
+  // it held before the model was built: weights, master copies, gradients, optimizer state,
+  // activations, batches.
+  std::size_t peak_bytes = 0;
+  // Held at the last step just before the forward pass, above the same baseline: the model's state
+  // (weights, master copies, gradients, optimizer state) and the batch ...
+  std::size_t state_bytes = 0;
+  // ... and what the forward pass added to it: the activations the tape keeps for backward. Unlike
+  // peak_bytes, no transient workspace is in it (on a CPU, f16 operands widened to f32 for the GEMM).
+  std::size_t activation_bytes = 0;
+  GradientHistograms histograms{};  // empty unless record_histograms
 };
 
-// Trains a fresh model as `config` says and returns the record. Requires make_model, data, steps
-// >= 1, batch >= 1, lr > 0, log_every >= 1, loss_multiplier > 0; an mg::Error says which is wrong.
+// Trains a fresh model as `config` says and returns the record. Requires make_model, one of data and
+// text, steps >= 1, batch >= 1, lr > 0, log_every >= 1, loss_multiplier > 0 (and 1 with Adam); an
+// mg::Error says which is wrong.
 // A run that diverges is a result (diverged = true), not an error.
 RunResult run(const RunConfig& config);
 
@@ -111,5 +166,8 @@ std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator);  // the pa
 // layer multiplies the backward signal by about 1/sqrt(3), so the first layers' gradients are
 // orders of magnitude below the last ones'.
 ModelFactory deep_tanh_mlp(std::int64_t depth, std::int64_t hidden);
+ModelFactory cnn_of(nn::CnnOptions options);                // nn::cnn
+ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden);  // one layer
+ModelFactory tiny_gpt(nn::GptOptions options);              // nn::TinyGPT
 
 }  // namespace mg::tools::repro

@@ -1,0 +1,59 @@
+// E3, the paper's Figures 2b and 3: how small the gradients of an FP32 run are.
+//
+// FP32 runs of E1's MLP and CNN and of E5's character LSTM record, at every logged step, the
+// histogram of log2|g| (amp::GradientStats) of every weight gradient and of every activation
+// gradient (each op's output gradient in the backward pass), merged over the run. Shown against
+// f16's ranges: below 2^-24 a value is lost (rounds to zero, or to 2^-24 from [2^-25, 2^-24)),
+// in [2^-24, 2^-14) it keeps fewer than 10 mantissa bits (subnormal), from 65520 up it overflows.
+// Measured per layer: the fraction exactly zero in f32 (ReLU's zeros, for instance), the fraction
+// that rounding to f16 would make zero on top of those, and the fraction below 2^-24.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/repro/experiment.h"
+
+namespace mg::tools::repro {
+
+struct E3Options {
+  std::int64_t train_examples = 10000, test_examples = 1000;
+  std::int64_t image_steps = 300, batch = 64, log_every = 20;
+  double lr = 0.05, momentum = 0.9;
+  nn::CnnOptions cnn{.channels1 = 8, .channels2 = 16, .hidden = 64};
+  bool text = true;  // the LSTM too (needs the KJV text, or `text` data given to run_e3)
+  std::int64_t text_steps = 200, text_batch = 32, context = 64, embed_dim = 32, hidden = 128;
+  double text_lr = 2e-3;  // Adam, as E5
+  std::uint64_t seed = 0;
+  Device device = Device::cpu();
+};
+
+// The preset's sizes; seed and device are the caller's to set.
+E3Options e3_options(Preset preset);
+
+// One FP32 run's histograms, named for the report ("MLP").
+struct E3Model {
+  std::string model;
+  RunResult run;
+};
+
+struct E3Result {
+  E3Options options;
+  std::vector<E3Model> models{};  // MLP, CNN, and the LSTM when options.text
+};
+
+// Of the values `stats` counted, the fraction with |g| < 2^exponent (non-zero; zeros excluded).
+double fraction_below(const amp::GradientStats& stats, int exponent);
+
+// `text` may be null when !options.text.
+E3Result run_e3(const E3Options& options, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
+                const std::function<void(const std::string&)>& progress = {});
+
+// Writes e3_histograms.csv (one row per layer and exponent bin) and returns the section.
+Section e3_section(const E3Result& result, Report& report);
+
+Experiment e3_experiment();
+
+}  // namespace mg::tools::repro
