@@ -179,10 +179,10 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
     report.add(e2_section(run_e2(e2, small_fashion()), report));
     report.add(e4_section(run_e4(e4, small_fashion()), report));
     E3Options e3;
-    e3.image_steps = 10;
-    e3.log_every = 5;
-    e3.batch = 16;
-    e3.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
+    e3.images.mlp_steps = e3.images.cnn_steps = 10;
+    e3.images.batch = 16;
+    e3.images.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
+    e3.record_every = 5;
     e3.text = false;
     report.add(e3_section(run_e3(e3, small_fashion(), nullptr), report));
     report.write("test preamble");
@@ -263,15 +263,16 @@ TEST_CASE("E1: float16_master and mixed_bfloat16 end at fp32's accuracy") {
 
 TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exact, f16's flushes come on top") {
   E3Options o;
-  o.image_steps = 40;
-  o.batch = 32;
-  o.log_every = 10;
-  o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
-  o.text_steps = 20;
-  o.text_batch = 16;
-  o.context = 16;
-  o.hidden = 32;
-  o.embed_dim = 16;
+  o.images.mlp_steps = 40;
+  o.images.cnn_steps = 20;
+  o.images.batch = 32;
+  o.images.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
+  o.language.steps = 20;
+  o.language.batch = 16;
+  o.language.context = 16;
+  o.language.hidden = 32;
+  o.language.embed_dim = 16;
+  o.record_every = 10;
   const E3Result r = run_e3(o, small_fashion(), small_text());
   REQUIRE(r.models.size() == 3);
   for (const E3Model& m : r.models) {
@@ -287,8 +288,18 @@ TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exac
         CHECK(fraction_below(stats, -24) >= stats.fraction(stats.f16_flushed));  // flushed ones are below 2^-24
         CHECK(fraction_below(stats, amp::GradientStats::kMaxExponent + 1) == doctest::Approx(stats.fraction(binned)));
       }
-    CHECK(m.run.log.size() == static_cast<std::size_t>(m.model == "char LSTM" ? 2 : 4));
+    CHECK(h.weight_names.size() == h.weights.size());
+    CHECK(h.activation_names.size() == h.activations.size());
+    CHECK(m.run.log.size() == static_cast<std::size_t>(m.model == "MLP" ? 4 : 2));
   }
+  // Recording only observes: E3's MLP run is E1's fp32 run, step for step.
+  E1Options e1 = o.images;
+  e1.variant_ids = {"V0"};
+  e1.cnn_steps = 1;
+  e1.fp32_seed_offsets = {};
+  const RunResult& e1_mlp = run_e1(e1, small_fashion()).mlp.at(0);
+  CHECK(e1_mlp.final_accuracy == r.models[0].run.final_accuracy);
+  CHECK(e1_mlp.log.back().loss == r.models[0].run.log.back().loss);
   // The MLP's hidden layers are ReLU: the gradient of a ReLU's input is exactly zero where the unit
   // was off, so some activation gradients are zero in f32 already.
   const GradientHistograms& mlp = r.models[0].run.histograms;

@@ -74,14 +74,19 @@ E1Options e1_options(Preset preset) {
   return o;
 }
 
+RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> data, const ModelFactory& make,
+                        std::int64_t steps, const Variant& v, std::uint64_t seed) {
+  return RunConfig{.variant = v, .make_model = make, .data = std::move(data), .steps = steps, .batch = o.batch,
+                   .lr = o.lr, .momentum = o.momentum, .schedule = optim::cosine_decay(steps, o.min_lr_factor),
+                   .log_every = o.log_every, .eval_every = o.eval_every, .seed = seed, .device = o.device};
+}
+
 E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data,
                 const std::function<void(const std::string&)>& progress) {
   E1Result result{.options = o};
   auto train = [&](const std::string& model, const ModelFactory& make, std::int64_t steps, const Variant& v,
                    std::uint64_t seed) {
-    RunResult r = run(RunConfig{.variant = v, .make_model = make, .data = data, .steps = steps, .batch = o.batch,
-                                .lr = o.lr, .momentum = o.momentum, .schedule = optim::cosine_decay(steps, o.min_lr_factor),
-                                .log_every = o.log_every, .eval_every = o.eval_every, .seed = seed, .device = o.device});
+    RunResult r = run(e1_run_config(o, data, make, steps, v, seed));
     if (progress)
       progress(fmt::format("E1 {}: {} seed {} test accuracy {} ({} skipped steps, {:.1f} s)", model, legend(v), seed,
                            percent(r.final_accuracy), r.skipped_steps, r.seconds));

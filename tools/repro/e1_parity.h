@@ -50,6 +50,11 @@ double fp32_seed_spread(const std::vector<RunResult>& runs, const std::vector<Ru
 // One standard error of an accuracy p measured on n examples: sqrt(p (1 - p) / n).
 double accuracy_standard_error(double accuracy, std::int64_t examples);
 
+// One run of E1: `make` (the MLP or the CNN) for `steps` in variant `v` from `seed`. E3 records the
+// histograms of the same fp32 runs through it.
+RunConfig e1_run_config(const E1Options& options, std::shared_ptr<const ImageData> data, const ModelFactory& make,
+                        std::int64_t steps, const Variant& v, std::uint64_t seed);
+
 E1Result run_e1(const E1Options& options, std::shared_ptr<const ImageData> data,
                 const std::function<void(const std::string&)>& progress = {});
 

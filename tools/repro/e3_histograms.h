@@ -1,8 +1,9 @@
 // E3, the paper's Figures 2b and 3: how small the gradients of an FP32 run are.
 //
-// FP32 runs of E1's MLP and CNN and of E5's character LSTM record, at every logged step, the
-// histogram of log2|g| (amp::GradientStats) of every weight gradient and of every activation
-// gradient (each op's output gradient in the backward pass), merged over the run. Shown against
+// The fp32 runs of E1 (the MLP and the CNN) and of E5 (the character LSTM), run again with the
+// same configuration and seed (so the same trajectory: recording only observes), record at every
+// record_every-th step the histogram of log2|g| (amp::GradientStats) of every weight gradient and
+// of every activation gradient (each op's output gradient in the backward pass), merged over the run. Shown against
 // f16's ranges: below 2^-24 a value is lost (rounds to zero, or to 2^-24 from [2^-25, 2^-24)),
 // in [2^-24, 2^-14) it keeps fewer than 10 mantissa bits (subnormal), from 65520 up it overflows.
 // Measured per layer: the fraction exactly zero in f32 (ReLU's zeros, for instance), the fraction
@@ -14,24 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "tools/repro/e1_parity.h"
+#include "tools/repro/e5_language_model.h"
 #include "tools/repro/experiment.h"
 
 namespace mg::tools::repro {
 
 struct E3Options {
-  std::int64_t train_examples = 10000, test_examples = 1000;
-  std::int64_t image_steps = 300, batch = 64, log_every = 20;
-  double lr = 0.05, momentum = 0.9;
-  nn::CnnOptions cnn{.channels1 = 8, .channels2 = 16, .hidden = 64};
-  bool text = true;  // the LSTM too (needs the KJV text, or `text` data given to run_e3)
-  std::int64_t text_steps = 200, text_batch = 32, context = 64, embed_dim = 32, hidden = 128;
-  double text_lr = 2e-3;  // Adam, as E5
-  std::uint64_t seed = 0;
-  Device device = Device::cpu();
+  E1Options images{};   // the MLP and CNN runs (E1's fp32 ones)
+  E5Options language{}; // the LSTM run (E5's fp32 one)
+  bool text = true;     // the LSTM too (needs the KJV text, or `text` data given to run_e3)
+  std::int64_t record_every = 20;  // steps between recordings (all the gradients of one step each)
 };
 
-// The preset's sizes; seed and device are the caller's to set.
-E3Options e3_options(Preset preset);
+// E1's and E5's options for the preset and device, seed set.
+E3Options e3_options(Preset preset, Device device, std::uint64_t seed);
 
 // One FP32 run's histograms, named for the report ("MLP").
 struct E3Model {

@@ -69,9 +69,8 @@ std::string organic_verdict(const E4Result& r) {
          (fp32->final_accuracy < 0.2
               ? " The mechanism is reproduced, the consequence is not: fp32 itself does not learn this network (with "
                 "default init the input's signal fades layer by layer in the forward pass as the gradient does in the "
-                "backward one), so accuracy cannot separate the variants here. Shallower versions (8 to 16 layers, tried) either learn "
-                "with their gradients inside f16's range or do not learn at all; E5's language model is the organic "
-                "case of a model that learns while f16 flushes part of its gradients."
+                "backward one), so accuracy cannot separate the variants here. E5's language model is an organic case "
+                "that learns: there f16 flushes part of the logit gradients."
               : "");
 }
 

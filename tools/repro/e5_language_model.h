@@ -4,8 +4,8 @@
 // time as in the paper, Adam, in V0 fp32, V2 float16_master without scaling, V3 with the paper's
 // S = 128, V4 with the dynamic GradScaler and V5 mixed_bfloat16. The mean over B x T positions puts
 // a 1 / (B T) factor on every logit gradient (softmax - one-hot) / (B T): with B T = 2048, a
-// character the model gives probability below ~1.2e-4 has a gradient below 2^-24, and f16 flushes
-// it. Measured: validation bits per character over the run, and the fraction of logit-gradient
+// character the model gives probability below 2048 x 2^-25 (about 6e-5) has a gradient that
+// rounds to zero in f16. Measured: validation bits per character over the run, and the fraction of logit-gradient
 // values that are zero once rounded to f16 (what cross entropy hands back, loss scale included).
 // With --device cuda (or a forced options.gpt) the tiny GPT runs the same variants too.
 #pragma once
@@ -45,6 +45,11 @@ struct E5Result {
 
 // The mean over the logged steps of the fraction of logit-gradient values zero in f16.
 double logit_flush_fraction(const RunResult& run);
+
+// One run of E5 in variant `v`: the char LSTM, or with gpt the tiny GPT. E3 records the histograms
+// of the same fp32 LSTM run through it.
+RunConfig e5_run_config(const E5Options& options, std::shared_ptr<const TextData> text, const Variant& v,
+                        bool gpt = false);
 
 E5Result run_e5(const E5Options& options, std::shared_ptr<const TextData> text,
                 const std::function<void(const std::string&)>& progress = {});

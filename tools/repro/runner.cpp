@@ -20,6 +20,7 @@
 
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/allocator.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 namespace mg::tools::repro {
@@ -91,6 +92,16 @@ void reset_peak([[maybe_unused]] Device device) {
   if (device.is_cuda()) return cuda::allocator().reset_peak(device.index);
 #endif
   cpu_allocator().reset_peak();
+}
+// a - b, or 0 when b > a (byte counts are unsigned).
+std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
+
+// Waits until the device has done everything queued so far, so that a clock read after it times
+// the work (a GPU step's backward and update run after its loss reached the host).
+void wait_for([[maybe_unused]] Device device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize(device.index);
+#endif
 }
 
 // Casts only move a gradient between dtypes (their output's gradient is the next op's input
@@ -179,13 +190,16 @@ class Batches {
   std::optional<data::TextBatcher> text_;
 };
 
-// Merges `stats` into slot i of a histogram list, naming the slot on first sight.
+// Merges `stats` into slot i of a histogram list, naming the slot on first sight; every step of a
+// run has the same graph, so slot i must be the same tensor each time.
 void merge_into(std::vector<std::string>& names, std::vector<amp::GradientStats>& all, std::size_t i,
                 const std::string& name, const amp::GradientStats& stats) {
   if (i == all.size()) {
     names.push_back(name);
     all.emplace_back();
   }
+  MG_CHECK(i < all.size() && names[i] == name, "repro::run: gradient {} was '{}' at an earlier step and is '{}' now; "
+           "histograms merge steps of one unchanging graph", i, i < names.size() ? names[i] : "", name);
   all[i].merge(stats);
 }
 
@@ -250,7 +264,6 @@ RunResult run(const RunConfig& c) {
       weights.push_back(p);
     }
   GradientHistograms& histograms = result.histograms;
-  if (c.record_histograms) histograms.weight_names = result.weight_names;
 
   // Test accuracy (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
@@ -263,22 +276,25 @@ RunResult run(const RunConfig& c) {
 
   std::int64_t lost = 0, nonzero = 0, timed_steps = 0;
   double train_seconds = 0;
+  std::size_t train_peak = 0;  // the peak over training steps; evaluations are left out
   for (std::int64_t step = 1; step <= c.steps; ++step) {
     const bool logged = step % c.log_every == 0 || step == c.steps;
     const bool evaluated = step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0);
     const bool recording = logged && (c.record_activation_gradients || c.record_histograms);
+    const bool measuring = recording || (logged && c.record_weight_gradients);  // statistics cost time
     const auto step_start = std::chrono::steady_clock::now();
     data::Batch batch = batches.next();
-    optimizer->zero_grad();
+    const Tensor inputs = batch.inputs.to(c.device), targets = batch.labels.to(c.device);
+    optimizer->zero_grad();  // drops the gradients: they come back during backward
     Tensor loss;
     const std::size_t before_forward = allocated_bytes(c.device);
     {
       amp::Autocast region = recipe.autocast();
-      loss = loss_of(model->forward(batch.inputs.to(c.device)), batch.labels.to(c.device));
+      loss = loss_of(model->forward(inputs), targets);
     }
     if (step == c.steps) {
-      result.state_bytes = before_forward - std::min(bytes_before, before_forward);
-      result.activation_bytes = allocated_bytes(c.device) - std::min(before_forward, allocated_bytes(c.device));
+      result.state_bytes = above(before_forward, bytes_before);
+      result.activation_bytes = above(allocated_bytes(c.device), before_forward);
     }
     StepLog entry{.step = step, .loss = loss.item(), .lr = optimizer->lr(), .scale = scaler.get_scale()};
     Tensor objective = c.loss_multiplier == 1.0 ? loss : mul(loss, c.loss_multiplier);
@@ -325,15 +341,20 @@ RunResult run(const RunConfig& c) {
       nonzero += count.nonzero;
       if (count.nonzero > 0) entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
     }
-    if (!recording && step > c.warmup_steps) {  // plain training steps (the loss's item() waited for the device)
+    if (!measuring && step > c.warmup_steps) {  // plain training steps, done on the device too
+      wait_for(c.device);
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       ++timed_steps;
     }
     result.diverged = result.diverged || !std::isfinite(entry.loss);
-    if (step == c.steps) result.peak_bytes = peak_bytes(c.device) - std::min(bytes_before, peak_bytes(c.device));
-    if (evaluated) evaluate(entry);
+    if (evaluated) {  // the evaluation's buffers are not training memory: the peak restarts after it
+      train_peak = std::max(train_peak, above(peak_bytes(c.device), bytes_before));
+      evaluate(entry);
+      reset_peak(c.device);
+    }
     if (logged) result.log.push_back(std::move(entry));
   }
+  result.peak_bytes = train_peak;
 
   const StepLog& last = result.log.back();
   result.final_accuracy = last.test_accuracy.value_or(kNaN);

@@ -139,14 +139,15 @@ struct RunResult {
   double lost_update_fraction = 0;  // over every step taken: sum of lost / sum of nonzero
   bool diverged = false;            // some training loss was inf or NaN
   double seconds = 0;               // wall time of the run, evaluation included
-  double train_seconds = 0;         // of the timed training steps: after warmup_steps, not recording, no evaluation
+  double train_seconds = 0;         // of the timed steps: after warmup_steps, none that records statistics, no evaluation
   double items_per_second = 0;      // images or characters per second of train_seconds
-  // The most memory the run's allocator held at once during training (on its device), above what
-  // it held before the model was built: weights, master copies, gradients, optimizer state,
-  // activations, batches.
+  // The most memory the run's allocator held at once during the training steps (on its device,
+  // evaluations left out), above what it held before the model was built: weights, master copies,
+  // gradients, optimizer state, activations, batches, workspace.
   std::size_t peak_bytes = 0;
   // Held at the last step just before the forward pass, above the same baseline: the model's state
-  // (weights, master copies, gradients, optimizer state) and the batch ...
+  // (weights, master copies, optimizer state) and the batch; not the gradients, which zero_grad()
+  // has dropped and backward brings back (they are in peak_bytes) ...
   std::size_t state_bytes = 0;
   // ... and what the forward pass added to it: the activations the tape keeps for backward. Unlike
   // peak_bytes, no transient workspace is in it (on a CPU, f16 operands widened to f32 for the GEMM).

@@ -1,0 +1,13 @@
+# Made by `mixgrad repro`; run `gnuplot e5_validation_bpc_lstm.gp` in this folder to redraw.
+set terminal pngcairo size 900,540 noenhanced font 'sans,11'
+set output "e5_validation_bpc_lstm.png"
+set title "E5 char LSTM validation bits per character"
+set xlabel "step"
+set ylabel "bits per character"
+set grid
+set key outside right top
+plot "e5_validation_bpc_lstm.dat" index 0 using 1:2 with linespoints lw 2 title "V0 fp32", \
+     "e5_validation_bpc_lstm.dat" index 1 using 1:2 with linespoints lw 2 title "V2 float16_master", \
+     "e5_validation_bpc_lstm.dat" index 2 using 1:2 with linespoints lw 2 title "V3 float16_master_S128", \
+     "e5_validation_bpc_lstm.dat" index 3 using 1:2 with linespoints lw 2 title "V4 float16_dynamic", \
+     "e5_validation_bpc_lstm.dat" index 4 using 1:2 with linespoints lw 2 title "V5 mixed_bfloat16"
