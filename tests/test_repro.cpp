@@ -34,6 +34,12 @@ std::shared_ptr<const ImageData> small_fashion() {
   return data;
 }
 
+// For the cases that assert no accuracy: few test images, so the final evaluation costs little.
+std::shared_ptr<const ImageData> tiny_fashion() {
+  static auto data = load_fashion_mnist_subset(2000, 100);
+  return data;
+}
+
 // A character corpus that needs no package: sentences from a small vocabulary, in a fixed
 // pseudo-random order (an LCG), so the model has something to learn and every run sees the same text.
 std::shared_ptr<const TextData> small_text() {
@@ -152,7 +158,7 @@ TEST_CASE("E4 organic: a deep tanh MLP's first-layer gradients vanish in f16 unl
   o.variant_ids = {"V0"};
   o.organic = true;
   o.organic_steps = 40;
-  const E4Result r = run_e4(o, small_fashion());
+  const E4Result r = run_e4(o, tiny_fashion());
   REQUIRE(r.organic.size() == 3);
   auto first_layer_zeros = [](const RunResult& run) {
     return mean_over_log(run, [](const StepLog& s) { return s.weight_grad_zero_fraction.at(0); });
@@ -176,15 +182,15 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   e4.organic_steps = 20;
   {
     Report report(tmp / "out");
-    report.add(e2_section(run_e2(e2, small_fashion()), report));
-    report.add(e4_section(run_e4(e4, small_fashion()), report));
+    report.add(e2_section(run_e2(e2, tiny_fashion()), report));
+    report.add(e4_section(run_e4(e4, tiny_fashion()), report));
     E3Options e3;
     e3.images.mlp_steps = e3.images.cnn_steps = 10;
     e3.images.batch = 16;
     e3.images.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
     e3.record_every = 5;
     e3.text = false;
-    report.add(e3_section(run_e3(e3, small_fashion(), nullptr), report));
+    report.add(e3_section(run_e3(e3, tiny_fashion(), nullptr), report));
     report.write("test preamble");
   }
   const fs::path out = tmp.path / "out";
@@ -273,7 +279,7 @@ TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exac
   o.language.hidden = 32;
   o.language.embed_dim = 16;
   o.record_every = 10;
-  const E3Result r = run_e3(o, small_fashion(), small_text());
+  const E3Result r = run_e3(o, tiny_fashion(), small_text());
   REQUIRE(r.models.size() == 3);
   for (const E3Model& m : r.models) {
     const GradientHistograms& h = m.run.histograms;
@@ -297,7 +303,8 @@ TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exac
   e1.variant_ids = {"V0"};
   e1.cnn_steps = 1;
   e1.fp32_seed_offsets = {};
-  const RunResult& e1_mlp = run_e1(e1, small_fashion()).mlp.at(0);
+  const E1Result e1_result = run_e1(e1, tiny_fashion());
+  const RunResult& e1_mlp = e1_result.mlp.at(0);
   CHECK(e1_mlp.final_accuracy == r.models[0].run.final_accuracy);
   CHECK(e1_mlp.log.back().loss == r.models[0].run.log.back().loss);
   // The MLP's hidden layers are ReLU: the gradient of a ReLU's input is exactly zero where the unit
@@ -361,7 +368,7 @@ TEST_CASE("E6: every variant trains; half-precision storage halves the activatio
   o.batch = 16;
   o.log_every = 3;
   o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
-  const E6Result r = run_e6(o, small_fashion(), nullptr);
+  const E6Result r = run_e6(o, tiny_fashion(), nullptr);
   REQUIRE(r.workloads.size() == 1);
   const std::vector<RunResult>& runs = r.workloads[0].runs;
   REQUIRE(runs.size() == 7);
@@ -390,8 +397,8 @@ TEST_CASE("E6: every variant trains; half-precision storage halves the activatio
   o.large_batch = o.gpt_batch = 8;
   o.gpt = nn::GptOptions{.block_size = 16, .embed_dim = 16, .heads = 2, .layers = 1};
   o.large_variant_ids = {"V0", "V2"};
-  mg::testing::check_error([&] { run_e6(o, small_fashion(), nullptr); }, "tiny GPT");
-  const E6Result large = run_e6(o, small_fashion(), small_text());
+  mg::testing::check_error([&] { run_e6(o, tiny_fashion(), nullptr); }, "tiny GPT");
+  const E6Result large = run_e6(o, tiny_fashion(), small_text());
   REQUIRE(large.workloads.size() == 3);
   CHECK(large.workloads[2].unit == "tokens");
   for (const RunResult& run : large.workloads[2].runs) CHECK(std::isfinite(run.final_bpc));

@@ -2,7 +2,8 @@
 //
 // An experiment fills a Section (the paper's claim, tables of measured numbers beside the paper's,
 // a verdict, plots) and writes its raw numbers with Report::write_csv; repro.cpp adds each Section
-// to the Report and calls write() once at the end, so report.md lists every experiment asked for.
+// to the Report and calls write() after each one, so report.md always lists every experiment done
+// so far (a long run stopped midway keeps them).
 //
 // Plots are made with gnuplot (Debian package gnuplot-nox, terminal pngcairo): for each plot the
 // report folder gets NAME.dat (the series, one gnuplot data block each), NAME.gp (the script, so a

@@ -58,19 +58,24 @@ std::string run_repro(const ReproOptions& o) {
   Context context(o.preset == "full" ? Preset::Full : Preset::Quick, device, o.seed, o.quiet);
   Report report(o.out);
   const auto start = std::chrono::steady_clock::now();
-  for (const Experiment& e : chosen) {
+  // report.md is rewritten after every experiment: a long run stopped midway keeps what it finished.
+  std::string path;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    const Experiment& e = chosen[i];
     context.progress(fmt::format("{} ({}, {}): running", e.id, e.title, e.reference));
     report.add(e.run(context, report));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string status =
+        i + 1 == chosen.size() ? "" : fmt::format(" **Incomplete:** {} of {} experiments so far.", i + 1, chosen.size());
+    path = report.write(fmt::format(
+        "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s.{} Paper: "
+        "Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740). Variants: V0 fp32, V1 "
+        "float16_pure, V2 float16_master without loss scaling, V3 float16_master with a static scale S, V4 "
+        "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure (tools/repro/variants.h). "
+        "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
+        "differs.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, status));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string preamble = fmt::format(
-      "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s. Paper: Micikevicius "
-      "et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740). Variants: V0 fp32, V1 float16_pure, V2 "
-      "float16_master without loss scaling, V3 float16_master with a static scale S, V4 float16_master with the "
-      "dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure (tools/repro/variants.h). Every run of an experiment "
-      "starts from the same weights and sees the same batches; only the precision differs.",
-      o.experiment, o.preset, o.device, o.seed, utc_now(), seconds);
-  return report.write(preamble);
+  return path;
 }
 
 }  // namespace mg::tools::repro
