@@ -28,9 +28,9 @@
 
 #include "bench/timing.h"
 #include "kernels/gemm.h"
+#include "core/allocator.h"
 #include "mixgrad.h"
 #ifdef MG_WITH_CUDA
-#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/runtime.h"
 #endif
 #ifdef MG_BENCH_TORCH
@@ -88,16 +88,15 @@ class MixgradStep {
 };
 
 // Peak bytes the caching allocator handed out on the GPU during `step` (0 on the CPU).
-std::size_t peak_device_bytes([[maybe_unused]] Device device, const std::function<std::size_t()>& step) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) {
-    mg::cuda::allocator().reset_peak(device.index);
+std::size_t peak_device_bytes(Device device, const std::function<std::size_t()>& step) {
+  if (device.is_cpu()) {
     step();
-    return mg::cuda::allocator().stats(device.index).peak_allocated_bytes;
+    return 0;
   }
-#endif
+  Allocator& allocator = allocator_for(device);
+  allocator.reset_peak_on(device);
   step();
-  return 0;
+  return allocator.stats_on(device).peak_allocated_bytes;
 }
 
 struct Variant {

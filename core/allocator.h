@@ -38,6 +38,11 @@ class Allocator {
   // serves every GPU and needs the index; a CPU allocator ignores it.
   virtual void* allocate_on(Device /*device*/, std::size_t nbytes) { return allocate(nbytes); }
   virtual void deallocate_on(Device /*device*/, void* ptr, std::size_t nbytes) { deallocate(ptr, nbytes); }
+  // What it has handed out on one device, and a fresh peak there: how a caller measures the memory
+  // of some work on any device through allocator_for(device). An allocator without statistics
+  // reports zeros.
+  virtual AllocatorStats stats_on(Device /*device*/) const { return {}; }
+  virtual void reset_peak_on(Device /*device*/) {}
 };
 
 // A thread-safe caching allocator for host memory. Sizes are rounded up to a size class (four
@@ -52,6 +57,8 @@ class CachingCpuAllocator final : public Allocator {
 
   AllocatorStats stats() const;
   void reset_peak();
+  AllocatorStats stats_on(Device) const override { return stats(); }
+  void reset_peak_on(Device) override { reset_peak(); }
   void empty_cache();  // frees every cached (unused) block
 
   static std::size_t size_class(std::size_t nbytes);

@@ -19,6 +19,7 @@
 #include "optim/adam.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "tools/evaluation.h"
 #include "tools/progress.h"
 
 namespace mg::tools {
@@ -38,18 +39,8 @@ struct Task {
   std::string unit;
 };
 
-// logits [..., classes] and targets [...] -> the mean cross entropy, flattened over every position.
-Tensor loss_of(const Tensor& logits, const Tensor& targets) {
-  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
-}
-
-// Fashion-MNIST's pixel mean and standard deviation over the training set (of values in [0, 1]):
-// standardized inputs let the first layer start where its initialization assumes unit variance.
-constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
-
 std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
-  NoGradGuard no_grad;
-  set.images = div(sub(set.images, kPixelMean), kPixelStd);
+  set.images = standardize_pixels(set.images);
   return std::make_shared<data::LabeledImages>(std::move(set));
 }
 
@@ -70,23 +61,7 @@ Task image_task(const TrainOptions& o) {
   task.unit = "img";
   task.evaluate = [test_set, model = task.model, device = train_device(o)](TrainSummary summary,
                                                                            const amp::Recipe& recipe) {
-    NoGradGuard no_grad;
-    model->eval();
-    std::int64_t correct = 0;
-    const std::int64_t n = test_set->images.size(0), chunk = 250;  // bounds the im2col buffers
-    for (std::int64_t begin = 0; begin < n; begin += chunk) {
-      const std::int64_t end = std::min(begin + chunk, n);
-      Tensor logits;
-      {
-        amp::Autocast region = recipe.autocast();
-        logits = (*model)(test_set->images.slice(begin, end).to(device));
-      }
-      const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
-      const std::int32_t* label = test_set->labels.data<std::int32_t>() + begin;
-      for (std::size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == label[i];
-    }
-    model->train();
-    summary.test_accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    summary.test_accuracy = test_accuracy(*model, test_set->images, test_set->labels, recipe, device);
     return summary;
   };
   return task;
@@ -112,18 +87,7 @@ Task text_task(const TrainOptions& o) {
   task.unit = "char";
   task.evaluate = [corpus, model = task.model, context = o.context, device = train_device(o)](
                       TrainSummary summary, const amp::Recipe& recipe) {
-    NoGradGuard no_grad;
-    model->eval();
-    double nats = 0;
-    std::int64_t count = 0;
-    for (const data::TextBatch& b : data::sequential_batches(corpus->validation(), 64, context)) {
-      amp::Autocast region = recipe.autocast();
-      Tensor loss = loss_of((*model)(b.inputs.to(device)), b.targets.to(device));
-      nats += loss.item() * static_cast<double>(b.targets.numel());
-      count += b.targets.numel();
-    }
-    model->train();
-    summary.val_bits_per_char = nats / static_cast<double>(count) / std::log(2.0);
+    summary.val_bits_per_char = bits_per_char(*model, corpus->validation(), context, recipe, device);
     return summary;
   };
   return task;
@@ -190,7 +154,7 @@ TrainSummary train(const TrainOptions& o) {
     Tensor loss;
     {
       amp::Autocast region = recipe.autocast();
-      loss = cast(loss_of(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
+      loss = cast(mean_cross_entropy(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
     }
     const double lr = optimizer->lr();
     backward(scaler.scale(loss));

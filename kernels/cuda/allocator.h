@@ -28,6 +28,8 @@ class CachingCudaAllocator final : public Allocator {
 
   AllocatorStats stats(int device_index) const;
   void reset_peak(int device_index);
+  AllocatorStats stats_on(Device device) const override { return stats(device.index); }
+  void reset_peak_on(Device device) override { reset_peak(device.index); }
   void empty_cache();  // cudaFree of every cached (unused) block, on every device
 
  private:

@@ -10,6 +10,7 @@
 
 #include "amp/diagnostics.h"
 #include "autograd/ops.h"
+#include "core/allocator.h"
 #include "data/batches.h"
 #include "data/idx.h"
 #include "nn/activation.h"
@@ -17,9 +18,9 @@
 #include "nn/models.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tools/evaluation.h"
 
 #ifdef MG_WITH_CUDA
-#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -29,70 +30,15 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Fashion-MNIST's pixel mean and deviation over the training set (tools/train.cpp uses the same).
-constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
-
-Tensor standardized(const Tensor& images) {
-  NoGradGuard no_grad;
-  return div(sub(images, kPixelMean), kPixelStd);
-}
-
-// Accuracy on the test subset, under the variant's autocast, in chunks that bound the buffers.
-double test_accuracy(nn::Module& model, const ImageData& data, const amp::Recipe& recipe, Device device) {
-  std::int64_t correct = 0;
-  const std::int64_t n = data.test_images.size(0), chunk = 500;
-  for (std::int64_t begin = 0; begin < n; begin += chunk) {
-    const std::int64_t end = std::min(begin + chunk, n);
-    Tensor logits;
-    {
-      amp::Autocast region = recipe.autocast();
-      logits = model(data.test_images.slice(begin, end).to(device));
-    }
-    const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
-    const std::int32_t* label = data.test_labels.data<std::int32_t>() + begin;
-    for (std::size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == label[i];
-  }
-  return static_cast<double>(correct) / static_cast<double>(n);
-}
-
-// Cross entropy of next-token logits [B, T, V] (or class logits [B, V]) against targets [B, T]
-// (or [B]): the mean over every position, in f32 (autocast's policy for losses).
+// The mean cross entropy over every position, in f32 (autocast's policy for losses).
 Tensor loss_of(const Tensor& logits, const Tensor& targets) {
-  return cast(cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1})), DType::F32);
+  return cast(mean_cross_entropy(logits, targets), DType::F32);
 }
 
-// Bits per character over the validation tokens, in fixed non-overlapping windows of `context`.
-double validation_bpc(nn::Module& model, const TextData& text, std::int64_t context, const amp::Recipe& recipe,
-                      Device device) {
-  double nats = 0;
-  std::int64_t count = 0;
-  for (const data::TextBatch& b : data::sequential_batches(text.validation, 64, context)) {
-    amp::Autocast region = recipe.autocast();
-    nats += loss_of(model(b.inputs.to(device)), b.targets.to(device)).item() * static_cast<double>(b.targets.numel());
-    count += b.targets.numel();
-  }
-  return nats / static_cast<double>(count) / std::log(2.0);
-}
-
-// Bytes the allocator of `device` holds now, and the most it held since reset_peak(device).
-std::size_t allocated_bytes([[maybe_unused]] Device device) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) return cuda::allocator().stats(device.index).allocated_bytes;
-#endif
-  return cpu_allocator().stats().allocated_bytes;
-}
-std::size_t peak_bytes([[maybe_unused]] Device device) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) return cuda::allocator().stats(device.index).peak_allocated_bytes;
-#endif
-  return cpu_allocator().stats().peak_allocated_bytes;
-}
-void reset_peak([[maybe_unused]] Device device) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) return cuda::allocator().reset_peak(device.index);
-#endif
-  cpu_allocator().reset_peak();
-}
+// Bytes the allocator of `device` holds now, and the most it held since reset_peak_on(device).
+std::size_t allocated_bytes(Device device) { return allocator_for(device).stats_on(device).allocated_bytes; }
+std::size_t peak_bytes(Device device) { return allocator_for(device).stats_on(device).peak_allocated_bytes; }
+void reset_peak(Device device) { allocator_for(device).reset_peak_on(device); }
 // a - b, or 0 when b > a (byte counts are unsigned).
 std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
 
@@ -141,9 +87,9 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
   data::LabeledImages train = data::load_fashion_mnist(dir, data::Split::Train, train_examples);
   data::LabeledImages test = data::load_fashion_mnist(dir, data::Split::Test, test_examples);
   auto result = std::make_shared<ImageData>();
-  result->train_images = standardized(train.images);
+  result->train_images = standardize_pixels(train.images);
   result->train_labels = train.labels;
-  result->test_images = standardized(test.images);
+  result->test_images = standardize_pixels(test.images);
   result->test_labels = test.labels;
   return result;
 }
@@ -267,11 +213,8 @@ RunResult run(const RunConfig& c) {
 
   // Test accuracy (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
-    NoGradGuard no_grad;
-    model->eval();
-    if (c.data) entry.test_accuracy = test_accuracy(*model, *c.data, recipe, c.device);
-    else entry.validation_bpc = validation_bpc(*model, *c.text, c.context, recipe, c.device);
-    model->train();
+    if (c.data) entry.test_accuracy = test_accuracy(*model, c.data->test_images, c.data->test_labels, recipe, c.device);
+    else entry.validation_bpc = bits_per_char(*model, c.text->validation, c.context, recipe, c.device);
   };
 
   std::int64_t lost = 0, nonzero = 0, timed_steps = 0;

@@ -1,0 +1,102 @@
+// `mixgrad repro`'s machinery (tools/repro/): the variants, the report's files (report.md, CSVs,
+// gnuplot scripts and plots) and the command's refusals. The experiments' outcomes: test_repro.cpp.
+#include <cstdlib>
+#include <filesystem>
+
+#include "tests/repro_fixtures.h"
+#include "tests/temp_dir.h"
+#include "tests/testing.h"
+#include "tools/repro/e3_histograms.h"
+#include "tools/repro/repro.h"
+
+using namespace mg;
+using namespace mg::tools::repro;
+using namespace mg::testing::repro;
+using mg::testing::TempDir;
+
+TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss scaling") {
+  CHECK(variant("V0").recipe.name == "fp32");
+  CHECK(variant("V1").recipe.name == "float16_pure");
+  for (const char* id : {"V2", "V3", "V4"}) {
+    CHECK(variant(id).recipe.name == "float16_master");
+    CHECK(variant(id).recipe.master_weights);
+  }
+  CHECK(variant("V2").recipe.loss_scaling == amp::LossScaling::None);
+  CHECK(variant("V3", 256).recipe.loss_scaling == amp::LossScaling::Static);
+  CHECK(variant("V3", 256).make_scaler().get_scale() == 256);
+  CHECK(variant("V4").recipe.loss_scaling == amp::LossScaling::Dynamic);
+  CHECK(variant("V5").recipe.name == "mixed_bfloat16");
+  CHECK(variant("V6").recipe.name == "bfloat16_pure");
+  mg::testing::check_error([] { variant("V7"); }, "repro::variant");
+}
+
+TEST_CASE("the report: report.md with every experiment's section, CSVs with headers, plots when gnuplot exists") {
+  TempDir tmp;
+  E2Options e2 = small_e2();
+  e2.steps = 20;
+  e2.eval_every = 10;
+  E4Options e4 = small_e4();
+  e4.steps = 20;
+  e4.organic = true;
+  e4.organic_steps = 20;
+  {
+    Report report(tmp / "out");
+    report.add(e2_section(run_e2(e2, tiny_fashion()), report));
+    report.add(e4_section(run_e4(e4, tiny_fashion()), report));
+    E3Options e3;
+    e3.images.mlp_steps = e3.images.cnn_steps = 10;
+    e3.images.batch = 16;
+    e3.images.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
+    e3.record_every = 5;
+    e3.text = false;
+    report.add(e3_section(run_e3(e3, tiny_fashion(), nullptr), report));
+    report.write("test preamble");
+  }
+  const fs::path out = tmp.path / "out";
+  const std::string md = read(out / "report.md");
+  for (const char* needle : {"## E2", "Figure 2a", "## E3", "## E4", "Table 2", "**Verdict.**", "| k |", "test preamble"})
+    CHECK_MESSAGE(md.find(needle) != std::string::npos, needle);
+  for (const char* csv : {"e2_runs.csv", "e2_steps.csv", "e4_sweep_runs.csv", "e4_sweep_steps.csv",
+                          "e4_organic_runs.csv", "e4_organic_steps.csv"}) {
+    INFO(csv);
+    REQUIRE(fs::exists(out / csv));
+    const std::string text = read(out / csv);
+    CHECK(text.starts_with("experiment,series,variant,variant_name"));
+    CHECK(text.find(std::string(csv).starts_with("e2") ? "\nE2," : "\nE4,") != std::string::npos);
+  }
+  // E3's histograms: one bin per exponent and layer, plotted over f16's ranges shaded.
+  const std::string bins = read(out / "e3_histograms.csv");
+  CHECK(bins.starts_with("model,gradient,layer,exponent,values_in_bin,values"));
+  CHECK(bins.find("\nMLP,weight,") != std::string::npos);
+  const std::string histogram_script = read(out / "e3_weights_mlp.gp");
+  CHECK(histogram_script.find("f16 subnormal") != std::string::npos);
+  CHECK(histogram_script.find("set object 1 rect") != std::string::npos);
+  CHECK(histogram_script.find("histeps") != std::string::npos);
+  for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
+                           "e4_activation_zeros_by_k", "e4_organic_zeros_by_layer", "e3_weights_cnn",
+                           "e3_activations_mlp"}) {
+    CHECK(fs::exists(out / (std::string(plot) + ".gp")));
+    CHECK(fs::exists(out / (std::string(plot) + ".dat")));
+    if (have_gnuplot()) {
+      CHECK(fs::exists(out / (std::string(plot) + ".png")));
+      CHECK(md.find(std::string("](") + plot + ".png)") != std::string::npos);
+    }
+  }
+  if (!have_gnuplot()) {
+    MESSAGE("gnuplot is not installed: the PNG checks are skipped (apt-get install gnuplot-nox)");
+    CHECK(md.find("No plots") != std::string::npos);
+  }
+}
+
+TEST_CASE("run_repro: bad options are refused before anything runs") {
+  TempDir tmp;
+  mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E9", .out = tmp / "x", .quiet = true}); },
+                           "mixgrad repro");
+  mg::testing::check_error([&] { run_repro(ReproOptions{.preset = "huge", .out = tmp / "x", .quiet = true}); },
+                           "--preset");
+  if (cuda_device_count() == 0)
+    mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E1", .device = "cuda", .out = tmp / "y"}); },
+                             "mixgrad repro --device cuda");
+  CHECK(experiments().size() == 6);
+  for (const Experiment& e : experiments()) CHECK_MESSAGE(e.run, e.id);
+}

@@ -1,0 +1,70 @@
+#include "tools/evaluation.h"
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "data/batches.h"
+
+namespace mg::tools {
+
+namespace {
+
+// Eval mode and no tape for its lifetime; train mode again after.
+class Scoring {
+ public:
+  explicit Scoring(nn::Module& model) : model_(model) { model_.eval(); }
+  ~Scoring() { model_.train(); }
+  Scoring(const Scoring&) = delete;
+  Scoring& operator=(const Scoring&) = delete;
+
+ private:
+  nn::Module& model_;
+  NoGradGuard no_grad_;
+};
+
+}  // namespace
+
+Tensor standardize_pixels(const Tensor& images) {
+  NoGradGuard no_grad;
+  return div(sub(images, kPixelMean), kPixelStd);
+}
+
+Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
+  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
+}
+
+double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labels, const amp::Recipe& recipe,
+                     Device device) {
+  Scoring scoring(model);
+  std::int64_t correct = 0;
+  const std::int64_t n = images.size(0), chunk = 250;  // bounds the im2col buffers
+  for (std::int64_t begin = 0; begin < n; begin += chunk) {
+    const std::int64_t end = std::min(begin + chunk, n);
+    Tensor logits;
+    {
+      amp::Autocast region = recipe.autocast();
+      logits = model(images.slice(begin, end).to(device));
+    }
+    const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
+    const std::int32_t* label = labels.data<std::int32_t>() + begin;
+    for (std::size_t i = 0; i < predicted.size(); ++i) correct += predicted[i] == label[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+double bits_per_char(nn::Module& model, const Tensor& tokens, std::int64_t context, const amp::Recipe& recipe,
+                     Device device) {
+  Scoring scoring(model);
+  double nats = 0;
+  std::int64_t count = 0;
+  for (const data::TextBatch& b : data::sequential_batches(tokens, 64, context)) {
+    amp::Autocast region = recipe.autocast();
+    const Tensor loss = mean_cross_entropy(model(b.inputs.to(device)), b.targets.to(device));
+    nats += loss.item() * static_cast<double>(b.targets.numel());
+    count += b.targets.numel();
+  }
+  return nats / static_cast<double>(count) / std::log(2.0);
+}
+
+}  // namespace mg::tools
