@@ -33,6 +33,14 @@ bool built_with_cuda() {
 #endif
 }
 
+bool cuda_emulated() {
+#ifdef MG_CUDA_EMULATED
+  return true;
+#else
+  return false;
+#endif
+}
+
 void check_device_available(Device device, std::string_view context) {
   if (device.is_cpu()) return;
   MG_CHECK(built_with_cuda(), "{}: {} is not available: this build has no CUDA backend (configure with -DMG_CUDA=ON "

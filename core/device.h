@@ -27,8 +27,11 @@ struct Device {
 // or without a GPU. Tests that need a GPU skip with a message when this is 0.
 int cuda_device_count();
 inline bool cuda_is_available() { return cuda_device_count() > 0; }
-// True when this build contains the CUDA backend (MG_CUDA=AUTO found nvcc, or MG_CUDA=ON).
+// True when this build contains the CUDA backend (MG_CUDA=AUTO found nvcc, MG_CUDA=ON, or EMULATE).
 bool built_with_cuda();
+// True when that backend is the CUDA emulator (MG_CUDA=EMULATE): one device, whose kernels run on
+// the CPU to be checked, far slower than the CPU backend.
+bool cuda_emulated();
 // An mg::Error unless `device` is the CPU or a CUDA device this build and process can use. The
 // message starts with `context` ("CUDA allocator", "mg::to_device: cannot move [2] f32 to cuda:0")
 // and says what is missing: the backend, any GPU, or a device of that index.

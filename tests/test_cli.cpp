@@ -142,3 +142,48 @@ TEST_CASE("a resume that does not fit the run is refused and says why") {
   CHECK(past.status == 1);
   CHECK(past.output.find("already at step 2") != std::string::npos);
 }
+
+// On a GPU (or the CUDA emulator, which runs this in CI): the same run as on the CPU, step for step.
+// The losses differ only by the order of f32 sums and the last ulp of exp/tanh, which training
+// amplifies slowly: within the 8 f16 ulps that test_cuda_ops allows a 5-step run, over 20 steps.
+TEST_CASE("--device cuda trains the MLP as the CPU does: the same losses step by step, scale and accuracy") {
+  if (!mg::testing::have_gpu()) return;
+  TempDir tmp;
+  const std::string base = kSmallRun + " --steps 20 --precision mixed_float16";
+  struct Row {
+    double loss, scale;
+    int skipped;
+  };
+  const auto train = [&](const char* device) {
+    const auto log = tmp / fmt::format("{}.csv", device), summary = tmp / fmt::format("{}.json", device);
+    REQUIRE(mixgrad(base + fmt::format(" --device {} --log {} --summary {}", device, log, summary)).status == 0);
+    std::ifstream file(log);
+    std::string line;
+    std::getline(file, line);  // the header
+    std::vector<Row> rows;
+    while (std::getline(file, line)) {
+      std::istringstream fields(line);
+      std::string step, loss, lr, scale, skipped;
+      std::getline(fields, step, ',');
+      std::getline(fields, loss, ',');
+      std::getline(fields, lr, ',');
+      std::getline(fields, scale, ',');
+      std::getline(fields, skipped, ',');
+      rows.push_back({std::stod(loss), std::stod(scale), std::stoi(skipped)});
+    }
+    std::ifstream json(summary);
+    return std::pair{rows, nlohmann::json::parse(json)["test_accuracy"].get<double>()};
+  };
+  const auto [cpu, cpu_accuracy] = train("cpu");
+  const auto [gpu, gpu_accuracy] = train("cuda");
+  REQUIRE(cpu.size() == 20);
+  REQUIRE(gpu.size() == cpu.size());
+  for (std::size_t step = 0; step < cpu.size(); ++step) {
+    INFO("step " << step + 1);
+    CHECK(gpu[step].loss == doctest::Approx(cpu[step].loss).epsilon(8 * dtype_eps(DType::F16)));
+    CHECK(gpu[step].scale == cpu[step].scale);
+    CHECK(gpu[step].skipped == cpu[step].skipped);
+  }
+  CHECK(gpu.back().loss < gpu.front().loss);
+  CHECK(gpu_accuracy == doctest::Approx(cpu_accuracy).epsilon(0.02));
+}

@@ -92,7 +92,8 @@ void run_case(const OpCase& c, DType dtype) {
   compare("forward", gpu_out, cpu_out, dtype, c.factor);
   if (!c.differentiable) return;
   const Tensor weights = uniform(cpu_out.shape(), -1.0, 1.0, generator);
-  backward(sum(mul(cast(cpu_out, DType::F32), weights)));
+  // Both graphs are on this thread's tape, and a backward clears the whole tape: the first keeps it.
+  backward(sum(mul(cast(cpu_out, DType::F32), weights)), {.keep_tape = true});
   backward(sum(mul(cast(gpu_out, DType::F32), weights.to(Device::cuda()))));
   for (std::size_t i = 0; i < cpu_inputs.size(); ++i) {
     REQUIRE(gpu_inputs[i].grad().defined() == cpu_inputs[i].grad().defined());
@@ -202,7 +203,7 @@ TEST_CASE("cross entropy on a GPU matches the CPU, ignore_index and every reduct
       Tensor cpu_loss = cross_entropy(logits, labels, {.reduction = reduction});
       Tensor gpu_loss = cross_entropy(gpu_logits, labels.to(Device::cuda()), {.reduction = reduction});
       compare("loss", gpu_loss, cpu_loss, dtype, 8);
-      backward(cpu_loss);
+      backward(cpu_loss, {.keep_tape = true});  // the GPU graph is on the tape too
       backward(gpu_loss);
       compare("gradient", gpu_logits.grad(), logits.grad(), dtype, 8);
       logits.zero_grad();
@@ -226,7 +227,7 @@ TEST_CASE("embedding, dropout and the LSTM recurrence on a GPU match the CPU") {
     Tensor tokens = from_vector({3, 3, 10, 0, 3, 7, 7}, {7}, {.dtype = DType::I32});  // repeats accumulate
     Tensor cpu_rows = embedding(table, tokens), gpu_rows = embedding(gpu_table, tokens.to(Device::cuda()));
     compare("embedding", gpu_rows, cpu_rows, dtype, 0);
-    backward(sum(cast(cpu_rows, DType::F32)));
+    backward(sum(cast(cpu_rows, DType::F32)), {.keep_tape = true});  // the GPU graph is on the tape too
     backward(sum(cast(gpu_rows, DType::F32)));
     compare("embedding gradient", gpu_table.grad(), table.grad(), dtype, 1);
 
@@ -242,7 +243,7 @@ TEST_CASE("embedding, dropout and the LSTM recurrence on a GPU match the CPU") {
     Tensor cpu_hc = lstm_recurrence(cpu_in[0], cpu_in[1], cpu_in[2], cpu_in[3], cpu_in[4]);
     Tensor gpu_hc = lstm_recurrence(gpu_in[0], gpu_in[1], gpu_in[2], gpu_in[3], gpu_in[4]);
     compare("lstm", gpu_hc, cpu_hc, dtype, 4 * T);
-    backward(sum(cast(cpu_hc, DType::F32)));
+    backward(sum(cast(cpu_hc, DType::F32)), {.keep_tape = true});
     backward(sum(cast(gpu_hc, DType::F32)));
     for (std::size_t i = 0; i < cpu_in.size(); ++i)
       compare("lstm gradient " + std::to_string(i), gpu_in[i].grad(), cpu_in[i].grad(), dtype, 8 * T);

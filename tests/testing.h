@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +21,16 @@
 
 namespace mg::testing {
 
+// True when the suite runs with a reduced set of sizes (MG_TEST_REDUCED set): the GPU suites under
+// the sanitizers on the CUDA emulator, where a kernel runs about ten times slower than optimised.
+// A case that thins its sweep says what it keeps.
+inline bool reduced_sizes() {
+  const char* reduced = std::getenv("MG_TEST_REDUCED");
+  return reduced != nullptr && *reduced != '\0' && *reduced != '0';
+}
+
 // True when a CUDA device is visible. Otherwise the test case reports that it is skipped, and why
-// (CI builds the CUDA backend but has no GPU), and returns: `if (!have_gpu()) return;`.
+// (no GPU, and not the CUDA emulator build), and returns: `if (!have_gpu()) return;`.
 inline bool have_gpu() {
   if (cuda_device_count() > 0) return true;
   MESSAGE("skipped: no CUDA device visible; " << (built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend"));

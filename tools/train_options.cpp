@@ -6,6 +6,7 @@
 
 #include "amp/recipe.h"
 #include "core/error.h"
+#include "core/warning.h"
 
 namespace mg::tools {
 
@@ -53,7 +54,12 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.epochs > 0 || o.steps > 0, "mixgrad train: say how long to train: --epochs N or --steps N");
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
-  if (o.device == "cuda") check_device_available(Device::cuda(), "mixgrad train --device cuda");
+  if (o.device == "cuda") {
+    check_device_available(Device::cuda(), "mixgrad train --device cuda");
+    if (cuda_emulated())
+      warn("mixgrad train --device cuda: cuda:0 is the CUDA emulator of this build (-DMG_CUDA=EMULATE), which "
+           "runs the GPU kernels on the CPU to check them: a step takes hundreds of times as long as with --device cpu");
+  }
   for (const std::string* path : {&o.log, &o.save, &o.summary}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();

@@ -2,6 +2,9 @@
 
 #include "core/error.h"
 #include "kernels/cuda/runtime.h"
+#ifdef MG_CUDA_EMULATED
+#include "kernels/cuda/emulator/emulator.h"
+#endif
 
 namespace mg::cuda {
 
@@ -47,6 +50,9 @@ void* CachingCudaAllocator::allocate_on(Device device, std::size_t nbytes) {
   }
   p.stats.allocated_bytes += size;
   p.stats.peak_allocated_bytes = std::max(p.stats.peak_allocated_bytes, p.stats.allocated_bytes);
+#ifdef MG_CUDA_EMULATED
+  mg::emu::mark_in_use(block, nbytes);  // the size class's spare bytes: out of bounds to AddressSanitizer
+#endif
   return block;
 }
 
@@ -57,6 +63,9 @@ void CachingCudaAllocator::deallocate_on(Device device, void* ptr, std::size_t n
   Pool& p = pool(device.index);
   p.free_blocks[size].push_back(ptr);
   p.stats.allocated_bytes -= size;
+#ifdef MG_CUDA_EMULATED
+  mg::emu::mark_cached(ptr);  // a kernel that still reads the freed tensor is reported
+#endif
 }
 
 void* CachingCudaAllocator::allocate(std::size_t nbytes) {

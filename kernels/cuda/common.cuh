@@ -6,6 +6,10 @@
 //     picks it when the output lives on a GPU. Ops have checked shapes, dtypes and devices already.
 //   - Work is queued on the device's one stream (mg::cuda::stream) under a DeviceGuard; nothing here
 //     waits for the GPU. Scratch memory is a Tensor::empty on the same device (the caching allocator).
+//   - Kernels are launched with MG_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...) and
+//     declare shared memory with MG_SHARED / MG_DYNAMIC_SHARED (below), never <<<...>>> or __shared__:
+//     the same source then also compiles as host C++ for the CUDA emulator (kernels/cuda/emulator/),
+//     which defines these macros its own way.
 //   - Every launch is followed by MG_CUDA_LAUNCHED(), so a bad launch is an mg::Error at its source.
 //   - Values are loaded into float, computed in float and rounded once on store (RNE, subnormals
 //     kept): the same contract as the CPU, so results agree to the last bit wherever the order of
@@ -17,11 +21,26 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor.h"
 #include "kernels/cuda/runtime.h"
 
 #define MG_CUDA_LAUNCHED() MG_CUDA_CHECK(cudaGetLastError())
+
+#ifndef MG_CUDA_EMULATED
+// MG_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...); a kernel with template arguments goes
+// in parentheses: MG_LAUNCH((f<float, 4>), grid, block, 0, stream)(arguments...).
+#define MG_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
+// The same, for a kernel whose result may depend on the order its float atomics land in (the
+// emulator's race check does not compare its runs).
+#define MG_LAUNCH_UNORDERED(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
+// __shared__ variables: MG_SHARED(float[32], scratch) is `__shared__ float scratch[32]`.
+#define MG_SHARED(type, name) __shared__ std::type_identity_t<type> name
+#define MG_SHARED_ALIGNED(alignment, type, name) __shared__ __align__(alignment) std::type_identity_t<type> name
+// The launch's dynamic shared memory: `extern __shared__ type name[]`, aligned to 128 bytes.
+#define MG_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
+#endif
 
 namespace mg::kernels::cuda {
 
@@ -161,8 +180,14 @@ inline cudaStream_t stream_of(const Tensor& t) { return mg::cuda::stream(t.devic
 // over, never more than needed.
 inline unsigned blocks_for(std::int64_t n, int threads) {
   const std::int64_t wanted = (n + threads - 1) / threads;
-  constexpr std::int64_t kMaxBlocks = 132 * 32;  // H100: 132 SMs, 32 resident blocks of 64 threads each
-  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted < kMaxBlocks ? wanted : kMaxBlocks));
+#ifdef MG_CUDA_EMULATED
+  // Fewer: the loop then runs several rounds on the small inputs of the tests, as it does on a GPU
+  // on large ones (MG_EMULATOR_MAX_BLOCKS).
+  const std::int64_t max_blocks = ::mg::emu::grid_stride_block_cap();
+#else
+  constexpr std::int64_t max_blocks = 132 * 32;  // H100: 132 SMs, 32 resident blocks of 64 threads each
+#endif
+  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted < max_blocks ? wanted : max_blocks));
 }
 
 // A grid-stride loop index: for (auto i = first_index(); i < n; i += grid_stride()).

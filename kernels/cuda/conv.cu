@@ -71,7 +71,7 @@ void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
   mg::cuda::DeviceGuard guard(cols.device().index);
   visit_device_dtype(x.dtype(), "im2col", [&](auto zero) {
     using Bits = std::conditional_t<sizeof(zero) == 2, std::uint16_t, std::uint32_t>;  // moved, never read as numbers
-    im2col_kernel<<<blocks_for(cols.numel(), kBlock), kBlock, 0, stream_of(cols)>>>(
+    MG_LAUNCH(im2col_kernel, blocks_for(cols.numel(), kBlock), kBlock, 0, stream_of(cols))(
         device_ptr<Bits>(x), geometry_of(window), device_ptr<Bits>(cols));
     MG_CUDA_LAUNCHED();
   });
@@ -84,7 +84,7 @@ void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "col2im", [&](auto zero) {
     using T = decltype(zero);
-    col2im_kernel<<<blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx)>>>(
+    MG_LAUNCH(col2im_kernel, blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
         device_ptr<T>(cols), geometry_of(window), device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });

@@ -85,7 +85,7 @@ void cast(const Tensor& x, Tensor& out) {
     visit_device_dtype(out.dtype(), "cast", [&](auto to_zero) {
       using To = decltype(to_zero);
       const bool vectorized = aligned(x.data_ptr(), sizeof(Pack<From>)) && aligned(out.data_ptr(), sizeof(Pack<To>));
-      cast_kernel<<<blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out)>>>(
+      MG_LAUNCH(cast_kernel, blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out))(
           device_ptr<const From>(x), device_ptr<To>(out), n, vectorized);
     });
   });
@@ -113,7 +113,7 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_bits(out.dtype(), "permute", [&](auto zero) {
     using Bits = decltype(zero);
-    permute_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_of(out)>>>(device_ptr<const Bits>(x),
+    MG_LAUNCH(permute_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(out))(device_ptr<const Bits>(x),
                                                                             device_ptr<Bits>(out), plan, n);
   });
   MG_CUDA_LAUNCHED();
@@ -159,7 +159,7 @@ void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int
   const cudaStream_t stream = mg::cuda::stream(device.index);
   visit_bits(dtype, "fill", [&](auto zero) {
     using Bits = decltype(zero);
-    fill_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(static_cast<Bits*>(dst),
+    MG_LAUNCH(fill_kernel, blocks_for(count, kThreads), kThreads, 0, stream)(static_cast<Bits*>(dst),
                                                                      static_cast<Bits>(pattern), count);
   });
   MG_CUDA_LAUNCHED();

@@ -115,7 +115,7 @@ void launch(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f,
   if (flat) {
     bool vectorized = aligned(out.data_ptr(), sizeof(Pack<T>)) && aligned(in.first, sizeof(Pack<M>));
     for (std::size_t k = 1; k < N; ++k) vectorized = vectorized && aligned(in.rest[k - 1], sizeof(Pack<T>));
-    flat_kernel<<<blocks, kThreads, 0, stream_of(out)>>>(device_ptr<T>(out), in, n, vectorized, f);
+    MG_LAUNCH(flat_kernel, blocks, kThreads, 0, stream_of(out))(device_ptr<T>(out), in, n, vectorized, f);
   } else {
     MG_CHECK(plan.sizes.size() <= static_cast<std::size_t>(kMaxDims),
              "CUDA kernel {}: broadcasting to {} needs {} loop dims, more than the {} the kernel takes; "
@@ -126,7 +126,7 @@ void launch(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f,
       device_plan.sizes[d] = plan.sizes[static_cast<std::size_t>(d)];
       for (std::size_t k = 0; k < N; ++k) device_plan.strides[d][k] = plan.strides[static_cast<std::size_t>(d)][k + 1];
     }
-    broadcast_kernel<<<blocks, kThreads, 0, stream_of(out)>>>(device_ptr<T>(out), in, device_plan, n, f);
+    MG_LAUNCH(broadcast_kernel, blocks, kThreads, 0, stream_of(out))(device_ptr<T>(out), in, device_plan, n, f);
   }
   MG_CUDA_LAUNCHED();
 }

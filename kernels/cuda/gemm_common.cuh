@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(GemmArgs<In, Ou
 template <class In, class Out>
 void launch_sum_slices(const GemmArgs<In, Out>& args, cudaStream_t stream) {
   const std::int64_t count = static_cast<std::int64_t>(args.batch) * args.m * args.n;
-  sum_slices_kernel<In, Out><<<blocks_for(count, kSumThreads), kSumThreads, 0, stream>>>(args);
+  MG_LAUNCH((sum_slices_kernel<In, Out>), blocks_for(count, kSumThreads), kSumThreads, 0, stream)(args);
   MG_CUDA_LAUNCHED();
 }
 

@@ -77,8 +77,8 @@ __device__ __forceinline__ void store_slice(float (*slice)[kTile], const float (
 template <bool kTransposeA, bool kTransposeB, bool kSplit>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gemm_f32_kernel(GemmArgs<float, float> args, bool vector_store) {
-  __shared__ __align__(16) float a_slice[2][kStep][kTile];  // op(A)^T: [k][m]
-  __shared__ __align__(16) float b_slice[2][kStep][kTile];  // op(B): [k][n]
+  MG_SHARED_ALIGNED(16, float[2][kStep][kTile], a_slice);  // op(A)^T: [k][m]
+  MG_SHARED_ALIGNED(16, float[2][kStep][kTile], b_slice);  // op(B): [k][n]
   constexpr bool kMajorA = kTransposeA, kMajorB = !kTransposeB;
 
   const int m = args.m, n = args.n, k = args.k;
@@ -159,7 +159,7 @@ template <bool kTransposeA, bool kTransposeB>
 void launch_layout(const GemmArgs<float, float>& args, bool vector_store, cudaStream_t stream) {
   const auto kernel = args.partial ? gemm_f32_kernel<kTransposeA, kTransposeB, true>
                                    : gemm_f32_kernel<kTransposeA, kTransposeB, false>;
-  kernel<<<gemm_grid(args, kTile, kTile), kThreads, 0, stream>>>(args, vector_store);
+  MG_LAUNCH(kernel, gemm_grid(args, kTile, kTile), kThreads, 0, stream)(args, vector_store);
   MG_CUDA_LAUNCHED();
 }
 

@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemm_common.cuh"
 
 namespace mg::kernels::cuda::wmma_pipelined {
@@ -71,7 +72,6 @@ constexpr int kBlocksPerSm = 2;                 // the launch bounds' promise; g
 constexpr int kStepBytes = 64;                  // of each row per k step
 template <class T>
 constexpr int kStepOf = kStepBytes / sizeof(T);  // k per step: 32 (f16/bf16) or 16 (f32)
-constexpr int kCopyBytes = 16;                  // one cp.async
 // Shared rows are 16 bytes longer than the data. A fragment load reads 8 rows of 16 bytes at once:
 // with rows of 64 bytes those land on 2 groups of 4 banks (a 4-way conflict), with 256 or 512 bytes
 // on one (8-way); with 80, 272 or 528 bytes they cover all 32 banks. 16 bytes also keeps every row
@@ -112,18 +112,7 @@ static_assert(((kTileN + kSkewC) * sizeof(float)) % 16 == 0 && (16 * (kTileN + k
 template <class T>
 constexpr int kSharedBytes = std::max(kStages * kStageBytes<T>, kAccumulatorBytes);
 
-// ---- cp.async (sm_80+) --------------------------------------------------------------------------
-
-// Copies 16 bytes from global to shared memory; bytes beyond `src_bytes` (0 or 16 here) are zeros.
-// .cg caches in L2 only: each element is read once per block, so L1 would only be polluted.
-__device__ __forceinline__ void copy_async(void* shared, const void* global, int src_bytes) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+// ---- copies into shared memory -----------------------------------------------------------------
 
 // Queues the copies of one operand tile: rows [row0, row0 + kRows) and columns [col0, col0 + kCols)
 // of a row-major [rows, cols] matrix. cols is a multiple of kChunk (the alignment rule above), so a
@@ -160,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
   using LayoutB = std::conditional_t<kTransposeB, wmma::col_major, wmma::row_major>;
   constexpr int kStep = TileA::kStep;
 
-  extern __shared__ __align__(128) unsigned char shared[];
+  MG_DYNAMIC_SHARED(unsigned char, shared);  // 128-byte aligned
   const auto stage_a = [&](int stage) { return reinterpret_cast<In*>(shared + stage * kStageBytes<In>); };
   const auto stage_b = [&](int stage) { return stage_a(stage) + TileA::kElements; };
 
@@ -263,7 +252,7 @@ bool fits(const Tensor& a, const Tensor& b, const GemmShape& s) {
 
 template <class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
 void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
-  const auto kernel = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB, kSplit>;
+  constexpr auto kernel = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB, kSplit>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device (the attribute lasts;
   // setting it on every launch would add two driver calls to each); the carveout hint asks for the
   // most shared memory, so 2 blocks fit.
@@ -273,7 +262,7 @@ void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
     MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
   });
-  kernel<<<gemm_grid(args, kTileM, kTileN), kThreads, kSharedBytes<In>, stream>>>(args);
+  MG_LAUNCH(kernel, gemm_grid(args, kTileM, kTileN), kThreads, kSharedBytes<In>, stream)(args);
   MG_CUDA_LAUNCHED();
 }
 

@@ -46,9 +46,9 @@ template <class In, class Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gemm_wmma_simple_kernel(GemmArgs<In, Out> args, bool transpose_a, bool transpose_b) {
   using namespace nvcuda;
-  __shared__ __align__(32) In a_tile[kTile][kStep + kSkew];     // op(A) rows x k, row-major
-  __shared__ __align__(32) In b_tile[kStep][kTile + kSkew];     // k x op(B) columns, row-major
-  __shared__ __align__(32) float c_tile[kTile][kTile + kSkewC];  // the block's f32 sums
+  MG_SHARED_ALIGNED(32, In[kTile][kStep + kSkew], a_tile);      // op(A) rows x k, row-major
+  MG_SHARED_ALIGNED(32, In[kStep][kTile + kSkew], b_tile);      // k x op(B) columns, row-major
+  MG_SHARED_ALIGNED(32, float[kTile][kTile + kSkewC], c_tile);  // the block's f32 sums
 
   const int m = args.m, n = args.n, k = args.k;
   const int row0 = blockIdx.x * kTile, col0 = blockIdx.y * kTile;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 template <class In, class Out>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  gemm_wmma_simple_kernel<In, Out><<<gemm_grid(args, kTile, kTile), kThreads, 0, stream>>>(
+  MG_LAUNCH((gemm_wmma_simple_kernel<In, Out>), gemm_grid(args, kTile, kTile), kThreads, 0, stream)(
       args, shape.transpose_a, shape.transpose_b);
   MG_CUDA_LAUNCHED();
 }

@@ -91,7 +91,7 @@ void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
   with_unit(row_bytes, {table.data_ptr(), out.data_ptr()}, [&](auto zero) {
     using Unit = decltype(zero);
     const std::int64_t count = indices.numel(), row_units = static_cast<std::int64_t>(row_bytes / sizeof(Unit));
-    gather_rows_kernel<<<blocks_for(count * row_units, kBlock), kBlock, 0, stream_of(out)>>>(
+    MG_LAUNCH(gather_rows_kernel, blocks_for(count * row_units, kBlock), kBlock, 0, stream_of(out))(
         device_ptr<Unit>(table), device_ptr<std::int32_t>(indices), count, row_units, device_ptr<Unit>(out));
     MG_CUDA_LAUNCHED();
   });
@@ -112,12 +112,12 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     MG_CUDA_CHECK(cudaMemsetAsync(sum.data_ptr(), 0, sum.nbytes(), stream));  // all-zero bits are 0.0f
     const std::int64_t count = indices.numel(), width = grad_table.size(1);
     if (count * width > 0) {
-      scatter_add_kernel<<<blocks_for(count * width, kBlock), kBlock, 0, stream>>>(
+      MG_LAUNCH_UNORDERED(scatter_add_kernel, blocks_for(count * width, kBlock), kBlock, 0, stream)(
           device_ptr<T>(grad), device_ptr<std::int32_t>(indices), count, width, device_ptr<float>(sum));
       MG_CUDA_LAUNCHED();
     }
     if (in_place) return;
-    round_into<<<blocks_for(sum.numel(), kBlock), kBlock, 0, stream>>>(device_ptr<float>(sum), sum.numel(),
+    MG_LAUNCH(round_into, blocks_for(sum.numel(), kBlock), kBlock, 0, stream)(device_ptr<float>(sum), sum.numel(),
                                                                          device_ptr<T>(grad_table));
     MG_CUDA_LAUNCHED();
   });
@@ -128,7 +128,7 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_dtype(out.dtype(), "scatter_along_dim", [&](auto zero) {
     using Bits = std::conditional_t<sizeof(zero) == 2, std::uint16_t, std::uint32_t>;  // moved, never read as numbers
-    scatter_along_dim_kernel<<<blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out)>>>(
+    MG_LAUNCH(scatter_along_dim_kernel, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
         device_ptr<Bits>(values), device_ptr<std::int32_t>(indices), s, device_ptr<Bits>(out));
     MG_CUDA_LAUNCHED();
   });

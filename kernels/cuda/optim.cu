@@ -63,7 +63,8 @@ __device__ __forceinline__ P update_element(const Update& update, float& p, floa
 
 // Adds the block's counts to the device's counters: one atomicAdd per counter and block, none when 0.
 __device__ void add_block_counts(Counts counts, unsigned long long* counters) {
-  __shared__ unsigned block_nonzero, block_lost;
+  MG_SHARED(unsigned, block_nonzero);
+  MG_SHARED(unsigned, block_lost);
   if (threadIdx.x == 0) block_nonzero = block_lost = 0;
   __syncthreads();
   const unsigned warp_nonzero = __reduce_add_sync(0xffffffffu, counts.nonzero);
@@ -195,7 +196,7 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
       }
       if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
       const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
-      update_kernel<<<blocks, kThreads, 0, stream_of(param)>>>(t, update, static_cast<float>(fused.inv_scale),
+      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(t, update, static_cast<float>(fused.inv_scale),
                                                                found_inf, counters);
       MG_CUDA_LAUNCHED();
     });

@@ -111,7 +111,7 @@ void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& ar
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_floating(x.dtype(), "max_pool2d", [&](auto zero) {
     using T = decltype(zero);
-    max_pool_forward<<<blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out)>>>(
+    MG_LAUNCH(max_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
         device_ptr<T>(x), geometry_of(window), device_ptr<T>(out), device_ptr<std::int32_t>(argmax));
     MG_CUDA_LAUNCHED();
   });
@@ -123,7 +123,7 @@ void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "max_pool2d_backward", [&](auto zero) {
     using T = decltype(zero);
-    pool_backward<T, true><<<blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx)>>>(
+    MG_LAUNCH((pool_backward<T, true>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
         device_ptr<T>(dout), device_ptr<std::int32_t>(argmax), geometry_of(window), device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });
@@ -135,7 +135,7 @@ void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) {
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_floating(x.dtype(), "avg_pool2d", [&](auto zero) {
     using T = decltype(zero);
-    avg_pool_forward<<<blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out)>>>(
+    MG_LAUNCH(avg_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
         device_ptr<T>(x), geometry_of(window), device_ptr<T>(out));
     MG_CUDA_LAUNCHED();
   });
@@ -147,7 +147,7 @@ void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx)
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "avg_pool2d_backward", [&](auto zero) {
     using T = decltype(zero);
-    pool_backward<T, false><<<blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx)>>>(
+    MG_LAUNCH((pool_backward<T, false>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
         device_ptr<T>(dout), nullptr, geometry_of(window), device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });

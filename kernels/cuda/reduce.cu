@@ -71,7 +71,7 @@ __device__ Partial team_reduce(ReduceOp op, Partial p) {
   for (int offset = 16; offset > 0; offset /= 2)
     p = combine(op, p, {__shfl_xor_sync(0xffffffffu, p.value, offset), __shfl_xor_sync(0xffffffffu, p.index, offset)});
   if constexpr (kTeam > 32) {
-    __shared__ Partial warps[kTeam / 32];
+    MG_SHARED(Partial[kTeam / 32], warps);
     __syncthreads();  // the previous row's readers of `warps` are done
     if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = p;
     __syncthreads();
@@ -138,9 +138,9 @@ void launch_rows(const In* x, const std::int32_t* x_index, const Pass& pass, Out
                  cudaStream_t stream) {
   const std::int64_t items = pass.outer * pass.parts;
   if (pass.chunk <= 1024) {
-    reduce_rows<In, Out, 32><<<blocks_for(items * 32, kBlock), kBlock, 0, stream>>>(x, x_index, pass, out, out_index);
+    MG_LAUNCH((reduce_rows<In, Out, 32>), blocks_for(items * 32, kBlock), kBlock, 0, stream)(x, x_index, pass, out, out_index);
   } else {
-    reduce_rows<In, Out, kBlock><<<blocks_for(items * kBlock, kBlock), kBlock, 0, stream>>>(x, x_index, pass, out,
+    MG_LAUNCH((reduce_rows<In, Out, kBlock>), blocks_for(items * kBlock, kBlock), kBlock, 0, stream)(x, x_index, pass, out,
                                                                                            out_index);
   }
   MG_CUDA_LAUNCHED();
@@ -150,7 +150,7 @@ template <class In, class Out>
 void launch_columns(const In* x, const std::int32_t* x_index, const Pass& pass, Out* out, std::int32_t* out_index,
                     cudaStream_t stream) {
   const std::int64_t threads = pass.outer * pass.inner * pass.parts;
-  reduce_columns<In, Out><<<blocks_for(threads, kBlock), kBlock, 0, stream>>>(x, x_index, pass, out, out_index);
+  MG_LAUNCH((reduce_columns<In, Out>), blocks_for(threads, kBlock), kBlock, 0, stream)(x, x_index, pass, out, out_index);
   MG_CUDA_LAUNCHED();
 }
 

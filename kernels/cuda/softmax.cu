@@ -34,7 +34,7 @@ __device__ __forceinline__ float team_sum(float v) {
   if constexpr (kTeam == 1) return v;
   else if constexpr (kTeam == 32) return warp_sum(v);
   else {
-    __shared__ float scratch[32];
+    MG_SHARED(float[32], scratch);
     return block_sum(v, scratch);
   }
 }
@@ -46,7 +46,7 @@ __device__ __forceinline__ float team_max(float v) {
   if constexpr (kTeam == 1) return v;
   else if constexpr (kTeam == 32) return warp_max(v);
   else {
-    __shared__ float scratch[32];
+    MG_SHARED(float[32], scratch);
     return block_max(v, scratch);
   }
 }
@@ -165,7 +165,7 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
   visit_device_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      softmax_forward<T, kTeam><<<blocks, kBlock, 0, stream_of(y)>>>(device_ptr<T>(x), s, log, device_ptr<T>(y));
+      MG_LAUNCH((softmax_forward<T, kTeam>), blocks, kBlock, 0, stream_of(y))(device_ptr<T>(x), s, log, device_ptr<T>(y));
     });
   });
 }
@@ -176,7 +176,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   visit_device_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      softmax_backward_kernel<T, kTeam><<<blocks, kBlock, 0, stream_of(dx)>>>(device_ptr<T>(y), device_ptr<T>(dy), s,
+      MG_LAUNCH((softmax_backward_kernel<T, kTeam>), blocks, kBlock, 0, stream_of(dx))(device_ptr<T>(y), device_ptr<T>(dy), s,
                                                                               log, device_ptr<T>(dx));
     });
   });
@@ -189,7 +189,7 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t igno
   visit_device_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      cross_entropy_forward<T, kTeam><<<blocks, kBlock, 0, stream_of(loss)>>>(
+      MG_LAUNCH((cross_entropy_forward<T, kTeam>), blocks, kBlock, 0, stream_of(loss))(
           device_ptr<T>(logits), device_ptr<std::int32_t>(labels), s, ignore_index, device_ptr<float>(loss),
           device_ptr<float>(lse));
     });
@@ -203,7 +203,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
   visit_device_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t rows = logits.size(0), classes = logits.size(1);
-    cross_entropy_backward_kernel<T><<<blocks_for(rows * classes, kBlock), kBlock, 0, stream_of(dlogits)>>>(
+    MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0, stream_of(dlogits))(
         device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(lse), device_ptr<float>(row_weight),
         rows, classes, ignore_index, device_ptr<T>(dlogits));
     MG_CUDA_LAUNCHED();

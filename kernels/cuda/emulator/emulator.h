@@ -1,0 +1,135 @@
+// The CUDA emulator: runs the kernels of kernels/cuda/ on the CPU, in a build configured with
+// -DMG_CUDA=EMULATE, so that every GPU test suite runs on every commit without a GPU.
+//
+// How a launch runs (scheduler.cpp):
+//   - The blocks of the grid run one at a time, in the order of the schedule (below).
+//   - The threads of a block are fibers (fiber.h) on the one host thread: each runs until it reaches
+//     __syncthreads, a warp collective (a shuffle, a WMMA load, multiply or store) or its end, and the
+//     scheduler then picks the next thread. A barrier releases its threads when all have arrived;
+//     a collective is carried out once, by the last lane of the warp to arrive, for all of them.
+//   - Shared memory is a per-block arena, filled with 0xFF bytes (NaN in f32, f16 and bf16) when the
+//     block starts, so a read of shared memory nobody wrote shows as NaN; under AddressSanitizer the
+//     bytes between shared variables are poisoned as well. Device memory (memory.cpp) is exactly
+//     sized heap memory, NaN-filled when handed out.
+// The race check: every launch runs once per schedule of settings().schedules (by default threads
+// and blocks in forward order with cp.async copies landing at issue, in reverse order with copies
+// landing only at the wait that covers them, and in a seeded random order, landing at the wait),
+// each from the same device memory; the device memory the kernel can reach (what its arguments point
+// into) must then hold the same bytes after every run, or the launch is an mg::Error that names the
+// kernel, the two schedules and the first byte that differs. Kernels whose result legitimately
+// depends on the order of float atomics are launched with MG_LAUNCH_UNORDERED and run once.
+// Misuse is an mg::Error naming the kernel, the block and the thread: a barrier that some threads
+// of the block never reach (divergence), a deadlock, a warp collective whose mask names lanes that
+// have exited or that do not exist, lanes of a warp meeting at different collectives, WMMA pointers
+// and leading dimensions that break the API's alignment rules, cp.async outside shared memory.
+//
+// What the emulator cannot see is listed in kernels/cuda/README.md (the memory model, bank
+// conflicts, occupancy, performance, nvcc's contractions, the Tensor Cores' order of additions).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <vector>
+
+namespace mg::emu {
+
+// ---- settings (read from the environment once; tests may change them) ---------------------------
+
+enum class Order { Forward, Reverse, Random };   // of the threads of a block, and of the blocks
+enum class Landing { AtIssue, AtWait };          // when a cp.async copy reaches shared memory
+
+struct Schedule {
+  Order order;
+  Landing landing;
+};
+
+struct Settings {
+  // MG_EMULATOR_SCHEDULES, e.g. "forward:issue,reverse:wait,random:wait" (the default). One
+  // schedule runs each launch once: no race check, a third of the time.
+  std::vector<Schedule> schedules;
+  // MG_EMULATOR_SEED: the random schedule's seed, mixed with the launch's number in the process.
+  std::uint64_t seed = 1;
+  // MG_EMULATOR_MAX_BLOCKS: the most blocks blocks_for() gives a grid-stride loop (a GPU gets up to
+  // 132 x 32), so that small inputs still take several rounds of the loop.
+  std::int64_t max_grid_stride_blocks = 32;
+};
+
+Settings& settings();
+std::string describe(const Schedule& schedule);
+// Parses a MG_EMULATOR_SCHEDULES value; an mg::Error names what it could not read.
+std::vector<Schedule> parse_schedules(const std::string& text);
+
+// ---- launches --------------------------------------------------------------------------------------
+
+// Where a launch comes from, for error messages (and the kernel's address, for its attributes).
+struct KernelSite {
+  const char* kernel;    // as written at the launch
+  const char* function;  // the host function that launches it, with its template arguments
+  const char* file;
+  int line;
+  const void* address;   // the kernel function, or null when the launch names a template to deduce
+  bool ordered;          // false: MG_LAUNCH_UNORDERED (run once, not compared across schedules)
+};
+
+// Runs every block of the grid under each schedule, comparing the results (the race check).
+// `invoke(closure)` runs the kernel body as the current emulated thread; `params` are the kernel's
+// arguments as bytes, scanned for pointers into device memory (what the kernel can write).
+// A launch the hardware would refuse (block size, grid size, shared memory above the kernel's
+// opt-in) runs nothing and leaves the error for cudaGetLastError, as CUDA does.
+void run_grid(const KernelSite& site, dim3 grid, dim3 block, std::size_t dynamic_shared_bytes,
+              void (*invoke)(void* closure), void* closure, const void* params, std::size_t params_bytes);
+
+// The index variables of the running emulated thread (threadIdx, blockIdx, blockDim, gridDim).
+extern uint3 thread_index;
+extern uint3 block_index;
+extern dim3 block_dim;
+extern dim3 grid_dim;
+
+// ---- what device code calls (on an emulated thread) -------------------------------------------
+
+// __syncthreads_or(predicate): waits for every thread of the block, then returns whether any
+// passed a non-zero predicate. __syncthreads() is block_barrier(0, ...).
+int block_barrier(int predicate, std::source_location where);
+
+// A warp collective: every lane named by `mask` calls it with its own `lane_data`; when the last
+// one arrives, kind.complete(lane_data of all 32 lanes, mask) runs once, then every lane goes on.
+struct Collective {
+  const char* name;
+  void (*complete)(void* const lane_data[32], unsigned mask);
+};
+void warp_collective(unsigned mask, const Collective& kind, void* lane_data, std::source_location where);
+
+// Shared memory: the block's variable for `key` (one per declaration), `bytes` large, created
+// (NaN-filled) by the first thread of the block to reach the declaration.
+void* shared_variable(const void* key, std::size_t bytes, std::size_t alignment, const char* name);
+// The launch's dynamic shared memory (extern __shared__): exactly the launch's bytes.
+void* dynamic_shared();
+
+// cp.async (kernels/cuda/cp_async.cuh): a copy of `bytes` from global to shared memory of which
+// the first `src_bytes` are read and the rest zero-filled; commit closes the thread's open group;
+// wait lands every committed group but the newest `pending`.
+void copy_async(void* shared, const void* global, int bytes, int src_bytes);
+void commit_copies();
+void wait_copies(int pending);
+
+// An mg::Error naming the kernel, block and thread; for the checks of device-side code.
+[[noreturn]] void fail(const std::string& message);
+
+// blocks_for()'s cap for grid-stride loops (Settings::max_grid_stride_blocks).
+std::int64_t grid_stride_block_cap();
+
+// ---- device memory (memory.cpp) -----------------------------------------------------------------
+
+// The caching device allocator's blocks are size classes: `used` of the block's bytes belong to the
+// tensor. Marking them makes the rest unreadable to AddressSanitizer and excludes it from the race
+// check, and fills the block with NaN (a kernel that reads memory nobody wrote, or reads past the
+// tensor, sees NaN).
+// A cached (free) block is unreadable as a whole.
+void mark_in_use(void* block, std::size_t used);
+void mark_cached(void* block);
+
+}  // namespace mg::emu

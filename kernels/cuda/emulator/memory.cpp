@@ -1,0 +1,151 @@
+#include "kernels/cuda/emulator/memory.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "kernels/cuda/emulator/emulator.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MG_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MG_EMU_ASAN 1
+#endif
+#endif
+#ifdef MG_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace mg::emu::memory {
+
+namespace {
+
+constexpr unsigned char kPoisonByte = 0xFF;  // f32 0xFFFFFFFF, f16 and bf16 0xFFFF: NaN
+
+struct Allocation {
+  std::size_t size;
+  std::size_t used;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::uintptr_t, Allocation> allocations;  // by start address
+
+  // The allocation containing `address`, or end().
+  std::map<std::uintptr_t, Allocation>::iterator find(std::uintptr_t address) {
+    auto it = allocations.upper_bound(address);
+    if (it == allocations.begin()) return allocations.end();
+    --it;
+    return address < it->first + it->second.size ? it : allocations.end();
+  }
+};
+
+Registry& registry() {
+  static auto* instance = new Registry();  // never destroyed: storages are freed after main() returns
+  return *instance;
+}
+
+}  // namespace
+
+void poison([[maybe_unused]] void* begin, [[maybe_unused]] std::size_t bytes) {
+#ifdef MG_EMU_ASAN
+  ASAN_POISON_MEMORY_REGION(begin, bytes);
+#endif
+}
+
+void unpoison([[maybe_unused]] void* begin, [[maybe_unused]] std::size_t bytes) {
+#ifdef MG_EMU_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(begin, bytes);
+#endif
+}
+
+void* allocate(std::size_t bytes) {
+  void* pointer = nullptr;
+  if (posix_memalign(&pointer, 256, bytes == 0 ? 1 : bytes) != 0) return nullptr;
+  std::memset(pointer, kPoisonByte, bytes);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.allocations[reinterpret_cast<std::uintptr_t>(pointer)] = {bytes, bytes};
+  return pointer;
+}
+
+bool release(void* pointer) {
+  Registry& r = registry();
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+    if (it == r.allocations.end()) return false;
+    size = it->second.size;
+    r.allocations.erase(it);
+  }
+  unpoison(pointer, size);
+  std::free(pointer);
+  return true;
+}
+
+bool is_device_range(const void* pointer, std::size_t bytes) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  auto it = r.find(address);
+  return it != r.allocations.end() && address + bytes <= it->first + it->second.used;
+}
+
+std::vector<Region> regions_referenced_by(const void* bytes, std::size_t count) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<Region> regions;
+  const auto* words = static_cast<const unsigned char*>(bytes);
+  for (std::size_t offset = 0; offset + sizeof(std::uintptr_t) <= count; offset += sizeof(std::uintptr_t)) {
+    std::uintptr_t word = 0;
+    std::memcpy(&word, words + offset, sizeof word);
+    auto it = r.find(word);
+    if (it == r.allocations.end() || it->second.used == 0) continue;
+    auto* begin = reinterpret_cast<unsigned char*>(it->first);
+    bool seen = false;
+    for (const Region& region : regions) seen = seen || region.begin == begin;
+    if (!seen) regions.push_back({begin, it->second.used});
+  }
+  return regions;
+}
+
+}  // namespace mg::emu::memory
+
+namespace mg::emu {
+
+void mark_in_use(void* block, std::size_t used) {
+  memory::Registry& r = memory::registry();
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.allocations.find(reinterpret_cast<std::uintptr_t>(block));
+    MG_CHECK(it != r.allocations.end() && used <= it->second.size,
+             "CUDA emulator: mark_in_use of {} bytes at {}, which is not a device allocation that large", used, block);
+    size = it->second.size;
+    it->second.used = used;
+  }
+  // All of it NaN, the spare bytes too: an edge that reads past the tensor reads NaN.
+  memory::unpoison(block, size);
+  std::memset(block, memory::kPoisonByte, size);
+  memory::poison(static_cast<char*>(block) + used, size - used);
+}
+
+void mark_cached(void* block) {
+  memory::Registry& r = memory::registry();
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.allocations.find(reinterpret_cast<std::uintptr_t>(block));
+    MG_CHECK(it != r.allocations.end(), "CUDA emulator: mark_cached of {}, which is not a device allocation", block);
+    size = it->second.size;
+    it->second.used = 0;
+  }
+  memory::poison(block, size);
+}
+
+}  // namespace mg::emu

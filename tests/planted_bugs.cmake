@@ -1,0 +1,104 @@
+# Planted bugs: proof that the GPU suites, run on the CUDA emulator, catch the bugs they exist for.
+#
+# Each mg_planted_bug() copies one source of kernels/cuda/ with one known bug planted in it (FIND
+# replaced by REPLACE; FIND must occur exactly once, or configuring fails and says to update this
+# file), compiles the kernel translation unit COMPILE against that copy into planted_<name>, together
+# with the GPU suite SUITE, and registers a ctest test that runs the suite's CASES and passes only
+# when the output shows the bug caught the way CATCHES says:
+#   wrong values        a doctest check failed (the GPU result is not the CPU's)
+#   a race              the emulator's race check: two schedules left different bytes
+#   AddressSanitizer    an out-of-bounds access (ASAN_ONLY: registered in sanitizer builds only,
+#                       since without AddressSanitizer the access goes unseen or corrupts the heap)
+# The copy's symbols replace the library's: the linker takes them from the executable's own object
+# and never pulls the original kernel file out of libmixgrad.a.
+# Run them: ctest --test-dir build -R planted (kernels/cuda/README.md lists what catches each).
+
+set(MG_PLANTED_DIR ${CMAKE_CURRENT_BINARY_DIR}/planted)
+set(MG_EMULATED_KERNEL_OPTIONS -xc++ -include ${CMAKE_SOURCE_DIR}/kernels/cuda/emulator/device.h -ffp-contract=off
+                               -Wno-unknown-pragmas)
+
+# The suites' test code, compiled once for all the planted executables that run it.
+foreach(suite test_cuda_gemm test_cuda_reduce)
+  add_library(planted_${suite} OBJECT ${suite}.cpp)
+  target_link_libraries(planted_${suite} PUBLIC mg_test_main mixgrad doctest::doctest)
+  target_precompile_headers(planted_${suite} REUSE_FROM test_dtype)
+endforeach()
+
+function(mg_planted_bug name)
+  # PARSE_ARGV keeps the semicolons of C++ code (as \;, put back below).
+  cmake_parse_arguments(PARSE_ARGV 1 P "ASAN_ONLY" "FILE;COMPILE;SUITE;CASES;CATCHES;FIND;REPLACE" "")
+  string(REPLACE "\\;" ";" P_FIND "${P_FIND}")
+  string(REPLACE "\\;" ";" P_REPLACE "${P_REPLACE}")
+  if(P_ASAN_ONLY AND NOT MG_SANITIZE MATCHES "address")
+    return()
+  endif()
+  set(original ${CMAKE_SOURCE_DIR}/${P_FILE})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${original})
+  file(READ ${original} text)
+  string(FIND "${text}" "${P_FIND}" first)
+  string(FIND "${text}" "${P_FIND}" last REVERSE)
+  if(first EQUAL -1 OR NOT first EQUAL last)
+    message(FATAL_ERROR "planted bug ${name}: the text to replace occurs ${first}/${last} (not exactly once) in "
+                        "${P_FILE}; the kernel changed: update tests/planted_bugs.cmake")
+  endif()
+  string(REPLACE "${P_FIND}" "${P_REPLACE}" planted "${text}")
+  set(dir ${MG_PLANTED_DIR}/${name})
+  file(WRITE ${dir}/staging/planted.txt "${planted}")
+  configure_file(${dir}/staging/planted.txt ${dir}/${P_FILE} COPYONLY)  # rewritten only when it changes
+
+  if(P_COMPILE STREQUAL P_FILE)
+    set(source ${dir}/${P_FILE})
+  else()
+    set(source ${CMAKE_SOURCE_DIR}/${P_COMPILE})  # it includes the planted copy, found first below
+  endif()
+  add_executable(planted_${name} ${source} $<TARGET_OBJECTS:planted_${P_SUITE}>)
+  set_source_files_properties(${source} PROPERTIES LANGUAGE CXX SKIP_PRECOMPILE_HEADERS ON
+                              COMPILE_OPTIONS "${MG_EMULATED_KERNEL_OPTIONS}")
+  target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
+  target_link_libraries(planted_${name} PRIVATE mg_test_main mixgrad doctest::doctest)
+  add_test(NAME planted_${name} COMMAND planted_${name} "--test-case=${P_CASES}")
+  # Every schedule, whatever the pass runs its suites with: the race check is one of the catchers.
+  set_tests_properties(planted_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${P_CATCHES}"
+                       ENVIRONMENT "MG_EMULATOR_SCHEDULES=forward:issue,reverse:wait,random:wait")
+endfunction()
+
+set(wrong_values "ERROR: CHECK")
+set(a_race "CUDA emulator: .* a race: the result depends on the order")
+set(asan "ERROR: AddressSanitizer")
+set(gemm_f16 "cuda gemm: f16 and bf16 operands into f16?*")
+set(gemm_f32 "cuda gemm: f32 on CUDA cores?*")
+
+# The pipelined WMMA GEMM's stage loop without its barrier: a warp may read a stage before the
+# others' copies have landed, and refill a stage another warp is still reading.
+mg_planted_bug(pipelined_gemm_no_barrier FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  FIND "    __syncthreads();             // everyone's are; and every warp is done with step - 1's stage\n"
+  REPLACE "")
+# The pipelined GEMM waiting for one cp.async group too few: the step's own copies may be in flight.
+mg_planted_bug(pipelined_gemm_weak_wait FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  FIND "wait_copies<kStages - 2>();" REPLACE "wait_copies<kStages - 1>();")
+# The SIMT f32 GEMM without the barrier that ends a k step: the next slice is written while others
+# still read the current one's neighbour.
+mg_planted_bug(simt_gemm_no_barrier FILE kernels/cuda/gemm_f32.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f32}" CATCHES "${a_race}"
+  FIND "    }\n    __syncthreads();\n  }\n" REPLACE "    }\n  }\n")
+# The simple WMMA GEMM without A's k edge: its last step reads A past the end of the matrix, where
+# device memory holds NaN (AddressSanitizer: out of bounds), and NaN x 0 reaches C.
+mg_planted_bug(simple_gemm_no_k_edge FILE kernels/cuda/gemm_wmma_simple.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${wrong_values}|${asan}"
+  FIND "const bool inside = row < m && kg < k;" REPLACE "const bool inside = row < m;  // planted: no kg < k")
+# The simple WMMA GEMM without A's m edge: rows past m are read (out of bounds) but only feed rows of
+# C that are never stored, so no value shows it; AddressSanitizer does.
+mg_planted_bug(simple_gemm_no_row_edge FILE kernels/cuda/gemm_wmma_simple.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${asan}"
+  FIND "const bool inside = row < m && kg < k;" REPLACE "const bool inside = kg < k;  // planted: no row < m"
+  ASAN_ONLY)
+# The warp reduction without its last shuffle (offset 1): each lane sums half the warp.
+mg_planted_bug(warp_reduction_missing_offset FILE kernels/cuda/reduce.cu COMPILE kernels/cuda/reduce.cu
+  SUITE test_cuda_reduce CASES "cuda reduce: sum?*" CATCHES "${wrong_values}"
+  FIND "for (int offset = 16; offset > 0; offset /= 2)\n    p = combine(" REPLACE "for (int offset = 16; offset > 1; offset /= 2)\n    p = combine(")
+# The SIMT GEMM storing rows past m: out of bounds of C.
+mg_planted_bug(simt_gemm_no_row_edge FILE kernels/cuda/gemm_f32.cuh COMPILE kernels/cuda/gemm.cu
+  SUITE test_cuda_gemm CASES "${gemm_f32}" CATCHES "${asan}"
+  FIND "    if (row >= m) continue;\n" REPLACE "" ASAN_ONLY)
