@@ -14,8 +14,6 @@
 # Run them: ctest --test-dir build -R planted (kernels/cuda/README.md lists what catches each).
 
 set(MG_PLANTED_DIR ${CMAKE_CURRENT_BINARY_DIR}/planted)
-set(MG_EMULATED_KERNEL_OPTIONS -xc++ -include ${CMAKE_SOURCE_DIR}/kernels/cuda/emulator/device.h -ffp-contract=off
-                               -Wno-unknown-pragmas)
 
 # The suites' test code, compiled once for all the planted executables that run it.
 foreach(suite test_cuda_gemm test_cuda_reduce)
@@ -97,7 +95,8 @@ mg_planted_bug(simple_gemm_no_row_edge FILE kernels/cuda/gemm_wmma_simple.cuh CO
 # The warp reduction without its last shuffle (offset 1): each lane sums half the warp.
 mg_planted_bug(warp_reduction_missing_offset FILE kernels/cuda/reduce.cu COMPILE kernels/cuda/reduce.cu
   SUITE test_cuda_reduce CASES "cuda reduce: sum?*" CATCHES "${wrong_values}"
-  FIND "for (int offset = 16; offset > 0; offset /= 2)\n    p = combine(" REPLACE "for (int offset = 16; offset > 1; offset /= 2)\n    p = combine(")
+  FIND "for (int offset = 16; offset > 0; offset /= 2)\n    p = combine("
+  REPLACE "for (int offset = 16; offset > 1; offset /= 2)\n    p = combine(")
 # The SIMT GEMM storing rows past m: out of bounds of C.
 mg_planted_bug(simt_gemm_no_row_edge FILE kernels/cuda/gemm_f32.cuh COMPILE kernels/cuda/gemm.cu
   SUITE test_cuda_gemm CASES "${gemm_f32}" CATCHES "${asan}"

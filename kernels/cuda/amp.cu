@@ -129,7 +129,7 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, dou
   auto launch = [&] {
     if (batch.count == 0) return;
     MG_LAUNCH(unscale_kernel, batch.chunks, kThreads, 0, stream_of(found_inf))(batch, factor_f32,
-                                                                       device_ptr<float>(found_inf));
+                                                                               device_ptr<float>(found_inf));
     MG_CUDA_LAUNCHED();
     batch.count = 0;
     batch.chunks = 0;
@@ -152,9 +152,9 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, dou
 void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, std::int64_t growth_interval) {
   mg::cuda::DeviceGuard guard(scale.device().index);
-  MG_LAUNCH(update_scale_kernel, 1, 1, 0, stream_of(scale))(device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker),
-                                                     device_ptr<const float>(found_inf), growth_factor,
-                                                     backoff_factor, growth_interval);
+  MG_LAUNCH(update_scale_kernel, 1, 1, 0, stream_of(scale))(
+      device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker), device_ptr<const float>(found_inf),
+      growth_factor, backoff_factor, growth_interval);
   MG_CUDA_LAUNCHED();
 }
 

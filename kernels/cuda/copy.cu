@@ -114,7 +114,7 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   visit_bits(out.dtype(), "permute", [&](auto zero) {
     using Bits = decltype(zero);
     MG_LAUNCH(permute_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(out))(device_ptr<const Bits>(x),
-                                                                            device_ptr<Bits>(out), plan, n);
+                                                                                    device_ptr<Bits>(out), plan, n);
   });
   MG_CUDA_LAUNCHED();
 }
@@ -160,7 +160,7 @@ void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int
   visit_bits(dtype, "fill", [&](auto zero) {
     using Bits = decltype(zero);
     MG_LAUNCH(fill_kernel, blocks_for(count, kThreads), kThreads, 0, stream)(static_cast<Bits*>(dst),
-                                                                     static_cast<Bits>(pattern), count);
+                                                                             static_cast<Bits>(pattern), count);
   });
   MG_CUDA_LAUNCHED();
 }

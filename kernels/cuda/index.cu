@@ -118,7 +118,7 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     }
     if (in_place) return;
     MG_LAUNCH(round_into, blocks_for(sum.numel(), kBlock), kBlock, 0, stream)(device_ptr<float>(sum), sum.numel(),
-                                                                         device_ptr<T>(grad_table));
+                                                                              device_ptr<T>(grad_table));
     MG_CUDA_LAUNCHED();
   });
 }

@@ -136,8 +136,8 @@ void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& 
       MG_CUDA_LAUNCHED();
     });
   });
-  MG_LAUNCH(add_column_sums, blocks_for(4 * hidden, kBlock), kBlock, 0, stream)(device_ptr<float>(dgates_f32), batch,
-                                                                         4 * hidden, device_ptr<float>(dbias_sum));
+  MG_LAUNCH(add_column_sums, blocks_for(4 * hidden, kBlock), kBlock, 0, stream)(
+      device_ptr<float>(dgates_f32), batch, 4 * hidden, device_ptr<float>(dbias_sum));
   MG_CUDA_LAUNCHED();
 }
 

@@ -197,7 +197,7 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
       if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
       const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
       MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(t, update, static_cast<float>(fused.inv_scale),
-                                                               found_inf, counters);
+                                                                      found_inf, counters);
       MG_CUDA_LAUNCHED();
     });
   });

@@ -138,10 +138,11 @@ void launch_rows(const In* x, const std::int32_t* x_index, const Pass& pass, Out
                  cudaStream_t stream) {
   const std::int64_t items = pass.outer * pass.parts;
   if (pass.chunk <= 1024) {
-    MG_LAUNCH((reduce_rows<In, Out, 32>), blocks_for(items * 32, kBlock), kBlock, 0, stream)(x, x_index, pass, out, out_index);
+    MG_LAUNCH((reduce_rows<In, Out, 32>), blocks_for(items * 32, kBlock), kBlock, 0, stream)(
+        x, x_index, pass, out, out_index);
   } else {
-    MG_LAUNCH((reduce_rows<In, Out, kBlock>), blocks_for(items * kBlock, kBlock), kBlock, 0, stream)(x, x_index, pass, out,
-                                                                                           out_index);
+    MG_LAUNCH((reduce_rows<In, Out, kBlock>), blocks_for(items * kBlock, kBlock), kBlock, 0, stream)(
+        x, x_index, pass, out, out_index);
   }
   MG_CUDA_LAUNCHED();
 }
@@ -150,7 +151,8 @@ template <class In, class Out>
 void launch_columns(const In* x, const std::int32_t* x_index, const Pass& pass, Out* out, std::int32_t* out_index,
                     cudaStream_t stream) {
   const std::int64_t threads = pass.outer * pass.inner * pass.parts;
-  MG_LAUNCH((reduce_columns<In, Out>), blocks_for(threads, kBlock), kBlock, 0, stream)(x, x_index, pass, out, out_index);
+  MG_LAUNCH((reduce_columns<In, Out>), blocks_for(threads, kBlock), kBlock, 0, stream)(
+      x, x_index, pass, out, out_index);
   MG_CUDA_LAUNCHED();
 }
 

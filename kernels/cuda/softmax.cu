@@ -165,7 +165,8 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
   visit_device_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      MG_LAUNCH((softmax_forward<T, kTeam>), blocks, kBlock, 0, stream_of(y))(device_ptr<T>(x), s, log, device_ptr<T>(y));
+      MG_LAUNCH((softmax_forward<T, kTeam>), blocks, kBlock, 0, stream_of(y))(device_ptr<T>(x), s, log,
+                                                                              device_ptr<T>(y));
     });
   });
 }
@@ -176,8 +177,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   visit_device_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      MG_LAUNCH((softmax_backward_kernel<T, kTeam>), blocks, kBlock, 0, stream_of(dx))(device_ptr<T>(y), device_ptr<T>(dy), s,
-                                                                              log, device_ptr<T>(dx));
+      MG_LAUNCH((softmax_backward_kernel<T, kTeam>), blocks, kBlock, 0, stream_of(dx))(
+          device_ptr<T>(y), device_ptr<T>(dy), s, log, device_ptr<T>(dx));
     });
   });
 }
@@ -203,7 +204,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
   visit_device_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t rows = logits.size(0), classes = logits.size(1);
-    MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0, stream_of(dlogits))(
+    MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0,
+              stream_of(dlogits))(
         device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(lse), device_ptr<float>(row_weight),
         rows, classes, ignore_index, device_ptr<T>(dlogits));
     MG_CUDA_LAUNCHED();

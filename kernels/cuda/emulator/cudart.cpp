@@ -103,7 +103,9 @@ const char* cudaGetErrorName(cudaError_t error) {
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument (emulator: a copy's device side is not device memory in use, or a value is out of range)";
+    case cudaErrorInvalidValue:
+      return "invalid argument (in the emulator: a copy's device side is not device memory in use, or a value is out "
+             "of range)";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
@@ -215,7 +217,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size
   const size_t dst_span = dst_pitch * (height - 1) + width, src_span = src_pitch * (height - 1) + width;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  if ((src_device && !memory::is_device_range(src, src_span)) || (dst_device && !memory::is_device_range(dst, dst_span)))
+  if ((src_device && !memory::is_device_range(src, src_span)) ||
+      (dst_device && !memory::is_device_range(dst, dst_span)))
     return failed(cudaErrorInvalidValue);
   for (size_t row = 0; row < height; ++row)
     std::memmove(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch, width);

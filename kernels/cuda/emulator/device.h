@@ -109,7 +109,8 @@ struct ShuffleXor {
       auto* lane = static_cast<ShuffleXor*>(lanes[l]);
       const int source = l ^ lane->lane_mask;
       if (source > 31 || !(mask & (1u << source)))
-        fail(fmt::format("__shfl_xor_sync: lane {} reads lane {}, which the mask {:#010x} leaves out", l, source, mask));
+        fail(fmt::format("__shfl_xor_sync: lane {} reads lane {}, which the mask {:#010x} leaves out", l, source,
+                         mask));
       lane->result = static_cast<ShuffleXor*>(lanes[source])->value;
     }
   }
@@ -168,7 +169,8 @@ cudaError_t cudaFuncSetAttribute(T* function, cudaFuncAttribute attribute, int v
 
 // MG_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...): kernel<<<...>>>(arguments...).
 // A kernel with template arguments goes in parentheses: MG_LAUNCH((f<float, 4>), ...).
-#define MG_LAUNCH(kernel, grid, block, shared_bytes, stream) MG_EMU_LAUNCH(kernel, grid, block, shared_bytes, stream, true)
+#define MG_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  MG_EMU_LAUNCH(kernel, grid, block, shared_bytes, stream, true)
 // The same for a kernel whose result may depend on the order its float atomics land in: it runs once
 // and is not compared across schedules.
 #define MG_LAUNCH_UNORDERED(kernel, grid, block, shared_bytes, stream) \

@@ -8,17 +8,7 @@
 #include <cstring>
 #include <new>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MG_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MG_EMU_ASAN 1
-#endif
-#endif
-#ifdef MG_EMU_ASAN
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/common_interface_defs.h>
-#endif
+#include "kernels/cuda/emulator/sanitizer.h"
 
 namespace mg::emu {
 
@@ -38,7 +28,7 @@ void fiber_trampoline_target(Fiber* self) { Fiber::start(self); }
 
 }  // namespace mg::emu
 
-#if defined(__x86_64__)
+#ifdef MG_EMU_SWITCH_X86_64
 // mg_emu_switch(void** save_sp, void* next_sp): pushes the callee-saved registers and the SSE and
 // x87 control words, stores the stack pointer into *save_sp, loads next_sp and pops the other
 // context's. A fresh stack (Fiber::prepare) holds such a frame whose return address is
@@ -124,7 +114,7 @@ void Fiber::prepare(Entry entry, void* argument) {
 #endif
   entry_ = entry;
   argument_ = argument;
-#if defined(__x86_64__)
+#ifdef MG_EMU_SWITCH_X86_64
   // The frame mg_emu_switch pops: control words, r15, r14, r13, r12 (= this), rbx, rbp, then the
   // return address. After the `ret` the stack pointer must be 16-byte aligned, as at a call.
   auto* top = reinterpret_cast<std::uint64_t*>(static_cast<char*>(stack_bottom_) + stack_size_);
@@ -171,7 +161,7 @@ void Fiber::switch_to(Fiber& from, Fiber& to, bool finished) {
 #else
   (void)finished;
 #endif
-#if defined(__x86_64__)
+#ifdef MG_EMU_SWITCH_X86_64
   mg_emu_switch(&from.saved_sp_, to.saved_sp_);
 #else
   swapcontext(&from.context_, &to.context_);

@@ -18,7 +18,10 @@
 #include <cstddef>
 #include <vector>
 
-#if !defined(__x86_64__)
+// The hand-written switch on x86-64; the ucontext calls elsewhere, or with -DMG_EMU_UCONTEXT.
+#if defined(__x86_64__) && !defined(MG_EMU_UCONTEXT)
+#define MG_EMU_SWITCH_X86_64 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -53,7 +56,7 @@ class Fiber {
   std::size_t mapped_ = 0;
   void* stack_bottom_ = nullptr;  // the usable part, for AddressSanitizer
   std::size_t stack_size_ = 0;
-#if defined(__x86_64__)
+#ifdef MG_EMU_SWITCH_X86_64
   void* saved_sp_ = nullptr;
 #else
   ucontext_t context_{};

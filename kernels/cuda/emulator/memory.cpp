@@ -8,17 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/emulator/emulator.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define MG_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MG_EMU_ASAN 1
-#endif
-#endif
-#ifdef MG_EMU_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
+#include "kernels/cuda/emulator/sanitizer.h"
 
 namespace mg::emu::memory {
 

@@ -31,7 +31,8 @@ RaceCheck::RaceCheck(const void* params, std::size_t params_bytes)
     : regions_(memory::regions_referenced_by(params, params_bytes)), before_(copy_of(regions_)) {}
 
 void RaceCheck::restore() const {
-  for (std::size_t i = 0; i < regions_.size(); ++i) std::memcpy(regions_[i].begin, before_[i].data(), regions_[i].bytes);
+  for (std::size_t i = 0; i < regions_.size(); ++i)
+    std::memcpy(regions_[i].begin, before_[i].data(), regions_[i].bytes);
 }
 
 void RaceCheck::keep_first_result() { first_result_ = copy_of(regions_); }

@@ -138,7 +138,8 @@ class RunSet {
 // (the threads of a block share this state; blocks run one at a time).
 class Machine {
  public:
-  std::recursive_mutex mutex;  // recursive: an error message may format tensors, never a launch
+  // Recursive, so that a launch from inside a kernel reaches run()'s check instead of deadlocking.
+  std::recursive_mutex mutex;
 
   void run(const KernelSite& site, dim3 grid, dim3 block, std::size_t dynamic_bytes, void (*invoke)(void*),
            void* closure, const void* params, std::size_t params_bytes);
@@ -246,7 +247,7 @@ void Machine::run(const KernelSite& site, dim3 grid, dim3 block, std::size_t dyn
   RaceCheck check(params, params_bytes);
   for (std::size_t run = 0; run < s.schedules.size(); ++run) {
     if (run > 0) check.restore();
-    execute(s.schedules[run], seed);
+    execute(s.schedules[run], seed + run);  // two random schedules are two orders
     if (run == 0) {
       check.keep_first_result();
     } else if (const std::optional<std::string> difference = check.difference()) {
@@ -254,7 +255,7 @@ void Machine::run(const KernelSite& site, dim3 grid, dim3 block, std::size_t dyn
           "CUDA emulator: {}: a race: the result depends on the order the threads run in. After schedule {} and "
           "schedule {} (seed {}), {}. Look for a missing __syncthreads, a cp.async wait that is too weak, lanes of "
           "a warp assumed to run in step, or blocks writing the same element.",
-          where_launched(), describe(s.schedules[0]), describe(s.schedules[run]), seed, *difference));
+          where_launched(), describe(s.schedules[0]), describe(s.schedules[run]), seed + run, *difference));
     }
   }
 }
@@ -487,7 +488,8 @@ void Machine::copy(void* shared, const void* global, int bytes, int src_bytes) {
       reinterpret_cast<std::uintptr_t>(global) % static_cast<unsigned>(bytes) != 0)
     fail(fmt::format("cp.async of {} bytes from {} to {}: both addresses must be aligned to the copy's size", bytes,
                      global, shared));
-  if (src_bytes < 0 || src_bytes > bytes) fail(fmt::format("cp.async: source size {} of a {}-byte copy", src_bytes, bytes));
+  if (src_bytes < 0 || src_bytes > bytes)
+    fail(fmt::format("cp.async: a source size of {} bytes for a {}-byte copy", src_bytes, bytes));
   if (src_bytes > 0 && !memory::is_device_range(global, static_cast<std::size_t>(src_bytes)))
     fail(fmt::format("cp.async reads {} bytes at {}, outside every device allocation in use", src_bytes, global));
   me().copies.issue(shared, global, bytes, src_bytes, schedule_.landing);

@@ -48,11 +48,14 @@ std::vector<Schedule> parse_schedules(const std::string& text) {
     if (order == "forward") s.order = Order::Forward;
     else if (order == "reverse") s.order = Order::Reverse;
     else if (order == "random") s.order = Order::Random;
-    else throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: the order must be forward, reverse or random", item, text));
+    else
+      throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: the order must be forward, "
+                              "reverse or random", item, text));
     if (landing == "issue") s.landing = Landing::AtIssue;
     else if (landing == "wait") s.landing = Landing::AtWait;
-    else throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: write order:issue or order:wait (when "
-                 "cp.async copies land)", item, text));
+    else
+      throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: write order:issue or "
+                              "order:wait (when cp.async copies land)", item, text));
     schedules.push_back(s);
   }
   MG_CHECK(!schedules.empty(), "CUDA emulator: MG_EMULATOR_SCHEDULES is empty; e.g. forward:issue,reverse:wait");

@@ -116,7 +116,8 @@ inline std::int64_t offset(int r, int c, unsigned ldm, bool row_major) {
 template <class Element>
 void check_memory_arguments(const char* operation, const void* pointer, unsigned ldm) {
   if (reinterpret_cast<std::uintptr_t>(pointer) % 32 != 0)
-    ::mg::emu::fail(fmt::format("{}: the pointer {} is not 32-byte aligned (256 bits, the WMMA rule)", operation, pointer));
+    ::mg::emu::fail(
+        fmt::format("{}: the pointer {} is not 32-byte aligned (256 bits, the WMMA rule)", operation, pointer));
   if ((ldm * sizeof(Element)) % 16 != 0)
     ::mg::emu::fail(fmt::format("{}: ldm {} is {} bytes, not a multiple of 16 (the WMMA rule)", operation, ldm,
                                 ldm * sizeof(Element)));
@@ -130,8 +131,9 @@ void check_same_arguments(const char* operation, void* const lanes[32]) {
     const auto* lane = static_cast<const Lane*>(lanes[l]);
     if (lane->pointer != first->pointer || lane->ldm != first->ldm || lane->row_major != first->row_major)
       ::mg::emu::fail(fmt::format("{}: lane {} passes pointer {} and ldm {}, lane 0 pointer {} and ldm {}; every lane "
-                                  "of the warp must pass the same", operation, l, static_cast<const void*>(lane->pointer),
-                                  lane->ldm, static_cast<const void*>(first->pointer), first->ldm));
+                                  "of the warp must pass the same",
+                                  operation, l, static_cast<const void*>(lane->pointer), lane->ldm,
+                                  static_cast<const void*>(first->pointer), first->ldm));
   }
 }
 
