@@ -39,8 +39,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   check::floating(op, logits);
   MG_CHECK(logits.dim() == 2, "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
            "[batch * time, classes])", op, logits.shape());
-  MG_CHECK(labels.dtype() == DType::I32, "{}: labels must be i32 class indices, got {}; for probabilities as "
-           "targets there is no op yet", op, labels.dtype());
+  // i32 is mixgrad's one integer dtype: it holds any class index, so PyTorch's int64 labels are
+  // i32 here (randint makes i32; from_vector takes .dtype = DType::I32).
+  MG_CHECK(labels.dtype() == DType::I32, "{}: labels must be i32 class indices, got {}; make them with "
+           "{{.dtype = DType::I32}} or convert with labels.to(DType::I32) (mixgrad has no int64: PyTorch's int64 "
+           "labels are i32 here); for probabilities as targets there is no op yet", op, labels.dtype());
   MG_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
            "{}: labels must be [rows] = [{}] to match logits {}, got shape {}", op, logits.size(0), logits.shape(),
            labels.shape());

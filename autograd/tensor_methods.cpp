@@ -1,6 +1,7 @@
 // The Tensor methods that are ops (declared in core/tensor.h). Each is one call to the op, so the
 // method form and the function form record the same node on the tape.
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 #include "kernels/copy.h"
 
 namespace mg {
@@ -10,6 +11,7 @@ Tensor Tensor::to(Device device) const { return to_device(*this, device); }
 Tensor Tensor::reshape(const Shape& shape) const { return mg::reshape(*this, shape); }
 Tensor Tensor::clone() const { return mg::clone(*this); }
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const { return mg::slice(*this, 0, begin, end); }
+void Tensor::backward() const { mg::backward(*this); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   MG_CHECK(src.defined(), "Tensor::copy_: the source is undefined");

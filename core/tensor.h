@@ -9,8 +9,11 @@
 // are defined next to their backward in autograd/ (autograd/tensor_methods.cpp lists them).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/convert.h"
@@ -69,6 +72,20 @@ class Tensor {
   // The single value of a one-element tensor, as double (an error for any other numel). On a GPU this
   // waits for the queued work that produces it.
   double item() const;
+  // The same value as T, PyTorch's spelling: loss.item<float>(), count.item<int>(). An integral T
+  // truncates toward zero, as PyTorch does; a value it cannot hold (NaN, inf, out of range) is an error.
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  T item() const {
+    const double value = item();
+    if constexpr (std::is_integral_v<T>) {
+      const double whole = std::trunc(value);  // NaN fails both comparisons
+      MG_CHECK(whole >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                   whole < std::ldexp(1.0, std::numeric_limits<T>::digits),
+               "Tensor::item: {} does not fit the integer type asked for; read it as double", value);
+    }
+    return static_cast<T>(value);
+  }
   // All values converted to T (float, double or int32_t): a copy on the host (waits for a GPU).
   template <class T>
   std::vector<T> to_vector() const;
@@ -79,6 +96,7 @@ class Tensor {
   bool requires_grad() const { return impl().requires_grad; }
   // Only floating-point leaves may require grad. Returns *this for chaining.
   Tensor& set_requires_grad(bool requires_grad);
+  Tensor& requires_grad_(bool requires_grad = true) { return set_requires_grad(requires_grad); }  // PyTorch's name
   bool is_leaf() const { return impl().is_leaf; }
   // The accumulated gradient: same shape, dtype and device; undefined until a backward reaches it.
   Tensor grad() const { return Tensor(impl().grad); }
@@ -91,6 +109,10 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const {
     return impl().storage == other.impl().storage;
   }
+
+  // mg::backward(*this) (autograd/tape.h), PyTorch's loss.backward(): seeds a one-element tensor's
+  // gradient with 1, adds into .grad of the leaves it reaches, then clears this thread's tape.
+  void backward() const;
 
   // ---- ops (differentiable; defined in autograd/)
   Tensor to(DType dtype) const;                  // mg::cast; returns *this when the dtype matches

@@ -12,7 +12,9 @@
 
 using namespace mg;
 
-int main(int argc, char** argv) {
+// The whole body is a try block (a function-try-block): any mg::Error, a misspelt recipe name say,
+// ends the program with its message and status 1 instead of an abort.
+int main(int argc, char** argv) try {
   const amp::Recipe recipe = amp::Recipe::parse(argc > 1 ? argv[1] : "fp32");
   const std::int64_t features = 16, hidden = 64, classes = 4, batch = 128, steps = 400;
 
@@ -74,4 +76,7 @@ int main(int argc, char** argv) {
   fmt::print("held-out accuracy {:.1f}% on {} fresh points (guessing: {:.0f}%)\n",
              100.0 * static_cast<double>(correct) / static_cast<double>(p.size()), p.size(), 100.0 / classes);
   return 0;
+} catch (const Error& error) {
+  fmt::print(stderr, "error: {}\n", error.what());
+  return 1;
 }

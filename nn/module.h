@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -100,12 +101,20 @@ class Module {
 };
 
 // Runs its modules in order, each one's output the next one's input; children are named "0", "1", ...
-//   auto model = std::make_shared<nn::Sequential>();
-//   model->push_back(std::make_shared<nn::Linear>(784, 256)); model->push_back(std::make_shared<nn::ReLU>());
+//   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(784, 256),
+//                                                 std::make_shared<nn::ReLU>(),
+//                                                 std::make_shared<nn::Linear>(256, 10));
+// or one by one: model->push_back(std::make_shared<nn::Linear>(784, 256)).
 class Sequential : public Module {
  public:
   Sequential() = default;
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
+  // Any number of modules of any layer type, in one expression (as torch::nn::Sequential(...)).
+  template <class... Layers>
+    requires(sizeof...(Layers) > 0 && (std::is_base_of_v<Module, Layers> && ...))
+  explicit Sequential(std::shared_ptr<Layers>... modules) {
+    (push_back(std::move(modules)), ...);
+  }
   void push_back(std::shared_ptr<Module> module);
   std::size_t size() const { return children().size(); }
   Module& operator[](std::size_t index) const;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -51,15 +52,21 @@ TEST_CASE("--help documents every flag of train") {
     CHECK_MESSAGE(run.output.find(flag) != std::string::npos, flag);
 }
 
-TEST_CASE("bad flags are refused with a message before any work starts") {
+TEST_CASE("bad flags are refused with one error line and status 1 before any work starts") {
   std::vector<std::pair<std::string, std::string>> cases{
-      {"train --precision float8 --steps 1", "--precision"},
+      {"train --precision float8 --steps 1", "--precision: float8 not in"},
       {"train --model resnet --steps 1", "--model"},
-      {"train --batch 0 --steps 1", "--batch"},
-      {"train --lr -1 --steps 1", "--lr"},
+      {"train --batch 0 --steps 1", "--batch: 0 is not allowed: give a whole number >= 1"},
+      {"train --steps 2.5", "--steps: 2.5 is not allowed"},
+      {"train --steps many", "--steps: many is not allowed"},
+      {"train --context 5000 --data text --model lstm", "--context: 5000 is not allowed: give a whole number from 2 to 4096"},
+      {"train --lr -1 --steps 1", "--lr: -1 is not allowed: give a finite learning rate >= 0"},
+      {"train --lr inf --steps 1", "--lr: inf is not allowed"},
+      {"train --lr nan --steps 1", "--lr: nan is not allowed"},
+      {"train --momentum 1 --steps 1", "--momentum: 1 is not allowed: give a momentum in [0, 0.999]"},
       {"train --steps 5 --epochs 1", "excludes"},
       {"train --model lstm --data fashion-mnist --steps 1", "does not fit"},
-      {"train --model mlp", "--epochs N or --steps N"},
+      {"train --data text --model lstm --epochs 1", "--epochs needs fashion-mnist"},
       {"train --steps 1 --resume /nonexistent.safetensors", "--resume"},
       {"train --steps 1 --save /nonexistent-dir/x.safetensors", "does not exist"},
   };
@@ -68,10 +75,65 @@ TEST_CASE("bad flags are refused with a message before any work starts") {
   for (const auto& [arguments, needle] : cases) {
     Run run = mixgrad(arguments);
     INFO(arguments << "\n" << run.output);
-    CHECK(run.status != 0);
+    CHECK(run.status == 1);
     CHECK(run.output.find(needle) != std::string::npos);
+    CHECK(run.output.starts_with("error: "));
+    CHECK(std::count(run.output.begin(), run.output.end(), '\n') == 1);  // one line
     CHECK(run.output.find("step 1/") == std::string::npos);  // no training happened
   }
+}
+
+TEST_CASE("a flag given twice takes its last value, so scripts can pass defaults the user overrides") {
+  TempDir tmp;
+  Run run = mixgrad(kSmallRun + fmt::format(" --steps 9 --steps 2 --optimizer adam --optimizer sgd --summary {}",
+                                            tmp / "summary.json"));
+  REQUIRE(run.status == 0);
+  std::ifstream file(tmp / "summary.json");
+  CHECK(nlohmann::json::parse(file)["steps"] == 2);
+}
+
+TEST_CASE("with no length a run trains one epoch of images, and says what it runs and when it ends") {
+  TempDir tmp;
+  Run run = mixgrad(fmt::format("train --model mlp --subset 256 --batch 64 --summary {}", tmp / "summary.json"));
+  REQUIRE(run.status == 0);
+  CHECK(run.output.find("mixgrad train: on cpu; f32 GEMM by ") != std::string::npos);
+  CHECK(run.output.find("step 1/4  smoothed loss ") != std::string::npos);  // a pipe: plain lines
+  CHECK(run.output.find("  eta ") != std::string::npos);
+  std::ifstream file(tmp / "summary.json");
+  CHECK(nlohmann::json::parse(file)["steps"] == 4);  // 256 images in batches of 64
+}
+
+TEST_CASE("--lr 0 runs forward and backward and leaves the weights as they were") {
+  TempDir tmp;
+  for (const char* optimizer : {"sgd", "adam"}) {
+    INFO(optimizer);
+    const std::string base = kSmallRun + " --lr 0 --optimizer " + optimizer;
+    REQUIRE(mixgrad(base + fmt::format(" --steps 1 --save {}", tmp / "one.safetensors")).status == 0);
+    REQUIRE(mixgrad(base + fmt::format(" --steps 3 --save {}", tmp / "three.safetensors")).status == 0);
+    const Tensor one = data::load_safetensors(tmp / "one.safetensors").tensors.at("model.1.weight");
+    const Tensor three = data::load_safetensors(tmp / "three.safetensors").tensors.at("model.1.weight");
+    CHECK(std::memcmp(one.data_ptr(), three.data_ptr(), one.nbytes()) == 0);
+  }
+}
+
+TEST_CASE("a diverging run stops with an error and status 1, keeping its log") {
+  TempDir tmp;
+  // Without a loss scaler: the first non-finite loss stops the run before its step.
+  Run fp32 = mixgrad(kSmallRun + fmt::format(" --lr 1e30 --steps 50 --log {}", tmp / "fp32.csv"));
+  CHECK(fp32.status == 1);
+  CHECK(fp32.output.find("error: mixgrad train: the loss is") != std::string::npos);
+  CHECK(fp32.output.find("the run diverged") != std::string::npos);
+  std::ifstream log(tmp / "fp32.csv");
+  std::string line, last;
+  int rows = -1;  // the header
+  while (std::getline(log, line)) ++rows, last = line;
+  CHECK(rows >= 2);
+  CHECK(rows < 50);
+  CHECK((last.find(",nan,") != std::string::npos || last.find(",inf,") != std::string::npos));
+  // With the GradScaler: every step is skipped as the scale backs off; 100 in a row end the run.
+  Run scaled = mixgrad(kSmallRun + " --lr 1e30 --steps 300 --precision mixed_float16");
+  CHECK(scaled.status == 1);
+  CHECK(scaled.output.find("error: amp::GradScaler: the last 100 steps all had inf/NaN gradients") != std::string::npos);
 }
 
 TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
@@ -80,6 +142,7 @@ TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
                                             tmp / "log.csv", tmp / "summary.json"));
   REQUIRE(run.status == 0);
   CHECK(run.output.find("mixed_float16 mlp on fashion-mnist: test accuracy") != std::string::npos);
+  CHECK(run.output.find("mean loss of the last 6 steps") != std::string::npos);
 
   std::ifstream log(tmp / "log.csv");
   std::string line;
@@ -111,10 +174,18 @@ TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process"
   for (const char* flags : {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam"}) {
     INFO(flags);
     const std::string base = kSmallRun + " " + flags;
-    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {}", tmp / "straight.safetensors")).status == 0);
+    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {} --summary {}", tmp / "straight.safetensors",
+                                       tmp / "straight.json")).status == 0);
     REQUIRE(mixgrad(base + fmt::format(" --steps 5 --save {}", tmp / "half.safetensors")).status == 0);
-    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --resume {} --save {}", tmp / "half.safetensors",
-                                       tmp / "resumed.safetensors")).status == 0);
+    REQUIRE(mixgrad(base + fmt::format(" --steps 10 --resume {} --save {} --summary {}", tmp / "half.safetensors",
+                                       tmp / "resumed.safetensors", tmp / "resumed.json")).status == 0);
+    // The reported loss too: the mean of the last steps, the steps before the resume included.
+    std::ifstream straight_json(tmp / "straight.json"), resumed_json(tmp / "resumed.json");
+    const nlohmann::json straight_summary = nlohmann::json::parse(straight_json);
+    const nlohmann::json resumed_summary = nlohmann::json::parse(resumed_json);
+    CHECK(straight_summary["final_loss_steps"] == 10);
+    CHECK(resumed_summary["final_loss_steps"] == 10);
+    CHECK(resumed_summary["final_loss"].get<double>() == straight_summary["final_loss"].get<double>());
     const StateDict straight = data::load_safetensors(tmp / "straight.safetensors").tensors;
     const StateDict resumed = data::load_safetensors(tmp / "resumed.safetensors").tensors;
     const StateDict half = data::load_safetensors(tmp / "half.safetensors").tensors;

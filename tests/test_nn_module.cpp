@@ -56,6 +56,20 @@ TEST_CASE("Sequential names its children 0, 1, ... and runs them in order") {
   CHECK(model->to_string().find("(1): Linear(6, 5)  [35 parameters]") != std::string::npos);
 }
 
+TEST_CASE("Sequential from a list of modules in one expression, as torch::nn::Sequential") {
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(5, 3));
+  CHECK(model->size() == 3);
+  CHECK(names_of(model->named_parameters()) ==
+        std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  Tensor x = randn({2, 6});
+  auto& first = dynamic_cast<nn::Linear&>((*model)[0]);
+  auto& second = dynamic_cast<nn::Linear&>((*model)[2]);
+  check_close((*model)(x), second(relu(first(x))), 0.0);
+  check_error([] { nn::Sequential(std::make_shared<nn::ReLU>(), std::shared_ptr<nn::Linear>()); },
+              "child '1' is null");
+}
+
 TEST_CASE("train and eval reach every child") {
   Net net;
   CHECK(net.bn->is_training());

@@ -42,6 +42,31 @@ TEST_CASE("tensor: item, size and to_vector") {
   check_error([&] { t.size(2); }, "Tensor::size");
 }
 
+TEST_CASE("tensor: PyTorch's spellings: item<T>, requires_grad_ and backward as a member") {
+  CHECK(from_vector({2.75}, {1}).item<float>() == 2.75f);
+  CHECK(from_vector({-2.75}, {1}).item<int>() == -2);  // truncated toward zero, as PyTorch
+  CHECK(full({1}, 3, {.dtype = DType::I32}).item<std::int64_t>() == 3);
+}
+
+TEST_CASE("tensor: item<T> refuses a value the integer type cannot hold") {
+  check_error([] { full({1}, 65504, {.dtype = DType::F16}).item<std::int16_t>(); }, "does not fit");
+  check_error([] { full({1}, std::nan(""), {}).item<int>(); }, "Tensor::item: nan does not fit");
+  check_error([] { full({1}, -1, {}).item<unsigned>(); }, "does not fit");
+  CHECK(full({1}, 4294967295.0, {.dtype = DType::F64}).item<unsigned>() == 4294967295u);
+  check_error([] { full({1}, 4294967296.0, {.dtype = DType::F64}).item<unsigned>(); }, "does not fit");
+}
+
+TEST_CASE("tensor: requires_grad_ and loss.backward() do what set_requires_grad and mg::backward do") {
+  Tensor w = from_vector({1, 2, 3}, {3}).requires_grad_();
+  CHECK(w.requires_grad());
+  Tensor loss = sum(mul(w, w));  // d/dw = 2w
+  loss.backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
+  CHECK(tape_size() == 0);  // cleared, as mg::backward does
+  CHECK_FALSE(w.requires_grad_(false).requires_grad());
+  check_error([&] { from_vector({1, 2}, {2}).backward(); }, "backward");  // not one element
+}
+
 TEST_CASE("tensor: Philox matches Random123's published answers") {
   using Words = std::array<std::uint32_t, 4>;
   CHECK(philox4x32({0, 0, 0, 0}, {0, 0}) == Words{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});

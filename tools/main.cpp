@@ -4,8 +4,9 @@
 //   mixgrad train --help            every flag, with its default
 //   mixgrad repro --experiment all --preset quick --out repro-quick   the paper's experiments, as a report
 //
-// Bad flags are refused with a message before any work starts; an mg::Error during the run (a
-// missing data file, a checkpoint that does not fit) ends it with the message and exit status 1.
+// Bad flags are refused before any work starts, and an mg::Error during the run (a missing data
+// file, a checkpoint that does not fit, a run that diverged) ends it: either way one `error: ...`
+// line on stderr and exit status 1.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -24,7 +25,16 @@ int main(int argc, char** argv) {
   mg::tools::repro::ReproOptions repro_options;
   CLI::App* repro = app.add_subcommand("repro", "Reproduce the paper's experiments: a report with tables, CSVs and plots");
   mg::tools::repro::add_repro_flags(*repro, repro_options);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);  // --help: the text, exit status 0
+  } catch (const CLI::ParseError& error) {
+    // One line, as for every other bad value: the flag, the value and what is allowed.
+    fmt::print(stderr, "error: mixgrad: {}; see mixgrad {} --help\n", error.what(),
+               app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name());
+    return 1;
+  }
 
   try {
     if (repro->parsed()) {
@@ -42,6 +52,9 @@ int main(int argc, char** argv) {
     fmt::print("{}\n", summary.to_line());
   } catch (const mg::Error& error) {
     fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {  // out of memory, a file system error: still one line, status 1
+    fmt::print(stderr, "error: mixgrad: {}\n", error.what());
     return 1;
   }
   return 0;

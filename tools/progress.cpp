@@ -3,11 +3,17 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
 
 namespace mg::tools {
+
+namespace {
+// NaN's sign bit means nothing to a reader: print "nan", never "-nan".
+double without_nan_sign(double value) { return std::isnan(value) ? std::fabs(value) : value; }
+}  // namespace
 
 Progress::Progress(std::int64_t first_step, std::int64_t total, std::string unit, bool show_scale, bool quiet)
     : first_step_(first_step), total_(total), unit_(std::move(unit)), show_scale_(show_scale), quiet_(quiet),
@@ -20,6 +26,7 @@ void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skip
   if (quiet_) return;
   const bool last = r.step == total_;
   const double rate = r.seconds > 0 ? static_cast<double>(items_) / r.seconds : 0.0;
+  const std::string eta = last ? "" : "  eta " + eta_text(r);
   std::string scale = show_scale_ ? fmt::format("  scale {:g}  skipped {}", r.scale, skipped_total) : "";
   if (terminal_) {
     const auto now = std::chrono::steady_clock::now();
@@ -27,17 +34,28 @@ void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skip
     last_draw_ = now;
     const int width = 20;
     const int filled = static_cast<int>(width * r.step / std::max<std::int64_t>(total_, 1));
-    fmt::print("\r[{:#<{}}{:.<{}}] {:>6}/{}  loss {:.4f}  {:.0f} {}/s{}\033[K", "", filled, "", width - filled, r.step,
-               total_, smoothed_loss_, rate, unit_, scale);
+    fmt::print("\r[{:#<{}}{:.<{}}] {:>6}/{}  smoothed loss {:.4f}  {:.0f} {}/s{}{}\033[K", "", filled, "",
+               width - filled, r.step, total_, without_nan_sign(smoothed_loss_), rate, unit_, scale, eta);
     std::fflush(stdout);
     return;
   }
   const std::int64_t every = std::max<std::int64_t>((total_ - first_step_) / 20, 1);
   if ((r.step - first_step_) % every == 0 || last) {
-    fmt::print("step {}/{}  loss {:.4f}  lr {:.3g}  {:.0f} {}/s{}\n", r.step, total_, smoothed_loss_, r.lr, rate,
-               unit_, scale);
+    fmt::print("step {}/{}  smoothed loss {:.4f}  lr {:.3g}  {:.0f} {}/s{}{}\n", r.step, total_,
+               without_nan_sign(smoothed_loss_), r.lr, rate, unit_, scale, eta);
     std::fflush(stdout);  // a log file or pipe sees each line as it happens, not at exit
   }
+}
+
+// The time left at this run's pace so far: "eta 42s", "eta 3m07s", "eta 1h05m".
+std::string Progress::eta_text(const StepRecord& r) const {
+  const std::int64_t done = r.step - first_step_;
+  if (done <= 0 || r.seconds <= 0) return "?";
+  const auto seconds = static_cast<std::int64_t>(r.seconds / static_cast<double>(done) *
+                                                 static_cast<double>(total_ - r.step) + 0.5);
+  if (seconds < 60) return fmt::format("{}s", seconds);
+  if (seconds < 3600) return fmt::format("{}m{:02}s", seconds / 60, seconds % 60);
+  return fmt::format("{}h{:02}m", seconds / 3600, seconds % 3600 / 60);
 }
 
 void Progress::finish() {
@@ -53,8 +71,8 @@ MetricsLog::MetricsLog(const std::string& path, bool append) {
 
 void MetricsLog::write(const StepRecord& r) {
   if (!file_.is_open()) return;
-  file_ << fmt::format("{},{:.9g},{:.9g},{:.9g},{},{:.6f}\n", r.step, r.loss, r.lr, r.scale, r.skipped ? 1 : 0,
-                       r.seconds);
+  file_ << fmt::format("{},{:.9g},{:.9g},{:.9g},{},{:.6f}\n", r.step, without_nan_sign(r.loss), r.lr, r.scale,
+                       r.skipped ? 1 : 0, r.seconds);
 }
 
 }  // namespace mg::tools

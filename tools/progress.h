@@ -1,9 +1,11 @@
 // What a training run shows while it runs, and the per-step CSV log.
 //
 // On a terminal: one progress bar, redrawn at most ten times a second,
-//   [#########...........]  1200/4690  loss 0.4213  312 img/s  scale 32768  skipped 2
-// (scale and skipped only when the recipe scales the loss). Not on a terminal (a pipe, CI, a log
-// file): a plain line every ~5% of the run, so logs stay readable.
+//   [#########...........]  1200/4690  smoothed loss 0.4213  312 img/s  scale 32768  skipped 2  eta 1m52s
+// (scale and skipped only when the recipe scales the loss). The smoothed loss is an exponential
+// moving average of the steps' losses (weight 0.05 on the newest: one batch's loss is too noisy to
+// read); the CSV log has every step's own loss. Not on a terminal (a pipe, CI, a log file): a plain
+// line every ~5% of the run, so logs stay readable.
 #pragma once
 
 #include <chrono>
@@ -31,6 +33,8 @@ class Progress {
   void finish();  // ends the bar's line
 
  private:
+  std::string eta_text(const StepRecord& record) const;
+
   std::int64_t first_step_, total_;
   std::string unit_;
   bool show_scale_, quiet_, terminal_;

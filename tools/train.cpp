@@ -4,16 +4,20 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
 #include "amp/recipe.h"
 #include "autograd/ops.h"
+#include "core/factory.h"
 #include "data/batches.h"
 #include "data/idx.h"
 #include "data/text.h"
+#include "kernels/gemm.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "optim/adam.h"
@@ -95,11 +99,17 @@ Task text_task(const TrainOptions& o) {
 
 amp::MasterWeights::MakeOptimizer optimizer_factory(const TrainOptions& o) {
   return [o](std::vector<Tensor> parameters) -> std::unique_ptr<optim::Optimizer> {
-    if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = o.lr});
+    if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = *o.lr});
     if (o.optimizer == "adamw")
-      return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = o.lr});
-    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = o.lr, .momentum = o.momentum});
+      return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = *o.lr});
+    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = *o.lr, .momentum = o.momentum});
   };
+}
+
+double mean_of(const std::deque<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
 }
 
 std::int64_t peak_rss_bytes() {
@@ -119,12 +129,14 @@ TrainSummary train(const TrainOptions& o) {
   const Device device = train_device(o);
   model.to(device);  // before the optimizer, whose state lives beside the parameters
   auto optimizer = recipe.make_optimizer(model.parameters(), optimizer_factory(o));
-  amp::GradScaler scaler = recipe.make_scaler();
+  // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
+  amp::GradScaler scaler = recipe.make_scaler({.error_on_collapse = true});
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
 
   const std::map<std::string, std::string> identity{
       {"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};
   std::int64_t step = 0;
+  std::deque<double> recent_losses;  // the last kFinalLossSteps losses, carried by checkpoints
   if (!o.resume.empty()) {
     nn::LoadedCheckpoint loaded = nn::load_checkpoint(o.resume, {&model, optimizer.get(), &scaler});
     for (const auto& [key, value] : identity)
@@ -132,6 +144,8 @@ TrainSummary train(const TrainOptions& o) {
                key, loaded.metadata[key], value);
     step = static_cast<std::int64_t>(state_value(loaded.extra, "step", "mixgrad train --resume"));
     task.load_data_state(state_subset(loaded.extra, "data."));
+    if (loaded.extra.count("recent_losses"))  // absent from checkpoints written before it was kept
+      for (double value : loaded.extra.at("recent_losses").to_vector<double>()) recent_losses.push_back(value);
     MG_CHECK(step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume, step, total);
   }
 
@@ -140,14 +154,16 @@ TrainSummary train(const TrainOptions& o) {
   summary.model = o.model;
   summary.data = o.data;
   summary.parameters = model.parameter_count();
-  if (!o.quiet)
+  if (!o.quiet) {
     fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
                summary.parameters, recipe.describe(), step, total, o.batch);
+    fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("f32 GEMM by {}",
+               kernels::cpu::gemm_backend()) : "kernels of kernels/cuda/");
+  }
   Progress progress(step, total, task.unit, scaler.is_enabled(), o.quiet);
   MetricsLog log(o.log, !o.resume.empty());
   const auto start = Clock::now();
   std::int64_t items = 0;
-  double smoothed_loss = -1;
   while (step < total) {
     data::Batch batch = task.next();
     optimizer->zero_grad();
@@ -157,14 +173,23 @@ TrainSummary train(const TrainOptions& o) {
       loss = cast(mean_cross_entropy(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
     }
     const double lr = optimizer->lr();
+    const double loss_value = loss.item();
+    if (!std::isfinite(loss_value) && !scaler.is_enabled()) {
+      // Nothing would skip this step: its NaN gradients would reach every weight. Stop before they do.
+      log.write({.step = step + 1, .loss = loss_value, .lr = lr, .scale = 1, .skipped = true,
+                 .seconds = std::chrono::duration<double>(Clock::now() - start).count()});
+      throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: the run "
+              "diverged (the weights stay as they were after step {}). Lower --lr (it is {:g}){}", std::fabs(loss_value),
+              step + 1, o.precision, step, lr, o.log.empty() ? "" : fmt::format("; {} has every step so far", o.log)));
+    }
     backward(scaler.scale(loss));
     const bool stepped = scaler.step(*optimizer);
     const double scale_used = scaler.get_scale();
-    scaler.update();
+    scaler.update();  // throws when the scale collapses: every step skipped for collapse_patience steps
     ++step;
     items += batch.labels.numel();
-    const double loss_value = loss.item();
-    smoothed_loss = smoothed_loss < 0 ? loss_value : 0.95 * smoothed_loss + 0.05 * loss_value;
+    recent_losses.push_back(loss_value);
+    if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
     StepRecord record{.step = step, .loss = loss_value, .lr = lr, .scale = scale_used, .skipped = !stepped,
                       .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
     log.write(record);
@@ -176,10 +201,14 @@ TrainSummary train(const TrainOptions& o) {
   summary.steps = step;
   summary.skipped_steps = scaler.skipped_steps();
   summary.final_scale = scaler.get_scale();  // 1 when the recipe does not scale
-  summary.final_loss = smoothed_loss;
+  summary.final_loss = mean_of(recent_losses);
+  summary.final_loss_steps = static_cast<std::int64_t>(recent_losses.size());
 
   if (!o.save.empty()) {
-    StateDict extra{{"step", state_scalar(static_cast<double>(step))}};
+    const std::vector<double> losses(recent_losses.begin(), recent_losses.end());
+    StateDict extra{{"step", state_scalar(static_cast<double>(step))},
+                    {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
+                                                  {.dtype = DType::F64})}};
     state_insert(extra, "data.", task.data_state());
     nn::save_checkpoint(o.save, {&model, optimizer.get(), &scaler}, extra, identity);
   }
@@ -191,7 +220,7 @@ TrainSummary train(const TrainOptions& o) {
 std::string TrainSummary::to_json() const {
   nlohmann::ordered_json j{{"recipe", recipe}, {"model", model}, {"data", data}, {"parameters", parameters},
                            {"steps", steps}, {"skipped_steps", skipped_steps}, {"final_scale", final_scale},
-                           {"final_loss", final_loss}};
+                           {"final_loss", final_loss}, {"final_loss_steps", final_loss_steps}};
   if (test_accuracy) j["test_accuracy"] = *test_accuracy;
   if (val_bits_per_char) j["val_bits_per_char"] = *val_bits_per_char;
   j["train_seconds"] = train_seconds;
@@ -203,9 +232,10 @@ std::string TrainSummary::to_json() const {
 std::string TrainSummary::to_line() const {
   std::string metric = test_accuracy ? fmt::format("test accuracy {:.2f}%", 100 * *test_accuracy)
                                      : fmt::format("val {:.3f} bits/char", val_bits_per_char.value_or(0));
-  return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), loss {:.4f}, {:.1f} s of "
-                     "training, peak RSS {:.0f} MiB", recipe, model, data, metric, steps, skipped_steps, final_scale,
-                     final_loss, train_seconds, static_cast<double>(peak_rss_bytes) / (1 << 20));
+  return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), mean loss of the last {} steps "
+                     "{:.4f}, {:.1f} s of training, peak RSS {:.0f} MiB", recipe, model, data, metric, steps,
+                     skipped_steps, final_scale, final_loss_steps, final_loss,
+                     train_seconds, static_cast<double>(peak_rss_bytes) / (1 << 20));
 }
 
 }  // namespace mg::tools

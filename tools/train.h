@@ -6,6 +6,7 @@
 //   backward(scaler.scale(loss));  scaler.step(optimizer);  scaler.update()
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,13 +15,18 @@
 
 namespace mg::tools {
 
+// How many of the last steps' losses final_loss averages (one batch's loss is too noisy to report).
+inline constexpr std::size_t kFinalLossSteps = 100;
+
 struct TrainSummary {
   std::string recipe, model, data;
   std::int64_t parameters = 0;
   std::int64_t steps = 0;          // steps done in all (including those before a resume)
   std::int64_t skipped_steps = 0;  // steps the GradScaler skipped (inf/NaN gradients)
   double final_scale = 1;
-  double final_loss = 0;           // moving average of the last steps' training loss
+  double final_loss = 0;           // mean training loss of the last kFinalLossSteps steps (fewer in a shorter
+                                   // run), counted across a --resume: a resumed run reports a straight one's
+  std::int64_t final_loss_steps = 0;  // how many steps final_loss averages
   std::optional<double> test_accuracy;      // fashion-mnist: on the 10,000 test images
   std::optional<double> val_bits_per_char;  // text: on the whole validation split
   double train_seconds = 0;        // this process's training loop, evaluation excluded

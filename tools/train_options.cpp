@@ -1,8 +1,11 @@
 #include "tools/train_options.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "amp/recipe.h"
 #include "core/error.h"
@@ -10,7 +13,38 @@
 
 namespace mg::tools {
 
+namespace {
+
+// Value checks whose message names the value and what is allowed (CLI11 puts the flag in front:
+// "--lr: -1 is not allowed: ..."); main() prints it as one `error:` line and exits 1.
+CLI::Validator whole_number_in(std::int64_t least, std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
+  return CLI::Validator(
+      [least, most](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        if (CLI::detail::lexical_cast(text, value) && value >= least && value <= most) return "";
+        if (most == std::numeric_limits<std::int64_t>::max())
+          return fmt::format("{} is not allowed: give a whole number >= {}", text, least);
+        return fmt::format("{} is not allowed: give a whole number from {} to {}", text, least, most);
+      },
+      "INT");
+}
+
+CLI::Validator finite_number_in(double low, double high, const std::string& allowed) {
+  return CLI::Validator(
+      [low, high, allowed](std::string& text) -> std::string {
+        double value = 0;
+        if (CLI::detail::lexical_cast(text, value) && std::isfinite(value) && value >= low && value <= high) return "";
+        return fmt::format("{} is not allowed: give {}", text, allowed);
+      },
+      "FLOAT");
+}
+
+}  // namespace
+
 void add_train_flags(CLI::App& c, TrainOptions& o) {
+  // A flag given twice takes its last value, so a script's defaults can be overridden by the
+  // arguments it passes on (scripts/run --optimizer sgd).
+  c.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   c.add_option("--data", o.data, "Data set: fashion-mnist (/usr/share/datasets/fashion-mnist) or text (the King "
                "James Bible, or --text-file)")->check(CLI::IsMember({"fashion-mnist", "text"}))->capture_default_str();
   c.add_option("--model", o.model, "Model: mlp (784-256-256-10) or cnn (two 3x3 convolutions) for fashion-mnist; "
@@ -20,22 +54,26 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "float16_pure or bfloat16_pure (amp/recipe.h)")
       ->check(CLI::IsMember(amp::Recipe::names()))->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  auto* epochs = c.add_option("--epochs", o.epochs, "Train for this many epochs in all (fashion-mnist)")
-                     ->check(CLI::PositiveNumber);
-  auto* steps = c.add_option("--steps", o.steps, "Train until this many steps in all, counting the steps of a "
-                             "resumed checkpoint")->check(CLI::PositiveNumber);
+  auto* epochs = c.add_option("--epochs", o.epochs, "Train for this many epochs in all (fashion-mnist; the default "
+                              "when no length is given is 1 epoch)")->check(whole_number_in(1));
+  auto* steps = c.add_option("--steps", o.steps, fmt::format("Train until this many steps in all, counting the steps "
+                             "of a resumed checkpoint (text: default {})", kDefaultTextSteps))
+                    ->check(whole_number_in(1));
   epochs->excludes(steps);
-  c.add_option("--batch", o.batch, "Batch size (default 128 for images, 32 for text)")->check(CLI::PositiveNumber);
-  c.add_option("--context", o.context, "Text: characters per training window")
-      ->check(CLI::Range(2, 4096))->capture_default_str();
+  c.add_option("--batch", o.batch, "Batch size (default 128 for images, 32 for text)")->check(whole_number_in(1));
+  c.add_option("--context", o.context, "Text: characters per training window (2 to 4096)")
+      ->check(whole_number_in(2, 4096))->capture_default_str();
   c.add_option("--optimizer", o.optimizer, "Optimizer: sgd (with momentum), adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
-  c.add_option("--lr", o.lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam and adamw)")
-      ->check(CLI::PositiveNumber);
-  c.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999))->capture_default_str();
+  c.add_option_function<double>("--lr", [&o](const double& lr) { o.lr = lr; },
+                                "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw; "
+                                "0 runs forward and backward but leaves the weights as they are)")
+      ->check(finite_number_in(0, std::numeric_limits<double>::max(), "a finite learning rate >= 0"));
+  c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
+      ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))->capture_default_str();
   c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")->capture_default_str();
   c.add_option("--subset", o.subset, "Train on the first N examples only (characters, for text)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1));
   c.add_option("--text-file", o.text_file, "Text: train on this plain-text file instead of the King James Bible")
       ->check(CLI::ExistingFile);
   c.add_option("--log", o.log, "Write one CSV row per step: step, loss, lr, scale, skipped, seconds");
@@ -51,8 +89,8 @@ void finalize(TrainOptions& o) {
   MG_CHECK(images == (o.model == "mlp" || o.model == "cnn"),
            "mixgrad train: --model {} does not fit --data {}; use mlp or cnn with fashion-mnist, lstm or gpt with text",
            o.model, o.data);
-  MG_CHECK(o.epochs > 0 || o.steps > 0, "mixgrad train: say how long to train: --epochs N or --steps N");
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
+  if (o.epochs == 0 && o.steps == 0) (images ? o.epochs : o.steps) = images ? 1 : kDefaultTextSteps;
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");
@@ -67,7 +105,7 @@ void finalize(TrainOptions& o) {
              "mixgrad train: cannot write {}: the directory {} does not exist", *path, parent.string());
   }
   if (o.batch == 0) o.batch = images ? 128 : 32;
-  if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.05 : 1e-3;
+  if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : 1e-3;
 }
 
 }  // namespace mg::tools

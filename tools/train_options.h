@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace CLI {
@@ -10,6 +11,9 @@ class App;
 
 namespace mg::tools {
 
+// The length of a text run that names none (about 4 minutes of the LSTM on one CPU core).
+inline constexpr std::int64_t kDefaultTextSteps = 1000;
+
 struct TrainOptions {
   std::string data = "fashion-mnist";   // fashion-mnist | text
   std::string model = "mlp";            // mlp | cnn (fashion-mnist); lstm | gpt (text)
@@ -17,10 +21,11 @@ struct TrainOptions {
   std::string device = "cpu";           // cpu | cuda
   std::int64_t epochs = 0;              // total epochs (fashion-mnist); 0: use --steps
   std::int64_t steps = 0;               // total steps, counting those before --resume; 0: use --epochs
+                                        // (neither: 1 epoch of images, kDefaultTextSteps of text)
   std::int64_t batch = 0;               // 0: 128 for images, 32 for text
   std::int64_t context = 64;            // text: characters per training window
   std::string optimizer = "sgd";        // sgd | adam | adamw
-  double lr = 0;                        // 0: 0.05 for sgd, 1e-3 for adam and adamw
+  std::optional<double> lr;             // unset: 0.05 for sgd, 1e-3 for adam and adamw
   double momentum = 0.9;                // sgd only
   std::uint64_t seed = 0;
   std::int64_t subset = 0;              // train on the first N examples (characters, for text); 0: all
