@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "data/batches.h"
+#include "kernels/elementwise.h"
 
 namespace mg::tools {
 
@@ -25,9 +26,13 @@ class Scoring {
 
 }  // namespace
 
-Tensor standardize_pixels(const Tensor& images) {
-  NoGradGuard no_grad;
-  return div(sub(images, kPixelMean), kPixelStd);
+void standardize_pixels_(Tensor& images) {
+  MG_CHECK(images.dtype() == DType::F32 && images.device().is_cpu() && !images.requires_grad(),
+           "tools::standardize_pixels_: needs f32 images on the CPU that do not require grad, got {} on {}{}",
+           images.dtype(), images.device(), images.requires_grad() ? " requiring grad" : "");
+  // mg::sub(x, s) is mg::add(x, -s): the AddScalar kernel; mg::div(x, s) the DivScalar one.
+  kernels::unary(kernels::UnaryOp::AddScalar, images, images, {.a = -kPixelMean});
+  kernels::unary(kernels::UnaryOp::DivScalar, images, images, {.a = kPixelStd});
 }
 
 Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
@@ -35,10 +40,11 @@ Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
 }
 
 double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labels, const amp::Recipe& recipe,
-                     Device device) {
+                     Device device, std::int64_t batch) {
+  MG_CHECK(batch >= 1, "tools::test_accuracy: batch must be >= 1, got {}", batch);
   Scoring scoring(model);
   std::int64_t correct = 0;
-  const std::int64_t n = images.size(0), chunk = 250;  // bounds the im2col buffers
+  const std::int64_t n = images.size(0), chunk = batch;
   for (std::int64_t begin = 0; begin < n; begin += chunk) {
     const std::int64_t end = std::min(begin + chunk, n);
     Tensor logits;

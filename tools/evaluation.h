@@ -1,6 +1,6 @@
 // How `mixgrad train` and `mixgrad repro` feed and score a model: the one definition of each.
 //
-//   Tensor x = standardize_pixels(images);                       // Fashion-MNIST pixels, ~unit variance
+//   standardize_pixels_(images);                                 // Fashion-MNIST pixels, ~unit variance
 //   Tensor loss = mean_cross_entropy(model(x), labels);          // logits [..., C], targets [...]
 //   double acc = test_accuracy(model, images, labels, recipe, device);
 //   double bpc = bits_per_char(model, tokens, 64, recipe, device);
@@ -20,14 +20,20 @@ namespace mg::tools {
 // Fashion-MNIST's pixel mean and standard deviation over the training set (of values in [0, 1]):
 // standardized inputs let the first layer start where its initialization assumes unit variance.
 constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
-Tensor standardize_pixels(const Tensor& images);
+// In place (PyTorch's trailing underscore), with the very kernels of mg::div(mg::sub(images, mean),
+// std), so the values are theirs bit for bit: the 60,000 training images are 188 MB in f32, and the
+// two ops out of place would hold three such copies at once (and leave two in the CPU allocator's
+// cache). `images`: f32 on the CPU, not requiring grad.
+void standardize_pixels_(Tensor& images);
 
 // logits [..., classes] and targets [...] -> the mean cross entropy over every position.
 Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets);
 
-// The fraction of images [N, ...] whose argmax logit is their label [N] (i32).
+// The fraction of images [N, ...] whose argmax logit is their label [N] (i32), scored `batch` images
+// at a time. Pass the training batch size and the forward passes reuse the buffers the training
+// steps left in the allocator's cache instead of adding blocks of new sizes to it.
 double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labels, const amp::Recipe& recipe,
-                     Device device);
+                     Device device, std::int64_t batch = 250);
 
 // Mean cross entropy in bits per token over the non-overlapping windows of `context` tokens of a
 // 1-D i32 token tensor (data::sequential_batches, 64 windows at a time).

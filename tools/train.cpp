@@ -44,7 +44,7 @@ struct Task {
 };
 
 std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
-  set.images = standardize_pixels(set.images);
+  standardize_pixels_(set.images);
   return std::make_shared<data::LabeledImages>(std::move(set));
 }
 
@@ -63,9 +63,9 @@ Task image_task(const TrainOptions& o) {
   task.load_data_state = [loader](const StateDict& s) { loader->load_state_dict(s); };
   task.batches_per_epoch = loader->batches_per_epoch();
   task.unit = "img";
-  task.evaluate = [test_set, model = task.model, device = train_device(o)](TrainSummary summary,
-                                                                           const amp::Recipe& recipe) {
-    summary.test_accuracy = test_accuracy(*model, test_set->images, test_set->labels, recipe, device);
+  task.evaluate = [test_set, model = task.model, device = train_device(o), batch = o.batch](
+                      TrainSummary summary, const amp::Recipe& recipe) {
+    summary.test_accuracy = test_accuracy(*model, test_set->images, test_set->labels, recipe, device, batch);
     return summary;
   };
   return task;

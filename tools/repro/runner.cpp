@@ -87,9 +87,11 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
   data::LabeledImages train = data::load_fashion_mnist(dir, data::Split::Train, train_examples);
   data::LabeledImages test = data::load_fashion_mnist(dir, data::Split::Test, test_examples);
   auto result = std::make_shared<ImageData>();
-  result->train_images = standardize_pixels(train.images);
+  standardize_pixels_(train.images);
+  standardize_pixels_(test.images);
+  result->train_images = train.images;
   result->train_labels = train.labels;
-  result->test_images = standardize_pixels(test.images);
+  result->test_images = test.images;
   result->test_labels = test.labels;
   return result;
 }
