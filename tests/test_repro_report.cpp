@@ -7,6 +7,7 @@
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 #include "tools/repro/e3_histograms.h"
+#include "tools/repro/e6_speed_memory.h"
 #include "tools/repro/repro.h"
 
 using namespace mg;
@@ -72,6 +73,10 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   CHECK(histogram_script.find("f16 subnormal") != std::string::npos);
   CHECK(histogram_script.find("set object 1 rect") != std::string::npos);
   CHECK(histogram_script.find("histeps") != std::string::npos);
+  // An MLP's layers share op names and shapes: the activations are numbered, so no two legends read alike.
+  const std::string activation_script = read(out / "e3_activations_mlp.gp");
+  CHECK(activation_script.find("title \"#1 ") != std::string::npos);
+  CHECK(activation_script.find("title \"#2 ") != std::string::npos);
   for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
                            "e4_activation_zeros_by_k", "e4_organic_zeros_by_layer", "e3_weights_cnn",
                            "e3_activations_mlp"}) {
@@ -85,6 +90,78 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   if (!have_gnuplot()) {
     MESSAGE("gnuplot is not installed: the PNG checks are skipped (apt-get install gnuplot-nox)");
     CHECK(md.find("No plots") != std::string::npos);
+  }
+}
+
+// The y range a script sets: "set yrange [from:to]".
+std::pair<double, double> y_range_of(const std::string& script) {
+  const std::size_t at = script.find("set yrange [");
+  REQUIRE(at != std::string::npos);
+  const std::size_t colon = script.find(':', at), end = script.find(']', at);
+  return {std::stod(script.substr(at + 12, colon - at - 12)), std::stod(script.substr(colon + 1, end - colon - 1))};
+}
+
+TEST_CASE("plots: coinciding curves stay apart, no curve runs along the frame, categories are bars") {
+  TempDir tmp;
+  Report report(tmp / "plots");
+  Series fp32{.name = "V0 fp32", .style = 0}, master{.name = "V2 float16_master", .style = 2};
+  for (int step = 10; step <= 400; step += 10) {  // identical curves, all at exactly 0
+    for (Series* s : {&fp32, &master}) {
+      s->x.push_back(step);
+      s->y.push_back(0);
+    }
+  }
+  Series constant_scale{.name = "V3 scale", .x = {0, 400}, .y = {1024, 1024}, .style = 3};
+  Series bars{.name = "CNN", .x = {0, 1, 2}, .y = {1, 0.9, 1.1}};
+  report.add(Section{.id = "T", .title = "plots",
+                     .plots = {Plot{.name = "lines", .series = {fp32, master}},
+                               Plot{.name = "scale", .log_y = 2, .series = {constant_scale}},
+                               Plot{.name = "bars", .kind = PlotKind::bars,
+                                    .x_ticks = {{0, "V0 fp32"}, {1, "V1 float16_pure"}, {2, "V2 float16_master"}},
+                                    .series = {bars}}}});
+  const fs::path out = tmp.path / "plots";
+  const std::string lines = read(out / "lines.gp");
+  CHECK(lines.find("set key below") != std::string::npos);  // the legend takes no width from the data
+  // Each variant has its own line style, and the two curves' markers start at different points.
+  CHECK(lines.find("index 0 using 1:2 with lines ls 1 ") != std::string::npos);
+  CHECK(lines.find("index 1 using 1:2 with lines ls 3 ") != std::string::npos);
+  CHECK(lines.find("index 0 every 4::0 ") != std::string::npos);
+  CHECK(lines.find("index 1 every 4::2 ") != std::string::npos);
+  CHECK(lines.find("keyentry with linespoints ls 3 title \"V2 float16_master\"") != std::string::npos);
+  const auto [lines_from, lines_to] = y_range_of(lines);
+  CHECK(lines_from < 0);
+  CHECK(lines_to > 0);
+  const std::string scale = read(out / "scale.gp");
+  const auto [scale_from, scale_to] = y_range_of(scale);
+  CHECK(scale_from < 1024);
+  CHECK(scale_to > 1024);
+  CHECK(scale.find("set logscale y 2") != std::string::npos);
+  const std::string bar_script = read(out / "bars.gp");
+  CHECK(bar_script.find("with boxes") != std::string::npos);
+  CHECK(bar_script.find("\"V1 float16_pure\" 1") != std::string::npos);
+  CHECK(y_range_of(bar_script).first == 0);  // bars start at 0
+  if (have_gnuplot())
+    for (const char* plot : {"lines", "scale", "bars"}) CHECK_MESSAGE(fs::exists(out / (std::string(plot) + ".png")), plot);
+}
+
+TEST_CASE("E6's plots: the variants are categories, drawn as bars") {
+  TempDir tmp;
+  Report report(tmp / "e6");
+  E6Workload cnn{.model = "CNN", .unit = "images"};
+  for (const std::string& id : variant_ids()) {
+    RunResult run;
+    run.variant = variant(id);
+    run.items_per_second = 1000;
+    run.activation_bytes = run.state_bytes = run.peak_bytes = id == "V0" ? 2000 : 1000;
+    cnn.runs.push_back(run);
+  }
+  report.add(e6_section(E6Result{.options = {}, .workloads = {cnn}}, report));
+  for (const char* plot : {"e6_speed", "e6_memory"}) {
+    INFO(plot);
+    const std::string script = read(tmp.path / "e6" / (std::string(plot) + ".gp"));
+    CHECK(script.find("with boxes") != std::string::npos);
+    CHECK(script.find("with lines") == std::string::npos);
+    CHECK(script.find("\"V6 bfloat16_pure\" 6") != std::string::npos);
   }
 }
 

@@ -164,10 +164,10 @@ Section e1_section(const E1Result& r, Report& report) {
   for (const auto& [tag, runs] : {std::pair{"mlp", &r.mlp}, std::pair{"cnn", &r.cnn}}) {
     Plot accuracy{.name = fmt::format("e1_accuracy_{}", tag),
                   .title = fmt::format("E1 test accuracy, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-                  .x_label = "step", .y_label = "test accuracy (%)", .points = true};
+                  .x_label = "step", .y_label = "test accuracy (%)", .kind = PlotKind::points};
     Plot loss{.name = fmt::format("e1_loss_{}", tag),
               .title = fmt::format("E1 training loss, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-              .x_label = "step", .y_label = "training loss (batch)", .log_y = true};
+              .x_label = "step", .y_label = "training loss (batch)", .log_y = 10};
     for (const RunResult& run : *runs) {
       accuracy.series.push_back(accuracy_series(run));
       loss.series.push_back(step_series(run, [](const StepLog& l) { return l.loss; }));

@@ -126,7 +126,7 @@ Section e2_section(const E2Result& r, Report& report) {
   s.verdict = verdict_for("With a " + constant, r.constant_lr) + " " + verdict_for("With a " + decaying, r.decaying_lr);
   auto plots_for = [&](const std::string& tag, const std::string& what, const std::vector<RunResult>& runs) {
     Plot accuracy{.name = "e2_accuracy_" + tag, .title = "E2 test accuracy, " + what, .x_label = "step",
-                  .y_label = "test accuracy (%)", .points = true};
+                  .y_label = "test accuracy (%)", .kind = PlotKind::points};
     Plot lost{.name = "e2_lost_updates_" + tag, .title = "E2 fraction of updates lost, " + what, .x_label = "step",
               .y_label = "lost updates (fraction of elements)"};
     for (const RunResult& run : runs) {

@@ -12,12 +12,27 @@ namespace {
 
 using amp::GradientStats;
 
+// The x axis of log2|g| ends a bin past the last one (which holds 2^16 and up), so that the "inf"
+// band is wide enough for its label.
+constexpr int kAxisEnd = GradientStats::kMaxExponent + 2;
+
 // f16's ranges on the x axis of log2|g| (bin e holds 2^e <= |g| < 2^(e+1)).
 std::vector<Band> f16_bands() {
   return {Band{.from = GradientStats::kMinExponent, .to = -24, .label = "lost in f16 (< 2^-24)", .color = "#d62728"},
           Band{.from = -24, .to = -14, .label = "f16 subnormal", .color = "#ff7f0e"},
           Band{.from = -14, .to = 16, .label = "f16 normal", .color = "#2ca02c"},
-          Band{.from = 16, .to = GradientStats::kMaxExponent + 1, .label = "inf", .color = "#7f7f7f"}};
+          Band{.from = 16, .to = kAxisEnd, .label = "inf", .color = "#7f7f7f"}};
+}
+
+// Every 8 binades, so that -24 (f16's smallest subnormal) and 16 (its overflow) get a tick; the
+// end bins take in everything beyond them, and their labels say so.
+std::vector<Tick> exponent_ticks() {
+  std::vector<Tick> ticks;
+  for (int e = GradientStats::kMinExponent; e <= GradientStats::kMaxExponent; e += 8)
+    ticks.push_back(Tick{.at = static_cast<double>(e), .label = std::to_string(e)});
+  ticks.front().label = "≤ " + ticks.front().label;
+  ticks.back().label = "≥ " + ticks.back().label;
+  return ticks;
 }
 
 // The histogram as a curve: x = the bin's lower exponent, y = its share of all values (zeros
@@ -149,8 +164,9 @@ Section e3_section(const E3Result& r, Report& report) {
                         "run again with the same configuration and seed, recording every gradient at every {}th step. "
                         "Activation gradients: each op's output gradient in the backward pass, counted once: reshapes, "
                         "casts and ops that pass their output gradient on unchanged (a bias add to its matmul) are left "
-                        "out, their values being another op's. The gradient of a ReLU's input (the op before it, "
-                        "usually a bias add) holds ReLU's exact zeros. 'Zero in f16 only': non-zero in f32 but "
+                        "out, their values being another op's; the others are numbered in the order backward meets "
+                        "them, #1 nearest the loss. The gradient of a ReLU's input (the op before it, usually a bias "
+                        "add) holds ReLU's exact zeros. 'Zero in f16 only': non-zero in f32 but "
                         "|g| <= 2^-25, so rounding to f16 makes it 0. 'Below 2^-24': non-zero values smaller than f16's "
                         "smallest subnormal.{}", e1.mlp_steps, e1.cnn_steps, e5.steps, o.record_every,
                         o.text ? "" : " (The LSTM was not run.)");
@@ -170,8 +186,9 @@ Section e3_section(const E3Result& r, Report& report) {
                            "zero in f16 only", "below 2^-24", "f16 subnormal", "f16 overflow"}};
     Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm" : m.model == "MLP" ? "mlp" : "cnn"),
                  .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges", .x_label = "log2 |g|",
-                 .y_label = "fraction of values", .log_y = true, .steps = true,
-                 .x_min = GradientStats::kMinExponent, .x_max = GradientStats::kMaxExponent + 1, .bands = f16_bands()};
+                 .y_label = "fraction of values", .kind = PlotKind::histogram, .log_y = 10,
+                 .x_min = GradientStats::kMinExponent, .x_max = kAxisEnd, .x_ticks = exponent_ticks(),
+                 .bands = f16_bands()};
     Plot activations = weights;
     activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
     activations.title = "E3 " + m.model + " activation gradients (fp32), with f16's ranges";
@@ -180,10 +197,12 @@ Section e3_section(const E3Result& r, Report& report) {
       weights.series.push_back(histogram_series(h.weight_names[i], h.weights[i]));
     }
     const std::vector<bool> counted = counted_activations(h);
+    int number = 0;  // in backward order: an MLP's layers share their op names and shapes
     for (std::size_t i = 0; i < h.activations.size(); ++i) {
       if (!counted[i]) continue;
-      table.rows.push_back(layer_row("activation", h.activation_names[i], h.activations[i]));
-      activations.series.push_back(histogram_series(h.activation_names[i], h.activations[i]));
+      const std::string name = fmt::format("#{} {}", ++number, h.activation_names[i]);
+      table.rows.push_back(layer_row("activation", name, h.activations[i]));
+      activations.series.push_back(histogram_series(name, h.activations[i]));
     }
     for (std::size_t i = 0; i < h.weights.size(); ++i)
       for (int k = 0; k < GradientStats::kBins; ++k)

@@ -196,6 +196,7 @@ Section e4_section(const E4Result& r, Report& report) {
       zero_row.push_back(percent(activation_zeros(run), 1));
       if (run.variant.id == "V0") zero_row.push_back(percent(activation_zeros_in_f16(run), 1));
       accuracy_by_k[j].name = zeros_by_k[j].name = o.variant_ids[j] == "V3" ? "V3 float16_master S=2^k" : legend(run.variant);
+      accuracy_by_k[j].style = zeros_by_k[j].style = variant_style(run.variant);
       accuracy_by_k[j].x.push_back(o.ks[i]);
       accuracy_by_k[j].y.push_back(100 * run.final_accuracy);
       zeros_by_k[j].x.push_back(o.ks[i]);
@@ -206,11 +207,14 @@ Section e4_section(const E4Result& r, Report& report) {
   }
   s.tables.push_back(accuracy);
   s.tables.push_back(zeros);
+  std::vector<Tick> k_ticks;  // the k that ran, not gnuplot's even numbers between them
+  for (int k : o.ks) k_ticks.push_back(Tick{.at = static_cast<double>(k), .label = std::to_string(k)});
   s.plots.push_back(Plot{.name = "e4_accuracy_by_k", .title = "E4 test accuracy with the loss x 2^-k (lr x 2^k)",
-                         .x_label = "k", .y_label = "test accuracy (%)", .points = true, .series = accuracy_by_k});
+                         .x_label = "k", .y_label = "test accuracy (%)", .kind = PlotKind::points, .x_ticks = k_ticks,
+                         .series = accuracy_by_k});
   s.plots.push_back(Plot{.name = "e4_activation_zeros_by_k", .title = "E4 activation gradients exactly zero",
-                         .x_label = "k", .y_label = "zero activation gradients (%)", .points = true,
-                         .series = zeros_by_k});
+                         .x_label = "k", .y_label = "zero activation gradients (%)", .kind = PlotKind::points,
+                         .x_ticks = k_ticks, .series = zeros_by_k});
   s.verdict = sweep_verdict(r);
 
   if (!r.organic.empty()) {
@@ -230,13 +234,14 @@ Section e4_section(const E4Result& r, Report& report) {
                              fmt::format("layer {} zeros", layers / 2 + 1), fmt::format("layer {} zeros", layers),
                              "skipped steps"}};
     Plot per_layer{.name = "e4_organic_zeros_by_layer", .title = "E4 organic: weight-gradient values that are zero, by layer",
-                   .x_label = "layer (1 = first)", .y_label = "zero gradient values (%)", .points = true};
+                   .x_label = "layer (1 = first)", .y_label = "zero gradient values (%)", .kind = PlotKind::points};
     for (const RunResult& run : r.organic) {
       organic.rows.push_back({legend(run.variant), percent(run.final_accuracy), percent(weight_zeros(run, 0, false), 1),
                               percent(weight_zeros(run, 0, true), 1), percent(weight_zeros(run, layers / 2, false), 1),
                               percent(weight_zeros(run, layers - 1, false), 1), std::to_string(run.skipped_steps)});
-      Series series{.name = legend(run.variant)};
-      Series in_f16{.name = legend(run.variant) + " (zero once in f16)"};
+      Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
+      // The last line style, which no variant has: this curve is fp32's, counted another way.
+      Series in_f16{.name = legend(run.variant) + " (zero once in f16)", .style = 7};
       for (std::size_t w = 0; w < layers; ++w) {
         series.x.push_back(static_cast<double>(w + 1));
         series.y.push_back(100 * weight_zeros(run, w, false));

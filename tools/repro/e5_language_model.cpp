@@ -154,7 +154,7 @@ Section e5_section(const E5Result& r, Report& report) {
     s.tables.push_back(table);
     const std::string tag = runs == &r.lstm ? "lstm" : "gpt";
     Plot bpc{.name = "e5_validation_bpc_" + tag, .title = "E5 " + std::string(model) + " validation bits per character",
-             .x_label = "step", .y_label = "bits per character", .points = true};
+             .x_label = "step", .y_label = "bits per character", .kind = PlotKind::points};
     Plot loss{.name = "e5_loss_" + tag, .title = "E5 " + std::string(model) + " training loss (batch mean, nats)",
               .x_label = "step", .y_label = "loss"};
     Plot flush{.name = "e5_logit_flush_" + tag,

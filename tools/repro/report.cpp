@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
+#include <utility>
 
 #include "core/error.h"
 
@@ -38,6 +41,168 @@ std::string shell_quoted(const std::string& path) {
   std::string out = "'";
   for (char ch : path) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return out + "'";
+}
+
+// One look per curve: colour, dash pattern and marker shape all differ, so that a curve lying on
+// another still shows. The colours are Okabe and Ito's, told apart with colour blindness too; the
+// markers are open shapes, so markers at the same point show through each other. Style i draws
+// variant Vi's curves.
+struct LineStyle {
+  const char* color;
+  const char* dash;  // a gnuplot dash type
+  int point;         // a gnuplot point type
+};
+constexpr LineStyle kLineStyles[] = {
+    {"#000000", "1", 6},           // black, solid, circle
+    {"#E69F00", "2", 4},           // orange, dashed, square
+    {"#0072B2", "3", 8},           // blue, dotted, triangle
+    {"#009E73", "4", 12},          // green, dash-dot, diamond
+    {"#CC79A7", "5", 10},          // pink, dash-dot-dot, triangle down
+    {"#D55E00", "(14,6)", 2},      // vermilion, long dashes, cross
+    {"#56B4E9", "(4,4,12,4)", 1},  // sky blue, short-long dashes, plus
+    {"#7F7F7F", "(2,6)", 14},      // grey, sparse dots, pentagon
+};
+constexpr std::size_t kStyleCount = std::size(kLineStyles);
+
+// The y range: the data's, padded (5% below, 5% above, more above where bands put their labels)
+// so that no curve runs along the frame: a fraction of exactly 0, or a loss scale of 2^10 that
+// gnuplot would end its axis at. On a log axis the padding is in decades or octaves; bars start
+// at 0. Empty when no value can be drawn.
+std::optional<std::pair<double, double>> y_range(const Plot& plot) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const Series& s : plot.series)
+    for (double y : s.y) {
+      if (!std::isfinite(y) || (plot.log_y && y <= 0)) continue;
+      const double v = plot.log_y ? std::log(y) / std::log(plot.log_y) : y;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  if (lo > hi) return std::nullopt;
+  const double span = hi > lo ? hi - lo : 1.0;
+  double from = lo - 0.05 * span, to = hi + (plot.bands.empty() ? 0.05 : 0.18) * span;
+  if (plot.kind == PlotKind::bars && lo >= 0) from = 0;
+  if (!plot.log_y) return std::pair{from, to};
+  return std::pair{std::pow(plot.log_y, from), std::pow(plot.log_y, to)};
+}
+
+// The y ticks of a log axis. gnuplot labels only the powers of the base, which over less than three
+// decades leaves one or two labels: there the ticks are at 1, 2 and 5 times the powers of ten.
+// Powers are written 2^k and 10^k, not 0.00000001.
+std::string log_y_ticks(const Plot& plot, double from, double to) {
+  if (plot.log_y != 10) return fmt::format("set format y \"{}^{{%L}}\"\n", plot.log_y);
+  if (to / from >= 1000) return "set format y \"10^{%L}\"\n";
+  std::string ticks;
+  for (double decade = std::pow(10.0, std::floor(std::log10(from))); decade <= to; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if (m * decade >= from && m * decade <= to) ticks += fmt::format("{}{:g}", ticks.empty() ? "" : ", ", m * decade);
+  return "set ytics (" + ticks + ")\n";
+}
+
+// The x ticks a plot names. Labels wider than their share of the axis (variant names under bars)
+// are slanted so that they do not run into each other.
+std::string x_ticks(const Plot& plot) {
+  if (plot.x_ticks.empty()) return "";
+  std::string out = "set xtics (";
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < plot.x_ticks.size(); ++i) {
+    out += fmt::format("{}{} {:.9g}", i ? ", " : "", gp_string(plot.x_ticks[i].label), plot.x_ticks[i].at);
+    longest = std::max(longest, plot.x_ticks[i].label.size());
+  }
+  constexpr double kAxisPixels = 780, kCharPixels = 7;  // at the terminal's size and font below
+  const bool crowded = static_cast<double>(longest) * kCharPixels > kAxisPixels / static_cast<double>(plot.x_ticks.size());
+  return out + ") noenhanced" + (crowded ? " rotate by 30 right" : "") + "\n";
+}
+
+// The script: the terminal is enhanced for the tick formats (2^{%L} draws a superscript), and every
+// text from the report is noenhanced, since the '_' of variant names would start a subscript.
+std::string gnuplot_script(const Plot& plot, const std::vector<std::size_t>& points) {
+  std::string gp = fmt::format(
+      "# Made by `mixgrad repro`; run `gnuplot {}.gp` in this folder to redraw.\n"
+      "set terminal pngcairo size 900,600 enhanced font 'sans,11'\nset encoding utf8\nset output {}\n"
+      "set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n"
+      // Below the plot the legend takes no width from the data, however long its entries; its extra
+      // line of height keeps the x label from touching a one-row legend.
+      "set key below center horizontal reverse Left noenhanced samplen 4 height 1\n",
+      plot.name, gp_string(plot.name + ".png"), gp_string(plot.title), gp_string(plot.x_label),
+      gp_string(plot.y_label));
+  gp += plot.kind == PlotKind::bars ? "set grid ytics\n" : "set grid\n";
+  for (std::size_t i = 0; i < kStyleCount; ++i)
+    gp += fmt::format("set style line {} lc rgb \"{}\" dt {} lw 2 pt {} ps 1.3\n", i + 1, kLineStyles[i].color,
+                      kLineStyles[i].dash, kLineStyles[i].point);
+  if (plot.x_min < plot.x_max) {
+    gp += fmt::format("set xrange [{:.9g}:{:.9g}]\n", plot.x_min, plot.x_max);
+  } else if (plot.kind == PlotKind::bars && !plot.x_ticks.empty()) {
+    const auto [first, last] = std::minmax_element(plot.x_ticks.begin(), plot.x_ticks.end(),
+                                                   [](const Tick& a, const Tick& b) { return a.at < b.at; });
+    gp += fmt::format("set xrange [{:.9g}:{:.9g}]\n", first->at - 0.6, last->at + 0.6);
+  } else {  // the data's x range, and no further: gnuplot would extend it to a round number
+    gp += "set autoscale xfix\nset offsets graph 0.02, graph 0.02, 0, 0\n";
+  }
+  gp += x_ticks(plot);
+  if (plot.log_y) gp += fmt::format("set logscale y {}\n", plot.log_y);
+  if (const auto range = y_range(plot)) {
+    gp += fmt::format("set yrange [{:.9g}:{:.9g}]\n", range->first, range->second);
+    if (plot.log_y) gp += log_y_ticks(plot, range->first, range->second);
+  }
+  for (std::size_t i = 0; i < plot.bands.size(); ++i) {
+    const Band& b = plot.bands[i];
+    // Labels alternate between two heights, so that those of narrow neighbouring bands do not collide.
+    gp += fmt::format("set object {} rect from {:.9g}, graph 0 to {:.9g}, graph 1 behind fc rgb {} "
+                      "fs transparent solid 0.18 noborder\n", i + 1, b.from, b.to, gp_string(b.color)) +
+          fmt::format("set label {} {} at {:.9g}, graph {} center font 'sans,9' noenhanced\n", i + 1,
+                      gp_string(b.label), (b.from + b.to) / 2, i % 2 ? 0.92 : 0.965);
+  }
+  std::size_t curves = 0;  // the series drawn as curves (not markers alone): they share the markers' stagger
+  double x_lo = INFINITY, x_hi = -INFINITY;
+  for (const Series& s : plot.series) {
+    curves += s.markers ? 0 : 1;
+    for (double x : s.x) x_lo = std::min(x_lo, x), x_hi = std::max(x_hi, x);
+  }
+  const double bar_width = 0.8 / static_cast<double>(std::max<std::size_t>(curves, 1));
+  if (plot.kind == PlotKind::bars)
+    gp += fmt::format("set boxwidth {:.3g}\nset style fill solid 0.5 border rgb \"black\"\n", 0.9 * bar_width);
+  const std::string data = gp_string(plot.name + ".dat");
+  std::string elements;
+  auto add = [&](const std::string& element) { elements += (elements.empty() ? "plot " : ", \\\n     ") + element; };
+  std::size_t curve = 0;
+  for (std::size_t i = 0; i < plot.series.size(); ++i) {
+    const Series& s = plot.series[i];
+    const std::size_t style = (s.style >= 0 ? static_cast<std::size_t>(s.style) : i) % kStyleCount + 1;
+    const std::string source = fmt::format("{} index {}", data, i), title = "title " + gp_string(s.name);
+    if (s.markers) {  // events: filled, so they stand out from the curves' open markers
+      add(fmt::format("{} using 1:2 with points ls {} pt 7 {}", source, style, title));
+      continue;
+    }
+    const std::size_t k = curve++;
+    const double centred = static_cast<double>(k) - (static_cast<double>(curves) - 1) / 2;  // ..., -1, 0, 1, ...
+    if (plot.kind == PlotKind::bars) {
+      const double shift = centred * bar_width;
+      add(fmt::format("{} using ($1{:+.3g}):2 with boxes ls {} dt 1 {}", source, shift, style, title));
+    } else if (plot.kind == PlotKind::histogram) {
+      add(fmt::format("{} using 1:2 with histeps ls {} {}", source, style, title));
+    } else if (plot.kind == PlotKind::points) {
+      // The line where the values are; the markers moved sideways from the next curve's by 0.7% of
+      // the x range (half a marker): where runs agree to the third decimal, their markers stand side
+      // by side, not on top of each other.
+      add(fmt::format("{} using 1:2 with lines ls {} notitle", source, style));
+      add(fmt::format("{} using ($1{:+.4g}):2 with points ls {} notitle", source, centred * 0.007 * (x_hi - x_lo),
+                      style));
+      add(fmt::format("keyentry with linespoints ls {} {}", style, title));
+    } else {
+      // About ten markers a curve, every `stride` points, each curve starting at another point: where
+      // curves coincide, each one's markers still show. A curve of few points (the corners of a loss
+      // scale's staircase) is told apart by its colour and dashes alone.
+      const std::size_t stride = std::max(curves, (points[i] + 9) / 10);
+      if (points[i] < std::max<std::size_t>(12, 2 * stride)) {
+        add(fmt::format("{} using 1:2 with lines ls {} {}", source, style, title));
+        continue;
+      }
+      add(fmt::format("{} using 1:2 with lines ls {} notitle", source, style));
+      add(fmt::format("{} every {}::{} using 1:2 with points ls {} notitle", source, stride, k * stride / curves, style));
+      add(fmt::format("keyentry with linespoints ls {} {}", style, title));
+    }
+  }
+  return gp + elements + "\n";
 }
 
 }  // namespace
@@ -99,43 +264,25 @@ std::string Report::write_csv(const std::string& name, const std::vector<std::st
 
 void Report::make_plot(const Plot& plot) {
   const fs::path dir(directory_);
+  std::vector<std::size_t> points;  // per series, the points written (the script staggers markers by them)
   {
     std::ofstream data(dir / (plot.name + ".dat"));
     MG_CHECK(data.good(), "mixgrad repro: cannot write {}.dat in {}", plot.name, directory_);
     for (const Series& s : plot.series) {  // one block per series, separated by two blank lines (gnuplot's index)
       data << "# " << s.name << "\n";
+      points.push_back(0);
       for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-        if (std::isfinite(s.y[i]) && (!plot.log_y || s.y[i] > 0)) data << fmt::format("{:.9g} {:.9g}\n", s.x[i], s.y[i]);
+        if (std::isfinite(s.y[i]) && (!plot.log_y || s.y[i] > 0)) {
+          data << fmt::format("{:.9g} {:.9g}\n", s.x[i], s.y[i]);
+          ++points.back();
+        }
       data << "\n\n";
     }
   }
   {
-    // noenhanced: the '_' of variant names would otherwise start a subscript.
     std::ofstream script(dir / (plot.name + ".gp"));
     MG_CHECK(script.good(), "mixgrad repro: cannot write {}.gp in {}", plot.name, directory_);
-    script << "# Made by `mixgrad repro`; run `gnuplot " << plot.name << ".gp` in this folder to redraw.\n"
-           << "set terminal pngcairo size 900,540 noenhanced font 'sans,11'\n"
-           << "set output " << gp_string(plot.name + ".png") << "\n"
-           << "set title " << gp_string(plot.title) << "\n"
-           << "set xlabel " << gp_string(plot.x_label) << "\nset ylabel " << gp_string(plot.y_label) << "\n"
-           << "set grid\nset key outside right top\n";
-    if (plot.log_x) script << "set logscale x 2\n";
-    if (plot.log_y) script << "set logscale y 10\n";
-    if (plot.x_min < plot.x_max) script << fmt::format("set xrange [{:.9g}:{:.9g}]\n", plot.x_min, plot.x_max);
-    for (std::size_t i = 0; i < plot.bands.size(); ++i) {
-      const Band& b = plot.bands[i];
-      script << fmt::format("set object {} rect from {:.9g}, graph 0 to {:.9g}, graph 1 behind fc rgb {} "
-                            "fs transparent solid 0.18 noborder\n", i + 1, b.from, b.to, gp_string(b.color))
-             << fmt::format("set label {} {} at {:.9g}, graph 0.96 center font 'sans,9'\n", i + 1, gp_string(b.label),
-                            (b.from + b.to) / 2);
-    }
-    const std::string line_style = plot.steps ? "histeps" : plot.points ? "linespoints" : "lines";
-    script << "plot ";
-    for (std::size_t i = 0; i < plot.series.size(); ++i)
-      script << (i ? ", \\\n     " : "") << gp_string(plot.name + ".dat") << " index " << i << " using 1:2 with "
-             << (plot.series[i].markers ? "points pt 7 ps 1.2" : line_style + " lw 2") << " title "
-             << gp_string(plot.series[i].name);
-    script << "\n";
+    script << gnuplot_script(plot, points);
   }
   if (!have_gnuplot_) return;
   const std::string command = fmt::format("cd {} && gnuplot {} >{} 2>&1", shell_quoted(directory_),

@@ -7,9 +7,11 @@
 //
 // Plots are made with gnuplot (Debian package gnuplot-nox, terminal pngcairo): for each plot the
 // report folder gets NAME.dat (the series, one gnuplot data block each), NAME.gp (the script, so a
-// reader can re-run or restyle it) and NAME.png. Without gnuplot the .dat and .gp files are still
-// written, the report says that the plots are missing and why, and one warning goes to stderr;
-// the run does not fail.
+// reader can re-run or restyle it) and NAME.png. Curves differ in colour, dash pattern and marker
+// shape at once, so that curves lying on top of each other stay distinguishable; the legend sits
+// below the plot, and the y range is padded so that no curve runs along the frame. Without gnuplot
+// the .dat and .gp files are still written, the report says that the plots are missing and why,
+// and one warning goes to stderr; the run does not fail.
 #pragma once
 
 #include <string>
@@ -30,6 +32,10 @@ struct Series {
   std::string name{};  // the legend entry
   std::vector<double> x{}, y{};
   bool markers = false;  // points only, no line (events such as skipped steps)
+  // Which of the 8 line styles (colour, dash pattern, marker shape) draws it; -1: its position in
+  // the plot. A variant's curves take the variant's number (V2: 2), so that a variant looks the same
+  // in every plot; style 7 (grey) is no variant's.
+  int style = -1;
 };
 
 // A shaded range of x with a label at its top: the f16 ranges behind a histogram of exponents.
@@ -39,13 +45,28 @@ struct Band {
   std::string color = "#999999";  // a gnuplot rgb colour
 };
 
+// A tick on the x axis with its own label ("V2 float16_master", "≤ -40").
+struct Tick {
+  double at = 0;
+  std::string label{};
+};
+
+enum class PlotKind {
+  lines,      // many x values (every logged step): a marker every few points, staggered between the
+              // series, so that curves lying on top of each other each still show theirs
+  points,     // few x values (evaluations, a sweep): lines with a marker at every point, each curve's
+              // markers moved sideways by half a marker, so that equal values do not hide each other
+  histogram,  // a histogram outline (x = bin centres)
+  bars,       // categories (x = 0, 1, ..., named by x_ticks): the series' bars side by side in each
+};
+
 struct Plot {
   std::string name;  // file stem: NAME.png, NAME.gp, NAME.dat (letters, digits, '_' and '-')
   std::string title{}, x_label{}, y_label{};
-  bool log_x = false, log_y = false;  // log-scale axes (base 2 for x, base 10 for y)
-  bool points = false;                // points and lines (few x values), else lines
-  bool steps = false;                 // a histogram outline (x = bin centres), else lines
-  double x_min = 0, x_max = 0;        // the x range when x_min < x_max, else gnuplot's choice
+  PlotKind kind = PlotKind::lines;
+  int log_y = 0;                // the base (2 or 10) of a log-scale y axis; 0: linear
+  double x_min = 0, x_max = 0;  // the x range when x_min < x_max, else the data's
+  std::vector<Tick> x_ticks{};  // the x axis's ticks; empty: gnuplot's choice
   std::vector<Band> bands{};
   std::vector<Series> series{};
 };

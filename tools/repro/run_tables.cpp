@@ -14,6 +14,8 @@ std::string cell(double value) { return std::isfinite(value) ? fmt::format("{:.9
 
 std::string legend(const Variant& variant) { return variant.id + " " + variant.name; }
 
+int variant_style(const Variant& variant) { return std::stoi(variant.id.substr(1)); }
+
 const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id) {
   for (const RunResult& r : runs)
     if (r.variant.id == id) return &r;
@@ -65,7 +67,7 @@ void append_run_row(Rows& rows, const std::string& experiment, const std::string
 }
 
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value) {
-  Series series{.name = legend(run.variant)};
+  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
   for (const StepLog& s : run.log) {
     series.x.push_back(static_cast<double>(s.step));
     series.y.push_back(value(s));
@@ -74,7 +76,7 @@ Series step_series(const RunResult& run, const std::function<double(const StepLo
 }
 
 Series accuracy_series(const RunResult& run) {
-  Series series{.name = legend(run.variant)};
+  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
   for (const StepLog& s : run.log)
     if (s.test_accuracy) {
       series.x.push_back(static_cast<double>(s.step));
@@ -84,9 +86,9 @@ Series accuracy_series(const RunResult& run) {
 }
 
 Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs) {
-  Plot plot{.name = name, .title = title, .x_label = "step", .y_label = "loss scale", .log_y = true};
+  Plot plot{.name = name, .title = title, .x_label = "step", .y_label = "loss scale", .log_y = 2};
   for (const RunResult* run : runs) {
-    Series scale{.name = legend(run->variant) + " scale"};
+    Series scale{.name = legend(run->variant) + " scale", .style = variant_style(run->variant)};
     auto scale_at = [&](std::int64_t step) {  // the scale step `step` used
       double value = run->scale_trajectory.empty() ? 1.0 : run->scale_trajectory.front().second;
       for (const auto& [from, s] : run->scale_trajectory)
@@ -106,7 +108,8 @@ Plot scale_plot(const std::string& name, const std::string& title, const std::ve
       scale.y.push_back(scale.y.back());
     }
     plot.series.push_back(std::move(scale));
-    Series skipped{.name = legend(run->variant) + " skipped steps", .markers = true};
+    Series skipped{.name = legend(run->variant) + " skipped steps", .markers = true,
+                   .style = variant_style(run->variant)};
     for (std::int64_t step : run->skipped_at) {
       skipped.x.push_back(static_cast<double>(step));
       skipped.y.push_back(scale_at(step));
@@ -124,7 +127,7 @@ std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& ru
 }
 
 Series bpc_series(const RunResult& run) {
-  Series series{.name = legend(run.variant)};
+  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
   for (const StepLog& s : run.log)
     if (s.validation_bpc) {
       series.x.push_back(static_cast<double>(s.step));

@@ -45,5 +45,7 @@ std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& ru
 const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id);
 // "V2 float16_master"
 std::string legend(const Variant& variant);
+// The line style of a variant's curves (Series::style): its number, V2's 2, in every plot.
+int variant_style(const Variant& variant);
 
 }  // namespace mg::tools::repro
