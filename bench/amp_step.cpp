@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/machine.h"
 #include "bench/timing.h"
 #include "mixgrad.h"
 
@@ -79,13 +80,15 @@ struct Trainer {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole body is a try block: an mg::Error (a bad MG_GEMM) ends the run with its message and status 1.
+int main(int argc, char** argv) try {
   std::vector<std::int64_t> batches{128, 512};
   if (argc > 1) {
     batches.clear();
     for (int i = 1; i < argc; ++i) batches.push_back(std::atoll(argv[i]));
   }
   const std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16", "float16_master", "float16_pure"};
+  fmt::print("{}\n", bench::machine_lines());
   fmt::print("784-256-256-10 MLP training step, SGD with momentum; median ms per step (ratio to fp32)\n");
   for (std::int64_t batch : batches) {
     std::vector<std::unique_ptr<Trainer>> trainers;
@@ -109,4 +112,7 @@ int main(int argc, char** argv) {
     fmt::print("\n");
   }
   return 0;
+} catch (const mg::Error& error) {
+  fmt::print(stderr, "error: {}\n", error.what());
+  return 1;
 }

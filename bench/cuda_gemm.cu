@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "bench/timing.h"
 #include "kernels/cuda/gemm_common.cuh"
 #include "mixgrad.h"
@@ -174,7 +175,7 @@ void print_header() {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  fmt::print("bench/cuda_gemm, {}\n", date);
+  fmt::print("bench/cuda_gemm, {}\n{}\n", date, bench::machine_lines());
   fmt::print("device: {} (sm_{}{}, {} SMs), max clocks: SM {} MHz, memory {} MHz (lock them with nvidia-smi -lgc for "
              "steady numbers)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000,
              memory_khz / 1000);
@@ -192,7 +193,9 @@ bool selected(const std::string& name, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole body is a try block: an mg::Error (no GPU, a bad MG_GEMM) ends the run with its message and
+// status 1.
+int main(int argc, char** argv) try {
   MG_CHECK(mg::cuda_device_count() > 0, "bench/cuda_gemm: no CUDA device is visible; run it on a machine with a GPU");
   print_header();
   const cudaStream_t stream = mg::cuda::stream(0);
@@ -234,4 +237,7 @@ int main(int argc, char** argv) {
   mg::kernels::set_allow_tf32(false);
   CUBLAS_CHECK(cublasDestroy(handle));
   return 0;
+} catch (const mg::Error& error) {
+  fmt::print(stderr, "error: {}\n", error.what());
+  return 1;
 }

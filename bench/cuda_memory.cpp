@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "bench/timing.h"
 #include "core/device.h"
 #include "core/tensor.h"
@@ -98,7 +99,8 @@ struct Row {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole body is a try block: an mg::Error (a bad MG_GEMM) ends the run with its message and status 1.
+int main(int argc, char** argv) try {
   const int first = argc > 1 ? std::atoi(argv[1]) : 24, last = argc > 2 ? std::atoi(argv[2]) : 28;
   if (cuda_device_count() == 0) {
     std::printf("cuda_memory: no CUDA device visible; nothing to measure\n");
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   std::printf("cuda_memory: %s, %s; peak %.2f TB/s (%d-bit bus at %.0f MHz)\n", properties.name, date, peak * 1e-12,
               properties.memoryBusWidth, memory_clock_khz * 1e-3);
+  std::printf("%s\n", bench::machine_lines().c_str());
   std::printf("median of %d timed calls after %d warm-up calls\n\n", kRuns, kWarmup);
   std::printf("| kernel | elements | bytes | time (us) | TB/s | of peak |\n|---|---|---|---|---|---|\n");
 
@@ -174,4 +177,7 @@ int main(int argc, char** argv) {
     mg::cuda::allocator().empty_cache();
   }
   return 0;
+} catch (const mg::Error& error) {
+  std::fprintf(stderr, "error: %s\n", error.what());
+  return 1;
 }

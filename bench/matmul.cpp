@@ -5,11 +5,12 @@
 //
 // Three variants per size, interleaved in every repetition so that a noisy machine slows them alike:
 //   eigen f32      C.noalias() = A * B on preallocated row-major Eigen matrices (the peer)
-//   mixgrad f32    mg::matmul on f32 tensors (checks, output from the caching allocator, Eigen GEMM)
+//   mixgrad f32    mg::matmul on f32 tensors (checks, output from the caching allocator, and the GEMM
+//                  kernels/cpu/blas_choice.h picked: OpenBLAS or Eigen, named in the header)
 //   mixgrad f16    mg::matmul on f16 tensors (operands converted to f32 with F16C, f32 GEMM,
 //                  result rounded to f16: the Tensor Core contract)
 // Each runs twice to warm up, then enough repetitions for ~0.5 s; the median time is reported.
-// Single-threaded (Eigen is built without OpenMP), so results are per core.
+// Single-threaded (Eigen is built without OpenMP, OpenBLAS pinned to one thread), so results are per core.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/machine.h"
 #include "bench/timing.h"
 #include "mixgrad.h"
 
@@ -34,13 +36,15 @@ double seconds(const std::function<void()>& fn) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole body is a try block: an mg::Error (a bad MG_GEMM) ends the run with its message and status 1.
+int main(int argc, char** argv) try {
   std::vector<std::int64_t> sizes{256, 512, 1024, 2048};
   if (argc > 1) {
     sizes.clear();
     for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
   }
   mg::NoGradGuard no_grad;
+  fmt::print("{}\n", bench::machine_lines());
   fmt::print("{:>6} {:>13} {:>13} {:>8} {:>13} {:>8}   (GFLOP/s, median of n runs)\n", "n", "eigen f32",
              "mixgrad f32", "vs eigen", "mixgrad f16", "vs f32");
   for (std::int64_t n : sizes) {
@@ -70,4 +74,7 @@ int main(int argc, char** argv) {
                100.0 * f32 / eigen, f16, 100.0 * f16 / f32, reps);
   }
   return 0;
+} catch (const mg::Error& error) {
+  fmt::print(stderr, "error: {}\n", error.what());
+  return 1;
 }

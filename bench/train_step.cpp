@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "bench/timing.h"
-#include "kernels/gemm.h"
 #include "core/allocator.h"
 #include "mixgrad.h"
 #ifdef MG_WITH_CUDA
@@ -163,7 +163,9 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The whole body is a try block: an mg::Error (a bad MG_GEMM, no GPU for --device cuda) ends the run
+// with its message and status 1.
+int main(int argc, char** argv) try {
   int steps = 50;
   Device device = Device::cpu();
   std::vector<std::pair<std::string, std::int64_t>> cases;
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
     }
   }
   if (cases.empty()) cases = {{"mlp", 128}, {"mlp", 512}, {"cnn", 128}};
+  fmt::print("{}\n", bench::machine_lines());
   if (device.is_cuda()) {
     check_device_available(device, "bench/train_step --device cuda");
     cases.emplace_back("wide", 8192);
@@ -190,12 +193,16 @@ int main(int argc, char** argv) {
     for (const auto& [model, batch] : cases) run(model, batch, steps, device);
     return 0;
   }
-  fmt::print("Training step, SGD with momentum 0.9, one thread. mixgrad GEMM: {}\n", kernels::cpu::gemm_backend());
+  fmt::print("Training step, SGD with momentum 0.9, one thread.\n");
 #ifdef MG_BENCH_TORCH
   fmt::print("peer: {}\n", bench::configure_torch(1));
 #else
-  fmt::print("peer: none (libtorch not found at configure time; see docs/results/cpu-bench.md)\n");
+  fmt::print("peer: none in this binary (train_step_vs_torch, built when CMake finds libtorch, runs it beside "
+             "mixgrad; see docs/results/cpu-bench.md)\n");
 #endif
   for (const auto& [model, batch] : cases) run(model, batch, steps, device);
   return 0;
+} catch (const mg::Error& error) {
+  fmt::print(stderr, "error: {}\n", error.what());
+  return 1;
 }

@@ -47,8 +47,18 @@ bool allow_tf32();
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 
 namespace cpu {
+// The two libraries that can multiply f32/f64 matrices on the CPU; kernels/cpu/blas_choice.h picks one
+// per process (MG_GEMM=eigen|openblas overrides it).
+enum class GemmLibrary : std::uint8_t { Eigen, OpenBlas };
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
-// What multiplies f32/f64 matrices in this build: "OpenBLAS <version> (one thread)" or "Eigen <version>".
+// The same GEMM on a named library, whatever the choice: how the tests hold Eigen and OpenBLAS to one
+// contract. GemmLibrary::OpenBlas in a build without it throws mg::Error.
+void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
+             const GemmEpilogue& epilogue = {});
+// What multiplies f32/f64 matrices in this process, and why, in one line: "OpenBLAS 0.3.21 SkylakeX
+// (AVX-512 kernels, one thread)", or "Eigen 3.4.0 AVX-512 (OpenBLAS 0.3.21 would run its generic
+// Prescott kernels on this AVX-512 CPU; MG_GEMM=openblas forces it)". Makes the choice if no GEMM
+// has yet; throws mg::Error for a bad MG_GEMM (kernels/cpu/blas_choice.h).
 std::string gemm_backend();
 }  // namespace cpu
 

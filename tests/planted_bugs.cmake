@@ -30,7 +30,7 @@ function(mg_planted_bug name)
   if(P_ASAN_ONLY AND NOT MG_SANITIZE MATCHES "address")
     return()
   endif()
-  set(original ${CMAKE_SOURCE_DIR}/${P_FILE})
+  set(original ${PROJECT_SOURCE_DIR}/${P_FILE})
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${original})
   file(READ ${original} text)
   string(FIND "${text}" "${P_FIND}" first)
@@ -47,7 +47,7 @@ function(mg_planted_bug name)
   if(P_COMPILE STREQUAL P_FILE)
     set(source ${dir}/${P_FILE})
   else()
-    set(source ${CMAKE_SOURCE_DIR}/${P_COMPILE})  # it includes the planted copy, found first below
+    set(source ${PROJECT_SOURCE_DIR}/${P_COMPILE})  # it includes the planted copy, found first below
   endif()
   add_executable(planted_${name} ${source} $<TARGET_OBJECTS:planted_${P_SUITE}>)
   set_source_files_properties(${source} PROPERTIES LANGUAGE CXX SKIP_PRECOMPILE_HEADERS ON

@@ -2,18 +2,21 @@
 //
 // f32 and f64 map the tensors' memory as row-major matrices and multiply in place: no copies. The
 // multiply is Eigen's, or OpenBLAS's sgemm/dgemm when the build found it (MG_BLAS, see the
-// top-level CMakeLists.txt): on this project's AMD CPU OpenBLAS is ~1.3x faster at the shapes of
-// the example models (docs/results/cpu-bench.md). OpenBLAS is pinned to one thread, like the rest
-// of the CPU backend, so results never depend on a thread count.
+// top-level CMakeLists.txt) and its kernels suit this CPU: kernels/cpu/blas_choice.h decides once,
+// at the first GEMM, and MG_GEMM=eigen|openblas overrides it. With kernels that suit the CPU,
+// OpenBLAS is ~1.3x faster than Eigen at the shapes of the example models on this project's AMD
+// CPU, and on par on an AVX-512 Xeon; with its generic ones a training step takes ~4x as long
+// (docs/results/cpu-bench.md). OpenBLAS is pinned to one thread, like the rest of the CPU backend,
+// so results never depend on a thread count.
 // f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
 // pass (F16C for f16), multiplied and accumulated in f32 by the f32 GEMM (OpenBLAS's or Eigen's), and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
 // the hardware's, up to the order of the f32 additions. The epilogue (bias, activation) is applied to
 // the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. Eigen::half matrices are never multiplied
 // directly: Eigen's half GEMM emulates every operation and is ~400x slower.
-// Run its tests: build/tests/test_ops_matmul; its benchmark: build/bench/matmul.
+// Run its tests: build/tests/test_ops_matmul and build/tests/test_gemm_choice (both libraries, the
+// choice); its benchmark: build/bench/matmul.
 #include <Eigen/Core>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +27,8 @@
 #include <cblas.h>
 #endif
 
+#include "core/error.h"
+#include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/compute_type.h"
 #include "kernels/functors.h"
 #include "kernels/gemm.h"
@@ -64,9 +69,9 @@ bool blas_gemm(const T* a, const T* b, T* c, const GemmShape& s) {
 
 // C = op(A) * op(B) for one matrix of the batch, all of element type T (float or double).
 template <class T>
-void gemm_one(const T* a, const T* b, T* c, const GemmShape& s) {
+void gemm_one([[maybe_unused]] GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s) {
 #ifdef MG_WITH_OPENBLAS
-  if (blas_gemm(a, b, c, s)) return;
+  if (library == GemmLibrary::OpenBlas && blas_gemm(a, b, c, s)) return;
 #endif
   Eigen::Map<const RowMajor<T>> A(a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
   Eigen::Map<const RowMajor<T>> B(b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
@@ -78,9 +83,9 @@ void gemm_one(const T* a, const T* b, T* c, const GemmShape& s) {
 }
 
 template <class T>
-void gemm_batched(const T* a, const T* b, T* c, const GemmShape& s) {
+void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s) {
   for (std::int64_t i = 0; i < s.batch; ++i)
-    gemm_one(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
+    gemm_one(library, a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
 }
 
 // c = act(c + bias) over every row of the batch, in the compute type C, before c is rounded.
@@ -106,32 +111,33 @@ void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
+  gemm_on(gemm_choice().library, a, b, c, s, epilogue);
+}
+
+void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
+             const GemmEpilogue& epilogue) {
   // What matmul has checked: one input dtype, and element counts that match the shape; the caller
   // that asks for an epilogue passes a bias of [n] in C's dtype or f32.
   assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
   assert(a.numel() == s.batch * s.m * s.k && b.numel() == s.batch * s.k * s.n && c.numel() == s.batch * s.m * s.n);
   assert(!epilogue.bias.defined() || (epilogue.bias.numel() == s.n && epilogue.bias.device().is_cpu() &&
                                       (epilogue.bias.dtype() == c.dtype() || epilogue.bias.dtype() == DType::F32)));
+#ifndef MG_WITH_OPENBLAS
+  MG_CHECK(library == GemmLibrary::Eigen,
+           "kernels::cpu::gemm_on: this build of mixgrad has no OpenBLAS; use GemmLibrary::Eigen");
+#endif
   if (c.numel() == 0) return;
   if (a.dtype() == DType::F64) {
-    gemm_batched(a.data<double>(), b.data<double>(), c.data<double>(), s);
+    gemm_batched(library, a.data<double>(), b.data<double>(), c.data<double>(), s);
     apply_epilogue(c.data<double>(), s, epilogue);
     return;
   }
   // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
   Tensor a32 = widened<float>(a), b32 = widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
-  gemm_batched(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
+  gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   apply_epilogue(c32.data<float>(), s, epilogue);
   if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
-}
-
-std::string gemm_backend() {
-#ifdef MG_WITH_OPENBLAS
-  return fmt::format("{} (one thread)", openblas_get_config());
-#else
-  return fmt::format("Eigen {}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
-#endif
 }
 
 }  // namespace mg::kernels::cpu

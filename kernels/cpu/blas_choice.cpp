@@ -1,0 +1,163 @@
+// The choice between OpenBLAS and Eigen for the CPU's f32/f64 GEMM: the rule, why, and its tests are
+// described in kernels/cpu/blas_choice.h. This file holds the rule (choose_gemm, pure) and the one
+// place that reads this process's inputs to it (gemm_choice).
+#include "kernels/cpu/blas_choice.h"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdlib>
+#include <utility>
+#ifdef MG_WITH_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "core/error.h"
+#include "kernels/gemm.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+bool same_name(std::string_view a, std::string_view b) {
+  return std::ranges::equal(a, b, [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// OpenBLAS 0.3.21's x86 cores (driver/others/dynamic.c) by the vector width of their SGEMM kernels.
+constexpr std::array<std::pair<std::string_view, VectorWidth>, 26> kOpenBlasCores{{
+    {"Katmai", VectorWidth::Sse},       {"Coppermine", VectorWidth::Sse},   {"Northwood", VectorWidth::Sse},
+    {"Prescott", VectorWidth::Sse},     {"Banias", VectorWidth::Sse},       {"Atom", VectorWidth::Sse},
+    {"Core2", VectorWidth::Sse},        {"Penryn", VectorWidth::Sse},       {"Dunnington", VectorWidth::Sse},
+    {"Nehalem", VectorWidth::Sse},      {"Athlon", VectorWidth::Sse},       {"Opteron", VectorWidth::Sse},
+    {"Opteron_SSE3", VectorWidth::Sse}, {"Barcelona", VectorWidth::Sse},    {"Nano", VectorWidth::Sse},
+    {"Bobcat", VectorWidth::Sse},       {"Sandybridge", VectorWidth::Avx},  {"Bulldozer", VectorWidth::Avx},
+    {"Piledriver", VectorWidth::Avx},   {"Steamroller", VectorWidth::Avx},  {"Excavator", VectorWidth::Avx},
+    {"Haswell", VectorWidth::Avx2},     {"Zen", VectorWidth::Avx2},         {"SkylakeX", VectorWidth::Avx512},
+    {"Cooperlake", VectorWidth::Avx512}, {"SapphireRapids", VectorWidth::Avx512},
+}};
+
+VectorWidth widest_supported(const CpuFeatures& cpu) {
+  if (cpu.avx512f) return VectorWidth::Avx512;
+  if (cpu.avx2) return VectorWidth::Avx2;
+  if (cpu.avx) return VectorWidth::Avx;
+  return VectorWidth::Sse;
+}
+
+// "Eigen 3.4.0 AVX-512": the width its GEMM runs at here, the narrower of its build's and the CPU's.
+std::string eigen_line(const GemmChoiceInputs& in) {
+  if (!in.cpu.x86) return fmt::format("Eigen {}", in.eigen_version);
+  return fmt::format("Eigen {} {}", in.eigen_version,
+                     vector_width_name(std::min(in.eigen_width, widest_supported(in.cpu))));
+}
+
+std::string openblas_line(const GemmChoiceInputs& in) {
+  return fmt::format("OpenBLAS {} {}", in.openblas_version, in.openblas_core);
+}
+
+}  // namespace
+
+std::string_view vector_width_name(VectorWidth width) {
+  switch (width) {
+    case VectorWidth::Sse: return "SSE";
+    case VectorWidth::Avx: return "AVX";
+    case VectorWidth::Avx2: return "AVX2";
+    case VectorWidth::Avx512: return "AVX-512";
+  }
+  return "?";
+}
+
+std::optional<VectorWidth> openblas_kernel_width(std::string_view core) {
+  for (const auto& [name, width] : kOpenBlasCores)
+    if (same_name(name, core)) return width;
+  return std::nullopt;
+}
+
+GemmChoice choose_gemm(const GemmChoiceInputs& in) {
+  // 1. The user's word, when given (an empty MG_GEMM counts as unset, as `MG_GEMM= cmd` means).
+  if (in.mg_gemm && !in.mg_gemm->empty()) {
+    const std::string& value = *in.mg_gemm;
+    if (value == "eigen") return {GemmLibrary::Eigen, fmt::format("{} (MG_GEMM=eigen)", eigen_line(in))};
+    MG_CHECK(value == "openblas",
+             "MG_GEMM={}: unknown GEMM library; allowed values are eigen and openblas (or leave MG_GEMM unset "
+             "and mixgrad chooses)",
+             value);
+    MG_CHECK(in.have_openblas,
+             "MG_GEMM=openblas, but this build of mixgrad has no OpenBLAS (MG_BLAS=OFF, or libopenblas-dev was "
+             "not found when CMake ran); allowed here: MG_GEMM=eigen, or leave it unset");
+    return {GemmLibrary::OpenBlas, fmt::format("{} (one thread; MG_GEMM=openblas)", openblas_line(in))};
+  }
+  // 2. Nothing to choose from.
+  if (!in.have_openblas) return {GemmLibrary::Eigen, fmt::format("{} (this build has no OpenBLAS)", eigen_line(in))};
+  // 3. Off x86: OpenBLAS's own detection.
+  if (!in.cpu.x86) return {GemmLibrary::OpenBlas, fmt::format("{} (one thread)", openblas_line(in))};
+  // 4. On x86: OpenBLAS's kernels must be AVX or wider, and at least as wide as Eigen's.
+  const VectorWidth cpu_width = widest_supported(in.cpu);
+  const VectorWidth eigen_width = std::min(in.eigen_width, cpu_width);
+  const std::optional<VectorWidth> kernel_width = openblas_kernel_width(in.openblas_core);
+  const std::string cpu = fmt::format("this {} CPU", vector_width_name(cpu_width));
+  if (!kernel_width)
+    return {GemmLibrary::Eigen,
+            fmt::format("{} (OpenBLAS {} picked its '{}' kernels, whose vector width mixgrad does not know, on {}; "
+                        "MG_GEMM=openblas forces them)",
+                        eigen_line(in), in.openblas_version, in.openblas_core, cpu)};
+  if (*kernel_width == VectorWidth::Sse)
+    return {GemmLibrary::Eigen, fmt::format("{} (OpenBLAS {} would run its generic {} kernels on {}; "
+                                            "MG_GEMM=openblas forces it)",
+                                            eigen_line(in), in.openblas_version, in.openblas_core, cpu)};
+  if (*kernel_width < eigen_width)
+    return {GemmLibrary::Eigen,
+            fmt::format("{} (OpenBLAS {} would run its {} {} kernels, narrower than Eigen's on {}; "
+                        "MG_GEMM=openblas forces it)",
+                        eigen_line(in), in.openblas_version, vector_width_name(*kernel_width), in.openblas_core, cpu)};
+  return {GemmLibrary::OpenBlas, fmt::format("{} ({} kernels, one thread)", openblas_line(in),
+                                             vector_width_name(*kernel_width))};
+}
+
+GemmChoiceInputs gemm_choice_inputs() {
+  GemmChoiceInputs in;
+  if (const char* mg_gemm = std::getenv("MG_GEMM")) in.mg_gemm = mg_gemm;
+#ifdef MG_WITH_OPENBLAS
+  in.have_openblas = true;
+  in.openblas_core = openblas_get_corename();
+  // openblas_get_config() is the loaded library's "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...".
+  const std::string_view config = openblas_get_config();
+  const std::string_view after_name = config.substr(std::min(config.size(), config.find(' ') + 1));
+  in.openblas_version = after_name.substr(0, after_name.find(' '));
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  in.cpu = {.x86 = true,
+            .avx = __builtin_cpu_supports("avx") != 0,
+            .avx2 = __builtin_cpu_supports("avx2") != 0,
+            .avx512f = __builtin_cpu_supports("avx512f") != 0};
+#else
+  in.cpu = {.x86 = false};
+#endif
+#if defined(EIGEN_VECTORIZE_AVX512)
+  in.eigen_width = VectorWidth::Avx512;
+#elif defined(EIGEN_VECTORIZE_AVX2)
+  in.eigen_width = VectorWidth::Avx2;
+#elif defined(EIGEN_VECTORIZE_AVX)
+  in.eigen_width = VectorWidth::Avx;
+#else
+  in.eigen_width = VectorWidth::Sse;
+#endif
+  in.eigen_version = fmt::format("{}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+  return in;
+}
+
+const GemmChoice& gemm_choice() {
+  // A function-local static: initialised once, by the first caller, even with several threads; if
+  // choose_gemm throws, the next call tries again (and throws the same error).
+  static const GemmChoice choice = choose_gemm(gemm_choice_inputs());
+  return choice;
+}
+
+std::string gemm_backend() { return gemm_choice().description; }
+
+}  // namespace mg::kernels::cpu
