@@ -1,13 +1,35 @@
 # Made by `mixgrad repro`; run `gnuplot e2_accuracy_constant.gp` in this folder to redraw.
-set terminal pngcairo size 900,540 noenhanced font 'sans,11'
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
 set output "e2_accuracy_constant.png"
-set title "E2 test accuracy, constant lr 0.001"
-set xlabel "step"
-set ylabel "test accuracy (%)"
+set title "E2 test accuracy, constant lr 0.001" noenhanced
+set xlabel "step" noenhanced
+set ylabel "test accuracy (%)" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
 set grid
-set key outside right top
-plot "e2_accuracy_constant.dat" index 0 using 1:2 with linespoints lw 2 title "V0 fp32", \
-     "e2_accuracy_constant.dat" index 1 using 1:2 with linespoints lw 2 title "V1 float16_pure", \
-     "e2_accuracy_constant.dat" index 2 using 1:2 with linespoints lw 2 title "V2 float16_master", \
-     "e2_accuracy_constant.dat" index 3 using 1:2 with linespoints lw 2 title "V5 mixed_bfloat16", \
-     "e2_accuracy_constant.dat" index 4 using 1:2 with linespoints lw 2 title "V6 bfloat16_pure"
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [10.085:68.715]
+plot "e2_accuracy_constant.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e2_accuracy_constant.dat" index 0 using ($1-19.6):2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V0 fp32", \
+     "e2_accuracy_constant.dat" index 1 using 1:2 with lines ls 2 notitle, \
+     "e2_accuracy_constant.dat" index 1 using ($1-9.8):2 with points ls 2 notitle, \
+     keyentry with linespoints ls 2 title "V1 float16_pure", \
+     "e2_accuracy_constant.dat" index 2 using 1:2 with lines ls 3 notitle, \
+     "e2_accuracy_constant.dat" index 2 using ($1+0):2 with points ls 3 notitle, \
+     keyentry with linespoints ls 3 title "V2 float16_master", \
+     "e2_accuracy_constant.dat" index 3 using 1:2 with lines ls 6 notitle, \
+     "e2_accuracy_constant.dat" index 3 using ($1+9.8):2 with points ls 6 notitle, \
+     keyentry with linespoints ls 6 title "V5 mixed_bfloat16", \
+     "e2_accuracy_constant.dat" index 4 using 1:2 with lines ls 7 notitle, \
+     "e2_accuracy_constant.dat" index 4 using ($1+19.6):2 with points ls 7 notitle, \
+     keyentry with linespoints ls 7 title "V6 bfloat16_pure"

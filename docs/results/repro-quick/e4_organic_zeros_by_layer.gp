@@ -1,12 +1,32 @@
 # Made by `mixgrad repro`; run `gnuplot e4_organic_zeros_by_layer.gp` in this folder to redraw.
-set terminal pngcairo size 900,540 noenhanced font 'sans,11'
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
 set output "e4_organic_zeros_by_layer.png"
-set title "E4 organic: weight-gradient values that are zero, by layer"
-set xlabel "layer (1 = first)"
-set ylabel "zero gradient values (%)"
+set title "E4 organic: weight-gradient values that are zero, by layer" noenhanced
+set xlabel "layer (1 = first)" noenhanced
+set ylabel "zero gradient values (%)" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
 set grid
-set key outside right top
-plot "e4_organic_zeros_by_layer.dat" index 0 using 1:2 with linespoints lw 2 title "V0 fp32", \
-     "e4_organic_zeros_by_layer.dat" index 1 using 1:2 with linespoints lw 2 title "V0 fp32 (zero once in f16)", \
-     "e4_organic_zeros_by_layer.dat" index 2 using 1:2 with linespoints lw 2 title "V2 float16_master", \
-     "e4_organic_zeros_by_layer.dat" index 3 using 1:2 with linespoints lw 2 title "V4 float16_dynamic"
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [-5:105]
+plot "e4_organic_zeros_by_layer.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e4_organic_zeros_by_layer.dat" index 0 using ($1-0.252):2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V0 fp32", \
+     "e4_organic_zeros_by_layer.dat" index 1 using 1:2 with lines ls 8 notitle, \
+     "e4_organic_zeros_by_layer.dat" index 1 using ($1-0.084):2 with points ls 8 notitle, \
+     keyentry with linespoints ls 8 title "V0 fp32 (zero once in f16)", \
+     "e4_organic_zeros_by_layer.dat" index 2 using 1:2 with lines ls 3 notitle, \
+     "e4_organic_zeros_by_layer.dat" index 2 using ($1+0.084):2 with points ls 3 notitle, \
+     keyentry with linespoints ls 3 title "V2 float16_master", \
+     "e4_organic_zeros_by_layer.dat" index 3 using 1:2 with lines ls 5 notitle, \
+     "e4_organic_zeros_by_layer.dat" index 3 using ($1+0.252):2 with points ls 5 notitle, \
+     keyentry with linespoints ls 5 title "V4 float16_dynamic"

@@ -1,13 +1,35 @@
 # Made by `mixgrad repro`; run `gnuplot e5_logit_flush_lstm.gp` in this folder to redraw.
-set terminal pngcairo size 900,540 noenhanced font 'sans,11'
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
 set output "e5_logit_flush_lstm.png"
-set title "E5 char LSTM logit-gradient values that are zero in f16"
-set xlabel "step"
-set ylabel "fraction of logit-gradient values"
+set title "E5 char LSTM logit-gradient values that are zero in f16" noenhanced
+set xlabel "step" noenhanced
+set ylabel "fraction of logit-gradient values" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
 set grid
-set key outside right top
-plot "e5_logit_flush_lstm.dat" index 0 using 1:2 with lines lw 2 title "V0 fp32", \
-     "e5_logit_flush_lstm.dat" index 1 using 1:2 with lines lw 2 title "V2 float16_master", \
-     "e5_logit_flush_lstm.dat" index 2 using 1:2 with lines lw 2 title "V3 float16_master_S128", \
-     "e5_logit_flush_lstm.dat" index 3 using 1:2 with lines lw 2 title "V4 float16_dynamic", \
-     "e5_logit_flush_lstm.dat" index 4 using 1:2 with lines lw 2 title "V5 mixed_bfloat16"
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [-0.0125451493:0.263448135]
+plot "e5_logit_flush_lstm.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e5_logit_flush_lstm.dat" index 0 every 5::0 using 1:2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V0 fp32", \
+     "e5_logit_flush_lstm.dat" index 1 using 1:2 with lines ls 3 notitle, \
+     "e5_logit_flush_lstm.dat" index 1 every 5::1 using 1:2 with points ls 3 notitle, \
+     keyentry with linespoints ls 3 title "V2 float16_master", \
+     "e5_logit_flush_lstm.dat" index 2 using 1:2 with lines ls 4 notitle, \
+     "e5_logit_flush_lstm.dat" index 2 every 5::2 using 1:2 with points ls 4 notitle, \
+     keyentry with linespoints ls 4 title "V3 float16_master_S128", \
+     "e5_logit_flush_lstm.dat" index 3 using 1:2 with lines ls 5 notitle, \
+     "e5_logit_flush_lstm.dat" index 3 every 5::3 using 1:2 with points ls 5 notitle, \
+     keyentry with linespoints ls 5 title "V4 float16_dynamic", \
+     "e5_logit_flush_lstm.dat" index 4 using 1:2 with lines ls 6 notitle, \
+     "e5_logit_flush_lstm.dat" index 4 every 5::4 using 1:2 with points ls 6 notitle, \
+     keyentry with linespoints ls 6 title "V5 mixed_bfloat16"

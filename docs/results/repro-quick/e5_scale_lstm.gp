@@ -1,11 +1,24 @@
 # Made by `mixgrad repro`; run `gnuplot e5_scale_lstm.gp` in this folder to redraw.
-set terminal pngcairo size 900,540 noenhanced font 'sans,11'
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
 set output "e5_scale_lstm.png"
-set title "E5 char LSTM loss scale (skipped steps marked)"
-set xlabel "step"
-set ylabel "loss scale"
+set title "E5 char LSTM loss scale (skipped steps marked)" noenhanced
+set xlabel "step" noenhanced
+set ylabel "loss scale" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
 set grid
-set key outside right top
-set logscale y 10
-plot "e5_scale_lstm.dat" index 0 using 1:2 with lines lw 2 title "V3 float16_master_S128 scale", \
-     "e5_scale_lstm.dat" index 1 using 1:2 with lines lw 2 title "V4 float16_dynamic scale"
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set logscale y 2
+set yrange [93.7014845:89524.8143]
+set format y "2^{%L}"
+plot "e5_scale_lstm.dat" index 0 using 1:2 with lines ls 4 title "V3 float16_master_S128 scale", \
+     "e5_scale_lstm.dat" index 1 using 1:2 with lines ls 5 title "V4 float16_dynamic scale"
