@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <string>
 
 #include "core/error.h"
 #include "tools/repro/repro.h"
@@ -31,8 +32,9 @@ int main(int argc, char** argv) {
     return app.exit(help);  // --help: the text, exit status 0
   } catch (const CLI::ParseError& error) {
     // One line, as for every other bad value: the flag, the value and what is allowed.
-    fmt::print(stderr, "error: mixgrad: {}; see mixgrad {} --help\n", error.what(),
-               app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name());
+    const std::string command =
+        app.get_subcommands().empty() ? "mixgrad" : "mixgrad " + app.get_subcommands().front()->get_name();
+    fmt::print(stderr, "error: mixgrad: {}; see {} --help\n", error.what(), command);
     return 1;
   }
 
