@@ -1,7 +1,7 @@
 // mixgrad: everything a program needs, in one include.
 #pragma once
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "amp/cast_policy.h"
 #include "amp/diagnostics.h"
 #include "amp/grad_scaler.h"

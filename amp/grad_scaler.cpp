@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "amp/diagnostics.h"
 #include "autograd/ops.h"
 #include "core/factory.h"

@@ -9,7 +9,7 @@
 //   amp::GradScaler scaler;                      // PyTorch's defaults
 //   for (...) {
 //     optimizer.zero_grad();
-//     Tensor loss = ...forward under amp::Autocast...;
+//     Tensor loss = ...forward under Autocast...;
 //     mg::backward(scaler.scale(loss));          // loss * S
 //     scaler.unscale_(optimizer);                // optional: true gradients, e.g. for clipping
 //     scaler.step(optimizer);                    // unscale if not done; skip if any inf/NaN

@@ -15,7 +15,7 @@
 //   recipe.cast_parameters(parameters);                         // f16 storage for *_master/*_pure
 //   auto optimizer = recipe.make_optimizer(parameters, make_sgd); // MasterWeights where needed
 //   amp::GradScaler scaler = recipe.make_scaler();                // disabled where not needed
-//   { amp::Autocast region = recipe.autocast(); loss = ...; }
+//   { Autocast region = recipe.autocast(); loss = ...; }
 //   mg::backward(scaler.scale(loss)); scaler.step(*optimizer); scaler.update();
 #pragma once
 
@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/master_weights.h"
 

@@ -2,7 +2,7 @@
 //
 // Broadcasting in backward: an input that was repeated to the output's shape receives the sum of
 // the gradient over the repeated dims (sum_to), so every gradient has its input's shape.
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -16,12 +16,12 @@ using kernels::BinaryOp;
 using kernels::TernaryOp;
 
 // Checks two operands and computes op(a, b) into a new tensor of the broadcast shape.
-Tensor binary_forward(BinaryOp kind, const char* op, const Tensor& a, const Tensor& b) {
+Tensor binary_forward(BinaryOp kind, Op op, const Tensor& a, const Tensor& b) {
   check::same_device(op, {a, b});
   check::floating(op, a);
   check::floating(op, b);
   check::same_dtype(op, a, b);
-  Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape(), op), check::like(a));
+  Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape(), qualified_name(op)), check::like(a));
   kernels::binary(kind, a, b, out);
   return out;
 }
@@ -41,18 +41,18 @@ Tensor grad_for(const std::vector<bool>& needs_grad, std::size_t i, const Shape&
 }  // namespace
 
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("add", a_in, b_in);
-  Tensor out = binary_forward(BinaryOp::Add, "mg::add", a, b);
-  record("add", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
+  auto [a, b] = autocast_inputs(Op::Add, a_in, b_in);
+  Tensor out = binary_forward(BinaryOp::Add, Op::Add, a, b);
+  record(Op::Add, {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return g; })};
   });
   return out;
 }
 
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("sub", a_in, b_in);
-  Tensor out = binary_forward(BinaryOp::Sub, "mg::sub", a, b);
-  record("sub", {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
+  auto [a, b] = autocast_inputs(Op::Sub, a_in, b_in);
+  Tensor out = binary_forward(BinaryOp::Sub, Op::Sub, a, b);
+  record(Op::Sub, {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return g; }), grad_for(needs, 1, b_shape, [&] { return neg(g); })};
   });
   return out;
@@ -60,9 +60,9 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 
 // d(a*b) = b da + a db: saves both inputs.
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("mul", a_in, b_in);
-  Tensor out = binary_forward(BinaryOp::Mul, "mg::mul", a, b);
-  record("mul", {a, b}, out, [a = Saved(a), b = Saved(b)](const Tensor& g, const auto& needs) {
+  auto [a, b] = autocast_inputs(Op::Mul, a_in, b_in);
+  Tensor out = binary_forward(BinaryOp::Mul, Op::Mul, a, b);
+  record(Op::Mul, {a, b}, out, [a = Saved(a), b = Saved(b)](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a.get().shape(), [&] { return mul(g, b); }),
                  grad_for(needs, 1, b.get().shape(), [&] { return mul(g, a); })};
   });
@@ -71,9 +71,9 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 // d(a/b) = da / b - (a/b) db / b: saves b and the output.
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("div", a_in, b_in);
-  Tensor out = binary_forward(BinaryOp::Div, "mg::div", a, b);
-  record("div", {a, b}, out, [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
+  auto [a, b] = autocast_inputs(Op::Div, a_in, b_in);
+  Tensor out = binary_forward(BinaryOp::Div, Op::Div, a, b);
+  record(Op::Div, {a, b}, out, [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
     return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
                  grad_for(needs, 1, b.get().shape(), [&] { return ternary_grad(TernaryOp::DivisorGrad, g, out, b); })};
   });
@@ -82,9 +82,9 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 
 // d(b^e) = e b^(e-1) db + b^e log(b) de: saves both inputs.
 Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
-  auto [base, exponent] = amp::autocast_inputs("pow", base_in, exponent_in);
-  Tensor out = binary_forward(BinaryOp::Pow, "mg::pow", base, exponent);
-  record("pow", {base, exponent}, out, [base = Saved(base), exponent = Saved(exponent)](const Tensor& g,
+  auto [base, exponent] = autocast_inputs(Op::Pow, base_in, exponent_in);
+  Tensor out = binary_forward(BinaryOp::Pow, Op::Pow, base, exponent);
+  record(Op::Pow, {base, exponent}, out, [base = Saved(base), exponent = Saved(exponent)](const Tensor& g,
                                                                                        const auto& needs) {
     return Grads{
         grad_for(needs, 0, base.get().shape(), [&] { return ternary_grad(TernaryOp::PowBaseGrad, g, base, exponent); }),
@@ -96,9 +96,9 @@ Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
 Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = amp::autocast_inputs("where", a_in, b_in);  // the mask selects: it is never cast
+  auto [a, b] = autocast_inputs(Op::Where, a_in, b_in);  // the mask selects: it is never cast
   const Tensor& mask = mask_in;
-  const char* op = "mg::where";
+  constexpr Op op = Op::Where;
   check::same_device(op, {mask, a, b});
   check::floating(op, a);
   check::same_dtype(op, a, b);
@@ -106,10 +106,10 @@ Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
   MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
            "{}: the mask must be i32 or floating (f64 only with f64 values), got {} with {} values", op, mask.dtype(),
            a.dtype());
-  Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), op), b.shape(), op);
+  Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), qualified_name(op)), b.shape(), qualified_name(op));
   Tensor out = Tensor::empty(shape, check::like(a));
   kernels::ternary(TernaryOp::Where, mask, a, b, out);
-  record("where", {mask, a, b}, out, [mask = Saved(mask), a_shape = a.shape(), b_shape = b.shape()](
+  record(op, {mask, a, b}, out, [mask = Saved(mask), a_shape = a.shape(), b_shape = b.shape()](
                                          const Tensor& g, const auto& needs) {
     Tensor zero = zeros({}, check::like(g));
     return Grads{Tensor(), grad_for(needs, 1, a_shape, [&] { return where(mask, g, zero); }),

@@ -12,15 +12,15 @@
 namespace mg {
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
-  const char* op = "mg::broadcast_to";
+  constexpr Op op = Op::BroadcastTo;
   check::floating(op, x);
-  check_shape(shape, op);
-  MG_CHECK(broadcast_shapes(x.shape(), shape, op) == shape, "{}: shape {} cannot be broadcast to {}", op, x.shape(),
+  check_shape(shape, qualified_name(op));
+  MG_CHECK(broadcast_shapes(x.shape(), shape, qualified_name(op)) == shape, "{}: shape {} cannot be broadcast to {}", op, x.shape(),
            shape);
   if (x.shape() == shape) return x;
   Tensor out = Tensor::empty(shape, check::like(x));
   kernels::unary(kernels::UnaryOp::Copy, x, out);
-  record("broadcast_to", {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
+  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
     return Grads{sum_to(g, x_shape)};
   });
   return out;
@@ -29,9 +29,9 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 // Sums dim by dim in f32 (f64 for f64) and rounds once at the end, so an f16 gradient summed over
 // a batch of 512 is not rounded 512 times.
 Tensor sum_to(const Tensor& x, const Shape& shape) {
-  const char* op = "mg::sum_to";
+  constexpr Op op = Op::SumTo;
   check::floating(op, x);
-  MG_CHECK(shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), op) == x.shape(),
+  MG_CHECK(shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), qualified_name(op)) == x.shape(),
            "{}: shape {} cannot be summed to {}: it must broadcast to the tensor's shape", op, x.shape(), shape);
   if (x.shape() == shape) return x;
   const DType accumulate = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
@@ -52,7 +52,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   }
   Tensor out = Tensor::empty(shape, check::like(x));
   kernels::cast(sum, out);
-  record("sum_to", {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
+  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
     return Grads{broadcast_to(g, x_shape)};
   });
   return out;

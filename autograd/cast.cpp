@@ -7,21 +7,21 @@
 namespace mg {
 
 Tensor cast(const Tensor& x, DType dtype) {
-  MG_CHECK(x.defined(), "mg::cast: the tensor is undefined");
+  MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Cast);
   if (x.dtype() == dtype) return x;
-  MG_CHECK(dtype != DType::F64 || x.device().is_cpu(), "mg::cast: f64 lives on the CPU only; the tensor is on {}",
+  MG_CHECK(dtype != DType::F64 || x.device().is_cpu(), "{}: f64 lives on the CPU only; the tensor is on {}", Op::Cast,
            x.device());
   Tensor out = Tensor::empty(x.shape(), {.dtype = dtype, .device = x.device()});
   kernels::cast(x, out);
   // Only a floating result can carry a gradient (a cast to i32 ends the graph).
   if (is_floating(dtype)) {
-    record("cast", {x}, out, [source = x.dtype()](const Tensor& g, const auto&) { return Grads{cast(g, source)}; });
+    record(Op::Cast, {x}, out, [source = x.dtype()](const Tensor& g, const auto&) { return Grads{cast(g, source)}; });
   }
   return out;
 }
 
 Tensor to_device(const Tensor& x, Device device) {
-  const char* op = "mg::to_device";
+  constexpr Op op = Op::ToDevice;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   if (x.device() == device) return x;
   MG_CHECK(x.dtype() != DType::F64, "{}: f64 lives on the CPU only (the reference precision); cast the {} tensor "
@@ -30,7 +30,7 @@ Tensor to_device(const Tensor& x, Device device) {
   Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = device});
   kernels::copy_between_devices(x, out);
   if (is_floating(x.dtype())) {
-    record("to_device", {x}, out, [source = x.device()](const Tensor& g, const auto&) {
+    record(op, {x}, out, [source = x.device()](const Tensor& g, const auto&) {
       return Grads{to_device(g, source)};
     });
   }

@@ -4,23 +4,24 @@
 
 #include <vector>
 
+#include "amp/cast_policy.h"
 #include "core/tensor.h"
 #include "kernels/window.h"
 
 namespace mg::check {
 
 // The tensor is defined and has elements of a floating dtype.
-void floating(const char* op, const Tensor& t);
+void floating(Op op, const Tensor& t);
 // Every tensor is defined and all share the first one's device.
-void same_device(const char* op, const std::vector<Tensor>& tensors);
-// a and b share a dtype; the message suggests mg::cast or amp::Autocast.
-void same_dtype(const char* op, const Tensor& a, const Tensor& b);
+void same_device(Op op, const std::vector<Tensor>& tensors);
+// a and b share a dtype; the message suggests mg::cast or mg::Autocast.
+void same_dtype(Op op, const Tensor& a, const Tensor& b);
 // The tensor has at least one element (for ops whose result is undefined on nothing).
-void not_empty(const char* op, const Tensor& t);
+void not_empty(Op op, const Tensor& t);
 
 // The geometry of a square-strided window over x [batch, channels, height, width] (conv and pooling):
 // x is 4-D, kernel >= 1, stride >= 1, padding >= 0, and the kernel fits in the padded input.
-kernels::Window2d window2d(const char* op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
+kernels::Window2d window2d(Op op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
                            std::int64_t stride, std::int64_t padding);
 
 // Output options for a result like `t`: same dtype and device.

@@ -9,7 +9,7 @@
 // reuse linear's and permute's. So under autocast the GEMM runs in f16 with f32 accumulation and the
 // saved `cols` are f16: half the bytes of f32. (They are KH * KW times the input's size: the price
 // of doing convolution as one GEMM, paid back by GEMM speed.)
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/conv.h"
@@ -23,7 +23,7 @@ Tensor im2col(const Tensor& x, const kernels::Window2d& window) {
   Tensor cols = Tensor::empty({window.batch * window.out_h() * window.out_w(),
                                window.channels * window.kernel_h * window.kernel_w}, check::like(x));
   kernels::im2col(x, window, cols);
-  record("im2col", {x}, cols, [window, shape = x.shape()](const Tensor& g, const auto&) {
+  record(Op::Im2col, {x}, cols, [window, shape = x.shape()](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(shape, check::like(g));
     kernels::col2im(g, window, dx);  // sums every window's share of each pixel, in f32
     return Grads{dx};
@@ -34,7 +34,7 @@ Tensor im2col(const Tensor& x, const kernels::Window2d& window) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
-  const char* op = "mg::conv2d";
+  constexpr Op op = Op::Conv2d;
   MG_CHECK(weight_in.defined() && weight_in.dim() == 4,
            "{}: the weight must be [out_channels, in_channels, kernel_h, kernel_w], got {}", op,
            weight_in.defined() ? weight_in.shape() : Shape{});
@@ -44,7 +44,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const std::int64_t out_channels = weight_in.size(0);
   MG_CHECK(!bias_in.defined() || bias_in.shape() == Shape{out_channels}, "{}: the bias must be [{}], got {}", op,
            out_channels, bias_in.shape());
-  auto [x, weight, bias] = amp::autocast_inputs("conv2d", x_in, weight_in, bias_in);
+  auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);
   check::same_device(op, {x, weight});
   check::floating(op, x);
   check::same_dtype(op, x, weight);

@@ -1,6 +1,6 @@
 // embedding: rows of a table picked by integer indices. Backward adds each occurrence's gradient
 // into its row (kernels/index.h accumulates in f32, so repeated tokens survive f16).
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/index.h"
@@ -8,8 +8,8 @@
 namespace mg {
 
 Tensor embedding(const Tensor& weight_in, const Tensor& indices) {
-  const char* op = "mg::embedding";
-  const Tensor weight = amp::autocast_input("embedding", weight_in);
+  constexpr Op op = Op::Embedding;
+  const Tensor weight = autocast_input(op, weight_in);
   check::same_device(op, {weight, indices});
   check::floating(op, weight);
   MG_CHECK(weight.dim() == 2, "{}: the weight must be [num_embeddings, dim], got shape {}", op, weight.shape());
@@ -25,7 +25,7 @@ Tensor embedding(const Tensor& weight_in, const Tensor& indices) {
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, check::like(weight));
   kernels::gather_rows(weight, indices, out);
-  record("embedding", {weight, indices}, out, [weight_shape = weight.shape(), indices = Saved(indices)](
+  record(op, {weight, indices}, out, [weight_shape = weight.shape(), indices = Saved(indices)](
                                                   const Tensor& g, const auto&) {
     Tensor dweight = Tensor::empty(weight_shape, check::like(g));
     kernels::scatter_add_rows(g, indices, dweight);

@@ -3,7 +3,7 @@
 // needs no backward of its own.
 #include <limits>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/copy.h"
@@ -23,8 +23,8 @@ std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64
   for (std::int64_t r = 0; r < labels.numel(); ++r) {
     if (label[r] == ignore_index) continue;
     MG_CHECK(label[r] >= 0 && label[r] < classes,
-             "mg::cross_entropy: label {} at row {} is out of range for {} classes (valid: 0..{}, or the "
-             "ignore_index {})", label[r], r, classes, classes - 1, ignore_index);
+             "{}: label {} at row {} is out of range for {} classes (valid: 0..{}, or the ignore_index {})",
+             Op::CrossEntropy, label[r], r, classes, classes - 1, ignore_index);
     ++counted;
   }
   return counted;
@@ -33,8 +33,8 @@ std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions options) {
-  const char* op = "mg::cross_entropy";
-  const Tensor logits = amp::autocast_input("cross_entropy", logits_in);
+  constexpr Op op = Op::CrossEntropy;
+  const Tensor logits = autocast_input(op, logits_in);
   check::same_device(op, {logits, labels});
   check::floating(op, logits);
   MG_CHECK(logits.dim() == 2, "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
@@ -71,7 +71,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   kernels::cast(reduced, loss);
 
   // Saves the logits, labels and per-row log-sum-exp; the softmax is rebuilt in backward.
-  record("cross_entropy", {logits, labels}, loss,
+  record(op, {logits, labels}, loss,
          [logits = Saved(logits), labels = Saved(labels), lse, scale, rows, compute_options,
           ignore = options.ignore_index](const Tensor& g, const auto&) {
            // Each row's weight: g[r] (None), or the scalar g times 1 (Sum) or 1/count (Mean).
@@ -89,8 +89,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
 // Computed in f32 (f64 for f64) through recorded casts, so an f16 difference of 300 squares to
 // 90000 without overflowing; the result is rounded once back to the inputs' dtype.
 Tensor mse_loss(const Tensor& prediction_in, const Tensor& target_in, Reduction reduction) {
-  const char* op = "mg::mse_loss";
-  auto [prediction, target] = amp::autocast_inputs("mse_loss", prediction_in, target_in);
+  constexpr Op op = Op::MseLoss;
+  auto [prediction, target] = autocast_inputs(op, prediction_in, target_in);
   check::same_device(op, {prediction, target});  // checked here so that errors name mse_loss
   check::floating(op, prediction);
   check::same_dtype(op, prediction, target);
@@ -113,9 +113,9 @@ namespace {
 using ElementLoss = Tensor (*)(const Tensor& x, const Tensor& t);
 using ElementGrads = Grads (*)(const Tensor& x, const Tensor& t, const std::vector<bool>& needs);
 
-Tensor binary_loss(const char* op, const char* name, const Tensor& x_in, const Tensor& t_in, Reduction reduction,
-                   ElementLoss element_loss, ElementGrads element_grads) {
-  auto [x_cast, t_cast] = amp::autocast_inputs(name, x_in, t_in);
+Tensor binary_loss(Op op, const Tensor& x_in, const Tensor& t_in, Reduction reduction, ElementLoss element_loss,
+                   ElementGrads element_grads) {
+  auto [x_cast, t_cast] = autocast_inputs(op, x_in, t_in);
   check::same_device(op, {x_cast, t_cast});
   check::floating(op, x_cast);
   check::same_dtype(op, x_cast, t_cast);
@@ -134,7 +134,7 @@ Tensor binary_loss(const char* op, const char* name, const Tensor& x_in, const T
   }
   Tensor loss = cast(reduced.detach(), x_cast.dtype()).detach();
   const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;
-  record(name, {x_cast, t_cast}, loss, [x = Saved(x), t = Saved(t), scale, element_grads, x_dtype = x_cast.dtype()](
+  record(op, {x_cast, t_cast}, loss, [x = Saved(x), t = Saved(t), scale, element_grads, x_dtype = x_cast.dtype()](
                                            const Tensor& g, const auto& needs) {
     Tensor weight = mul(cast(g, x.get().dtype()), scale);  // a scalar, or one weight per element
     Grads grads = element_grads(x, t, needs);
@@ -148,7 +148,7 @@ Tensor binary_loss(const char* op, const char* name, const Tensor& x_in, const T
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, Reduction reduction) {
-  return binary_loss("mg::binary_cross_entropy", "binary_cross_entropy", probabilities, targets, reduction,
+  return binary_loss(Op::BinaryCrossEntropy, probabilities, targets, reduction,
       [](const Tensor& p, const Tensor& t) {
         const double inf = std::numeric_limits<double>::infinity();
         Tensor log_p = clamp(log(p), -100.0, inf), log_q = clamp(log(rsub(1.0, p)), -100.0, inf);
@@ -162,8 +162,7 @@ Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, 
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction) {
-  return binary_loss("mg::binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", logits, targets,
-      reduction,
+  return binary_loss(Op::BinaryCrossEntropyWithLogits, logits, targets, reduction,
       [](const Tensor& x, const Tensor& t) { return add(sub(relu(x), mul(x, t)), log(add(exp(neg(abs(x))), 1.0))); },
       [](const Tensor& x, const Tensor& t, const std::vector<bool>& needs) {
         return Grads{needs[0] ? sub(sigmoid(x), t) : Tensor(), needs[1] ? neg(x) : Tensor()};

@@ -14,7 +14,7 @@
 //
 // Saved for backward (in the compute dtype C = f32, or f64): the gate activations [T, B, 4H], the
 // cell states [T, B, H] and c0, and the GEMM operands h_prev [T, B, H] in X.
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -40,7 +40,7 @@ Tensor step(const Tensor& t, std::int64_t index, std::int64_t rows, std::int64_t
 
 Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, const Tensor& bias_hh, const Tensor& h0,
                        const Tensor& c0) {
-  const char* op = "mg::lstm_recurrence";
+  constexpr Op op = Op::LstmRecurrence;
   for (const Tensor* t : {&gates_x_in, &weight_hh_in, &bias_hh, &h0, &c0}) check::floating(op, *t);
   check::same_device(op, {gates_x_in, weight_hh_in, bias_hh, h0, c0});
   MG_CHECK(weight_hh_in.dim() == 2 && weight_hh_in.size(0) == 4 * weight_hh_in.size(1),
@@ -52,7 +52,7 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
   MG_CHECK(bias_hh.shape() == Shape{4 * H}, "{}: bias_hh must be [4H] = [{}], got {}", op, 4 * H, bias_hh.shape());
   MG_CHECK(h0.shape() == (Shape{B, H}) && c0.shape() == (Shape{B, H}),
            "{}: h0 and c0 must be [B, H] = [{}, {}], got {} and {}", op, B, H, h0.shape(), c0.shape());
-  auto [gates_x, weight_hh] = amp::autocast_inputs("lstm_recurrence", gates_x_in, weight_hh_in);
+  auto [gates_x, weight_hh] = autocast_inputs(op, gates_x_in, weight_hh_in);
   check::same_dtype(op, gates_x, weight_hh);
   check::same_dtype(op, h0, c0);
   const DType X = gates_x.dtype(), S = h0.dtype();
@@ -82,7 +82,7 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
                        c_t, out_t, h_x);
   }
 
-  record("lstm_recurrence", {gates_x, weight_hh, bias_hh, h0, c0}, out,
+  record(op, {gates_x, weight_hh, bias_hh, h0, c0}, out,
          [acts = Saved(acts), cs = Saved(cs), c_first = Saved(c_first), h_prev = Saved(h_prev), weight_hh = Saved(weight_hh),
           bias_dtype = bias_hh.dtype(), T, B, H](const Tensor& g, const auto& needs) {
            const Tensor& w = weight_hh;

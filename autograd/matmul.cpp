@@ -4,7 +4,7 @@
 //   dA = dC op(B)^T   (stored as A: transposed back when A was used transposed)
 //   dB = op(A)^T dC
 // which, for each combination of flags, is one more call to matmul itself (see below).
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/gemm.h"
@@ -12,8 +12,8 @@
 namespace mg {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
-  auto [a, b] = amp::autocast_inputs("matmul", a_in, b_in);  // under autocast: f16/bf16 copies
-  const char* op = "mg::matmul";
+  constexpr Op op = Op::MatMul;
+  auto [a, b] = autocast_inputs(op, a_in, b_in);  // under autocast: f16/bf16 copies
   check::same_device(op, {a, b});
   check::floating(op, a);
   check::floating(op, b);
@@ -56,7 +56,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   kernels::gemm(a, b, c, shape);
 
   // Saves a and b (under autocast these are the f16 copies, half the memory of f32).
-  record("matmul", {a, b}, c, [a = Saved(a), b = Saved(b), ta, tb](const Tensor& g, const auto& needs) {
+  record(op, {a, b}, c, [a = Saved(a), b = Saved(b), ta, tb](const Tensor& g, const auto& needs) {
     Tensor da, db;
     if (needs[0]) da = ta ? matmul(b, g, {.transpose_a = tb, .transpose_b = true})    // dA = op(B) dC^T
                           : matmul(g, b, {.transpose_a = false, .transpose_b = !tb});  // dA = dC op(B)^T
@@ -67,17 +67,43 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   return c;
 }
 
+// linear: y = x W^T + b as one GEMM whose epilogue adds the bias to the f32 sum before the one
+// rounding (kernels/gemm.h): under autocast an f16 y is rounded once, where a GEMM then an add would
+// round twice. Backward, with x viewed as [rows, in] and dy as [rows, out]:
+//   dx = dy W         [rows, out] x [out, in]
+//   dW = dy^T x       [out, rows] x [rows, in]   (TN: no transposed copy)
+//   db = dy summed over the rows                  (in f32, rounded once: mg::sum_to)
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  const char* op = "mg::linear";
+  constexpr Op op = Op::Linear;
   MG_CHECK(x_in.defined() && weight_in.defined(), "{}: the input or the weight is undefined", op);
   MG_CHECK(weight_in.dim() == 2 && (x_in.dim() == 2 || x_in.dim() == 3) && x_in.size(-1) == weight_in.size(1),
            "{}: needs x [rows, in] or [batch, rows, in] and weight [out, in]; got {} and {}", op, x_in.shape(),
            weight_in.shape());
   MG_CHECK(!bias_in.defined() || bias_in.shape() == Shape{weight_in.size(0)},
            "{}: the bias must be [out] = [{}], got {}", op, weight_in.size(0), bias_in.shape());
-  auto [x, weight, bias] = amp::autocast_inputs("linear", x_in, weight_in, bias_in);
-  Tensor y = matmul(x, weight, {.transpose_b = true});
-  return bias.defined() ? add(y, bias) : y;
+  auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  check::same_device(op, inputs);
+  check::floating(op, x);
+  for (std::size_t i = 1; i < inputs.size(); ++i) check::same_dtype(op, x, inputs[i]);
+
+  const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / in;
+  Shape y_shape = x.shape();
+  y_shape.back() = out;
+  Tensor y = Tensor::empty(y_shape, check::like(x));
+  kernels::gemm(x, weight, y, {.m = rows, .n = out, .k = in, .transpose_b = true}, {.bias = bias});
+
+  // Saves x and W (under autocast the f16/bf16 copies); the bias's gradient needs neither.
+  record(op, inputs, y, [x = Saved(x), weight = Saved(weight), rows, in, out](const Tensor& g, const auto& needs) {
+    const Tensor dy = reshape(g, {rows, out});
+    Grads grads(needs.size());
+    if (needs[0]) grads[0] = reshape(matmul(dy, weight), x.get().shape());
+    if (needs[1]) grads[1] = matmul(dy, reshape(x, {rows, in}), {.transpose_a = true});
+    if (needs.size() == 3 && needs[2]) grads[2] = sum_to(dy, {out});
+    return grads;
+  });
+  return y;
 }
 
 }  // namespace mg

@@ -5,7 +5,7 @@
 // cancellation, which f16 cannot hold (squares overflow above 256; 1 + 2^-11 rounds to 1). Under
 // autocast the cast policy hands them f32 inputs and they return f32, as PyTorch's f32 list does;
 // called on f16 tensors directly (the pure recipes) they compute in f32 and round the result once.
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 
@@ -19,7 +19,7 @@ DType statistics_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType
 }  // namespace
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
-  const char* op = "mg::layer_norm";
+  constexpr Op op = Op::LayerNorm;
   check::floating(op, x_in);
   MG_CHECK(x_in.dim() >= 1 && x_in.size(-1) > 0, "{}: needs a last dim to normalize over, got shape {}", op,
            x_in.shape());
@@ -29,7 +29,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   MG_CHECK(!bias_in.defined() || bias_in.shape() == features, "{}: the bias must be {}, got {}", op, features,
            bias_in.shape());
   MG_CHECK(eps >= 0, "{}: eps must be >= 0, got {}", op, eps);
-  auto [x, weight, bias] = amp::autocast_inputs("layer_norm", x_in, weight_in, bias_in);
+  auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);
   if (weight.defined()) check::same_dtype(op, x, weight);  // no implicit casts outside autocast
   if (bias.defined()) check::same_dtype(op, x, bias);
   const DType stats = statistics_dtype(x);
@@ -44,7 +44,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_in,
                   const Tensor& bias_in, BatchNormOptions options) {
-  const char* op = "mg::batch_norm";
+  constexpr Op op = Op::BatchNorm;
   check::floating(op, x_in);
   MG_CHECK(x_in.dim() >= 2, "{}: needs [batch, channels] or [batch, channels, ...], got {}", op, x_in.shape());
   const std::int64_t batch = x_in.size(0), channels = x_in.size(1), spatial = x_in.numel() / std::max<std::int64_t>(
@@ -62,7 +62,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
            "variance, got input {}", op, x_in.shape());
   MG_CHECK(options.momentum >= 0 && options.momentum <= 1 && options.eps >= 0,
            "{}: needs momentum in [0, 1] and eps >= 0, got {} and {}", op, options.momentum, options.eps);
-  auto [x, weight, bias] = amp::autocast_inputs("batch_norm", x_in, weight_in, bias_in);
+  auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);
   // No implicit casts outside autocast; the running statistics are exempt: they are f32 buffers
   // whatever the model's dtype (nn/norm.h).
   if (weight.defined()) check::same_dtype(op, x, weight);

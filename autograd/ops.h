@@ -3,7 +3,7 @@
 //
 // Dtype rules, for every op below:
 //   - inputs of a multi-input op must share one dtype and one device; nothing is cast implicitly
-//     (amp::Autocast is the place where casts are inserted, and then they are recorded ops too);
+//     (mg::Autocast is the place where casts are inserted, and then they are recorded ops too);
 //   - elementwise math runs in f32 (f64 for f64) and is rounded once to the output dtype on store;
 //   - reductions, softmax and losses accumulate in f32 (f64 for f64);
 //   - matmul multiplies f16/bf16 exactly and accumulates in f32, like Tensor Cores;
@@ -64,7 +64,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
 // x W^T + b, PyTorch's layout: x [rows, in] or [batch, rows, in], weight [out, in], bias [out] or
 // undefined. One op for autocast (lower precision, bias included), so a layer's output, and what the
 // next op saves, stay f16 under mixed_float16 instead of being promoted to f32 by an f32 bias.
-// Derived from matmul (transpose_b) and add, so it needs no backward of its own.
+// One GEMM (transpose_b) that adds the bias to the f32 sums before the one rounding, with its own
+// backward: dx = dy W, dW = dy^T x, db = dy summed over the rows in f32.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // ---- convolution and pooling over [batch, channels, height, width] (autograd/conv.cpp, pool.cpp)
@@ -145,7 +146,7 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduct
 // Binary cross entropy on probabilities p in [0, 1] with targets t of the same shape and dtype:
 // -(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch; math in f32 (f64 for f64),
 // the result in p's dtype. dp = (p - t) / max(p (1 - p), 1e-12); targets get no gradient.
-// Banned under amp::Autocast, like in PyTorch: the logits form below is the safe one.
+// Banned under mg::Autocast, like in PyTorch: the logits form below is the safe one.
 Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets,
                             Reduction reduction = Reduction::Mean);
 // The same loss from logits x (p = sigmoid(x)), in the stable form max(x, 0) - x t + log(1 + exp(-|x|)):

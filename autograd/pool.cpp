@@ -1,6 +1,6 @@
 // max_pool2d and avg_pool2d over [N, C, H, W], forward and backward side by side (kernels/pool.h).
 // max_pool2d saves the position of each window's maximum (i32, the output's size), not the input.
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/pool.h"
@@ -9,7 +9,7 @@ namespace mg {
 
 namespace {
 
-kernels::Window2d pool_window(const char* op, const Tensor& x, const Pool2dOptions& options) {
+kernels::Window2d pool_window(Op op, const Tensor& x, const Pool2dOptions& options) {
   kernels::Window2d w = check::window2d(op, x, options.kernel, options.kernel,
                                         options.stride == 0 ? options.kernel : options.stride, options.padding);
   check::floating(op, x);
@@ -22,13 +22,13 @@ kernels::Window2d pool_window(const char* op, const Tensor& x, const Pool2dOptio
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x_in, Pool2dOptions options) {
-  const Tensor x = amp::autocast_input("max_pool2d", x_in);
-  const kernels::Window2d w = pool_window("mg::max_pool2d", x, options);
+  const Tensor x = autocast_input(Op::MaxPool2d, x_in);
+  const kernels::Window2d w = pool_window(Op::MaxPool2d, x, options);
   const Shape out_shape{w.batch, w.channels, w.out_h(), w.out_w()};
   Tensor y = Tensor::empty(out_shape, check::like(x));
   Tensor argmax = Tensor::empty(out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::max_pool2d(x, w, y, argmax);
-  record("max_pool2d", {x}, y, [w, argmax, shape = x.shape()](const Tensor& g, const auto&) {
+  record(Op::MaxPool2d, {x}, y, [w, argmax, shape = x.shape()](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(shape, check::like(g));
     kernels::max_pool2d_backward(g, argmax, w, dx);  // each output's gradient goes to its maximum
     return Grads{dx};
@@ -37,11 +37,11 @@ Tensor max_pool2d(const Tensor& x_in, Pool2dOptions options) {
 }
 
 Tensor avg_pool2d(const Tensor& x_in, Pool2dOptions options) {
-  const Tensor x = amp::autocast_input("avg_pool2d", x_in);
-  const kernels::Window2d w = pool_window("mg::avg_pool2d", x, options);
+  const Tensor x = autocast_input(Op::AvgPool2d, x_in);
+  const kernels::Window2d w = pool_window(Op::AvgPool2d, x, options);
   Tensor y = Tensor::empty({w.batch, w.channels, w.out_h(), w.out_w()}, check::like(x));
   kernels::avg_pool2d(x, w, y);
-  record("avg_pool2d", {x}, y, [w, shape = x.shape()](const Tensor& g, const auto&) {
+  record(Op::AvgPool2d, {x}, y, [w, shape = x.shape()](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(shape, check::like(g));
     kernels::avg_pool2d_backward(g, w, dx);  // each window's pixels share its gradient equally
     return Grads{dx};

@@ -1,6 +1,6 @@
 // Reductions: sum, mean, max (and argmax), over everything or along one dim.
 // They accumulate in f32 (f64 for f64) and round once into the input's dtype (kernels/reduce.h).
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/index.h"
@@ -22,8 +22,8 @@ struct Plan {
 
 Plan plan_all(const Tensor& x) { return {{1, x.numel(), 1}, {}, Shape(x.shape().size(), 1)}; }
 
-Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, const char* op) {
-  const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), op));
+Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, Op op) {
+  const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), qualified_name(op)));
   Plan plan{{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())}, x.shape(),
             x.shape()};
   plan.kept_shape[d] = 1;
@@ -32,8 +32,8 @@ Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, const char* op) {
   return plan;
 }
 
-Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, const char* op) {
-  const Tensor x = amp::autocast_input(op, x_in);
+Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, Op op) {
+  const Tensor x = autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   kernels::reduce(kind, x, plan.view, out);
   const double scale = kind == ReduceOp::Mean ? 1.0 / static_cast<double>(plan.view.n) : 1.0;
@@ -46,8 +46,8 @@ Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, const ch
 }
 
 // The gradient of a max goes to the position of the first maximum (saved as i32 indices).
-Tensor max_along(const Tensor& x_in, const Plan& plan, const char* op) {
-  const Tensor x = amp::autocast_input(op, x_in);
+Tensor max_along(const Tensor& x_in, const Plan& plan, Op op) {
+  const Tensor x = autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::reduce(ReduceOp::Max, x, plan.view, out, &indices);
@@ -70,52 +70,53 @@ Tensor argmax_along(const Tensor& x, const Plan& plan) {
 }  // namespace
 
 Tensor sum(const Tensor& x) {
-  check::floating("mg::sum", x);
-  return sum_or_mean(x, plan_all(x), ReduceOp::Sum, "sum");
+  check::floating(Op::Sum, x);
+  return sum_or_mean(x, plan_all(x), ReduceOp::Sum, Op::Sum);
 }
 
 Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim) {
-  check::floating("mg::sum", x);
-  return sum_or_mean(x, plan_dim(x, dim, keepdim, "mg::sum"), ReduceOp::Sum, "sum");
+  check::floating(Op::Sum, x);
+  return sum_or_mean(x, plan_dim(x, dim, keepdim, Op::Sum), ReduceOp::Sum, Op::Sum);
 }
 
 Tensor mean(const Tensor& x) {
-  check::floating("mg::mean", x);
-  check::not_empty("mg::mean", x);
-  return sum_or_mean(x, plan_all(x), ReduceOp::Mean, "mean");
+  check::floating(Op::Mean, x);
+  check::not_empty(Op::Mean, x);
+  return sum_or_mean(x, plan_all(x), ReduceOp::Mean, Op::Mean);
 }
 
 Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim) {
-  check::floating("mg::mean", x);
-  Plan plan = plan_dim(x, dim, keepdim, "mg::mean");
-  MG_CHECK(plan.view.n > 0, "mg::mean: dim {} of shape {} is empty; the mean of nothing is undefined", dim,
+  check::floating(Op::Mean, x);
+  Plan plan = plan_dim(x, dim, keepdim, Op::Mean);
+  MG_CHECK(plan.view.n > 0, "{}: dim {} of shape {} is empty; the mean of nothing is undefined", Op::Mean, dim,
            x.shape());
-  return sum_or_mean(x, plan, ReduceOp::Mean, "mean");
+  return sum_or_mean(x, plan, ReduceOp::Mean, Op::Mean);
 }
 
 Tensor max(const Tensor& x) {
-  check::floating("mg::max", x);
-  check::not_empty("mg::max", x);
-  return max_along(x, plan_all(x), "max");
+  check::floating(Op::Max, x);
+  check::not_empty(Op::Max, x);
+  return max_along(x, plan_all(x), Op::Max);
 }
 
 Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
-  check::floating("mg::max", x);
-  Plan plan = plan_dim(x, dim, keepdim, "mg::max");
-  MG_CHECK(plan.view.n > 0, "mg::max: dim {} of shape {} is empty; the max of nothing is undefined", dim, x.shape());
-  return max_along(x, plan, "max");
+  check::floating(Op::Max, x);
+  Plan plan = plan_dim(x, dim, keepdim, Op::Max);
+  MG_CHECK(plan.view.n > 0, "{}: dim {} of shape {} is empty; the max of nothing is undefined", Op::Max, dim,
+           x.shape());
+  return max_along(x, plan, Op::Max);
 }
 
 Tensor argmax(const Tensor& x) {
-  check::floating("mg::argmax", x);
-  check::not_empty("mg::argmax", x);
+  check::floating(Op::Argmax, x);
+  check::not_empty(Op::Argmax, x);
   return argmax_along(x, plan_all(x));
 }
 
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
-  check::floating("mg::argmax", x);
-  Plan plan = plan_dim(x, dim, keepdim, "mg::argmax");
-  MG_CHECK(plan.view.n > 0, "mg::argmax: dim {} of shape {} is empty", dim, x.shape());
+  check::floating(Op::Argmax, x);
+  Plan plan = plan_dim(x, dim, keepdim, Op::Argmax);
+  MG_CHECK(plan.view.n > 0, "{}: dim {} of shape {} is empty", Op::Argmax, dim, x.shape());
   return argmax_along(x, plan);
 }
 

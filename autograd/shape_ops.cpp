@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -25,7 +25,7 @@ Tensor view_of(const Tensor& x, const Shape& shape, std::size_t offset_bytes) {
 }
 
 Shape infer_shape(const Tensor& x, Shape shape) {
-  const char* op = "mg::reshape";
+  constexpr Op op = Op::Reshape;
   auto unknown = std::find(shape.begin(), shape.end(), -1);
   std::int64_t known = 1;
   for (auto it = shape.begin(); it != shape.end(); ++it) {
@@ -46,16 +46,16 @@ Shape infer_shape(const Tensor& x, Shape shape) {
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  MG_CHECK(x.defined(), "mg::reshape: the tensor is undefined");
+  MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Reshape);
   Tensor out = view_of(x, infer_shape(x, shape), 0);
-  record("reshape", {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
+  record(Op::Reshape, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
     return Grads{reshape(g, x_shape)};
   });
   return out;
 }
 
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
-  const char* op = "mg::permute";
+  constexpr Op op = Op::Permute;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   MG_CHECK(dims.size() == x.shape().size(), "{}: {} dims given for a tensor with shape {}", op, dims.size(),
            x.shape());
@@ -63,14 +63,14 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   std::vector<bool> seen(dims.size(), false);
   Shape shape(dims.size());
   for (std::size_t d = 0; d < dims.size(); ++d) {
-    perm[d] = normalize_dim(dims[d], dims.size(), op);
+    perm[d] = normalize_dim(dims[d], dims.size(), qualified_name(op));
     MG_CHECK(!seen[static_cast<std::size_t>(perm[d])], "{}: dims {} repeat a dim", op, dims);
     seen[static_cast<std::size_t>(perm[d])] = true;
     shape[d] = x.shape()[static_cast<std::size_t>(perm[d])];
   }
   Tensor out = Tensor::empty(shape, check::like(x));
   kernels::permute(x, perm, out);
-  record("permute", {x}, out, [perm](const Tensor& g, const auto&) {
+  record(op, {x}, out, [perm](const Tensor& g, const auto&) {
     std::vector<std::int64_t> inverse(perm.size());
     for (std::size_t d = 0; d < perm.size(); ++d) inverse[static_cast<std::size_t>(perm[d])] = static_cast<std::int64_t>(d);
     return Grads{permute(g, inverse)};
@@ -79,27 +79,27 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
 }
 
 Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
-  MG_CHECK(x.defined(), "mg::transpose: the tensor is undefined");
+  MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Transpose);
   std::vector<std::int64_t> dims(x.shape().size());
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[static_cast<std::size_t>(normalize_dim(dim0, dims.size(), "mg::transpose"))],
-            dims[static_cast<std::size_t>(normalize_dim(dim1, dims.size(), "mg::transpose"))]);
+  std::swap(dims[static_cast<std::size_t>(normalize_dim(dim0, dims.size(), qualified_name(Op::Transpose)))],
+            dims[static_cast<std::size_t>(normalize_dim(dim1, dims.size(), qualified_name(Op::Transpose)))]);
   return permute(x, dims);
 }
 
 Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
-  const char* op = "mg::cat";
-  const bool autocast = amp::autocast_enabled();
+  constexpr Op op = Op::Cat;
+  const bool autocast = autocast_enabled();
   std::vector<Tensor> cast_tensors;  // a copy of the list only under autocast
   if (autocast) {
     cast_tensors = tensors_in;
-    amp::autocast_inputs("cat", cast_tensors);
+    autocast_inputs(op, cast_tensors);
   }
   const std::vector<Tensor>& tensors = autocast ? cast_tensors : tensors_in;
   MG_CHECK(!tensors.empty(), "{}: needs at least one tensor", op);
   check::same_device(op, tensors);
   const Tensor& first = tensors[0];
-  const int d = normalize_dim(dim, first.shape().size(), op);
+  const int d = normalize_dim(dim, first.shape().size(), qualified_name(op));
   Shape shape = first.shape();
   shape[static_cast<std::size_t>(d)] = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -122,7 +122,7 @@ Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
     start += t.size(d);
   }
   starts.push_back(start);
-  record("cat", tensors, out, [starts, d](const Tensor& g, const auto& needs) {
+  record(op, tensors, out, [starts, d](const Tensor& g, const auto& needs) {
     Grads grads(needs.size());
     for (std::size_t i = 0; i < needs.size(); ++i)
       if (needs[i]) grads[i] = slice(g, d, starts[i], starts[i + 1]);
@@ -132,25 +132,26 @@ Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
-  MG_CHECK(!tensors_in.empty(), "mg::stack: needs at least one tensor");
-  const bool autocast = amp::autocast_enabled();
+  constexpr Op op = Op::Stack;
+  MG_CHECK(!tensors_in.empty(), "{}: needs at least one tensor", op);
+  const bool autocast = autocast_enabled();
   std::vector<Tensor> cast_tensors;
   if (autocast) {
     cast_tensors = tensors_in;
-    amp::autocast_inputs("stack", cast_tensors);
+    autocast_inputs(op, cast_tensors);
   }
   const std::vector<Tensor>& tensors = autocast ? cast_tensors : tensors_in;
   // Every check first (here, not in cat, so errors name stack): nothing is recorded if one fails.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    MG_CHECK(tensors[i].defined(), "mg::stack: tensor {} is undefined", i);
+    MG_CHECK(tensors[i].defined(), "{}: tensor {} is undefined", op, i);
     MG_CHECK(tensors[i].shape() == tensors[0].shape(),
-             "mg::stack: tensor {} has shape {} but tensor 0 has {}; stacked tensors must have one shape", i,
+             "{}: tensor {} has shape {} but tensor 0 has {}; stacked tensors must have one shape", op, i,
              tensors[i].shape(), tensors[0].shape());
-    MG_CHECK(tensors[i].dtype() == tensors[0].dtype(), "mg::stack: tensor {} is {} but tensor 0 is {}; cast them to "
-             "one dtype", i, tensors[i].dtype(), tensors[0].dtype());
+    MG_CHECK(tensors[i].dtype() == tensors[0].dtype(), "{}: tensor {} is {} but tensor 0 is {}; cast them to one dtype",
+             op, i, tensors[i].dtype(), tensors[0].dtype());
   }
-  check::same_device("mg::stack", tensors);
-  const int d = normalize_dim(dim, tensors[0].shape().size() + 1, "mg::stack");
+  check::same_device(op, tensors);
+  const int d = normalize_dim(dim, tensors[0].shape().size() + 1, qualified_name(op));
   std::vector<Tensor> expanded;
   for (const Tensor& t : tensors) {
     Shape shape = t.shape();
@@ -161,10 +162,10 @@ Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
 }
 
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t end) {
-  const char* op = "mg::slice";
+  constexpr Op op = Op::Slice;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   MG_CHECK(x.dim() > 0, "{}: a scalar has no dims to slice", op);
-  const int d = normalize_dim(dim, x.shape().size(), op);
+  const int d = normalize_dim(dim, x.shape().size(), qualified_name(op));
   // Python's rules: negative bounds count from the end, then both are clamped to [0, size].
   const std::int64_t size = x.size(d);
   auto clamp_bound = [size](std::int64_t i) { return std::clamp(i < 0 ? i + size : i, std::int64_t{0}, size); };
@@ -181,7 +182,7 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t
     out = Tensor::empty(shape, check::like(x));
     kernels::copy_along_dim(x, begin, out, 0, d, end - begin);
   }
-  record("slice", {x}, out, [x_shape = x.shape(), d, begin](const Tensor& g, const auto&) {
+  record(op, {x}, out, [x_shape = x.shape(), d, begin](const Tensor& g, const auto&) {
     Tensor dx = zeros(x_shape, check::like(g));
     kernels::copy_along_dim(g, 0, dx, begin, d, g.size(d));
     return Grads{dx};
@@ -190,10 +191,10 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t
 }
 
 Tensor clone(const Tensor& x) {
-  MG_CHECK(x.defined(), "mg::clone: the tensor is undefined");
+  MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Clone);
   Tensor out = Tensor::empty(x.shape(), check::like(x));
   kernels::cast(x, out);  // same dtype: a plain copy
-  record("clone", {x}, out, [](const Tensor& g, const auto&) { return Grads{g}; });
+  record(Op::Clone, {x}, out, [](const Tensor& g, const auto&) { return Grads{g}; });
   return out;
 }
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "core/factory.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -25,6 +25,7 @@ struct NodeInput {
 
 struct Node {
   const char* op;
+  bool is_cast;  // an mg::cast, whose backward takes the f32 sum of its output's gradients
   std::vector<NodeInput> inputs;
   std::uint64_t output_id;
   DType output_dtype;   // a gradient summed in f32 is rounded back to this before the node uses it
@@ -107,8 +108,7 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
     if (found == pending.end()) continue;  // not on a path to the root
     // A cast's backward converts the gradient anyway: it gets the f32 sum itself, not a copy rounded
     // to f16 first (64 uses of autocast's cached weight cast can sum past 65504 where f32 cannot).
-    const bool takes_f32_sum = std::string_view(node->op) == "cast";
-    Tensor grad_output = takes_f32_sum ? found->second : converted(found->second, node->output_dtype);
+    Tensor grad_output = node->is_cast ? found->second : converted(found->second, node->output_dtype);
     pending.erase(found);
 
     std::vector<bool> needs_grad;
@@ -154,7 +154,10 @@ bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
-void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+namespace {
+
+void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs, Tensor& output,
+                 BackwardFn backward) {
   std::vector<std::weak_ptr<Storage>> saved = std::move(pending_saved);
   pending_saved.clear();
   if (!backward_running) {
@@ -164,7 +167,7 @@ void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, B
   bool any = false;
   for (const Tensor& input : inputs) any = any || input.requires_grad();
   if (!any) return;
-  Node node{op, {}, output.id(), output.dtype(), std::move(backward), scope, std::move(saved)};
+  Node node{op, is_cast, {}, output.id(), output.dtype(), std::move(backward), scope, std::move(saved)};
   for (const Tensor& input : inputs) {
     bool is_tracked_leaf = input.is_leaf() && input.requires_grad();
     node.inputs.push_back({input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(),
@@ -173,6 +176,16 @@ void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, B
   output.impl().requires_grad = true;
   output.impl().is_leaf = false;
   tape.push_back(std::move(node));
+}
+
+}  // namespace
+
+void record(Op op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  record_node(op_name(op), op == Op::Cast, inputs, output, std::move(backward));
+}
+
+void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
+  record_node(op, false, inputs, output, std::move(backward));
 }
 
 void backward(const Tensor& loss, BackwardOptions options) {
@@ -193,7 +206,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
            "requires_grad on the parameters), or it was computed under NoGradGuard");
   NoGradGuard no_grad;  // backward formulas are not recorded: there is no double backward
   // Backward formulas produce gradients in their inputs' dtypes; autocast must not recast them.
-  amp::Autocast no_autocast(DType::F32, /*enabled=*/false);
+  Autocast no_autocast(DType::F32, /*enabled=*/false);
   struct Running {
     bool previous = std::exchange(backward_running, true);
     ~Running() { backward_running = previous; }

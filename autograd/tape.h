@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/cast_policy.h"
 #include "core/tensor.h"
 
 namespace mg {
@@ -52,6 +53,9 @@ using BackwardFn = std::function<Grads(const Tensor& grad_output, const std::vec
 
 // Appends a node when grad mode is on and some input requires grad; the output then requires grad
 // and is no longer a leaf. Otherwise does nothing (and `backward` is dropped with what it captured).
+// Observers see the op's name, op_name(op) ("matmul").
+void record(Op op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
+// The same for a user's own op, which has no mg::Op: it names itself (a literal: the tape keeps the pointer).
 void record(const char* op, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward);
 
 // A tensor a backward function keeps from forward: capture [x = Saved(x)] and use x as a Tensor.
@@ -94,8 +98,8 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options 
 std::size_t tape_size();
 void clear_tape();
 // Counts how often this thread's tape was emptied (by backward or clear_tape). A tensor made by a
-// recorded op can only pass gradients while its generation lasts: amp's weight-cast cache uses
-// this to never serve a cast whose node is gone.
+// recorded op can only pass gradients while its generation lasts: autocast's weight-cast cache
+// (autograd/autocast.h) uses this to never serve a cast whose node is gone.
 std::uint64_t tape_generation();
 // Bytes of distinct storage held by the tensors saved for backward on this thread's tape, other
 // than leaves that require grad (parameters): the activation memory of a forward pass (f16
@@ -105,8 +109,9 @@ std::size_t saved_tensor_bytes();
 // ---- naming and observing ops (the tools of amp/diagnostics.h)
 
 // Names the ops recorded in its scope, for messages: nested scopes join with '.', so a module
-// "encoder" calling its child "fc1" records ops under "encoder.fc1". (nn::Module, with the nn
-// issue, sets one per call; until then set them by hand.)
+// "encoder" calling its child "fc1" records ops under "encoder.fc1". nn::Module::operator() opens
+// one per call, named as the module's parent registered it (nn/module.h); open one by hand for
+// ops called outside a module.
 class NameScope {
  public:
   explicit NameScope(const std::string& name);

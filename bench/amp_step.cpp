@@ -64,7 +64,7 @@ struct Trainer {
     optimizer->zero_grad();
     Tensor loss;
     {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       Tensor h = x;
       for (std::size_t layer = 0; layer < 3; ++layer) {
         h = linear(h, parameters[2 * layer], parameters[2 * layer + 1]);

@@ -65,7 +65,7 @@ class MixgradStep {
     optimizer_->zero_grad();
     Tensor loss;
     {
-      amp::Autocast region = recipe_.autocast();
+      Autocast region = recipe_.autocast();
       loss = cast(cross_entropy((*model_)(x_), labels_), DType::F32);
     }
     const std::size_t saved = saved_tensor_bytes();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -112,21 +113,21 @@ CachingCpuAllocator& cpu_allocator() {
 }
 
 namespace {
-Allocator* cuda_allocator = nullptr;
+Allocator* cuda_allocator_override = nullptr;  // set_allocator's; null: the backend's own
 }  // namespace
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
-  MG_CHECK(cuda_allocator != nullptr,
-           "allocate on {}: no CUDA allocator is registered ({}); create tensors on the CPU, or "
-           "build with -DMG_CUDA=ON on a machine with a GPU",
-           device, built_with_cuda() ? "this build has CUDA, but its backend is not set up yet" : "this build has no CUDA backend");
-  return *cuda_allocator;
+  if (cuda_allocator_override != nullptr) return *cuda_allocator_override;
+  Allocator* backend = cuda_backend().allocator;  // the first use of a CUDA device sets the backend up
+  MG_CHECK(backend != nullptr, "allocate on {}: no CUDA allocator: this build has no CUDA backend; create "
+           "tensors on the CPU, or build with -DMG_CUDA=ON on a machine with a GPU", device);
+  return *backend;
 }
 
 void set_allocator(DeviceType type, Allocator* allocator) {
   MG_CHECK(type == DeviceType::CUDA, "set_allocator: the CPU allocator cannot be replaced");
-  cuda_allocator = allocator;
+  cuda_allocator_override = allocator;
 }
 
 }  // namespace mg

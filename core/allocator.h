@@ -1,12 +1,13 @@
 // Allocators: where tensor memory comes from.
 //
-// Every Storage asks the allocator registered for its device. The CPU one caches: a freed block
-// goes onto a free list for its size class and the next request of that class reuses it. On this
-// project's machines a freshly mapped page costs ~10 us to touch the first time, so a training step
-// that mallocs and frees its activations would spend more time faulting pages than computing; with
-// the cache, every step after the first reuses warm memory and faults none.
+// Every Storage takes its memory from allocator_for(its device). The CPU's allocator caches: a
+// freed block goes onto a free list for its size class and the next request of that class reuses
+// it. On this project's machines a freshly mapped page costs ~10 us to touch the first time, so a
+// training step that mallocs and frees its activations would spend more time faulting pages than
+// computing; with the cache, every step after the first reuses warm memory and faults none.
 //
-// The CUDA backend registers its own (caching) allocator for DeviceType::CUDA with set_allocator.
+// A CUDA device's allocator is the CUDA backend's caching one, set up on the device's first use
+// (core/device_ops.h); set_allocator puts a stand-in in its place (tests do).
 #pragma once
 
 #include <cstddef>
@@ -71,11 +72,11 @@ class CachingCpuAllocator final : public Allocator {
 
 CachingCpuAllocator& cpu_allocator();
 
-// The allocator for a device; an mg::Error when none is registered (a CUDA tensor in a build or a
-// process without the CUDA backend).
+// The allocator for a device: the CPU's, or for a CUDA device the one set_allocator put in place,
+// else the CUDA backend's; an mg::Error for a CUDA device in a build without the CUDA backend.
 Allocator& allocator_for(Device device);
-// Registers the allocator for a device type (nullptr unregisters; the CPU cannot be unregistered).
-// The allocator must outlive every storage it hands out.
+// Puts `allocator` in place of the CUDA backend's for DeviceType::CUDA (nullptr gives the backend's
+// back; the CPU's cannot be replaced). It must outlive every storage it hands out.
 void set_allocator(DeviceType type, Allocator* allocator);
 
 }  // namespace mg

@@ -1,6 +1,7 @@
 // Device: where a tensor's memory lives. The CPU is always there; CUDA devices carry an index.
-// A CUDA tensor needs an allocator registered for DeviceType::CUDA (the CUDA backend does that);
-// every op checks that its inputs share one device before it dispatches to a kernel.
+// A CUDA tensor needs the CUDA backend, which core sets up on a CUDA device's first use
+// (core/device_ops.h); every op checks that its inputs share one device before it dispatches to a
+// kernel.
 #pragma once
 
 #include <fmt/format.h>

@@ -6,22 +6,18 @@
 
 namespace mg {
 
-namespace {
-
-DeviceOps cuda_ops;
-
-}  // namespace
-
-void set_device_ops(DeviceType type, DeviceOps ops) {
-  MG_CHECK(type == DeviceType::CUDA, "set_device_ops: the CPU needs no registered operations");
-  cuda_ops = ops;
+const CudaBackend& cuda_backend() {
+#ifdef MG_WITH_CUDA
+  static const CudaBackend backend = kernels::register_cuda_backend();  // on first use of a CUDA device
+#else
+  static const CudaBackend backend;  // no backend: allocator_for and device_ops say so
+#endif
+  return backend;
 }
 
 const DeviceOps& device_ops(Device device, const char* context) {
-  check_device_available(device, context);
-  MG_CHECK(cuda_ops.copy != nullptr && cuda_ops.fill != nullptr,
-           "{}: no backend registered operations for {}", context, device);
-  return cuda_ops;
+  check_device_available(device, context);  // throws in a build without the backend
+  return cuda_backend().ops;
 }
 
 void copy_bytes(const void* src, Device src_device, void* dst, Device dst_device, std::size_t nbytes,

@@ -1,13 +1,18 @@
-// What core needs from a device backend besides memory: moving bytes and filling a buffer. The CUDA
-// backend registers its functions for DeviceType::CUDA before main() (kernels/dispatch.cpp), as it
-// registers its allocator; core stays below the kernels. With them a tensor on a GPU is made by the
-// factories (mg::zeros, mg::randn, ... with .device = Device::cuda()) and read by item() and
-// to_vector() like a tensor on the CPU.
+// What core needs from a device backend: memory, moving bytes and filling a buffer. With them a
+// tensor on a GPU is made by the factories (mg::zeros, mg::randn, ... with .device = Device::cuda())
+// and read by item() and to_vector() like a tensor on the CPU.
+//
+// Where the CUDA backend comes from: the first time a CUDA device needs memory or these operations
+// (allocator_for, device_ops), core calls kernels::register_cuda_backend() (defined beside the
+// dispatch of every kernel, kernels/dispatch.cpp) and keeps what it returns for the rest of the
+// process. A program that never touches a GPU never sets the backend up. This is one of core's two
+// calls into a folder above it, both resolved by the linker (the other: core/tensor.h's op methods).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/allocator.h"
 #include "core/device.h"
 #include "core/dtype.h"
 
@@ -22,9 +27,23 @@ struct DeviceOps {
   void (*fill)(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count) = nullptr;
 };
 
-void set_device_ops(DeviceType type, DeviceOps ops);
-// The registered operations for `device`'s type; an mg::Error starting with `context` when the
-// build has no backend for it.
+// What core takes from the CUDA backend.
+struct CudaBackend {
+  Allocator* allocator = nullptr;  // the caching device allocator (kernels/cuda/allocator.h)
+  DeviceOps ops;                   // copy_bytes (kernels/cuda/transfer.cpp), fill (kernels/cuda/copy.cu)
+};
+// The CUDA backend, set up by the first call (thread-safe) and the same object after; every member
+// null in a build without the backend.
+const CudaBackend& cuda_backend();
+
+namespace kernels {
+// Sets the CUDA backend up and returns its parts; core's cuda_backend() calls it once. Defined in
+// kernels/dispatch.cpp, in builds with the CUDA backend (MG_WITH_CUDA) only.
+CudaBackend register_cuda_backend();
+}  // namespace kernels
+
+// The operations for `device` (a CUDA device); an mg::Error starting with `context` when this build
+// or process cannot use it (check_device_available).
 const DeviceOps& device_ops(Device device, const char* context);
 
 // nbytes from (src, src_device) to (dst, dst_device): memcpy on the CPU, the backend's copy otherwise.

@@ -53,7 +53,7 @@ int main(int argc, char** argv) try {
     optimizer->zero_grad();
     Tensor loss;
     {
-      amp::Autocast region = recipe.autocast();  // a disabled region for fp32
+      Autocast region = recipe.autocast();  // a disabled region for fp32
       loss = cross_entropy(model(x), labels);    // on the f32 list: an f32 loss under every recipe
     }
     backward(scaler.scale(loss));  // loss * S (S = 1 without a scaler), outside the region
@@ -68,7 +68,7 @@ int main(int argc, char** argv) try {
 
   NoGradGuard no_grad;
   auto [x, labels] = make_batch(4096);  // labels from the f32 teacher, outside the region
-  amp::Autocast region = recipe.autocast();
+  Autocast region = recipe.autocast();
   Tensor predicted = argmax(model(x), 1);
   std::vector<std::int32_t> p = predicted.to_vector<std::int32_t>(), y = labels.to_vector<std::int32_t>();
   std::int64_t correct = 0;

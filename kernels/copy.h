@@ -24,8 +24,9 @@ void copy_between_devices(const Tensor& src, Tensor& dst);
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA.
 namespace cuda {
-// The byte-level operations core's factories and item() use (core/device_ops.h), registered by
-// kernels/dispatch.cpp: copy_bytes (kernels/cuda/transfer.cpp) and fill (kernels/cuda/copy.cu).
+// The byte-level operations core's factories and item() use (core/device_ops.h), handed to core by
+// register_cuda_backend (kernels/dispatch.cpp): copy_bytes (kernels/cuda/transfer.cpp) and fill
+// (kernels/cuda/copy.cu).
 void copy_bytes(const void* src, Device src_device, void* dst, Device dst_device, std::size_t nbytes);
 void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count);
 void cast(const Tensor& x, Tensor& out);

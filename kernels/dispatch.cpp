@@ -1,6 +1,7 @@
 // The dispatch point: every kernel family enters here, and the device of its output picks the
 // backend: kernels/cpu/ for the CPU, kernels/cuda/ for a GPU (in builds with the CUDA backend). Ops
-// have already checked that all tensors share that device.
+// have already checked that all tensors share that device. A GPU's memory and core's copy and fill
+// come from register_cuda_backend, below, which core calls on the first use of a CUDA device.
 #include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -20,16 +21,19 @@
 
 namespace mg::kernels {
 
+#ifdef MG_WITH_CUDA
+// What core takes from the CUDA backend (core/device_ops.h): every CUDA storage comes from the
+// caching allocator, and core's factories and item() fill and move bytes with the backend's fill
+// and copy. Core's cuda_backend() calls this once, when a CUDA device first needs memory or a copy,
+// which is before any kernel below runs on one.
+CudaBackend register_cuda_backend() {
+  return {.allocator = &mg::cuda::allocator(), .ops = {.copy = &cuda::copy_bytes, .fill = &cuda::fill}};
+}
+#endif
+
 namespace {
 
 #ifdef MG_WITH_CUDA
-// Every CUDA storage comes from the caching allocator, and core's factories and item() move and
-// fill bytes through the backend; both registered before main() runs (this file is linked into
-// every program that runs an op).
-[[maybe_unused]] const bool cuda_backend_registered =
-    (set_allocator(DeviceType::CUDA, &mg::cuda::allocator()),
-     set_device_ops(DeviceType::CUDA, DeviceOps{.copy = &cuda::copy_bytes, .fill = &cuda::fill}), true);
-
 // The kernel `fn` of the backend of `out`'s device.
 #define MG_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
 #else

@@ -12,8 +12,8 @@
 //
 // Epilogue (optional, fused into the store): C = act(op(A) op(B) + bias), with the bias added and the
 // activation applied to the f32 (f64 for f64) sum, and the result rounded once into C's dtype: one
-// GEMM where a layer would take a GEMM and two elementwise passes. (mg::linear does not use it yet:
-// it is matmul then add, whose backward the tape derives; a fused linear needs a backward of its own.)
+// GEMM where a layer would take a GEMM and two elementwise passes. mg::linear (and so conv2d) puts
+// its bias here, with its own backward beside it in autograd/matmul.cpp.
 #pragma once
 
 #include <cstdint>

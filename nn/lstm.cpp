@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
 
@@ -40,7 +40,7 @@ std::pair<Tensor, LSTM::State> LSTM::forward_with_state(const Tensor& x, const S
            type_name(), state_shape, initial.h.shape());
   MG_CHECK(!initial.c.defined() || initial.c.shape() == state_shape, "{}: the initial c must be {}, got {}",
            type_name(), state_shape, initial.c.shape());
-  const DType state_dtype = amp::autocast_enabled() ? DType::F32 : layers_[0].weight_hh.dtype();
+  const DType state_dtype = autocast_enabled() ? DType::F32 : layers_[0].weight_hh.dtype();
 
   Tensor sequence = permute(x, {1, 0, 2});  // [T, B, in]: time-major, as lstm_recurrence takes it
   State final_state;

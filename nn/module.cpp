@@ -5,6 +5,7 @@
 #include <map>
 
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 
 namespace mg::nn {
 
@@ -41,7 +42,16 @@ Tensor Module::register_buffer(const std::string& name, Tensor value, bool keep_
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   check_new_name(name);
   MG_CHECK(module != nullptr, "nn::Module ({}): child '{}' is null", type_name(), name);
+  if (module->name_in_parent_.empty()) module->name_in_parent_ = name;
   children_.emplace_back(name, std::move(module));
+}
+
+// ---- calling
+
+Tensor Module::operator()(const Tensor& input) {
+  if (name_in_parent_.empty()) return forward(input);
+  NameScope scope(name_in_parent_);
+  return forward(input);
 }
 
 // ---- traversal

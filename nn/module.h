@@ -10,6 +10,8 @@
 // A module owns named parameters (leaves that require grad; the optimizer trains them), named
 // buffers (state that is saved but not trained: BatchNorm's running statistics) and named child
 // modules. Names are dotted paths in registration order: "fc1.weight", "0.bias", "blocks.2.ln.weight".
+// Call a module as module(x), not module.forward(x): the call records its ops under the same
+// dotted path ("blocks.2.ln"), which amp::OverflowDetector reports (amp/diagnostics.h).
 //
 // Every layer maps one tensor to one tensor (forward), so any of them can sit in a Sequential.
 #pragma once
@@ -34,7 +36,10 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& input) = 0;
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // Runs forward inside a NameScope (autograd/tape.h) of the name this module's parent registered
+  // it under; scopes nest, so TinyGPT's call of blocks.0.attention.qkv records its ops under
+  // "blocks.0.attention.qkv". A module registered nowhere (the model itself) opens no scope.
+  Tensor operator()(const Tensor& input);
   // One line describing this module alone ("Linear(784, 256)"); to_string() prints the tree.
   virtual std::string type_name() const = 0;
 
@@ -97,6 +102,9 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<Buffer> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // The name this module's parent registered it under: the scope operator() opens. A module
+  // registered twice (shared between parents) keeps its first name.
+  std::string name_in_parent_;
   bool training_ = true;
 };
 

@@ -69,7 +69,7 @@ TEST_CASE("allocator: steady-state training steps take no new memory from the sy
 TEST_CASE("allocator: a tensor on a device without an allocator, or a missing GPU, is a clear error") {
   if (!built_with_cuda()) {
     check_error([] { Tensor::empty({2}, {.device = Device::cuda(0)}); }, "no CUDA allocator");
-  } else {  // the CUDA backend registered its allocator; the device itself must exist
+  } else {  // the CUDA backend's allocator serves; the device itself must exist
     const int missing = cuda_device_count();  // the first index past the visible devices
     check_error([=] { Tensor::empty({2}, {.device = Device::cuda(missing)}); },
                 fmt::format("cuda:{} is not available", missing));

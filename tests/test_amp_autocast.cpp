@@ -1,4 +1,4 @@
-// amp::Autocast: the dtype every op computes in inside a region, nesting, casts recorded on the tape,
+// Autocast: the dtype every op computes in inside a region, nesting, casts recorded on the tape,
 // the weight-cast cache and its invalidation rules. The policy table and user overrides are tested
 // in test_amp_policy.cpp; the binary cross entropies (banned and safe forms) in test_ops_loss.cpp.
 #include <string>
@@ -43,9 +43,9 @@ void check_op_dtypes(DType low) {
   const Tensor batch_b32 = uniform_in({2, 3, 4}, DType::F32, 5);
   const Tensor labels = i32({0, 2}, {2}), mask = i32({1, 0, 1, 0, 1, 0}, {2, 3}), indices = i32({1, 0, 1}, {3});
   const Tensor d = f64({1, 2, 3, 4, 5, 6}, {2, 3}, false), d_m = f64({1, 2, 3, 4, 5, 6}, {3, 2}, false);
-  amp::Autocast autocast(low);
-  REQUIRE(amp::autocast_enabled());
-  REQUIRE(amp::autocast_dtype() == low);
+  Autocast autocast(low);
+  REQUIRE(autocast_enabled());
+  REQUIRE(autocast_dtype() == low);
 
   // LowerPrecision: the GEMMs, from f32 (and low-precision) inputs, in all three layouts.
   Tensor shared = matmul(batch32, m32);  // [batch, m, k] x [k, n]
@@ -91,14 +91,14 @@ void check_op_dtypes(DType low) {
   const DType other = low == DType::F16 ? DType::BF16 : DType::F16;
   const Tensor o = a32.to(other);
   check_error([&] { matmul(o, m32); }, "f16 and bf16 do not mix");
-  check_error([&] { exp(o); }, "exp under amp::Autocast");
+  check_error([&] { exp(o); }, "mg::exp under mg::Autocast");
   check_error([&] { add(o, b); }, "f16 and bf16 do not mix");
   check_error([&] { sum(o); }, "f16 and bf16 do not mix");
   CHECK(neg(o).dtype() == other);  // unlisted: runs in its input's dtype, nothing to mix
 
   // The banned op names its safe replacement.
   check_error([&] { binary_cross_entropy(a32, b32); }, "binary_cross_entropy_with_logits");
-  check_error([&] { binary_cross_entropy(a32, b32); }, "banned under amp::Autocast");
+  check_error([&] { binary_cross_entropy(a32, b32); }, "mg::binary_cross_entropy is banned under mg::Autocast");
   clear_tape();
 }
 
@@ -107,7 +107,7 @@ void check_op_dtypes(DType low) {
 TEST_CASE("autocast: the output dtype of every op under f16 and bf16") {
   SUBCASE("f16") { check_op_dtypes(DType::F16); }
   SUBCASE("bf16") { check_op_dtypes(DType::BF16); }
-  CHECK_FALSE(amp::autocast_enabled());
+  CHECK_FALSE(autocast_enabled());
   // Outside a region nothing is cast (and the banned op works).
   Tensor a = uniform_in({2, 3}, DType::F32, 1);
   CHECK(matmul(a, uniform_in({3, 2}, DType::F32, 2)).dtype() == DType::F32);
@@ -117,41 +117,41 @@ TEST_CASE("autocast: the output dtype of every op under f16 and bf16") {
 
 TEST_CASE("autocast: regions nest and restore the previous state") {
   Tensor a = uniform_in({2, 3}, DType::F32, 1), b = uniform_in({3, 2}, DType::F32, 2);
-  CHECK_FALSE(amp::autocast_enabled());
-  CHECK(amp::autocast_dtype() == DType::F16);  // the default outside any region
+  CHECK_FALSE(autocast_enabled());
+  CHECK(autocast_dtype() == DType::F16);  // the default outside any region
   {
-    amp::Autocast outer(DType::F16);
-    CHECK(amp::autocast_enabled());
+    Autocast outer(DType::F16);
+    CHECK(autocast_enabled());
     {
-      amp::Autocast off(DType::F16, false);
-      CHECK_FALSE(amp::autocast_enabled());
+      Autocast off(DType::F16, false);
+      CHECK_FALSE(autocast_enabled());
       CHECK(matmul(a, b).dtype() == DType::F32);
       {
-        amp::Autocast bf16(DType::BF16);  // re-enabled inside a disabled region
-        CHECK(amp::autocast_dtype() == DType::BF16);
+        Autocast bf16(DType::BF16);  // re-enabled inside a disabled region
+        CHECK(autocast_dtype() == DType::BF16);
         CHECK(matmul(a, b).dtype() == DType::BF16);
       }
-      CHECK_FALSE(amp::autocast_enabled());
+      CHECK_FALSE(autocast_enabled());
     }
-    CHECK(amp::autocast_enabled());
+    CHECK(autocast_enabled());
     CHECK(matmul(a, b).dtype() == DType::F16);
     {
-      amp::Autocast inner(DType::BF16);
-      CHECK(amp::autocast_dtype() == DType::BF16);
+      Autocast inner(DType::BF16);
+      CHECK(autocast_dtype() == DType::BF16);
       CHECK(matmul(a, b).dtype() == DType::BF16);
     }
-    CHECK(amp::autocast_dtype() == DType::F16);
+    CHECK(autocast_dtype() == DType::F16);
     CHECK(matmul(a, b).dtype() == DType::F16);
     // An f32 region is refused and leaves the state as it was.
-    check_error([] { amp::Autocast f32(DType::F32); }, "amp::Autocast");
-    check_error([] { amp::Autocast f64(DType::F64); }, "must be f16 or bf16");
-    CHECK(amp::autocast_enabled());
-    CHECK(amp::autocast_dtype() == DType::F16);
+    check_error([] { Autocast f32(DType::F32); }, "Autocast");
+    check_error([] { Autocast f64(DType::F64); }, "must be f16 or bf16");
+    CHECK(autocast_enabled());
+    CHECK(autocast_dtype() == DType::F16);
   }
-  CHECK_FALSE(amp::autocast_enabled());
-  CHECK(amp::autocast_dtype() == DType::F16);
+  CHECK_FALSE(autocast_enabled());
+  CHECK(autocast_dtype() == DType::F16);
   CHECK(matmul(a, b).dtype() == DType::F32);
-  { amp::Autocast disabled(DType::F32, false); }  // a disabled region may name any dtype
+  { Autocast disabled(DType::F32, false); }  // a disabled region may name any dtype
   clear_tape();
 }
 
@@ -167,7 +167,7 @@ TEST_CASE("autocast: casts are recorded before the op; an f32 parameter gets an 
     backward(sum(mul(matmul(x, w_ref), y)));
     OpLog log;
     {
-      amp::Autocast autocast(low);
+      Autocast autocast(low);
       Tensor out = matmul(x, w);
       CHECK(out.dtype() == low);
       CHECK(log.ops == std::vector<std::string>{"cast", "cast", "matmul"});  // x, then w, then the GEMM
@@ -175,7 +175,7 @@ TEST_CASE("autocast: casts are recorded before the op; an f32 parameter gets an 
       Tensor loss = sum(mul(out, y));
       CHECK(loss.dtype() == DType::F32);
       backward(loss);  // inside the region: backward turns autocast off for itself
-      CHECK(amp::autocast_enabled());
+      CHECK(autocast_enabled());
     }
     REQUIRE(w.grad().defined());
     CHECK(w.grad().dtype() == DType::F32);
@@ -186,16 +186,16 @@ TEST_CASE("autocast: casts are recorded before the op; an f32 parameter gets an 
 TEST_CASE("autocast: backward runs with autocast off, even when called inside a region") {
   Tensor x = uniform_in({2, 2}, DType::F32, 1).set_requires_grad(true);
   bool enabled_in_backward = true;
-  amp::Autocast autocast(DType::F16);
+  Autocast autocast(DType::F16);
   Tensor y = mul(x.detach(), 1.0);
   record("probe", {x}, y, [&](const Tensor& g, const auto&) {
-    enabled_in_backward = amp::autocast_enabled();
+    enabled_in_backward = autocast_enabled();
     return Grads{g};
   });
   Tensor loss = sum(y);  // f32 list
   backward(loss);
   CHECK_FALSE(enabled_in_backward);
-  CHECK(amp::autocast_enabled());
+  CHECK(autocast_enabled());
   check_values(x.grad(), {1, 1, 1, 1});
 }
 
@@ -213,7 +213,7 @@ TEST_CASE("autocast: saved activations of an MLP take half the bytes under f16")
   clear_tape();
   std::size_t bytes16 = 0;
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     Tensor loss16 = forward();
     bytes16 = saved_tensor_bytes();
   }
@@ -235,18 +235,18 @@ TEST_CASE("autocast: a parameter used in 64 matmuls is cast once; its gradient s
     xs.push_back(from_vector({u, v}, {1, 2}));
     for (int c = 0; c < 3; ++c) expected[c] += u, expected[3 + c] += v;
   }
-  const amp::CastCacheStats before = amp::cast_cache_stats();
+  const CastCacheStats before = cast_cache_stats();
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     std::vector<Tensor> outs;
     for (const Tensor& x : xs) outs.push_back(matmul(x, w));
-    const amp::CastCacheStats after = amp::cast_cache_stats();
+    const CastCacheStats after = cast_cache_stats();
     CHECK(after.misses - before.misses == 1);
     CHECK(after.hits - before.hits == 63);
     CHECK(after.entries == 1);  // the xs do not require grad: cast every time, never cached
     backward(sum(cat(outs, 0)));
   }
-  CHECK(amp::cast_cache_stats().entries == 0);
+  CHECK(cast_cache_stats().entries == 0);
   REQUIRE(w.grad().defined());
   CHECK(w.grad().dtype() == DType::F32);
   check_values(w.grad(), expected, 0.0, 0.0);
@@ -256,30 +256,30 @@ TEST_CASE("autocast: the cast cache lives as long as the outermost region") {
   Tensor x = uniform_in({2, 3}, DType::F32, 1);
   Tensor w = uniform_in({3, 2}, DType::F32, 2).set_requires_grad(true);
   {
-    amp::Autocast outer(DType::F16);
+    Autocast outer(DType::F16);
     matmul(x, w);
-    CHECK(amp::cast_cache_stats().entries == 1);
+    CHECK(cast_cache_stats().entries == 1);
     {
-      amp::Autocast inner(DType::F16);
-      const amp::CastCacheStats before = amp::cast_cache_stats();
+      Autocast inner(DType::F16);
+      const CastCacheStats before = cast_cache_stats();
       matmul(x, w);
-      CHECK(amp::cast_cache_stats().hits == before.hits + 1);
+      CHECK(cast_cache_stats().hits == before.hits + 1);
     }
-    { amp::Autocast off(DType::F16, false); }
-    CHECK(amp::cast_cache_stats().entries == 1);  // inner guards leave it alone
+    { Autocast off(DType::F16, false); }
+    CHECK(cast_cache_stats().entries == 1);  // inner guards leave it alone
     {
-      amp::Autocast bf16(DType::BF16);
+      Autocast bf16(DType::BF16);
       CHECK(matmul(x, w).dtype() == DType::BF16);  // its own entry: the key includes the dtype
     }
-    CHECK(amp::cast_cache_stats().entries == 2);
+    CHECK(cast_cache_stats().entries == 2);
   }
-  CHECK(amp::cast_cache_stats().entries == 0);
+  CHECK(cast_cache_stats().entries == 0);
   {
-    amp::Autocast again(DType::F16);  // a new region starts empty: no hit from the last one
-    const amp::CastCacheStats before = amp::cast_cache_stats();
+    Autocast again(DType::F16);  // a new region starts empty: no hit from the last one
+    const CastCacheStats before = cast_cache_stats();
     matmul(x, w);
-    CHECK(amp::cast_cache_stats().misses == before.misses + 1);
-    CHECK(amp::cast_cache_stats().hits == before.hits);
+    CHECK(cast_cache_stats().misses == before.misses + 1);
+    CHECK(cast_cache_stats().hits == before.hits);
   }
   clear_tape();
 }
@@ -287,8 +287,8 @@ TEST_CASE("autocast: the cast cache lives as long as the outermost region") {
 TEST_CASE("autocast: a cast made under NoGradGuard never serves a grad-enabled use") {
   Tensor x = from_vector({1, 2}, {1, 2});
   Tensor w = from_vector({1, 2, 3, 4}, {2, 2}, {.requires_grad = true});
-  amp::Autocast autocast(DType::F16);
-  const amp::CastCacheStats before = amp::cast_cache_stats();
+  Autocast autocast(DType::F16);
+  const CastCacheStats before = cast_cache_stats();
   {
     NoGradGuard no_grad;
     Tensor eval = matmul(x, w);  // e.g. an evaluation pass inside the training region
@@ -297,7 +297,7 @@ TEST_CASE("autocast: a cast made under NoGradGuard never serves a grad-enabled u
   }
   Tensor train = matmul(x, w);
   CHECK(train.requires_grad());
-  const amp::CastCacheStats after = amp::cast_cache_stats();
+  const CastCacheStats after = cast_cache_stats();
   CHECK(after.misses - before.misses == 2);
   CHECK(after.hits - before.hits == 1);
   backward(sum(train));
@@ -308,16 +308,16 @@ TEST_CASE("autocast: a cast made under NoGradGuard never serves a grad-enabled u
 TEST_CASE("autocast: an in-place write to the weight invalidates its cached cast") {
   Tensor x = from_vector({1, 2}, {1, 2});
   Tensor w = from_vector({1, 2, 3, 4}, {2, 2}, {.requires_grad = true});
-  amp::Autocast autocast(DType::F16);
+  Autocast autocast(DType::F16);
   Tensor first = matmul(x, w);
   check_values(first, {7, 10});
   {
     NoGradGuard no_grad;  // an optimizer step
     w.copy_(from_vector({-1, 0, 0.5, 2}, {2, 2}));
   }
-  const amp::CastCacheStats before = amp::cast_cache_stats();
+  const CastCacheStats before = cast_cache_stats();
   Tensor second = matmul(x, w);
-  CHECK(amp::cast_cache_stats().misses == before.misses + 1);
+  CHECK(cast_cache_stats().misses == before.misses + 1);
   check_values(second, {0, 4});  // the new values, not the stale cast
   // A write through an alias of the same storage counts too.
   w.detach().copy_(from_vector({1, 1, 1, 1}, {2, 2}));
@@ -329,14 +329,14 @@ TEST_CASE("autocast: an in-place write to the weight invalidates its cached cast
 TEST_CASE("autocast: a backward between two forwards in one region does not reuse the cast") {
   Tensor x = from_vector({1, 2, 3, 4}, {2, 2});
   Tensor w = from_vector({1, -1, 0.5, 2}, {2, 2}, {.requires_grad = true});
-  amp::Autocast autocast(DType::F16);
-  const amp::CastCacheStats before = amp::cast_cache_stats();
+  Autocast autocast(DType::F16);
+  const CastCacheStats before = cast_cache_stats();
   backward(sum(matmul(x, w)));
   check_values(w.grad(), {4, 4, 6, 6});
   // The first cast's node went with the tape: reusing it would cut w off from the second graph.
   backward(sum(matmul(x, w)));
   check_values(w.grad(), {8, 8, 12, 12});
-  const amp::CastCacheStats after = amp::cast_cache_stats();
+  const CastCacheStats after = cast_cache_stats();
   CHECK(after.misses - before.misses == 2);
   CHECK(after.hits == before.hits);
 }
@@ -345,14 +345,14 @@ TEST_CASE("autocast: non-leaf tensors and tensors without grad are not cached") 
   Tensor x = uniform_in({2, 3}, DType::F32, 1);
   Tensor w = uniform_in({3, 2}, DType::F32, 2).set_requires_grad(true);
   Tensor frozen = uniform_in({3, 2}, DType::F32, 3);  // requires_grad = false
-  amp::Autocast autocast(DType::F16);
+  Autocast autocast(DType::F16);
   Tensor scaled = mul(w, 2.0);  // f32, requires grad, not a leaf
-  const amp::CastCacheStats before = amp::cast_cache_stats();
+  const CastCacheStats before = cast_cache_stats();
   for (int i = 0; i < 3; ++i) {
     CHECK(matmul(x, scaled).dtype() == DType::F16);
     CHECK(matmul(x, frozen).dtype() == DType::F16);
   }
-  const amp::CastCacheStats after = amp::cast_cache_stats();
+  const CastCacheStats after = cast_cache_stats();
   CHECK(after.entries == 0);
   CHECK(after.hits == before.hits);
   CHECK(after.misses == before.misses);

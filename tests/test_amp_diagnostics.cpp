@@ -131,7 +131,7 @@ TEST_CASE("diagnostics: OverflowDetector names the first op whose f16 output ove
   detector.reset();
   CHECK_FALSE(detector.first().has_value());
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     CHECK(exp(x).dtype() == DType::F32);
   }
   CHECK_FALSE(detector.first().has_value());
@@ -142,7 +142,7 @@ TEST_CASE("diagnostics: OverflowDetector finds an f16 matmul overflow under auto
   Tensor w = from_vector({300, 300}, {2, 1}, {.requires_grad = true});
   amp::OverflowDetector detector;
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     NameScope scope("fc1");
     Tensor y = matmul(x, w);  // 300 is fine in f16; 2 * 300^2 = 180000 is not
     CHECK(std::isinf(y.item()));

@@ -68,7 +68,7 @@ TEST_CASE("master weights: one float16_master step equals one fp32 step up to f1
   amp::GradScaler scaler = recipe.make_scaler({.init_scale = 1024});  // x^T dy * S stays below 65504
   Tensor loss;
   {
-    amp::Autocast region = recipe.autocast();
+    Autocast region = recipe.autocast();
     loss = mse_loss(matmul(x, w16), target);
   }
   CHECK(loss.dtype() == DType::F32);

@@ -37,11 +37,11 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
     CHECK(r.master_weights == e.master);
     CHECK(r.loss_scaling == e.scaling);
     CHECK(r.describe().find(e.name) != std::string::npos);
-    amp::Autocast region = r.autocast();
-    CHECK(amp::autocast_enabled() == e.autocast.has_value());
-    if (e.autocast) CHECK(amp::autocast_dtype() == *e.autocast);
+    Autocast region = r.autocast();
+    CHECK(autocast_enabled() == e.autocast.has_value());
+    if (e.autocast) CHECK(autocast_dtype() == *e.autocast);
   }
-  CHECK_FALSE(amp::autocast_enabled());
+  CHECK_FALSE(autocast_enabled());
   try {
     amp::Recipe::parse("fp16");
     FAIL("parse accepted an unknown name");
@@ -130,7 +130,7 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   amp::GradScaler scaler = recipe.make_scaler({.init_scale = 256});
   Tensor loss;
   {
-    amp::Autocast region = recipe.autocast();
+    Autocast region = recipe.autocast();
     loss = mse_loss(matmul(relu(matmul(x, w1)), w2), t);
   }
   CHECK(amp::memory_report(*opt).saved_activations > 0);
@@ -151,7 +151,7 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   optim::SGD sgd({v1, v2});
   auto saved = [&](const char* name) {
     const amp::Recipe r = amp::Recipe::parse(name);
-    amp::Autocast region = r.autocast();
+    Autocast region = r.autocast();
     Tensor l = mse_loss(matmul(relu(matmul(x, v1)), v2), t);
     const amp::MemoryReport report = amp::memory_report(sgd);
     CHECK(report.parameters == 192 * 4);

@@ -316,7 +316,7 @@ TEST_CASE("scaler: bf16 losses, regions and gradients warn once per scaler") {
   {
     WarningCapture capture;
     amp::GradScaler scaler;
-    amp::Autocast region(DType::BF16);
+    Autocast region(DType::BF16);
     scaler.scale(full({}, 2.0));  // an f32 loss, but the region is bf16
     scaler.scale(full({}, 2.0));
     CHECK(capture.messages.size() == 1);
@@ -333,7 +333,7 @@ TEST_CASE("scaler: bf16 losses, regions and gradients warn once per scaler") {
   {
     WarningCapture capture;  // f16 is what the scaler is for: silent
     amp::GradScaler scaler;
-    amp::Autocast region(DType::F16);
+    Autocast region(DType::F16);
     scaler.scale(full({}, 2.0));
     CHECK(capture.messages.empty());
     // An f16 loss cannot carry a scale above 65504: its own gradient would be inf. Warned once.

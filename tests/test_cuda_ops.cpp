@@ -278,7 +278,7 @@ TEST_CASE("the example models train on a GPU under every recipe as they do on th
           optimizer->zero_grad();
           Tensor loss;
           {
-            amp::Autocast region = recipe.autocast();
+            Autocast region = recipe.autocast();
             loss = cross_entropy((*model)(images), labels);
           }
           backward(scaler.scale(loss));

@@ -1,13 +1,29 @@
 // The CUDA backend's runtime: moving tensors between the CPU and GPUs (mg::to_device), the caching
 // device allocator, and the errors on a machine or a build without a GPU. The GPU cases skip with a
 // message when no device is visible (CI has nvcc but no GPU); the error cases run everywhere.
+#include "core/device_ops.h"
 #include "tests/testing.h"
 #ifdef MG_WITH_CUDA
+#include "kernels/copy.h"
 #include "kernels/cuda/allocator.h"
 #endif
 
 using namespace mg;
 using namespace mg::testing;
+
+TEST_CASE("the CUDA backend core uses is the one kernels/dispatch.cpp's register_cuda_backend hands it") {
+#ifdef MG_WITH_CUDA
+  const CudaBackend& backend = cuda_backend();
+  CHECK(backend.allocator == &cuda::allocator());
+  CHECK((backend.ops.copy == &kernels::cuda::copy_bytes));  // doctest cannot print function pointers
+  CHECK((backend.ops.fill == &kernels::cuda::fill));
+  CHECK(&allocator_for(Device::cuda()) == &cuda::allocator());
+#else
+  CHECK(cuda_backend().allocator == nullptr);
+  check_error([] { Tensor::empty({2}, {.device = Device::cuda()}); },
+              "allocate on cuda:0: no CUDA allocator: this build has no CUDA backend");
+#endif
+}
 
 TEST_CASE("to_device: the same device returns the tensor itself") {
   Tensor x = ones({3});

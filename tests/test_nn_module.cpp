@@ -1,5 +1,9 @@
-// nn::Module: names, traversal, modes, dtype conversion and state dicts; nn/checkpoint.h: a round
-// trip of every part of a checkpoint, and a file that does not fit leaving everything as it was.
+// nn::Module: names, traversal, the name scopes its calls open (the overflow detector names the layer),
+// modes, dtype conversion and state dicts; nn/checkpoint.h: a round trip of every part of a checkpoint,
+// and a file that does not fit leaving everything as it was.
+#include <set>
+#include <string>
+
 #include "data/safetensors.h"
 #include "nn/activation.h"
 #include "nn/checkpoint.h"
@@ -157,6 +161,90 @@ TEST_CASE("a model trains: parameters() feeds an optimizer, zero_grad clears eve
   for (const Tensor& p : net.parameters()) CHECK(p.grad().defined());
   net.zero_grad();
   for (const Tensor& p : net.parameters()) CHECK(!p.grad().defined());
+}
+
+TEST_CASE("a module's ops are named by its path, so the overflow detector names the poisoned layer") {
+  // mlp({4, 3, 2}) is Flatten "0", Linear "1", ReLU "2", Linear "3"; inside a parent it is "body".
+  struct Classifier : nn::Module {
+    std::shared_ptr<nn::Sequential> body = register_module("body", nn::mlp({4, 3, 2}));
+    Tensor forward(const Tensor& x) override { return (*body)(x); }
+    std::string type_name() const override { return "Classifier"; }
+  };
+  Classifier model;
+  auto& first = dynamic_cast<nn::Linear&>((*model.body)[1]);
+  auto& second = dynamic_cast<nn::Linear&>((*model.body)[3]);
+  nn::init::constant_(first.weight, 0.5);  // x of ones: every hidden value is 4 * 0.5 = 2
+  nn::init::constant_(first.bias, 0.0);
+  nn::init::constant_(second.bias, 0.0);
+  const Tensor x = ones({1, 4});
+
+  SUBCASE("in forward: an f16 output past 65504") {
+    nn::init::constant_(second.weight, 30000.0);  // 3 * 2 * 30000 = 180000
+    amp::OverflowDetector detector;
+    Tensor loss;
+    {
+      Autocast autocast(DType::F16);
+      loss = sum(model(x));
+    }
+    backward(loss);
+    REQUIRE(detector.first().has_value());
+    CHECK_FALSE(detector.first()->backward);
+    CHECK(detector.first()->inputs_finite);  // this layer made the inf; nothing before it did
+    CHECK(detector.first()->scope == "body.3");
+    CHECK(detector.first()->describe().find("'body.3'") != std::string::npos);
+  }
+  SUBCASE("in backward: a loss scale too large for this layer's input gradient") {
+    nn::init::constant_(second.weight, 1000.0);  // forward 3 * 2 * 1000 = 6000: finite
+    amp::OverflowDetector detector;
+    Tensor loss;
+    {
+      Autocast autocast(DType::F16);
+      loss = sum(model(x));
+    }
+    backward(mul(loss, 1024.0));  // the input's gradient: 1024 * 2 * 1000 > 65504
+    REQUIRE(detector.first().has_value());
+    CHECK(detector.first()->backward);
+    CHECK(detector.first()->scope == "body.3");
+  }
+}
+
+namespace {
+
+// Every module's dotted path below `module` ("blocks", "blocks.0", "blocks.0.ln1", ...).
+void collect_paths(const nn::Module& module, const std::string& prefix, std::set<std::string>& paths) {
+  for (const auto& [name, child] : module.children()) {
+    paths.insert(prefix + name);
+    collect_paths(*child, prefix + name + ".", paths);
+  }
+}
+
+// Runs forward and backward and checks the scopes the tape recorded: each is a module's path (or
+// "" for the model's own ops), and every module with parameters ran its ops under its path.
+void check_scopes(nn::Module& model, const Tensor& input) {
+  std::set<std::string> paths{""};
+  collect_paths(model, "", paths);
+  amp::GradientRecorder recorder;
+  backward(sum(model(input)));
+  std::set<std::string> scopes;
+  for (const auto& entry : recorder.entries()) scopes.insert(entry.scope);
+  for (const std::string& scope : scopes) CHECK_MESSAGE(paths.count(scope), "'" << scope << "' names no module");
+  for (const auto& [name, p] : model.named_parameters()) {
+    const std::size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    CHECK_MESSAGE(scopes.count(owner), "no op of '" << owner << "' was recorded under its name");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every layer and model of nn/ records its ops under its path") {
+  Generator generator(3);
+  nn::TinyGPT gpt({.vocab = 11, .block_size = 8, .embed_dim = 8, .heads = 2, .layers = 2}, generator);
+  check_scopes(gpt, randint(0, 11, {2, 5}, generator));
+  nn::CharLSTM lstm(7, 4, 5, 2, generator);
+  check_scopes(lstm, randint(0, 7, {2, 3}, generator));
+  auto cnn = nn::cnn({.image_size = 8, .channels1 = 2, .channels2 = 3, .hidden = 4}, generator);
+  check_scopes(*cnn, randn({2, 1, 8, 8}, generator));
 }
 
 namespace {

@@ -24,7 +24,7 @@ using namespace mg::testing;
 
 namespace {
 
-// Which dtype a module's output has under a recipe, by the cast lists (amp/cast_policy.cpp).
+// Which dtype a module's output has under a recipe, by the cast lists (amp/cast_policy.h).
 enum class Output {
   Gemm,        // ends in linear/conv2d (lower-precision list): the autocast dtype (f32 under fp32)
   Float32,     // ends in an f32 residual stream or an LSTM's f32 state: f32 always
@@ -171,7 +171,7 @@ void run_case(const amp::Recipe& recipe, const Case& c) {
 
   Tensor output, loss;
   {
-    amp::Autocast region = recipe.autocast();
+    Autocast region = recipe.autocast();
     output = (*model)(input);
     if (c.classes > 0) {
       Tensor labels = randint(0, c.classes, {output.numel() / c.classes}, data);
@@ -232,7 +232,7 @@ TEST_CASE("nn recipes: BatchNorm's running statistics stay f32 and track the f32
     CHECK(model.running_var.dtype() == DType::F32);
     reference(x);
     {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       model(x);
     }
     // Under every recipe batch_norm computes its statistics from the f32 input in f32 (the f32 list,
@@ -262,7 +262,7 @@ TEST_CASE("nn recipes: 30 SGD steps of a small MLP reduce the loss under every r
     CHECK(scaler.is_enabled() == (recipe.loss_scaling != amp::LossScaling::None));
 
     auto loss_now = [&] {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       return cross_entropy((*model)(x), labels);
     };
     double first = 0.0;

@@ -251,7 +251,7 @@ TEST_CASE("conv2d: under autocast f32 inputs give an f16 result and f32 gradient
   for (Tensor* t : {&in.x, &in.weight, &in.bias}) t->set_requires_grad(true);
   Tensor y;
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     y = conv2d(in.x, in.weight, in.bias, {.stride = 2, .padding = 1});
   }
   CHECK(y.dtype() == DType::F16);

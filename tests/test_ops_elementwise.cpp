@@ -354,7 +354,7 @@ TEST_CASE("div: tensor-scalar form") {
 
 TEST_CASE("rdiv: scalar divided by tensor") {
   check_values(rdiv(2, tensor({1, 2, 4})), {2, 1, 0.5});
-  check_unary({"mg::div", [](const Tensor& t) { return rdiv(2.0, t); }, [](double v) { return 2 / v; }, 0.5, 3,
+  check_unary({"mg::rdiv", [](const Tensor& t) { return rdiv(2.0, t); }, [](double v) { return 2 / v; }, 0.5, 3,
                kPositivePoints, 0.5});
 }
 

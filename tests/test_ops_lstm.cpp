@@ -119,7 +119,7 @@ TEST_CASE("lstm_recurrence: under autocast the GEMM runs in f16 and the state st
   Tensor gx = cast(in.gates_x, DType::F32), w = cast(in.w, DType::F32), b = cast(in.b, DType::F32);
   Tensor h = cast(in.h0, DType::F32), c = cast(in.c0, DType::F32);
   Tensor plain = lstm_recurrence(cast(gx, DType::F16), cast(w, DType::F16), b, h, c);
-  amp::Autocast region(DType::F16);
+  Autocast region(DType::F16);
   Tensor autocast = lstm_recurrence(gx, w, b, h, c);
   CHECK(autocast.dtype() == DType::F32);
   check_close(autocast, plain, 0.0, 0.0);  // the same casts, the same arithmetic: bit-identical

@@ -238,7 +238,7 @@ TEST_CASE("linear: x W^T + b by hand, gradients, autocast keeps the output low p
   {
     // The bias is cast with the GEMM's inputs, so the layer's output stays f16; a bare add of an
     // f32 bias would promote it to f32.
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     Tensor x32 = ones({2, 3}), w32 = ones({4, 3}, {.requires_grad = true}), b32 = ones({4}, {.requires_grad = true});
     CHECK(linear(x32, w32, b32).dtype() == DType::F16);
     CHECK(add(matmul(x32, w32, {.transpose_b = true}), b32).dtype() == DType::F32);

@@ -144,7 +144,7 @@ TEST_CASE("layer_norm and batch_norm: f32 under autocast, f16 on f16 directly, s
   Tensor b = random_f64({6}, -1.0, 1.0, 32, false).to(DType::F32);
   const std::vector<double> expected = reference_layer_norm(xh, w, b, 1e-5);  // over the f16 values
   {
-    amp::Autocast autocast(DType::F16);
+    Autocast autocast(DType::F16);
     Tensor y = layer_norm(xh, w, b);
     CHECK(y.dtype() == DType::F32);
     check_values(y, expected, 0.0, f32_statistics_error(6, expected));
@@ -169,7 +169,7 @@ TEST_CASE("layer_norm and batch_norm: f32 under autocast, f16 on f16 directly, s
     Tensor running_mean = zeros({2}), running_var = ones({2});
     Tensor y;
     {
-      amp::Autocast autocast(DType::F16, under_autocast);
+      Autocast autocast(DType::F16, under_autocast);
       // f32 weight and bias under autocast (cast by the policy), f16 ones outside it.
       const DType affine = under_autocast ? DType::F32 : DType::F16;
       y = batch_norm(xb, running_mean, running_var, ones({2}, {.dtype = affine}), zeros({2}, {.dtype = affine}));

@@ -200,7 +200,7 @@ struct Trainer {
       optimizer.zero_grad();
       Tensor loss;
       {
-        amp::Autocast region = recipe.autocast();
+        Autocast region = recipe.autocast();
         loss = mse_loss(matmul(tanh(add(matmul(batches[k].x, model[0]), model[1])), model[2]), batches[k].target);
       }
       backward(scaler.scale(loss));

@@ -49,7 +49,7 @@ double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labe
     const std::int64_t end = std::min(begin + chunk, n);
     Tensor logits;
     {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       logits = model(images.slice(begin, end).to(device));
     }
     const std::vector<std::int32_t> predicted = argmax(logits, 1).to_vector<std::int32_t>();
@@ -65,7 +65,7 @@ double bits_per_char(nn::Module& model, const Tensor& tokens, std::int64_t conte
   double nats = 0;
   std::int64_t count = 0;
   for (const data::TextBatch& b : data::sequential_batches(tokens, 64, context)) {
-    amp::Autocast region = recipe.autocast();
+    Autocast region = recipe.autocast();
     const Tensor loss = mean_cross_entropy(model(b.inputs.to(device)), b.targets.to(device));
     nats += loss.item() * static_cast<double>(b.targets.numel());
     count += b.targets.numel();

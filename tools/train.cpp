@@ -169,7 +169,7 @@ TrainSummary train(const TrainOptions& o) {
     optimizer->zero_grad();
     Tensor loss;
     {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       loss = cast(mean_cross_entropy(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
     }
     const double lr = optimizer->lr();

@@ -1,6 +1,7 @@
 // `mixgrad train`: one training run, from flags to a summary.
 //
-// The loop is the one of examples/mlp_synthetic.cpp and docs/step.md, with real data:
+// The loop is the one of examples/mlp_synthetic.cpp (followed step by step in docs/TOUR.md), with
+// real data:
 //   batch = loader.next()
 //   { autocast region of the recipe:  logits = model(x);  loss = cross_entropy(logits, y) }
 //   backward(scaler.scale(loss));  scaler.step(optimizer);  scaler.update()

@@ -6,7 +6,7 @@
 // device). Blocks are reused without events because all of mixgrad's work on a device runs on one
 // stream (kernels/cuda/runtime.h): work queued after the free runs after the work that used it.
 // Statistics are per device; empty_cache() gives the cached blocks back to the driver.
-// Registered for DeviceType::CUDA by kernels/dispatch.cpp in builds with the CUDA backend.
+// Handed to core by register_cuda_backend (kernels/dispatch.cpp) on a CUDA device's first use.
 // Tests: build/tests/test_cuda_runtime (skips without a GPU).
 #pragma once
 

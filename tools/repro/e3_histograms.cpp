@@ -57,8 +57,8 @@ bool same_values(const GradientStats& a, const GradientStats& b) {
 std::vector<bool> counted_activations(const GradientHistograms& h) {
   std::vector<bool> counted(h.activations.size(), true);
   for (std::size_t i = 0; i < h.activations.size(); ++i) {
-    for (const char* op : {"reshape", "flatten", "view", "permute", "transpose", "contiguous", "slice", "select"})
-      if (h.activation_names[i].rfind(op, 0) == 0) counted[i] = false;
+    for (Op op : {Op::Reshape, Op::Permute, Op::Slice})  // (transpose records a permute)
+      if (h.activation_names[i].rfind(op_name(op), 0) == 0) counted[i] = false;
     if (i > 0 && same_values(h.activations[i], h.activations[i - 1])) counted[i] = false;
   }
   return counted;

@@ -53,7 +53,7 @@ void wait_for([[maybe_unused]] Device device) {
 // Casts only move a gradient between dtypes (their output's gradient is the next op's input
 // gradient again), and moves between devices likewise: counting them would count values twice.
 bool is_activation(const amp::GradientRecorder::Entry& entry) {
-  return entry.op != "cast" && entry.op != "to_device" && entry.stats.count > 1;
+  return entry.op != op_name(Op::Cast) && entry.op != op_name(Op::ToDevice) && entry.stats.count > 1;
 }
 
 // zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
@@ -234,7 +234,7 @@ RunResult run(const RunConfig& c) {
     Tensor loss;
     const std::size_t before_forward = allocated_bytes(c.device);
     {
-      amp::Autocast region = recipe.autocast();
+      Autocast region = recipe.autocast();
       loss = loss_of(model->forward(inputs), targets);
     }
     if (step == c.steps) {

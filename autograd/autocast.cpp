@@ -1,12 +1,11 @@
-#include "amp/autocast.h"
+#include "autograd/autocast.h"
 
 #include <map>
 #include <tuple>
 
-#include "amp/cast_policy.h"
 #include "autograd/ops.h"
 
-namespace mg::amp {
+namespace mg {
 
 namespace {
 
@@ -62,7 +61,7 @@ Tensor cast_to(const Tensor& x, DType dtype) {
 
 Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled), previous_dtype_(state.dtype) {
   MG_CHECK(!enabled || is_low_precision(dtype),
-           "amp::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
+           "mg::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
            "(or Autocast(dtype, /*enabled=*/false))", dtype);
   state.enabled = enabled;
   if (enabled) state.dtype = state.last_region = dtype;
@@ -79,33 +78,37 @@ bool autocast_enabled() { return state.enabled; }
 DType autocast_dtype() { return state.dtype; }
 DType last_autocast_dtype() { return state.last_region; }
 
-void autocast_inputs(const char* op, std::vector<Tensor>& inputs) {
-  if (!state.enabled) return;
-  const CastPolicy op_policy = policy_of(op);
-  if (op_policy == CastPolicy::InputDtype) return;
-  MG_CHECK(op_policy != CastPolicy::Banned,
-           "{} is banned under amp::Autocast: {}. (If its inputs are known to be safe, run it inside "
-           "amp::Autocast(dtype, /*enabled=*/false), or change the table with amp::set_policy.)", op,
-           policy(op).reason);
+void autocast_inputs(amp::CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
+  using enum amp::CastPolicy;
+  if (!state.enabled || policy == InputDtype) return;
+  MG_CHECK(policy != Banned, "{} is banned under mg::Autocast. (If its inputs are known to be safe, run it inside "
+           "mg::Autocast(dtype, /*enabled=*/false).)", op_name);
 
   const DType region = state.dtype;
   DType widest = region;
   for (const Tensor& x : inputs) {
     if (!x.defined() || !castable(x.dtype())) continue;
     MG_CHECK(x.dtype() == DType::F32 || x.dtype() == region,
-             "{} under amp::Autocast({}): an input is {}; f16 and bf16 do not mix. Cast it with mg::cast, or "
-             "use a {} region", op, region, x.dtype(), x.dtype());
+             "{} under mg::Autocast({}): an input is {}; f16 and bf16 do not mix. Cast it with mg::cast, or "
+             "use a {} region", op_name, region, x.dtype(), x.dtype());
     if (x.dtype() == DType::F32) widest = DType::F32;
   }
   DType target = region;
-  if (op_policy == CastPolicy::Float32) target = DType::F32;
-  if (op_policy == CastPolicy::Promote) target = widest;
+  if (policy == Float32) target = DType::F32;
+  if (policy == Promote) target = widest;
   for (Tensor& x : inputs) {
     if (x.defined() && castable(x.dtype())) x = cast_to(x, target);
   }
 }
 
-Tensor autocast_input(const char* op, const Tensor& x) {
+void autocast_inputs(Op op, std::vector<Tensor>& inputs) {
+  if (!state.enabled) return;
+  MG_CHECK(amp::policy_of(op) != amp::CastPolicy::Banned, "{} is banned under mg::Autocast: {}. (If its inputs are "
+           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)", op, amp::row(op).reason);
+  autocast_inputs(amp::policy_of(op), qualified_name(op), inputs);
+}
+
+Tensor autocast_input(Op op, const Tensor& x) {
   if (!state.enabled) return x;
   std::vector<Tensor> inputs{x};
   autocast_inputs(op, inputs);
@@ -118,4 +121,4 @@ CastCacheStats cast_cache_stats() {
   return stats;
 }
 
-}  // namespace mg::amp
+}  // namespace mg

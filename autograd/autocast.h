@@ -1,15 +1,19 @@
-// Autocast: inside a region, each op casts its inputs to the dtype its cast policy names
-// (amp/cast_policy.h), so matmuls run in f16/bf16 while softmax and losses stay in f32.
+// Autocast: inside a region, each op casts its inputs to the dtype its row of the cast-policy table
+// names (amp/cast_policy.h), so matmuls run in f16/bf16 while softmax and losses stay in f32. This
+// is how mixgrad carries out the paper's third technique (section 3.3): f16 products accumulated in
+// f32, and the ops that need f32's range or long sums kept in f32.
 //
 //   {
-//     amp::Autocast autocast(DType::F16);        // thread-local, until the end of the scope
+//     mg::Autocast autocast(DType::F16);         // thread-local, until the end of the scope
 //     Tensor logits = model.forward(x);          // matmul casts x and the f32 weights to f16
 //     Tensor loss = mg::cross_entropy(logits, y);  // f32 list: logits are cast back up
 //   }
 //   scaler.scale(loss) ... backward(...)         // backward runs outside autocast, always
 //
-// - Casts are mg::cast ops, recorded on the tape before the op: the op saves its f16 inputs (half
-//   the activation memory), and an f32 parameter's gradient comes back f32 through the cast.
+// It is op-dispatch machinery, so it lives beside the ops: each op calls autocast_inputs(Op::..., ...)
+// first, and the casts it inserts are mg::cast ops, recorded on the tape before the op.
+// - The op saves its f16 inputs (half the activation memory), and an f32 parameter's gradient comes
+//   back f32 through the cast's backward.
 // - Regions nest; an inner Autocast(dtype, false) turns casting off, and each guard restores the
 //   previous state on exit. backward() always runs with autocast off.
 // - Weight-cast cache: inside the outermost region, an f32 leaf that requires grad (a parameter) is
@@ -26,9 +30,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "amp/cast_policy.h"
 #include "core/tensor.h"
 
-namespace mg::amp {
+namespace mg {
 
 class Autocast {
  public:
@@ -47,14 +52,16 @@ bool autocast_enabled();  // is this thread inside an enabled region?
 DType autocast_dtype();   // the innermost region's dtype (F16 outside any region)
 DType last_autocast_dtype();  // the dtype of this thread's most recent enabled region (F16 before any)
 
-// What an op calls first: its inputs, cast per the op's policy. Outside a region (or for ops with
-// no entry) the inputs come back unchanged. Throws mg::Error for a banned op or mixed f16/bf16.
-void autocast_inputs(const char* op, std::vector<Tensor>& inputs);
-// One tensor: const Tensor x = amp::autocast_input("exp", x_in);
-Tensor autocast_input(const char* op, const Tensor& x);
-// The same for a fixed number of tensors: auto [a, b] = amp::autocast_inputs("matmul", a_in, b_in);
+// What an op calls first: its inputs, cast per the op's row of amp::kOps. Outside a region the inputs
+// come back unchanged. Throws mg::Error for a banned op or mixed f16/bf16.
+void autocast_inputs(Op op, std::vector<Tensor>& inputs);
+// The same for a user's own op, which has no row: it names its policy (and its name, for errors).
+void autocast_inputs(amp::CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs);
+// One tensor: const Tensor x = autocast_input(Op::Exp, x_in);
+Tensor autocast_input(Op op, const Tensor& x);
+// A fixed number of tensors: auto [a, b] = autocast_inputs(Op::MatMul, a_in, b_in);
 template <class... Tensors>
-std::array<Tensor, sizeof...(Tensors)> autocast_inputs(const char* op, const Tensors&... tensors) {
+std::array<Tensor, sizeof...(Tensors)> autocast_inputs(Op op, const Tensors&... tensors) {
   if (!autocast_enabled()) return {tensors...};
   std::vector<Tensor> inputs{tensors...};
   autocast_inputs(op, inputs);
@@ -71,4 +78,4 @@ struct CastCacheStats {
 };
 CastCacheStats cast_cache_stats();
 
-}  // namespace mg::amp
+}  // namespace mg
