@@ -15,6 +15,9 @@
 #include "kernels/copy.h"
 #include "kernels/optim.h"
 #include "tests/testing.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 using namespace mg;
 using namespace mg::testing;
@@ -387,3 +390,50 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
 }
 
 #endif  // MG_WITH_CUDA
+
+#ifdef MG_WITH_CUDA
+// How often one mixed_float16 training step stops the host, phase by phase (kernels/cuda/runtime.h
+// counts every wait). The figures of issue 17's measurement: today the GradScaler decides on the
+// host, reading found_inf in step() and again in update(), and the optimizer collects its
+// lost-update count; the forward's cross_entropy checks its labels on the host.
+TEST_CASE("host waits of one mixed_float16 step on a GPU, by phase") {
+  if (!have_gpu()) return;
+  Generator generator(3);
+  nn::Sequential model(std::make_shared<nn::Linear>(8, 16, true, generator), std::make_shared<nn::ReLU>(),
+                       std::make_shared<nn::Linear>(16, 4, true, generator));
+  model.to(Device::cuda());
+  const amp::Recipe recipe = amp::Recipe::parse("mixed_float16");
+  auto optimizer = recipe.make_optimizer(model.parameters(), [](std::vector<Tensor> parameters) {
+    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+  });
+  amp::GradScaler scaler = recipe.make_scaler();
+  const Tensor x = gpu(uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0));
+  const Tensor labels = gpu(from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32}));
+  std::uint64_t forward = 0, backward_pass = 0, step = 0, update = 0;
+  for (int i = 0; i < 3; ++i) {  // the same count every step
+    std::uint64_t mark = cuda::host_waits();
+    optimizer->zero_grad();
+    Tensor loss;
+    {
+      Autocast region = recipe.autocast();
+      loss = cross_entropy(model(x), labels);
+    }
+    forward = cuda::host_waits() - mark;
+    mark = cuda::host_waits();
+    backward(scaler.scale(loss));
+    backward_pass = cuda::host_waits() - mark;
+    mark = cuda::host_waits();
+    CHECK(scaler.step(*optimizer));
+    step = cuda::host_waits() - mark;
+    mark = cuda::host_waits();
+    scaler.update();
+    update = cuda::host_waits() - mark;
+  }
+  MESSAGE("host waits per step: forward " << forward << ", backward " << backward_pass << ", scaler.step "
+          << step << ", scaler.update " << update);
+  CHECK(forward == 1);        // cross_entropy's label check
+  CHECK(backward_pass == 0);
+  CHECK(step == 2);           // found_inf read by the host, then the optimizer's lost-update count
+  CHECK(update == 1);         // found_inf read again
+}
+#endif

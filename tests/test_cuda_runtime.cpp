@@ -6,6 +6,7 @@
 #ifdef MG_WITH_CUDA
 #include "kernels/copy.h"
 #include "kernels/cuda/allocator.h"
+#include "kernels/cuda/runtime.h"
 #endif
 
 using namespace mg;
@@ -90,6 +91,22 @@ TEST_CASE("factories, item() and to_vector() work on a GPU tensor, with the CPU'
 }
 
 #ifdef MG_WITH_CUDA
+TEST_CASE("host waits are counted: queued work none, a copy to the CPU one, an upload one for the buffer") {
+  if (!have_gpu()) return;
+  Tensor a = full({64}, 1.5, {.device = Device::cuda()});
+  std::uint64_t before = cuda::host_waits();
+  Tensor b = mul(add(a, a), 2.0);  // queued on the stream: the host goes on
+  CHECK(cuda::host_waits() == before);
+  CHECK(sum(b).item() == 64 * 6.0);  // the value reaches the host: one wait
+  CHECK(cuda::host_waits() == before + 1);
+  Tensor first = ones({8}).to(Device::cuda());  // an upload through the pinned staging buffer
+  before = cuda::host_waits();
+  Tensor again = ones({8}).to(Device::cuda());  // reuses the buffer: waits until the first upload read it
+  CHECK(cuda::host_waits() == before + 1);
+  CHECK(again.to_vector<float>() == std::vector<float>(8, 1.0f));  // the download: one more
+  CHECK(cuda::host_waits() == before + 2);
+}
+
 TEST_CASE("CUDA allocator: a freed block is reused without cudaMalloc; statistics per device") {
   if (!have_gpu()) return;
   cuda::CachingCudaAllocator& allocator = cuda::allocator();

@@ -223,7 +223,7 @@ void collect_update_count(Device device, UpdateCount& count) {
   unsigned long long host[2];
   MG_CUDA_CHECK(cudaMemcpyAsync(host, counters, sizeof host, cudaMemcpyDeviceToHost, stream));
   MG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof host, stream));  // queued after the copy
-  MG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  mg::cuda::synchronize(device.index);
   count.nonzero += static_cast<std::int64_t>(host[0]);
   count.lost += static_cast<std::int64_t>(host[1]);
 }

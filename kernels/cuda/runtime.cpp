@@ -1,5 +1,6 @@
 #include "kernels/cuda/runtime.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -27,7 +28,21 @@ cudaStream_t stream(int device_index) {
   return s;
 }
 
-void synchronize(int device_index) { MG_CUDA_CHECK(cudaStreamSynchronize(stream(device_index))); }
+namespace {
+std::atomic<std::uint64_t> waits{0};
+}  // namespace
+
+void synchronize(int device_index) {
+  ++waits;
+  MG_CUDA_CHECK(cudaStreamSynchronize(stream(device_index)));
+}
+
+void wait_for_event(cudaEvent_t event) {
+  ++waits;
+  MG_CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+std::uint64_t host_waits() { return waits.load(); }
 
 DeviceGuard::DeviceGuard(int device_index) {
   MG_CUDA_CHECK(cudaGetDevice(&previous_));

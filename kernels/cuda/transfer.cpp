@@ -38,7 +38,7 @@ struct Staging {
   }
   // Blocks until the upload that last read the buffer has finished.
   void wait_for_upload() {
-    if (last_upload != nullptr) MG_CUDA_CHECK(cudaEventSynchronize(last_upload));
+    if (last_upload != nullptr) mg::cuda::wait_for_event(last_upload);
   }
   void record_upload(int device_index) {
     if (event_device != device_index) {
@@ -96,7 +96,9 @@ void copy_bytes(const void* src, Device s, void* dst, Device d, std::size_t nbyt
       MG_CUDA_CHECK(cudaMemcpyAsync(to + done, pinned, chunk, cudaMemcpyHostToDevice, mg::cuda::stream(d.index)));
       stage.record_upload(d.index);
     } else {  // GPU -> CPU
-      stage.wait_for_upload();  // an upload to another device may still be reading the buffer
+      // An upload to another device may still be reading the buffer (one to this device is ahead of
+      // this copy on the same stream, and done when the copy is).
+      if (stage.event_device != s.index) stage.wait_for_upload();
       mg::cuda::DeviceGuard guard(s.index);
       MG_CUDA_CHECK(cudaMemcpyAsync(pinned, from + done, chunk, cudaMemcpyDeviceToHost, mg::cuda::stream(s.index)));
       mg::cuda::synchronize(s.index);
