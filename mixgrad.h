@@ -23,7 +23,7 @@
 #include "data/text.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/embedding.h"
 #include "nn/init.h"

@@ -1,16 +1,12 @@
 // nn::Module: names, traversal, the name scopes its calls open (the overflow detector names the layer),
-// modes, dtype conversion and state dicts; nn/checkpoint.h: a round trip of every part of a checkpoint,
-// and a file that does not fit leaving everything as it was.
+// modes, dtype conversion and state dicts. Checkpoints are tested in test_train_checkpoint.cpp.
 #include <set>
 #include <string>
 
-#include "data/safetensors.h"
 #include "nn/activation.h"
-#include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "nn/models.h"
 #include "nn/norm.h"
-#include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -245,82 +241,4 @@ TEST_CASE("every layer and model of nn/ records its ops under its path") {
   check_scopes(lstm, randint(0, 7, {2, 3}, generator));
   auto cnn = nn::cnn({.image_size = 8, .channels1 = 2, .channels2 = 3, .hidden = 4}, generator);
   check_scopes(*cnn, randn({2, 1, 8, 8}, generator));
-}
-
-namespace {
-
-// A few SGD steps of Net on fixed data, so that weights, momentum and the scaler have moved.
-void train_steps(Net& net, optim::Optimizer& optimizer, amp::GradScaler& scaler, int steps) {
-  Generator data(5);
-  const Tensor x = randn({6, 4}, data);
-  for (int i = 0; i < steps; ++i) {
-    optimizer.zero_grad();
-    backward(scaler.scale(sum(mul(net(x), net(x)))));
-    scaler.step(optimizer);
-    scaler.update();
-  }
-}
-
-std::vector<std::vector<double>> values_of(const StateDict& state) {
-  std::vector<std::vector<double>> values;
-  for (const auto& [name, t] : state) values.push_back(t.to_vector<double>());
-  return values;
-}
-
-}  // namespace
-
-TEST_CASE("checkpoints: model, optimizer, scaler, generator and extra entries come back exactly") {
-  TempDir tmp;
-  Net net;
-  optim::SGD sgd(net.parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
-  train_steps(net, sgd, scaler, 3);
-  manual_seed(77);
-  nn::save_checkpoint(tmp / "run.safetensors", {&net, &sgd, &scaler}, {{"epoch", state_scalar(4.0)}},
-                      {{"note", "test"}});
-  const auto expected_model = values_of(net.state_dict());
-  const auto expected_optimizer = values_of(sgd.state_dict());
-  const auto expected_scaler = scaler.state_dict();
-  const double expected_draw = randn({1}).item();
-
-  Net other;  // different initial weights
-  optim::SGD other_sgd(other.parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler other_scaler({.init_scale = 1024.0, .growth_interval = 2});
-  manual_seed(1);
-  nn::LoadedCheckpoint loaded = nn::load_checkpoint(tmp / "run.safetensors", {&other, &other_sgd, &other_scaler});
-  CHECK(values_of(other.state_dict()) == expected_model);
-  CHECK(values_of(other_sgd.state_dict()) == expected_optimizer);
-  CHECK(other_scaler.state_dict() == expected_scaler);
-  CHECK(randn({1}).item() == expected_draw);  // the default generator continues where it was saved
-  CHECK(state_value(loaded.extra, "epoch", "test") == 4.0);
-  CHECK(loaded.metadata["note"] == "test");
-  CHECK(loaded.metadata["format"] == "mixgrad-checkpoint");
-}
-
-TEST_CASE("checkpoints: a file that does not fit changes nothing, even when only the optimizer is wrong") {
-  TempDir tmp;
-  Net net;
-  optim::SGD sgd(net.parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler scaler;
-  train_steps(net, sgd, scaler, 2);
-  nn::save_checkpoint(tmp / "sgd.safetensors", {&net, &sgd, &scaler});
-  nn::save_checkpoint(tmp / "model.safetensors", {&net, nullptr, nullptr});
-
-  Net other;
-  optim::Adam adam(other.parameters(), {.lr = 1e-3});
-  amp::GradScaler other_scaler;
-  train_steps(other, adam, other_scaler, 1);
-  const auto model_before = values_of(other.state_dict());
-  const auto adam_before = values_of(adam.state_dict());
-  // The model part fits and is written first; the optimizer part (SGD's momentum, not Adam's
-  // moments) is refused, and the model is put back.
-  CHECK_THROWS_AS(nn::load_checkpoint(tmp / "sgd.safetensors", {&other, &adam, &other_scaler}), Error);
-  CHECK(values_of(other.state_dict()) == model_before);
-  CHECK(values_of(adam.state_dict()) == adam_before);
-  // A model-only file cannot restore an optimizer; a plain safetensors file is not a checkpoint.
-  check_error([&] { nn::load_checkpoint(tmp / "model.safetensors", {&other, &adam, nullptr}); }, "holds no optimizer state");
-  data::save_safetensors(tmp / "plain.safetensors", {{"w", ones({2})}});
-  check_error([&] { nn::load_checkpoint(tmp / "plain.safetensors", {&other, nullptr, nullptr}); },
-              "not a mixgrad checkpoint");
-  CHECK(values_of(other.state_dict()) == model_before);
 }

@@ -18,7 +18,7 @@
 #include "data/idx.h"
 #include "data/text.h"
 #include "kernels/gemm.h"
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 #include "nn/models.h"
 #include "optim/adam.h"
 #include "optim/adamw.h"
@@ -138,7 +138,7 @@ TrainSummary train(const TrainOptions& o) {
   std::int64_t step = 0;
   std::deque<double> recent_losses;  // the last kFinalLossSteps losses, carried by checkpoints
   if (!o.resume.empty()) {
-    nn::LoadedCheckpoint loaded = nn::load_checkpoint(o.resume, {&model, optimizer.get(), &scaler});
+    train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, {&model, optimizer.get(), &scaler});
     for (const auto& [key, value] : identity)
       MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
                key, loaded.metadata[key], value);
@@ -210,7 +210,7 @@ TrainSummary train(const TrainOptions& o) {
                     {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
                                                   {.dtype = DType::F64})}};
     state_insert(extra, "data.", task.data_state());
-    nn::save_checkpoint(o.save, {&model, optimizer.get(), &scaler}, extra, identity);
+    train::save_checkpoint(o.save, {&model, optimizer.get(), &scaler}, extra, identity);
   }
   summary = task.evaluate(summary, recipe);
   summary.peak_rss_bytes = peak_rss_bytes();

@@ -10,9 +10,9 @@
 //   extra.<key>       the caller's own entries: a data loader's position, an epoch counter, ...
 //   metadata          {"format": "mixgrad-checkpoint", "version": "1"} plus the caller's strings
 //
-//   nn::save_checkpoint("run.safetensors", {.model = &model, .optimizer = optimizer.get(), .scaler = &scaler},
+//   train::save_checkpoint("run.safetensors", {.model = &model, .optimizer = optimizer.get(), .scaler = &scaler},
 //                       {{"data.epoch", state_scalar(epoch)}});
-//   StateDict extra = nn::load_checkpoint("run.safetensors", {&model, optimizer.get(), &scaler});
+//   StateDict extra = train::load_checkpoint("run.safetensors", {&model, optimizer.get(), &scaler});
 //
 // Loading checks the whole file against the objects first (every name present, every dtype and
 // shape equal); a file that does not fit changes nothing and says which entry is wrong.
@@ -26,11 +26,11 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
-namespace mg::nn {
+namespace mg::train {
 
 // What a checkpoint holds; optimizer and scaler may be null (a model-only checkpoint).
 struct TrainingObjects {
-  Module* model = nullptr;
+  nn::Module* model = nullptr;
   optim::Optimizer* optimizer = nullptr;
   amp::GradScaler* scaler = nullptr;
 };
@@ -45,4 +45,4 @@ struct LoadedCheckpoint {
 // Restores every object given (and the default generator) from `path`.
 LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects);
 
-}  // namespace mg::nn
+}  // namespace mg::train

@@ -1,11 +1,11 @@
-#include "nn/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include "autograd/tape.h"
 #include "core/factory.h"
 #include "core/generator.h"
 #include "data/safetensors.h"
 
-namespace mg::nn {
+namespace mg::train {
 
 namespace {
 
@@ -44,7 +44,7 @@ StateDict copy_of(const StateDict& state) {
 
 void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra,
                      const std::map<std::string, std::string>& metadata) {
-  MG_CHECK(objects.model != nullptr, "nn::save_checkpoint: {}: no model given", path);
+  MG_CHECK(objects.model != nullptr, "train::save_checkpoint: {}: no model given", path);
   StateDict state;
   state_insert(state, "model.", objects.model->state_dict());
   if (objects.optimizer) state_insert(state, "optimizer.", objects.optimizer->state_dict());
@@ -59,7 +59,7 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects) {
-  const char* op = "nn::load_checkpoint";
+  const char* op = "train::load_checkpoint";
   MG_CHECK(objects.model != nullptr, "{}: {}: no model given", op, path);
   data::SafetensorsFile file = data::load_safetensors(path);
   auto format = file.metadata.find("format");
@@ -100,4 +100,4 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
   return {state_subset(file.tensors, "extra."), file.metadata};
 }
 
-}  // namespace mg::nn
+}  // namespace mg::train
