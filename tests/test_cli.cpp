@@ -48,7 +48,7 @@ TEST_CASE("--help documents every flag of train") {
   CHECK(run.status == 0);
   for (const char* flag : {"--data", "--model", "--precision", "--device", "--epochs", "--steps", "--batch",
                            "--optimizer", "--lr", "--momentum", "--seed", "--subset", "--log", "--save", "--resume",
-                           "--summary"})
+                           "--summary", "--tf32"})
     CHECK_MESSAGE(run.output.find(flag) != std::string::npos, flag);
 }
 
@@ -69,6 +69,7 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --data text --model lstm --epochs 1", "--epochs needs fashion-mnist"},
       {"train --steps 1 --resume /nonexistent.safetensors", "--resume"},
       {"train --steps 1 --save /nonexistent-dir/x.safetensors", "does not exist"},
+      {"train --steps 1 --tf32", "--tf32 changes only the f32 GEMMs of a GPU"},
   };
   if (cuda_device_count() == 0)  // without a GPU, asking for one is refused before any data is read
     cases.push_back({"train --steps 1 --device cuda", "mixgrad train --device cuda: cuda:0 is not available"});
@@ -257,4 +258,31 @@ TEST_CASE("--device cuda trains the MLP as the CPU does: the same losses step by
   }
   CHECK(gpu.back().loss < gpu.front().loss);
   CHECK(gpu_accuracy == doctest::Approx(cpu_accuracy).epsilon(0.02));
+}
+
+// --tf32 reaches the GEMMs: the header says so, and the first loss moves off the plain f32 run's by
+// TF32's rounding of the operands (to 10 mantissa bits), and by no more than that.
+TEST_CASE("--device cuda --tf32 runs the f32 GEMMs in TF32") {
+  if (!mg::testing::have_gpu()) return;
+  TempDir tmp;
+  // Not --quiet: the header names the GEMMs' precision.
+  const std::string base = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --steps 1 --precision fp32 "
+                           "--device cuda";
+  const auto first_loss = [&](const std::string& flags, const char* name) {
+    const auto log = tmp / fmt::format("{}.csv", name);
+    Run run = mixgrad(base + flags + fmt::format(" --log {}", log));
+    REQUIRE(run.status == 0);
+    CHECK(run.output.find(flags.empty() ? "f32 GEMMs in f32" : "f32 GEMMs in TF32") != std::string::npos);
+    std::ifstream file(log);
+    std::string header, row, step, loss;
+    std::getline(file, header);
+    std::getline(file, row);
+    std::istringstream fields(row);
+    std::getline(fields, step, ',');
+    std::getline(fields, loss, ',');
+    return std::stod(loss);
+  };
+  const double f32 = first_loss("", "f32"), tf32 = first_loss(" --tf32", "tf32");
+  CHECK(tf32 != f32);  // the first forward already multiplies TF32-rounded operands
+  CHECK(tf32 == doctest::Approx(f32).epsilon(1e-2));  // 2^-11 per operand, summed over a few hundred products
 }

@@ -127,6 +127,7 @@ TrainSummary train(const TrainOptions& o) {
   nn::Module& model = *task.model;
   model.to(recipe.parameter_dtype);
   const Device device = train_device(o);
+  kernels::set_allow_tf32(o.tf32);  // read by every GEMM queued from here on (kernels/gemm.h)
   model.to(device);  // before the optimizer, whose state lives beside the parameters
   auto optimizer = recipe.make_optimizer(model.parameters(), optimizer_factory(o));
   // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
@@ -158,7 +159,7 @@ TrainSummary train(const TrainOptions& o) {
     fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
                summary.parameters, recipe.describe(), step, total, o.batch);
     fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("f32 GEMM by {}",
-               kernels::cpu::gemm_backend()) : "kernels of kernels/cuda/");
+               kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
   }
   Progress progress(step, total, task.unit, scaler.is_enabled(), o.quiet);
   MetricsLog log(o.log, !o.resume.empty());

@@ -54,6 +54,9 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "float16_pure or bfloat16_pure (amp/recipe.h)")
       ->check(CLI::IsMember(amp::Recipe::names()))->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  c.add_flag("--tf32", o.tf32, "With --device cuda: run the f32 GEMMs on Tensor Cores in TF32 (operands rounded to "
+             "10 mantissa bits, sums in f32; about 7x the f32 rate of an H100), as PyTorch's allow_tf32. Off: fp32 "
+             "means fp32");
   auto* epochs = c.add_option("--epochs", o.epochs, "Train for this many epochs in all (fashion-mnist; the default "
                               "when no length is given is 1 epoch)")->check(whole_number_in(1));
   auto* steps = c.add_option("--steps", o.steps, fmt::format("Train until this many steps in all, counting the steps "
@@ -92,6 +95,8 @@ void finalize(TrainOptions& o) {
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   if (o.epochs == 0 && o.steps == 0) (images ? o.epochs : o.steps) = images ? 1 : kDefaultTextSteps;
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
+  MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
+           "multiplies in f32); add --device cuda, or drop --tf32");
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");
     if (cuda_emulated())
