@@ -138,8 +138,15 @@ void GradScaler::update() {
   }
 }
 
-std::map<std::string, double> GradScaler::state_dict() const {
-  return {{"scale", scale_},
+namespace {
+
+// The scaler's state as plain numbers, the form load_state_dict checks.
+using Numbers = std::map<std::string, double>;
+
+}  // namespace
+
+StateDict GradScaler::state_dict() const {
+  const Numbers numbers{{"scale", scale_},
           {"growth_factor", options_.growth_factor},
           {"backoff_factor", options_.backoff_factor},
           {"growth_interval", static_cast<double>(options_.growth_interval)},
@@ -154,15 +161,21 @@ std::map<std::string, double> GradScaler::state_dict() const {
           {"skipped_steps", static_cast<double>(skipped_steps_)},
           {"consecutive_skips", static_cast<double>(consecutive_skips_)},
           {"last_overflow_step", static_cast<double>(last_overflow_step_)}};
+  StateDict state;
+  for (const auto& [key, value] : numbers) state[key] = state_scalar(value);
+  return state;
 }
 
-void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
-  const std::map<std::string, double> expected = state_dict();
-  for (const auto& [key, value] : state)
-    MG_CHECK(expected.contains(key), "amp::GradScaler::load_state_dict: unknown key '{}' (expected the keys of "
-             "GradScaler::state_dict())", key);
-  for (const auto& [key, value] : expected)
-    MG_CHECK(state.contains(key), "amp::GradScaler::load_state_dict: key '{}' is missing", key);
+void GradScaler::load_state_dict(const StateDict& tensors) {
+  const char* owner = "amp::GradScaler::load_state_dict";
+  const StateDict expected = state_dict();
+  for (const auto& [key, value] : tensors)
+    MG_CHECK(expected.contains(key), "{}: unknown key '{}' (expected the keys of GradScaler::state_dict())", owner, key);
+  Numbers state;
+  for (const auto& [key, value] : expected) {
+    MG_CHECK(tensors.contains(key), "{}: key '{}' is missing", owner, key);
+    state[key] = state_value(tensors, key, owner);
+  }
   auto count = [&](const char* key) {
     const double value = state.at(key);
     MG_CHECK(value == std::floor(value) && value >= -1.0 && value < 9.0e15,

@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
@@ -95,12 +96,12 @@ class GradScaler {
   // optimizer whose step was skipped.
   const std::vector<std::size_t>& nonfinite_parameters() const { return nonfinite_parameters_; }
 
-  // Everything needed to resume: the scale, the trackers, the counters and the scaling options
-  // (factors, interval, hysteresis, floor, cap, dynamic, enabled). The collapse alarm's settings
-  // are the constructor's, not the checkpoint's.
-  std::map<std::string, double> state_dict() const;
+  // Everything needed to resume, as 0-d f64 tensors like every other state (core/state_dict.h): the
+  // scale, the trackers, the counters and the scaling options (factors, interval, hysteresis, floor,
+  // cap, dynamic, enabled). The collapse alarm's settings are the constructor's, not the checkpoint's.
+  StateDict state_dict() const;
   // Validates every key and value before changing anything.
-  void load_state_dict(const std::map<std::string, double>& state);
+  void load_state_dict(const StateDict& state);
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };

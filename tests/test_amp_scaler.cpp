@@ -185,7 +185,7 @@ TEST_CASE("scaler: state_dict/load_state_dict resumes every script position iden
     for (std::size_t i = 0; i < split; ++i) first.run(script[i]);
     Driver resumed;  // default options: everything comes from the state dict
     resumed.scaler.load_state_dict(first.scaler.state_dict());
-    CHECK(resumed.scaler.state_dict() == first.scaler.state_dict());
+    CHECK(scalars_of(resumed.scaler.state_dict()) == scalars_of(first.scaler.state_dict()));
     for (std::size_t i = split; i < script.size(); ++i) {
       INFO("split " << split << ", step " << i);
       const State got = state_of(resumed, resumed.run(script[i]));
@@ -202,22 +202,21 @@ TEST_CASE("scaler: state_dict/load_state_dict resumes every script position iden
 TEST_CASE("scaler: a bad state dict is refused and changes nothing") {
   Driver d({.growth_interval = 3});
   for (char c : std::string("ccic")) d.run(c);
-  const auto before = d.scaler.state_dict();
+  const auto before = scalars_of(d.scaler.state_dict());
   auto refused = [&](auto edit, const std::string& needle) {
-    auto state = before;
+    StateDict state = d.scaler.state_dict();
     edit(state);
     check_error([&] { d.scaler.load_state_dict(state); }, needle);
-    CHECK(d.scaler.state_dict() == before);
+    CHECK(scalars_of(d.scaler.state_dict()) == before);
   };
-  using State = std::map<std::string, double>;
-  refused([](State& s) { s.erase("growth_tracker"); }, "'growth_tracker' is missing");
-  refused([](State& s) { s["bogus"] = 1.0; }, "unknown key 'bogus'");
-  refused([](State& s) { s["scale"] = 0.0; }, "> 0");
-  refused([](State& s) { s["scale"] = -65536.0; }, "> 0");
-  refused([](State& s) { s["growth_tracker"] = 3.0; }, "inconsistent counters");  // == growth_interval
-  refused([](State& s) { s["skipped_steps"] = 5.0; }, "inconsistent counters");   // > steps (4)
-  refused([](State& s) { s["last_overflow_step"] = 4.0; }, "inconsistent counters");
-  refused([](State& s) { s["steps"] = 4.5; }, "whole number");
+  refused([](StateDict& s) { s.erase("growth_tracker"); }, "'growth_tracker' is missing");
+  refused([](StateDict& s) { s["bogus"] = state_scalar(1.0); }, "unknown key 'bogus'");
+  refused([](StateDict& s) { s["scale"] = state_scalar(0.0); }, "> 0");
+  refused([](StateDict& s) { s["scale"] = state_scalar(-65536.0); }, "> 0");
+  refused([](StateDict& s) { s["growth_tracker"] = state_scalar(3.0); }, "inconsistent counters");  // == growth_interval
+  refused([](StateDict& s) { s["skipped_steps"] = state_scalar(5.0); }, "inconsistent counters");   // > steps (4)
+  refused([](StateDict& s) { s["last_overflow_step"] = state_scalar(4.0); }, "inconsistent counters");
+  refused([](StateDict& s) { s["steps"] = state_scalar(4.5); }, "whole number");
 }
 
 TEST_CASE("scaler: misuse of the step protocol is a clear error") {

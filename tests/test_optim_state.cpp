@@ -223,7 +223,7 @@ void check_resume_is_bit_exact(const std::string& recipe_name, const MakeOptimiz
   amp::GradScaler scaler = recipe.make_scaler({.init_scale = 1024});
   trainer.train(model, *optimizer, scaler, 0, n);
   const StateDict saved = optimizer->state_dict();
-  const std::map<std::string, double> saved_scaler = scaler.state_dict();
+  const StateDict saved_scaler = scaler.state_dict();
   std::vector<Tensor> resumed_model = copy_model(model);
   std::vector<Tensor> restarted_model = copy_model(model);  // the same, without the optimizer's state
   trainer.train(model, *optimizer, scaler, n, 2 * n);

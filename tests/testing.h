@@ -86,6 +86,13 @@ inline void check_gradients(const std::string& name, const std::function<Tensor(
 }
 
 // x rounded to f16 once, as a double.
+// The values of a state dict of scalars (the GradScaler's), to compare two of them.
+inline std::map<std::string, double> scalars_of(const StateDict& state) {
+  std::map<std::string, double> values;
+  for (const auto& [key, value] : state) values[key] = value.item();
+  return values;
+}
+
 inline double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
 
 // What amp::MasterWeights and amp::Recipe::make_optimizer take: SGD with these options.

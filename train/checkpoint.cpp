@@ -48,8 +48,7 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
   StateDict state;
   state_insert(state, "model.", objects.model->state_dict());
   if (objects.optimizer) state_insert(state, "optimizer.", objects.optimizer->state_dict());
-  if (objects.scaler)
-    for (const auto& [key, value] : objects.scaler->state_dict()) state["scaler." + key] = state_scalar(value);
+  if (objects.scaler) state_insert(state, "scaler.", objects.scaler->state_dict());
   state["rng.default"] = generator_state(default_generator());
   state_insert(state, "extra.", extra);
   std::map<std::string, std::string> meta = metadata;
@@ -70,9 +69,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
            path, file.metadata["version"], kVersion);
   const StateDict model_state = state_subset(file.tensors, "model.");
   const StateDict optimizer_state = state_subset(file.tensors, "optimizer.");
-  std::map<std::string, double> scaler_state;
-  for (const auto& [key, value] : state_subset(file.tensors, "scaler."))
-    scaler_state[key] = state_value(file.tensors, "scaler." + key, op);
+  const StateDict scaler_state = state_subset(file.tensors, "scaler.");
   auto rng = file.tensors.find("rng.default");
   MG_CHECK(rng != file.tensors.end() && rng->second.dtype() == DType::I32 && rng->second.numel() == 4,
            "{}: {}: the entry rng.default (four i32 words) is missing or malformed", op, path);
