@@ -21,7 +21,7 @@ int main() try {
     sgd.zero_grad();
     Tensor loss;
     {
-      Autocast autocast(DType::F16);          // matmul in f16, f32 accumulate
+      Autocast autocast(DType::F16);               // matmul in f16, f32 accumulate
       loss = mse_loss(matmul(x, weights), y);      // on the f32 list: an f32 loss
     }
     backward(scaler.scale(loss));
