@@ -7,8 +7,8 @@
 //   record a backward pass with a GradientRecorder (a tape observer).
 // - OverflowDetector: while alive, finds the first op whose forward output or backward gradient is
 //   inf or NaN, and names it with its shapes, dtypes and scope (nn modules set scopes).
-// - nonfinite_gradients: which parameters have inf/NaN gradients (the GradScaler keeps this list
-//   for each skipped step).
+// - nonfinite_gradients: which parameters have inf/NaN gradients (amp::ScaleMonitor keeps this
+//   list for each skipped step).
 // - lost_update_fraction: of the elements an optimizer step meant to change, the fraction whose
 //   stored value did not change: the updates an f16 weight loses without f32 master weights.
 #pragma once

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "amp/master_weights.h"
 #include "autograd/tape.h"
 
 namespace mg::amp {
@@ -27,10 +26,9 @@ MemoryReport memory_report(const optim::Optimizer& optimizer) {
   MemoryReport report;
   for (const Tensor& p : optimizer.parameters()) report.parameters += p.nbytes();
   report.gradients = grad_bytes(optimizer.parameters());
-  if (const auto* master = dynamic_cast<const MasterWeights*>(&optimizer)) {
-    report.master_weights = master->master_bytes();
-    report.gradients += grad_bytes(master->master_parameters());
-  }
+  report.master_weights = optimizer.master_bytes();
+  for (std::size_t i = 0; i < optimizer.parameters().size(); ++i)
+    if (optimizer.master(i).defined()) report.gradients += grad_bytes({optimizer.master(i)});
   report.optimizer_state = optimizer.state_bytes();
   report.saved_activations = saved_tensor_bytes();
   return report;

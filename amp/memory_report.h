@@ -14,7 +14,7 @@ namespace mg::amp {
 
 struct MemoryReport {
   std::size_t parameters = 0;         // the model's parameters, in their storage dtype
-  std::size_t master_weights = 0;     // f32 master copies (amp::MasterWeights)
+  std::size_t master_weights = 0;     // f32 master copies (the optimizer's master_weights)
   std::size_t gradients = 0;          // .grad of the parameters and of the masters
   std::size_t optimizer_state = 0;    // momentum buffers, moments
   std::size_t saved_activations = 0;  // tensors this thread's tape keeps for backward

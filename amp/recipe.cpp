@@ -58,33 +58,6 @@ void Recipe::cast_parameters(const std::vector<Tensor>& parameters) const {
   for (const Tensor& p : parameters) cast_storage_(p, parameter_dtype);
 }
 
-namespace {
-
-void check_parameter_dtypes(const Recipe& recipe, const std::vector<Tensor>& parameters) {
-  for (const Tensor& p : parameters)
-    MG_CHECK(p.defined() && p.dtype() == recipe.parameter_dtype, "amp::Recipe::make_optimizer ({}): a parameter is "
-             "{} but the recipe stores parameters in {}; call recipe.cast_parameters(parameters) first", recipe.name,
-             p.defined() ? fmt::format("{}", p.dtype()) : "undefined", recipe.parameter_dtype);
-}
-
-}  // namespace
-
-std::unique_ptr<optim::Optimizer> Recipe::make_optimizer(const std::vector<Tensor>& parameters,
-                                                         const MasterWeights::MakeOptimizer& make_optimizer) const {
-  MG_CHECK(make_optimizer, "amp::Recipe::make_optimizer ({}): make_optimizer is empty", name);
-  check_parameter_dtypes(*this, parameters);
-  if (master_weights) return std::make_unique<MasterWeights>(parameters, make_optimizer);
-  return make_optimizer(parameters);
-}
-
-std::unique_ptr<optim::Optimizer> Recipe::make_optimizer(const std::vector<optim::ParamGroup>& groups,
-                                                         const MasterWeights::MakeGroupedOptimizer& make_optimizer) const {
-  MG_CHECK(make_optimizer, "amp::Recipe::make_optimizer ({}): make_optimizer is empty", name);
-  for (const optim::ParamGroup& group : groups) check_parameter_dtypes(*this, group.parameters);
-  if (master_weights) return std::make_unique<MasterWeights>(groups, make_optimizer);
-  return make_optimizer(groups);
-}
-
 GradScaler Recipe::make_scaler(GradScalerOptions options) const {
   options.enabled = loss_scaling != LossScaling::None;
   options.dynamic = loss_scaling == LossScaling::Dynamic;

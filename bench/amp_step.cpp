@@ -55,9 +55,8 @@ struct Trainer {
 
   static std::unique_ptr<optim::Optimizer> make_optimizer(const amp::Recipe& recipe, std::vector<Tensor>& p) {
     recipe.cast_parameters(p);
-    return recipe.make_optimizer(p, [](std::vector<Tensor> params) {
-      return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-    });
+    return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.01, .momentum = 0.9,
+                                                             .master_weights = recipe.master_weights});
   }
 
   void step() {

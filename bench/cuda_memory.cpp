@@ -141,28 +141,31 @@ int main(int argc, char** argv) try {
       }
       Tensor found_inf = filled(1, DType::F32);
       MG_CUDA_CHECK(cudaMemsetAsync(found_inf.data_ptr(), 0, sizeof(float), mg::cuda::stream(0)));
+      const Tensor inv_scale = full({}, 1.0 / 65536, {.device = Device::cuda()});
       rows.push_back({"unscale f32 in place", 8,
-                      [=]() mutable { kernels::cuda::unscale(grads32, grads32, 1.0 / 65536, found_inf); }});
+                      [=]() mutable { kernels::cuda::unscale(grads32, grads32, inv_scale, found_inf); }});
       rows.push_back({"unscale f16 -> f32", 6,
-                      [=]() mutable { kernels::cuda::unscale(grads16, masters, 1.0 / 65536, found_inf); }});
+                      [=]() mutable { kernels::cuda::unscale(grads16, masters, inv_scale, found_inf); }});
     }
     {
       Tensor p = filled(n, DType::F32), g = filled(n, DType::F32), m = filled(n, DType::F32);
       Tensor v = filled(n, DType::F32), g16 = filled(n, DType::F16), model = filled(n, DType::F16);
       Tensor found_inf = filled(1, DType::F32);
       MG_CUDA_CHECK(cudaMemsetAsync(found_inf.data_ptr(), 0, sizeof(float), mg::cuda::stream(0)));
+      const Tensor inv_scale = full({}, 1.0 / 65536, {.device = Device::cuda()});
+      Tensor steps = zeros({}, {.dtype = DType::I32, .device = Device::cuda()});
       rows.push_back({"sgd momentum f32", 20, [=]() mutable {
                         kernels::UpdateCount count;
                         kernels::cuda::sgd(p, g, &m, {.lr = 1e-3, .momentum = 0.9}, count);
                       }});
       rows.push_back({"adam f32", 28, [=]() mutable {
                         kernels::UpdateCount count;
-                        kernels::cuda::adam(p, g, m, v, {.lr = 1e-3}, count);
+                        kernels::cuda::adam(p, g, m, v, steps, {.lr = 1e-3}, count);
                       }});
       rows.push_back({"adam fused master", 28, [=]() mutable {
                         kernels::UpdateCount count;
-                        kernels::cuda::adam(p, g16, m, v, {.lr = 1e-3}, count,
-                                            {.inv_scale = 1.0 / 65536, .found_inf = &found_inf, .model_copy = &model});
+                        kernels::cuda::adam(p, g16, m, v, steps, {.lr = 1e-3}, count,
+                                            {.inv_scale = &inv_scale, .found_inf = &found_inf, .model_copy = &model});
                       }});
     }
     for (const Row& row : rows) {
@@ -171,8 +174,7 @@ int main(int argc, char** argv) try {
                   seconds * 1e6, bytes / seconds * 1e-12, 100.0 * bytes / seconds / peak);
     }
     rows.clear();  // the tensors go back to the cache, which is emptied before the next size
-    kernels::UpdateCount counted;
-    kernels::collect_update_count(Device::cuda(), counted);
+    kernels::clear_update_count(Device::cuda());
     mg::cuda::synchronize(0);
     mg::cuda::allocator().empty_cache();
   }

@@ -53,9 +53,8 @@ class MixgradStep {
     else model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
     model_->to(device);
-    optimizer_ = recipe_.make_optimizer(model_->parameters(), [](std::vector<Tensor> parameters) {
-      return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-    });
+    optimizer_ = train::make_optimizer({.name = "sgd", .lr = 0.01, .momentum = 0.9}, model_->parameters(),
+                                       recipe_.master_weights);
     x_ = (model == "wide" ? randn({batch, 4096}, generator) : randn({batch, 1, 28, 28}, generator)).to(device);
     labels_ = randint(0, 10, {batch}, generator).to(device);
   }

@@ -28,12 +28,10 @@ int main(int argc, char** argv) try {
   Tensor b2 = zeros({classes}, {.requires_grad = true});
   std::vector<Tensor> parameters{w1, b1, w2, b2};
 
-  // The recipe decides the parameters' storage dtype, wraps the optimizer in MasterWeights when it
-  // keeps an f32 master copy, and sets up the GradScaler (disabled where it is not needed).
+  // The recipe decides the parameters' storage dtype, whether the optimizer keeps an f32 master copy
+  // of them (float16_master), and the GradScaler (disabled where it is not needed).
   recipe.cast_parameters(parameters);
-  auto optimizer = recipe.make_optimizer(parameters, [](std::vector<Tensor> params) {
-    return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = 0.2});
-  });
+  optim::SGD optimizer(parameters, {.lr = 0.2, .master_weights = recipe.master_weights});
   amp::GradScaler scaler = recipe.make_scaler();
 
   // Runs inside the caller's autocast region: linear (GEMM + bias) in f16/bf16, relu in its input's dtype.
@@ -48,20 +46,22 @@ int main(int argc, char** argv) try {
 
   fmt::print("training a {}-{}-{} MLP on a synthetic {}-class problem\nrecipe {}\n", features, hidden, classes,
              classes, recipe.describe());
+  std::int64_t skipped = 0;
   for (std::int64_t step = 1; step <= steps; ++step) {
     auto [x, labels] = make_batch(batch);
-    optimizer->zero_grad();
+    optimizer.zero_grad();
     Tensor loss;
     {
       Autocast region = recipe.autocast();  // a disabled region for fp32
       loss = cross_entropy(model(x), labels);    // on the f32 list: an f32 loss under every recipe
     }
     backward(scaler.scale(loss));  // loss * S (S = 1 without a scaler), outside the region
-    scaler.step(*optimizer);                        // unscale, skip the step on inf/NaN
-    scaler.update();
+    const bool stepped = scaler.step(optimizer);  // the update reads g / S; skipped on inf/NaN
+    scaler.update();                               // back off or grow S
+    skipped += !stepped;
     if (step == 1 || step % 50 == 0) {
       fmt::print("step {:>4}  loss {:.4f}", step, loss.item());
-      if (scaler.is_enabled()) fmt::print("  scale {:g}  skipped {}", scaler.get_scale(), scaler.skipped_steps());
+      if (scaler.is_enabled()) fmt::print("  scale {:g}  skipped {}", scaler.get_scale(), skipped);
       fmt::print("\n");
     }
   }

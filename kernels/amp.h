@@ -1,17 +1,24 @@
-// Kernels of loss scaling and master weights: passes over every gradient of a model at once.
+// Kernels of loss scaling: passes over every gradient of a model at once, and the scale's update.
+// Every number they share with the GradScaler (the factor, the scale, the inf/NaN flag) is a
+// one-element tensor on the gradients' device, so that on a GPU nothing here makes the host wait.
 //
 // unscale:  for each i, dst[i] = src[i] * factor, computed in f32 (f64 when dst is f64) and rounded
-//           once into dst[i]'s dtype; found_inf (one f32 element) is set to 1 if any stored result is
-//           inf or NaN and is otherwise left as it was, so calls for several optimizers accumulate
-//           into one flag (PyTorch's _amp_foreach_non_finite_check_and_unscale_).
-//           src[i] and dst[i] have one shape and device; dst[i] may be src[i] (in place) or an f32
-//           master gradient of an f16 src[i] (conversion and unscaling in the same pass).
-// Cost: one read of every src and one write of every dst. found_inf is a tensor, not a bool, so
-// that the CUDA backend (one multi-tensor launch, kernels/cuda/amp.cu) keeps it on the device until
-// the scaler's step decision.
+//           once into dst[i]'s dtype; factor is one f32 element (the GradScaler's 1/S, computed on
+//           the device as 1.0f / scale, or clipping's max_norm / total; on the CPU it may be an f64,
+//           which f64 gradients use whole and the others round to f32). found_inf (one f32 element)
+//           is set to 1 if any stored result is inf or NaN and is otherwise left as it was, so calls
+//           for several optimizers accumulate into one flag (PyTorch's
+//           _amp_foreach_non_finite_check_and_unscale_). src[i] and dst[i] have one shape and
+//           device; dst[i] may be src[i] (in place) or an f32 master gradient of an f16 src[i]
+//           (conversion and unscaling in the same pass).
+// find_non_finite: unscale's check without its store: found_inf = 1 if any src[i] * factor (in f32)
+//           is inf or NaN. The GradScaler's check before a fused optimizer step, which reads the
+//           scaled gradients and the factor itself (kernels/optim.h): one read of every gradient.
+// Cost: one read of every src (and one write of every dst). The CUDA backend runs each pass as one
+// multi-tensor launch (kernels/cuda/amp.cu).
 //
-// update_scale: PyTorch's _amp_update_scale_ on one-element tensors, so that the scale can live on
-//           the device next to found_inf: scale (f32 [1]), growth_tracker (i32 [1]) and found_inf
+// update_scale: PyTorch's _amp_update_scale_ on one-element tensors, so that the scale lives on the
+//           device next to found_inf: scale (f32 [1]), growth_tracker (i32 [1]) and found_inf
 //           (f32 [1]) on one device. If found_inf != 0: scale *= backoff_factor, tracker = 0.
 //           Otherwise tracker += 1, and when it reaches growth_interval: scale *= growth_factor
 //           (kept only while the result is finite), tracker = 0. Products in f64, rounded to f32.
@@ -27,19 +34,21 @@
 
 namespace mg::kernels {
 
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
+void find_non_finite(const std::vector<Tensor>& src, const Tensor& factor, Tensor& found_inf);
 void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, std::int64_t growth_interval);
 
+// The backends: dst empty means find_non_finite (check only).
 namespace cpu {
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
 void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, std::int64_t growth_interval);
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
 namespace cuda {
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf);
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
 void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, std::int64_t growth_interval);
 }  // namespace cuda

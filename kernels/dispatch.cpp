@@ -46,13 +46,13 @@ void require_cpu(const char* kernel, const Tensor& out) {
 #define MG_ROUTE(out, fn, ...) (require_cpu(#fn, out), cpu::fn(__VA_ARGS__))
 #endif
 
-// The optional FusedMaster arguments of sgd and adam: found_inf is one f32 element and the model
-// copy matches the parameter, both on the parameter's device.
-void check_fused_master(const char* kernel, const Tensor& param, const FusedMaster& fused) {
-  if (const Tensor* found_inf = fused.found_inf) {
-    MG_CHECK(found_inf->defined() && found_inf->numel() == 1 && found_inf->dtype() == DType::F32 &&
-                 found_inf->device() == param.device(),
-             "kernel {}: found_inf must be one f32 element on {}, the parameter's device", kernel, param.device());
+// The optional FusedStep arguments of sgd and adam: inv_scale and found_inf are one f32 element each
+// and the model copy matches the parameter, all on the parameter's device.
+void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& fused) {
+  for (const auto& [flag, name] : {std::pair{fused.inv_scale, "inv_scale"}, std::pair{fused.found_inf, "found_inf"}}) {
+    MG_CHECK(!flag || (flag->defined() && flag->numel() == 1 && flag->dtype() == DType::F32 &&
+                       flag->device() == param.device()),
+             "kernel {}: {} must be one f32 element on {}, the parameter's device", kernel, name, param.device());
   }
   if (const Tensor* copy = fused.model_copy) {
     MG_CHECK(copy->defined() && copy->shape() == param.shape() && is_floating(copy->dtype()) &&
@@ -165,32 +165,56 @@ void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx)
   MG_ROUTE(dx, avg_pool2d_backward, dout, window, dx);
 }
 
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
-  // Everything is checked before any gradient is written (a public path: Optimizer::unscale_gradients).
+namespace {
+
+// The arguments of unscale and find_non_finite (dst empty), checked before any gradient is written:
+// the factor and found_inf are one f32 element each, on the gradients' device.
+void check_unscale(const char* kernel, const std::vector<Tensor>& src, const std::vector<Tensor>* dst,
+                   const Tensor& factor, const Tensor& found_inf) {
   MG_CHECK(found_inf.defined() && found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
-           "kernel unscale: found_inf must be one f32 element");
-  MG_CHECK(src.size() == dst.size(), "kernel unscale: {} sources but {} destinations", src.size(), dst.size());
+           "kernel {}: found_inf must be one f32 element", kernel);
+  const bool f64_on_cpu = factor.dtype() == DType::F64 && factor.device().is_cpu();  // for f64 gradients
+  MG_CHECK(factor.defined() && factor.numel() == 1 && (factor.dtype() == DType::F32 || f64_on_cpu) &&
+               factor.device() == found_inf.device(),
+           "kernel {}: the factor must be one f32 element (or f64 on the CPU) on {}, found_inf's device", kernel,
+           found_inf.device());
+  MG_CHECK(!dst || src.size() == dst->size(), "kernel {}: {} sources but {} destinations", kernel, src.size(),
+           dst ? dst->size() : 0);
   for (std::size_t i = 0; i < src.size(); ++i) {
-    MG_CHECK(src[i].defined() && dst[i].defined() && src[i].numel() == dst[i].numel() &&
-                 is_floating(src[i].dtype()) && is_floating(dst[i].dtype()),
-             "kernel unscale: gradient {} and its destination must be floating tensors of one size", i);
-    MG_CHECK(src[i].device() == found_inf.device() && dst[i].device() == found_inf.device(),
-             "kernel unscale: gradient {} is on {} and its destination on {}, but found_inf is on {}; one "
-             "optimizer's gradients live on one device", i, src[i].device(), dst[i].device(), found_inf.device());
+    const Tensor* to = dst ? &(*dst)[i] : &src[i];
+    MG_CHECK(src[i].defined() && to->defined() && src[i].numel() == to->numel() && is_floating(src[i].dtype()) &&
+                 is_floating(to->dtype()),
+             "kernel {}: gradient {} and its destination must be floating tensors of one size", kernel, i);
+    MG_CHECK(src[i].device() == found_inf.device() && to->device() == found_inf.device(),
+             "kernel {}: gradient {} is on {} and its destination on {}, but found_inf is on {}; one "
+             "optimizer's gradients live on one device", kernel, i, src[i].device(), to->device(), found_inf.device());
   }
+}
+
+}  // namespace
+
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf) {
+  check_unscale("unscale", src, &dst, factor, found_inf);
   MG_ROUTE(found_inf, unscale, src, dst, factor, found_inf);
 }
 
+void find_non_finite(const std::vector<Tensor>& src, const Tensor& factor, Tensor& found_inf) {
+  check_unscale("find_non_finite", src, nullptr, factor, found_inf);
+  MG_ROUTE(found_inf, unscale, src, {}, factor, found_inf);
+}
+
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedMaster& fused) {
-  check_fused_master("sgd", param, fused);
+         const FusedStep& fused) {
+  check_fused_step("sgd", param, fused);
   MG_ROUTE(param, sgd, param, grad, momentum_buffer, hyper, count, fused);
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count, const FusedMaster& fused) {
-  check_fused_master("adam", param, fused);
-  MG_ROUTE(param, adam, param, grad, exp_avg, exp_avg_sq, hyper, count, fused);
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused) {
+  check_fused_step("adam", param, fused);
+  MG_CHECK(step.defined() && step.numel() == 1 && step.dtype() == DType::I32 && step.device() == param.device(),
+           "kernel adam: the step count must be one i32 element on {}, the parameter's device", param.device());
+  MG_ROUTE(param, adam, param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
 }
 
 void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep) {
@@ -209,11 +233,17 @@ void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf
   MG_ROUTE(scale, update_scale, scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
 }
 
-void collect_update_count(Device device, UpdateCount& count) {
+// On the CPU the kernels add to the caller's count directly: nothing to clear or read.
+void clear_update_count([[maybe_unused]] Device device, [[maybe_unused]] const Tensor* found_inf) {
 #ifdef MG_WITH_CUDA
-  if (device.is_cuda()) return cuda::collect_update_count(device, count);
+  if (device.is_cuda()) cuda::clear_update_count(device, found_inf);
 #endif
-  cpu::collect_update_count(device, count);
+}
+
+void read_update_count([[maybe_unused]] Device device, [[maybe_unused]] UpdateCount& count) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) cuda::read_update_count(device, count);
+#endif
 }
 
 }  // namespace mg::kernels

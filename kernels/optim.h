@@ -8,25 +8,34 @@
 //                        d = nesterov ? d + momentum * buf : buf
 //         p -= lr * d
 // adam  (torch.optim.Adam / AdamW):   decoupled: p *= 1 - lr * weight_decay, else g += weight_decay * p
-//         m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//         step += 1;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //         p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+//         `step` (the parameter's update count, i32 [1]) lives beside the moments on the device, and
+//         the kernel computes the bias corrections from it in f64 (PyTorch's fused Adam does the
+//         same), so that a step skipped on the device does not count and the host never reads it.
 // The formulas are written once, in kernels/optim_functors.h, for the CPU loop and the CUDA kernel.
 // Shapes: param, grad and state tensors have one shape; grad and state are in any floating dtype
 // (on a GPU, the state has the parameter's dtype, as every optimizer creates it).
 //
-// FusedMaster (the paper's FP32 master copy, in one pass): the gradient read is multiplied by
-// inv_scale (in f32: the unscale of kernels/amp.h, fused); if *found_inf != 0 the whole update is
-// skipped, parameter, state and model copy untouched (read by the kernel itself: on a GPU the host
-// does not wait for it); after the update, model_copy (same shape, e.g. the f16 weights of an f32
-// master) receives the stored parameter rounded once to its dtype, as a cast would. With an f32
-// parameter, the result is bit for bit unscale into an f32 gradient, the update, then the cast.
+// FusedStep, what a fused update reads besides them (each part optional; optim::Optimizer::step
+// passes all three for an f16 parameter with an f32 master under a GradScaler):
+//   inv_scale   the gradient read is multiplied by it, in f32 (the GradScaler's 1/S: the unscale of
+//               kernels/amp.h, fused into the update), one f32 element on the parameter's device;
+//   found_inf   if != 0 the whole update is skipped, parameter, state and model copy untouched; read
+//               by the kernel itself, so that on a GPU the host does not wait for it;
+//   model_copy  after the update, receives the stored parameter rounded once to its own dtype, as a
+//               cast would (the f16 weights of an f32 master: the paper's FP32 master copy in one
+//               pass).
+// With an f32 parameter the result is bit for bit unscale into an f32 gradient, the update, then the
+// cast.
 //
 // Counting on a GPU: the kernels add their counts to a per-device counter on the device instead of
-// `count`, so that nothing waits; collect_update_count(device, count) adds what the device
-// accumulated since its last call to `count` and clears it (a host wait: Optimizer::step calls it
-// once per step). On the CPU the kernels add to `count` directly and collect_update_count does
-// nothing.
-// Tests: build/tests/test_optim, build/tests/test_cuda_amp.
+// `count`, so that nothing waits. clear_update_count(device, found_inf) zeroes it (queued, no wait)
+// unless found_inf is set: a step that is skipped counts nothing and leaves the counts of the last
+// step taken. read_update_count(device, count) adds them to `count`: a host wait, which
+// optim::Optimizer makes only when last_update() is asked for. (Optimizers stepping on one device
+// share its counter: read one's counts before the other steps.) On the CPU the kernels add to
+// `count` directly and both do nothing.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +50,8 @@ struct UpdateCount {
   std::int64_t lost = 0;
 };
 
-struct FusedMaster {
-  double inv_scale = 1.0;             // the gradient read is multiplied by this (1 / loss scale)
+struct FusedStep {
+  const Tensor* inv_scale = nullptr;  // one f32 element; the gradient read is multiplied by it; null: 1
   const Tensor* found_inf = nullptr;  // one f32 element; != 0 skips the update; null: never skip
   Tensor* model_copy = nullptr;       // receives the updated parameter, rounded; null: none
 };
@@ -54,34 +63,37 @@ struct SgdHyper {
 };
 // momentum_buffer may be null when momentum == 0.
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedMaster& fused = {});
+         const FusedStep& fused = {});
 
 struct AdamHyper {
   double lr = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled_weight_decay = false;  // AdamW
-  std::int64_t step = 1;                // 1 for the first update (bias correction)
 };
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count, const FusedMaster& fused = {});
+// step: i32 [1] on the parameter's device, the updates done so far (0 before the first); + 1 unless
+// the update is skipped.
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
 
-// Adds the counts `device` accumulated since the last call to `count`, and clears them.
-void collect_update_count(Device device, UpdateCount& count);
+// Zeroes the counts `device` accumulates unless *found_inf != 0 (queued; no wait).
+void clear_update_count(Device device, const Tensor* found_inf = nullptr);
+// Adds the counts `device` accumulated since they were last cleared to `count`.
+void read_update_count(Device device, UpdateCount& count);
 
 namespace cpu {
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedMaster& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count, const FusedMaster& fused = {});
-void collect_update_count(Device device, UpdateCount& count);  // nothing to do: counted directly
+         const FusedStep& fused = {});
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
 namespace cuda {
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedMaster& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count, const FusedMaster& fused = {});
-void collect_update_count(Device device, UpdateCount& count);  // waits for the device's queued updates
+         const FusedStep& fused = {});
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void clear_update_count(Device device, const Tensor* found_inf = nullptr);  // queued
+void read_update_count(Device device, UpdateCount& count);  // waits for the device's queued updates
 }  // namespace cuda
 
 }  // namespace mg::kernels

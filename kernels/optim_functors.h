@@ -107,21 +107,33 @@ struct SgdUpdate {
   }
 };
 
-// adam / adamw: state[0] = m, state[1] = v.
+// adam / adamw: state[0] = m, state[1] = v. Built from the hyper-parameters on the host; at_step(t)
+// adds the bias corrections of update t (1 for the first), computed in f64 and rounded to C once:
+// the kernels call it where they read the parameter's step count (on a GPU, on the device).
 template <class C>
 struct AdamUpdate {
   C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
   C decay_factor;  // AdamW's 1 - lr * weight_decay, in f64 then rounded to C (PyTorch: a Python scalar)
   C step_size;     // lr / (1 - beta1^step)
   C bias2_sqrt;    // sqrt(1 - beta2^step)
+  double lr, beta1_f64, beta2_f64;  // what at_step needs in f64
   bool decoupled;
 
   explicit AdamUpdate(const AdamHyper& h)
       : beta1(C(h.beta1)), one_minus_beta1(C(1) - C(h.beta1)), beta2(C(h.beta2)), one_minus_beta2(C(1) - C(h.beta2)),
         eps(C(h.eps)), weight_decay(C(h.weight_decay)), decay_factor(C(std::fma(-h.lr, h.weight_decay, 1.0))),
-        step_size(C(h.lr / (1.0 - std::pow(h.beta1, static_cast<double>(h.step))))),
-        bias2_sqrt(C(std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step))))),
+        step_size(C(0)), bias2_sqrt(C(1)), lr(h.lr), beta1_f64(h.beta1), beta2_f64(h.beta2),
         decoupled(h.decoupled_weight_decay) {}
+
+  // The functor for update number `step`. ::pow and ::sqrt are the same functions in host and device
+  // code; sqrt is correctly rounded on both, and CUDA's pow is within 2 ulp of f64, so the f32
+  // constants agree with the CPU's unless a value lies within 2^-52 of an f32 rounding boundary.
+  MG_HOST_DEVICE AdamUpdate at_step(std::int64_t step) const {
+    AdamUpdate update = *this;
+    update.step_size = C(lr / (1.0 - ::pow(beta1_f64, static_cast<double>(step))));
+    update.bias2_sqrt = C(::sqrt(1.0 - ::pow(beta2_f64, static_cast<double>(step))));
+    return update;
+  }
 
   // Updates p, m and v for the gradient g; returns whether p was meant to change.
   MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {

@@ -11,7 +11,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
     : Adam(std::move(groups), options, false, "optim::Adam") {}
 
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay, std::string name)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, std::move(name)),
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, std::move(name)),
       options_(options),
       decoupled_weight_decay_(decoupled_weight_decay) {
   MG_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0 && options.beta2 >= 0.0 && options.beta2 < 1.0,
@@ -27,19 +27,18 @@ std::vector<Tensor> Adam::state() const {
   return state;
 }
 
-void Adam::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
-                  kernels::UpdateCount& count) {
-  Moments m = moments_[index];  // committed only once the kernel has run
+void Adam::update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
+                  kernels::UpdateCount& count, const kernels::FusedStep& fused) {
+  Moments m = moments_[index];  // committed only once the kernel has been given it
   if (!m.exp_avg.defined()) {
-    TensorOptions like{.dtype = parameter.dtype(), .device = parameter.device()};
-    m.exp_avg = zeros(parameter.shape(), like);
-    m.exp_avg_sq = zeros(parameter.shape(), like);
+    TensorOptions like{.dtype = target.dtype(), .device = target.device()};
+    m.exp_avg = zeros(target.shape(), like);
+    m.exp_avg_sq = zeros(target.shape(), like);
+    m.step = zeros({}, {.dtype = DType::I32, .device = target.device()});
   }
-  ++m.steps;
   kernels::AdamHyper hyper{.lr = lr, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
-                           .weight_decay = weight_decay, .decoupled_weight_decay = decoupled_weight_decay_,
-                           .step = m.steps};
-  kernels::adam(parameter, grad, m.exp_avg, m.exp_avg_sq, hyper, count);
+                           .weight_decay = weight_decay, .decoupled_weight_decay = decoupled_weight_decay_};
+  kernels::adam(target, grad, m.exp_avg, m.exp_avg_sq, m.step, hyper, count, fused);
   moments_[index] = m;
 }
 
@@ -50,7 +49,8 @@ std::vector<Optimizer::StateEntry> Adam::state_entries() const {
 StateDict Adam::parameter_state(std::size_t index) const {
   const Moments& m = moments_[index];
   if (!m.exp_avg.defined()) return {};
-  return {{"exp_avg", m.exp_avg}, {"exp_avg_sq", m.exp_avg_sq}, {"step", state_scalar(static_cast<double>(m.steps))}};
+  // The count as the f64 scalar of every saved count (on a GPU a read: saving is not on a step's path).
+  return {{"exp_avg", m.exp_avg}, {"exp_avg_sq", m.exp_avg_sq}, {"step", state_scalar(m.step.item())}};
 }
 
 void Adam::load_parameter_state(std::size_t index, const StateDict& state) {
@@ -61,7 +61,7 @@ void Adam::load_parameter_state(std::size_t index, const StateDict& state) {
   }
   m.exp_avg = copy_state(m.exp_avg, state.at("exp_avg"));
   m.exp_avg_sq = copy_state(m.exp_avg_sq, state.at("exp_avg_sq"));
-  m.steps = static_cast<std::int64_t>(state.at("step").item());
+  m.step = full({}, state.at("step").item(), {.dtype = DType::I32, .device = m.exp_avg.device()});
 }
 
 }  // namespace mg::optim

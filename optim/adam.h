@@ -1,7 +1,9 @@
 // Adam, as torch.optim.Adam (formula in kernels/optim.h): weight decay is L2, added to the
 // gradient before the moments see it. AdamW (optim/adamw.h) is the same update with decoupled
-// weight decay. The moments have the parameter's dtype; each parameter counts its own steps for
-// the bias correction (a parameter that had no gradient for a step has taken one step fewer).
+// weight decay. The moments have the dtype of what is updated (the parameter's, f32 under a master);
+// each parameter counts its own steps for the bias correction (a parameter that had no gradient for
+// a step has taken one step fewer), in an i32 beside its moments on its device, which the kernel
+// reads and advances (kernels/optim.h): a step skipped on a GPU does not count, and nobody waits.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -14,6 +16,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // L2: g += weight_decay * p
+  bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
 };
 
 class Adam : public Optimizer {
@@ -30,8 +33,8 @@ class Adam : public Optimizer {
   // For AdamW: the same update with the weight decay of `decoupled_weight_decay`.
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay, std::string name);
 
-  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
-              kernels::UpdateCount& count) override;
+  void update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
+              kernels::UpdateCount& count, const kernels::FusedStep& fused) override;
   // "exp_avg", "exp_avg_sq" (the first and second moments) and "step" (the parameter's own count).
   std::vector<StateEntry> state_entries() const override;
   StateDict parameter_state(std::size_t index) const override;
@@ -42,7 +45,7 @@ class Adam : public Optimizer {
   bool decoupled_weight_decay_;
   struct Moments {
     Tensor exp_avg, exp_avg_sq;
-    std::int64_t steps = 0;
+    Tensor step;  // i32 [1]: the updates this parameter has taken
   };
   std::vector<Moments> moments_;  // one per parameter; undefined until its first update
 };

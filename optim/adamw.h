@@ -17,6 +17,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;  // decoupled: p *= 1 - lr * weight_decay
+  bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
 };
 
 // The update, its state and its state_dict are Adam's (options().weight_decay is the decoupled one).

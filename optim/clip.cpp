@@ -66,8 +66,12 @@ double clip_grad_norm_(const std::vector<Tensor>& gradients, double max_norm, do
     // gradients in place comes from the huge 1/S; a clipping factor shrinks the norm to max_norm,
     // which leaves the elements that matter far above f16's subnormals.)
     // An inf/NaN found here was already there (or is PyTorch's NaN): the flag is ignored.
-    Tensor ignored = zeros({}, {.dtype = DType::F32, .device = gradients[0].device()});
-    kernels::unscale(gradients, gradients, coefficient, ignored);
+    // The factor in f64 on the CPU (f64 gradients use it whole, the others round it to f32, as a GPU
+    // kernel reads it).
+    const Device device = gradients[0].device();
+    const DType factor_dtype = device.is_cpu() ? DType::F64 : DType::F32;
+    Tensor ignored = zeros({}, {.device = device});
+    kernels::unscale(gradients, gradients, full({}, coefficient, {.dtype = factor_dtype, .device = device}), ignored);
     for (const Tensor& g : gradients) g.impl().storage->bump_version();
   }
   return total;

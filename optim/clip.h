@@ -11,7 +11,7 @@
 // With the GradScaler the gradients must be unscaled first, or max_norm would be compared with
 // S times the true norm:
 //   mg::backward(scaler.scale(loss));
-//   scaler.unscale_(optimizer);                      // true gradients (f32 masters under MasterWeights)
+//   scaler.unscale_(optimizer);                      // true gradients (the f32 masters' under master weights)
 //   optim::clip_grad_norm_(optimizer, 1.0);
 //   scaler.step(optimizer);                          // skipped if unscale_ found inf/NaN
 //   scaler.update();
@@ -35,7 +35,7 @@ namespace mg::optim {
 double clip_grad_norm_(const std::vector<Tensor>& gradients, double max_norm, double norm_type = 2.0);
 
 // Clips the gradients the optimizer's next step() will read (optimizer.gradients()): the
-// parameters' .grad, or under amp::MasterWeights the f32 master gradients, never the f16 ones.
+// parameters' .grad, or under master weights the f32 master gradients, never the f16 ones.
 double clip_grad_norm_(Optimizer& optimizer, double max_norm, double norm_type = 2.0);
 
 }  // namespace mg::optim

@@ -8,7 +8,9 @@
 #include <unordered_map>
 
 #include "autograd/tape.h"
+#include "core/factory.h"
 #include "kernels/amp.h"
+#include "kernels/copy.h"
 
 namespace mg::optim {
 
@@ -34,8 +36,9 @@ std::optional<IndexedKey> parse_indexed(const std::string& key, std::string_view
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, std::string name)
-    : name_(std::move(name)) {
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, bool master_weights,
+                     std::string name)
+    : name_(std::move(name)), master_weights_(master_weights) {
   check_lr(lr, "the learning rate");
   MG_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0, "{}: weight_decay must be finite and >= 0, got {}",
            name_, weight_decay);
@@ -63,38 +66,82 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
     groups_.push_back(resolved);
   }
   MG_CHECK(!parameters_.empty(), "{}: got no parameters to optimize", name_);
+  // The masters start as the parameters' values, exactly (f16 and bf16 widen to f32 without rounding).
+  masters_.resize(parameters_.size());
+  converted_.resize(parameters_.size());
+  for (std::size_t i = 0; master_weights_ && i < parameters_.size(); ++i) {
+    const Tensor& p = parameters_[i];
+    if (!is_low_precision(p.dtype())) continue;
+    Tensor master = Tensor::empty(p.shape(), {.dtype = DType::F32, .device = p.device()});
+    kernels::cast(p, master);
+    masters_[i] = master.set_requires_grad(true);  // a leaf, so that it can hold the f32 gradient
+  }
 }
 
-void Optimizer::step() {
+void Optimizer::step(const StepScaling& scaling) {
   NoGradGuard no_grad;
   const double factor = schedule_factor();  // before any update: a bad schedule changes nothing
+  const Device device = parameters_.front().device();
+  // A GPU counts on the device (last_update() reads it, if asked); a skipped step keeps the counts.
+  kernels::clear_update_count(device, scaling.found_inf);
   kernels::UpdateCount count;
   for (const Group& group : groups_) {
     const double rate = group.lr * factor;
     for (std::size_t i = group.begin; i < group.end; ++i) {
       Tensor& p = parameters_[i];
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      update(i, p, g, rate, group.weight_decay, count);
-      p.impl().storage->bump_version();
+      if (!p.grad().defined()) continue;
+      const Tensor grad = step_gradient(i);
+      Tensor& master = masters_[i];
+      Tensor& target = master.defined() ? master : p;  // the f32 master is what the optimizer updates
+      const kernels::FusedStep fused{.inv_scale = scaling.inv_scale, .found_inf = scaling.found_inf,
+                                     .model_copy = master.defined() ? &p : nullptr};
+      update(i, target, grad, rate, group.weight_decay, count, fused);
+      target.impl().storage->bump_version();
+      if (master.defined()) p.impl().storage->bump_version();
     }
   }
-  // GPU kernels count on the device, so that none of them waits; the counts reach the host here.
-  if (const Device device = parameters_.front().device(); device.is_cuda())
-    kernels::collect_update_count(device, count);
-  last_update_ = count;
-  ++step_count_;
+  // Whether the step was taken: known now on the CPU; on a GPU read only when step_count() is asked.
+  // A skipped step leaves last_update() as the last step taken left it.
+  update_counted_ = device.is_cpu();
+  if (scaling.found_inf == nullptr) {
+    ++step_count_;
+    last_update_ = count;
+  } else if (device.is_cpu()) {
+    if (scaling.found_inf->item() != 0.0) return;
+    ++step_count_;
+    last_update_ = count;
+  } else {
+    pending_steps_.push_back(scaling.found_inf->clone());  // a queued copy: the caller may reuse its flag
+  }
 }
 
 void Optimizer::zero_grad() {
   for (Tensor& p : parameters_) p.zero_grad();
+  for (Tensor& master : masters_)
+    if (master.defined()) master.zero_grad();
+}
+
+std::int64_t Optimizer::step_count() const {
+  for (const Tensor& found_inf : pending_steps_) step_count_ += found_inf.item() == 0.0;  // a wait for each
+  pending_steps_.clear();
+  return step_count_;
+}
+
+kernels::UpdateCount Optimizer::last_update() const {
+  if (!update_counted_) {
+    last_update_ = {};
+    kernels::read_update_count(parameters_.front().device(), last_update_);
+    update_counted_ = true;
+  }
+  return last_update_;
 }
 
 double Optimizer::schedule_factor() const {
   if (!schedule_) return 1.0;
-  const double factor = schedule_(step_count());
+  const std::int64_t steps = step_count();
+  const double factor = schedule_(steps);
   MG_CHECK(std::isfinite(factor) && factor >= 0.0, "{}: the schedule returned {} at step {}; a learning-rate factor "
-           "must be finite and >= 0", name_, factor, step_count());
+           "must be finite and >= 0", name_, factor, steps);
   return factor;
 }
 
@@ -121,21 +168,69 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::set_schedule(Schedule factor) { schedule_ = std::move(factor); }
 
+// ---- gradients and master gradients
+
+bool Optimizer::current(std::size_t i) const {
+  const auto& grad = parameters_[i].impl().grad;
+  return masters_[i].defined() && grad && masters_[i].grad().defined() && converted_[i].first == grad &&
+         converted_[i].second == grad->storage->version();
+}
+
+Tensor Optimizer::step_gradient(std::size_t i) const {
+  return current(i) ? masters_[i].grad() : parameters_[i].grad();
+}
+
+void Optimizer::scale_pass(const Tensor& factor, Tensor& found_inf, bool all) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> from, into;
+  std::vector<std::size_t> into_masters;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Tensor grad = parameters_[i].grad();
+    if (!grad.defined() || (!all && (!masters_[i].defined() || current(i)))) continue;
+    if (!masters_[i].defined()) {  // in place
+      from.push_back(grad);
+      into.push_back(grad);
+      continue;
+    }
+    Tensor master_grad = masters_[i].grad();
+    if (!master_grad.defined()) {
+      master_grad = Tensor::empty(grad.shape(), {.dtype = DType::F32, .device = grad.device()});
+      masters_[i].set_grad(master_grad);
+    }
+    from.push_back(current(i) ? master_grad : grad);  // scaled again, or converted from the f16 one
+    into.push_back(master_grad);
+    into_masters.push_back(i);
+  }
+  if (from.empty()) return;
+  kernels::unscale(from, into, factor, found_inf);
+  for (Tensor& g : into) g.impl().storage->bump_version();
+  for (std::size_t i : into_masters) {
+    const auto& grad = parameters_[i].impl().grad;
+    converted_[i] = {grad, grad->storage->version()};
+  }
+}
+
+void Optimizer::scale_gradients_(const Tensor& factor, Tensor& found_inf) { scale_pass(factor, found_inf, true); }
+
 std::vector<Tensor> Optimizer::gradients() {
+  const Device device = parameters_.front().device();
+  Tensor one = full({}, 1.0, {.device = device}), ignored = zeros({}, {.device = device});
+  scale_pass(one, ignored, false);  // an inf is converted as it is, as without loss scaling
+  return step_gradients();
+}
+
+std::vector<Tensor> Optimizer::step_gradients() const {
   std::vector<Tensor> grads;
-  for (const Tensor& p : parameters_)
-    if (p.grad().defined()) grads.push_back(p.grad());
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (parameters_[i].grad().defined()) grads.push_back(step_gradient(i));
   return grads;
 }
 
-void Optimizer::unscale_gradients(double factor, Tensor& found_inf) {
-  std::vector<Tensor> grads = gradients();
-  for (const Tensor& g : grads)
-    MG_CHECK(g.dtype() != DType::F16, "{}: cannot unscale f16 gradients in place: dividing them by the loss scale "
-             "in f16 flushes the small ones to zero again. Keep f32 parameters (mixed_float16), or wrap the "
-             "optimizer in amp::MasterWeights (float16_master) to unscale into f32 master gradients", name_);
-  kernels::unscale(grads, grads, factor, found_inf);
-  for (Tensor& g : grads) g.impl().storage->bump_version();
+std::size_t Optimizer::master_bytes() const {
+  std::size_t bytes = 0;
+  for (const Tensor& master : masters_)
+    if (master.defined()) bytes += master.nbytes();
+  return bytes;
 }
 
 std::size_t Optimizer::state_bytes() const {
@@ -148,23 +243,34 @@ std::size_t Optimizer::state_bytes() const {
 
 StateDict Optimizer::state_dict() const {
   NoGradGuard no_grad;
-  StateDict state{{"step_count", state_scalar(static_cast<double>(step_count_))}};
+  StateDict state{{"step_count", state_scalar(static_cast<double>(step_count()))}};
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     state[fmt::format("group.{}.lr", g)] = state_scalar(groups_[g].lr);
     state[fmt::format("group.{}.weight_decay", g)] = state_scalar(groups_[g].weight_decay);
     state[fmt::format("group.{}.parameter_count", g)] = state_scalar(static_cast<double>(groups_[g].size()));
   }
-  for (std::size_t i = 0; i < parameters_.size(); ++i)
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (masters_[i].defined()) state[fmt::format("state.{}.master", i)] = masters_[i].detach().clone();
     for (const auto& [field, value] : parameter_state(i))
       state[fmt::format("state.{}.{}", i, field)] = value.detach().clone();  // a snapshot, not the live buffer
+  }
   return state;
 }
 
-void Optimizer::load_state_dict(const StateDict& state) {
+void Optimizer::load_state_dict(const StateDict& state_in) {
   const std::string owner = name_ + "::load_state_dict";
   const std::vector<StateEntry> entries = state_entries();
   std::vector<std::string> entry_names;
   for (const StateEntry& entry : entries) entry_names.push_back(entry.name);
+
+  // 0. amp::MasterWeights (before issue 17) saved the masters as "master.<index>" beside the inner
+  // optimizer's state, which was this state over the masters: the same entries, under new names.
+  StateDict state;
+  for (const auto& [key, value] : state_in) {
+    const auto legacy = key.starts_with("master.") ? parse_indexed(key + ".", "master.") : std::nullopt;
+    const bool renamed = legacy && legacy->field.empty();  // "master.3", and nothing after the index
+    state[renamed ? fmt::format("state.{}.master", legacy->index) : key] = value;
+  }
 
   // 1. Every key is one this optimizer writes (another optimizer's state is refused, not ignored).
   for (const auto& [key, value] : state) {
@@ -180,6 +286,12 @@ void Optimizer::load_state_dict(const StateDict& state) {
     if (auto parameter = parse_indexed(key, "state.")) {
       MG_CHECK(parameter->index < parameters_.size(), "{}: entry '{}' is for parameter {}, but {} has {} parameters",
                owner, key, parameter->index, name_, parameters_.size());
+      if (parameter->field == "master") {
+        MG_CHECK(masters_[parameter->index].defined(), "{}: entry '{}' is an f32 master, but parameter {} ({}) has "
+                 "none here; build the optimizer with master_weights = true over the same f16/bf16 parameters",
+                 owner, key, parameter->index, parameters_[parameter->index].dtype());
+        continue;
+      }
       MG_CHECK(std::find(entry_names.begin(), entry_names.end(), parameter->field) != entry_names.end(),
                "{}: entry '{}' is not state of {} with these options (its parameters' state is [{}]); was it saved "
                "by another optimizer?", owner, key, name_, fmt::join(entry_names, ", "));
@@ -205,12 +317,25 @@ void Optimizer::load_state_dict(const StateDict& state) {
              ">= 0", owner, g, groups[g].lr, groups[g].weight_decay);
   }
 
-  // 3. Each parameter's state: every entry or none, each of the parameter's shape and dtype.
+  // 3. Each parameter's master, and its state: every entry or none, each of the parameter's shape,
+  // in the dtype of what step() updates (the master's f32, or the parameter's own).
   std::vector<StateDict> parameter_states(parameters_.size());
+  std::vector<Tensor> masters(parameters_.size());
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     StateDict saved = state_subset(state, fmt::format("state.{}.", i));
-    if (saved.empty()) continue;
     const Tensor& p = parameters_[i];
+    if (masters_[i].defined()) {
+      auto it = saved.find("master");
+      MG_CHECK(it != saved.end(), "{}: parameter {} ({} {}) keeps an f32 master, but the state has no entry "
+               "'state.{}.master'; was it saved without master_weights?", owner, i, p.shape(), p.dtype(), i);
+      MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == DType::F32, "{}: entry 'state.{}.master' "
+               "must be f32 {} (the master of parameter {}), got {} {}", owner, i, p.shape(), i, it->second.shape(),
+               it->second.dtype());
+      masters[i] = it->second.to(p.device());
+      saved.erase(it);
+    }
+    if (saved.empty()) continue;
+    const DType dtype = masters_[i].defined() ? DType::F32 : p.dtype();
     for (const StateEntry& entry : entries) {
       auto it = saved.find(entry.name);
       MG_CHECK(it != saved.end(), "{}: parameter {} has state but no entry 'state.{}.{}'", owner, i, i, entry.name);
@@ -220,18 +345,28 @@ void Optimizer::load_state_dict(const StateDict& state) {
                  ">= 0, got shape {}", owner, i, entry.name, value.shape());
         continue;
       }
-      MG_CHECK(value.shape() == p.shape() && value.dtype() == p.dtype(),
-               "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}; load the state into a model of the same "
-               "shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), p.dtype());
+      MG_CHECK(value.shape() == p.shape() && value.dtype() == dtype,
+               "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}{}; load the state into a model of the "
+               "same shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
+               masters_[i].defined() ? " (its f32 master's state)" : "");
       it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
     }
     parameter_states[i] = std::move(saved);
   }
 
-  // 4. Nothing can fail from here on.
+  // 4. Nothing can fail from here on. Each parameter with a master becomes round(master).
+  NoGradGuard no_grad;
   step_count_ = static_cast<std::int64_t>(steps);
+  pending_steps_.clear();
   groups_ = std::move(groups);
-  for (std::size_t i = 0; i < parameters_.size(); ++i) load_parameter_state(i, parameter_states[i]);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    load_parameter_state(i, parameter_states[i]);
+    if (!masters_[i].defined()) continue;
+    masters_[i].copy_(masters[i]);
+    kernels::cast(masters_[i], parameters_[i]);
+    parameters_[i].impl().storage->bump_version();
+    converted_[i] = {};
+  }
 }
 
 Tensor Optimizer::copy_state(const Tensor& existing, const Tensor& saved) {

@@ -1,4 +1,4 @@
-// Optimizer: the base of SGD, Adam and AdamW (and of amp::MasterWeights, which wraps one).
+// Optimizer: the base of SGD, Adam and AdamW.
 //
 //   optim::SGD sgd(parameters, {.lr = 0.1, .momentum = 0.9});
 //   sgd.zero_grad();  mg::backward(loss);  sgd.step();
@@ -6,6 +6,19 @@
 // step() reads each parameter's .grad and updates the parameter in place, under NoGradGuard, with
 // one fused kernel per parameter (kernels/optim.h): math in f32, rounded once on store, so an f16
 // parameter (the pure recipes) loses updates smaller than half its ulp, and last_update() counts them.
+//
+// Master weights (the paper's section 3.1): with {.master_weights = true}, every f16 or bf16
+// parameter gets an f32 copy, created here and kept as optimizer state ("state.3.master", beside
+// exp_avg). step() then updates the master and writes the parameter as round(master) in the same
+// pass, so an update of 2^-12 to a weight of 1.0 accumulates in the master instead of vanishing
+// below half an f16 ulp (2^-11); the state (momentum, moments) is f32 like the master. f32 and f64
+// parameters need no master and get none.
+//
+//   optim::SGD sgd(model.parameters(), {.lr = 0.1, .master_weights = true});   // the float16_master recipe
+//
+// With amp::GradScaler, scaler.step(optimizer) calls step({.inv_scale, .found_inf}): the kernels read
+// the gradient times 1/S and skip the update on the device when found_inf is set, so a GPU step
+// makes the host wait for nothing (below: what is counted lazily, and what then waits).
 //
 // Parameter groups (torch.optim's param_groups) give some parameters their own learning rate or
 // weight decay; the optimizer's options are the default of every group that does not set its own:
@@ -23,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,71 +63,100 @@ struct Group {
   std::size_t size() const { return end - begin; }
 };
 
+// What amp::GradScaler hands to step(); each an f32 element on the parameters' device, or null.
+struct StepScaling {
+  const Tensor* inv_scale = nullptr;  // the gradients step() reads are multiplied by it (1/S), in the update
+  const Tensor* found_inf = nullptr;  // != 0: the update is skipped, on the device; nothing changes
+};
+
 class Optimizer {
  public:
   // groups: every parameter is a distinct floating leaf that requires grad, in exactly one group;
   // parameters() lists them group after group. lr and weight_decay: the defaults of the groups.
-  // name: for messages ("optim::SGD").
-  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, std::string name);
+  // master_weights: keep an f32 master of every f16/bf16 parameter. name: for messages ("optim::SGD").
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, bool master_weights, std::string name);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   const std::string& name() const { return name_; }
-  // The tensors the model trains, group after group; step() reads their .grad.
-  virtual const std::vector<Tensor>& parameters() const { return parameters_; }
-  virtual const std::vector<Group>& groups() const { return groups_; }
+  // The tensors the model trains (the f16 ones under master weights), group after group.
+  const std::vector<Tensor>& parameters() const { return parameters_; }
+  const std::vector<Group>& groups() const { return groups_; }
 
   // One update of every parameter that has a .grad (the others are left alone), then
   // step_count() + 1. Each updated parameter's data version is bumped: a graph that saved it
-  // before the step refuses to run backward.
-  virtual void step();
-  // Drops every parameter's .grad (the next backward starts fresh; PyTorch's set_to_none).
-  virtual void zero_grad();
-  virtual std::int64_t step_count() const { return step_count_; }
+  // before the step refuses to run backward. With scaling.found_inf set on the device the whole
+  // step is skipped there: parameters, masters, state and the step count stay as they were.
+  void step(const StepScaling& scaling = {});
+  // Drops every parameter's .grad and every master's (the next backward starts fresh; PyTorch's
+  // set_to_none).
+  void zero_grad();
+  // Steps taken. After steps with a found_inf on a GPU this reads their flags: the one host wait.
+  std::int64_t step_count() const;
 
   // The learning rate the next step uses for `group`: groups()[group].lr * schedule(step_count()).
-  virtual double lr(std::size_t group) const;
+  double lr(std::size_t group) const;
   double lr() const { return lr(0); }  // the first group's (the only one, without groups)
   // Sets the base learning rate of one group, or of every group.
-  virtual void set_lr(std::size_t group, double lr);
+  void set_lr(std::size_t group, double lr);
   void set_lr(double lr);
-  // Replaces the schedule (an empty one: a factor of 1).
-  virtual void set_schedule(Schedule factor);
+  // Replaces the schedule (an empty one: a factor of 1). With a schedule, each GPU step under a
+  // GradScaler reads whether the previous one was skipped (step_count()).
+  void set_schedule(Schedule factor);
 
-  // The gradients step() will read: each parameter's .grad (amp::MasterWeights: the f32 master
-  // gradients). After GradScaler::unscale_ they are the true gradients: clip these
-  // (optim/clip.h). The tensors are the gradients themselves, not copies.
-  virtual std::vector<Tensor> gradients();
-  // The GradScaler's pass (amp/grad_scaler.h): multiplies every gradient step() will read by
-  // `factor` in one fused pass and sets found_inf (one f32 element) to 1 if any result is inf or NaN.
-  // f16 gradients cannot be unscaled in place (small values would underflow again): an mg::Error
-  // that points to amp::MasterWeights.
-  virtual void unscale_gradients(double factor, Tensor& found_inf);
+  // ---- master weights
+  bool keeps_master_weights() const { return master_weights_; }
+  // The f32 master of parameter `index` (a leaf; its .grad is the unscaled f32 gradient once
+  // gradients() or scale_gradients_ made it), or an undefined tensor for a parameter without one.
+  const Tensor& master(std::size_t index) const { return masters_[index]; }
+  std::size_t master_bytes() const;
 
-  // Of the elements the last step meant to change, how many kept their value (lost updates).
-  virtual kernels::UpdateCount last_update() const { return last_update_; }
-  // Momentum buffers, moments: every tensor of optimizer state (empty until the first step).
+  // The gradients the next step() reads, as they are: each parameter's .grad, or for a parameter
+  // with a master, its master's f32 .grad where gradients() or scale_gradients_ made it from the
+  // present .grad. The tensors themselves, not copies. (GradScaler::step checks these for inf/NaN.)
+  std::vector<Tensor> step_gradients() const;
+  // The same after converting every f16/bf16 .grad of a parameter with a master into its master's
+  // f32 .grad (factor 1) where that was not done yet: the gradients to clip (optim/clip.h), in f32.
+  std::vector<Tensor> gradients();
+  // Multiplies the gradients step() will read by `factor` (one f32 element on their device) in one
+  // pass (kernels::unscale) and sets found_inf to 1 if a result is inf or NaN. The f16 .grad of a
+  // parameter with a master is read and the product stored in the master's f32 .grad, where small
+  // values survive; every other gradient is scaled in place. GradScaler::unscale_ passes 1/S,
+  // clipping max_norm / total. step() reads the result, as long as the .grad it came from is unchanged.
+  void scale_gradients_(const Tensor& factor, Tensor& found_inf);
+
+  // Of the elements the last step meant to change (in the masters, where there are masters), how
+  // many kept their value (lost updates). On a GPU the first call after a step reads the device's
+  // counts: a host wait, made only when asked.
+  kernels::UpdateCount last_update() const;
+  // Momentum buffers, moments: every tensor of optimizer state (empty until the first step), the
+  // masters excepted (master_bytes()).
   virtual std::vector<Tensor> state() const = 0;
   std::size_t state_bytes() const;
 
   // A snapshot (copies) of the step count, every group's lr and weight_decay ("group.0.lr") and
-  // every parameter's state ("state.3.momentum_buffer"); parameters without state have no entries.
-  virtual StateDict state_dict() const;
+  // every parameter's state ("state.3.momentum_buffer", "state.3.master"); parameters without
+  // state have no entries.
+  StateDict state_dict() const;
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes
-  // and dtypes, in the same groups. Everything is checked first (every key known, none missing,
-  // counts, shapes, dtypes): on an mg::Error nothing has changed. Values are copied, into the
-  // existing state tensors where there are some; parameters without entries lose their state.
-  virtual void load_state_dict(const StateDict& state);
+  // and dtypes, in the same groups, with masters where this one keeps them. Everything is checked
+  // first (every key known, none missing, counts, shapes, dtypes): on an mg::Error nothing has
+  // changed. Values are copied, into the existing state tensors where there are some; parameters
+  // without entries lose their state. Each parameter with a master becomes round(master). The
+  // masters of checkpoints written before they were state ("master.3", amp::MasterWeights) load too.
+  void load_state_dict(const StateDict& state);
 
  protected:
-  // Updates parameter `index` from its gradient with the step's rate and its group's weight decay,
-  // adding to `count`.
-  virtual void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
-                      kernels::UpdateCount& count) = 0;
+  // Updates `target` (the parameter, or its f32 master) from `grad` with the step's rate and its
+  // group's weight decay, through kernels/optim.h with `fused`, adding to `count`. The state it
+  // creates has target's dtype and device.
+  virtual void update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
+                      kernels::UpdateCount& count, const kernels::FusedStep& fused) = 0;
 
   // ---- per-parameter state, for state_dict: each optimizer names its entries
-  enum class StateKind { LikeParameter, Count };  // a tensor of the parameter's shape and dtype, or an integer
+  // A tensor of the parameter's shape in the dtype of what step() updates (f32 under a master), or an integer.
+  enum class StateKind { LikeParameter, Count };
   struct StateEntry {
     std::string name;  // "exp_avg": saved as "state.<index>.exp_avg"
     StateKind kind;
@@ -130,13 +173,27 @@ class Optimizer {
  private:
   double schedule_factor() const;  // schedule(step_count()), checked; 1 without a schedule
   void check_lr(double lr, const std::string& what) const;
+  // The gradient step() reads for parameter i: its master's .grad while current(i), else its .grad.
+  Tensor step_gradient(std::size_t i) const;
+  bool current(std::size_t i) const;  // the master's .grad was made from the parameter's present .grad
+  // scale_gradients_ over every gradient (all) or only the masters' that are not current.
+  void scale_pass(const Tensor& factor, Tensor& found_inf, bool all);
 
   std::vector<Tensor> parameters_;
   std::vector<Group> groups_;
   std::string name_;
+  bool master_weights_;
+  std::vector<Tensor> masters_;  // one per parameter: f32, or undefined
+  // The .grad (and its data version) each master's .grad was made from: held, so that its identity
+  // stays unique. step() uses the master's .grad only while the parameter's .grad is still this one,
+  // unchanged (a backward that accumulated into it, or a new one, is converted again).
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, std::uint64_t>> converted_;
   Schedule schedule_;
-  std::int64_t step_count_ = 0;
-  kernels::UpdateCount last_update_;
+  // Steps taken, and the found_inf flags (copies) of steps whose outcome the host has not read yet.
+  mutable std::int64_t step_count_ = 0;
+  mutable std::vector<Tensor> pending_steps_;
+  mutable kernels::UpdateCount last_update_;
+  mutable bool update_counted_ = true;  // last_update_ holds the last step's counts
 };
 
 }  // namespace mg::optim

@@ -10,7 +10,8 @@ SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
     : SGD(std::vector<ParamGroup>{{.parameters = std::move(parameters)}}, options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, "optim::SGD"), options_(options) {
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, "optim::SGD"),
+      options_(options) {
   MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0, "optim::SGD: momentum ({}) and dampening ({}) must "
            "be >= 0", options.momentum, options.dampening);
   MG_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
@@ -26,16 +27,16 @@ std::vector<Tensor> SGD::state() const {
   return state;
 }
 
-void SGD::update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
-                 kernels::UpdateCount& count) {
+void SGD::update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
+                 kernels::UpdateCount& count, const kernels::FusedStep& fused) {
   kernels::SgdHyper hyper{.lr = lr, .momentum = options_.momentum, .dampening = options_.dampening,
                           .weight_decay = weight_decay, .nesterov = options_.nesterov};
-  if (options_.momentum == 0.0) return kernels::sgd(parameter, grad, nullptr, hyper, count);
-  // The buffer becomes state only once the kernel has filled it.
+  if (options_.momentum == 0.0) return kernels::sgd(target, grad, nullptr, hyper, count, fused);
+  // The buffer becomes state only once the kernel has been given it.
   Tensor buffer = momentum_buffers_[index];
   hyper.first_step = !buffer.defined();
-  if (hyper.first_step) buffer = zeros(parameter.shape(), {.dtype = parameter.dtype(), .device = parameter.device()});
-  kernels::sgd(parameter, grad, &buffer, hyper, count);
+  if (hyper.first_step) buffer = zeros(target.shape(), {.dtype = target.dtype(), .device = target.device()});
+  kernels::sgd(target, grad, &buffer, hyper, count, fused);
   momentum_buffers_[index] = buffer;
 }
 

@@ -1,5 +1,8 @@
 // SGD with momentum, Nesterov momentum and L2 weight decay, as torch.optim.SGD (formula in
-// kernels/optim.h). The momentum buffer has the parameter's dtype and starts from the first update.
+// kernels/optim.h). The momentum buffer has the dtype of what is updated (the parameter's, f32 under
+// a master) and starts from the first update: buf = d. A first step that a GradScaler skips on a GPU
+// still counts as that first step (the host does not wait to learn it was skipped), so the buffer
+// starts from zero instead: the same result unless dampening > 0.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -12,6 +15,7 @@ struct SgdOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;  // L2: added to the gradient (d = g + weight_decay * p)
   bool nesterov = false;      // needs momentum > 0 and dampening == 0
+  bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
 };
 
 class SGD : public Optimizer {
@@ -23,8 +27,8 @@ class SGD : public Optimizer {
   const SgdOptions& options() const { return options_; }
 
  protected:
-  void update(std::size_t index, Tensor& parameter, const Tensor& grad, double lr, double weight_decay,
-              kernels::UpdateCount& count) override;
+  void update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
+              kernels::UpdateCount& count, const kernels::FusedStep& fused) override;
   // "momentum_buffer" (none without momentum).
   std::vector<StateEntry> state_entries() const override;
   StateDict parameter_state(std::size_t index) const override;

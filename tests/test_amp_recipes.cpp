@@ -1,5 +1,5 @@
-// amp::Recipe (parse, cast_parameters, make_optimizer, make_scaler) and amp::memory_report.
-// The numerics of the recipes (master weights, loss scaling) are in test_amp_master.cpp.
+// amp::Recipe (parse, cast_parameters, master_weights, make_scaler) and amp::memory_report.
+// The numerics of the recipes (master weights, loss scaling) are in test_optim_master.cpp.
 #include <cmath>
 #include <memory>
 
@@ -52,29 +52,28 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
   }
 }
 
-TEST_CASE("recipes: cast_parameters converts storage in place; make_optimizer checks the dtype") {
+TEST_CASE("recipes: cast_parameters converts storage in place; master_weights gives f16 parameters f32 masters") {
   Tensor p = from_vector({0.1, 1.0 / 3.0, 2.0}, {3}, {.requires_grad = true});
   p.set_grad(ones({3}));
   Tensor alias = p;  // another holder of the same parameter
   const std::uint64_t id = p.id();
   const amp::Recipe master = amp::Recipe::parse("float16_master");
-  check_error([&] { master.make_optimizer({p}, make_sgd({})); }, "call recipe.cast_parameters(parameters) first");
+  CHECK(master.master_weights);
   master.cast_parameters({p});
   CHECK(alias.dtype() == DType::F16);
   CHECK(alias.id() == id);
   CHECK(alias.requires_grad());
   CHECK_FALSE(alias.grad().defined());  // the f32 grad no longer fits
   check_values(alias, {to_f16(0.1), to_f16(1.0 / 3.0), 2.0}, 0.0, 0.0);
-  auto opt = master.make_optimizer({p}, make_sgd({.lr = 0.1}));
-  CHECK(dynamic_cast<amp::MasterWeights*>(opt.get()) != nullptr);
+  optim::SGD opt({p}, {.lr = 0.1, .master_weights = master.master_weights});
+  CHECK(opt.master(0).dtype() == DType::F32);
   // Already in the right dtype: nothing happens.
   Tensor before = p.detach();
   amp::Recipe::parse("float16_pure").cast_parameters({p});
   CHECK(p.shares_storage_with(before));
-  auto pure = amp::Recipe::parse("float16_pure").make_optimizer({p}, make_sgd({}));
-  CHECK(dynamic_cast<optim::SGD*>(pure.get()) != nullptr);  // no master copy
-  check_error([&] { amp::Recipe::parse("mixed_float16").make_optimizer({p}, make_sgd({})); }, "mixed_float16");
-  check_error([&] { master.make_optimizer({p}, {}); }, "make_optimizer is empty");
+  const amp::Recipe pure_recipe = amp::Recipe::parse("float16_pure");
+  optim::SGD pure({p}, {.master_weights = pure_recipe.master_weights});
+  CHECK_FALSE(pure.master(0).defined());  // no master copy
   amp::Recipe::parse("bfloat16_pure").cast_parameters({p});
   CHECK(alias.dtype() == DType::BF16);
   check_values(alias, {0.10009765625, 0.333984375, 2.0}, 0.0, 0.0);  // f16 values rounded to 8 bits
@@ -82,8 +81,8 @@ TEST_CASE("recipes: cast_parameters converts storage in place; make_optimizer ch
   check_error([&] { master.cast_parameters({mul(leaf, 2.0)}); }, "every parameter must be a floating leaf");
   clear_tape();
   Tensor f32 = from_vector({1.0}, {1}, {.requires_grad = true});
-  auto plain = amp::Recipe::parse("fp32").make_optimizer({f32}, make_sgd({}));
-  CHECK(dynamic_cast<optim::SGD*>(plain.get()) != nullptr);
+  for (const char* name : {"fp32", "mixed_float16", "mixed_bfloat16", "float16_pure", "bfloat16_pure"})
+    CHECK_FALSE(amp::Recipe::parse(name).master_weights);  // f32 parameters are their own masters
   // A graph that saved a parameter before its storage was replaced refuses backward.
   Tensor w = from_vector({2.0}, {1}, {.requires_grad = true});
   Tensor loss = sum(mul(w, w));
@@ -118,9 +117,8 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   Tensor w1 = uniform({8, 16}, -0.3, 0.3, gen).set_requires_grad(true);
   Tensor w2 = uniform({16, 4}, -0.3, 0.3, gen).set_requires_grad(true);
   recipe.cast_parameters({w1, w2});
-  auto opt = recipe.make_optimizer({w1, w2}, [](std::vector<Tensor> p) {
-    return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 1e-3});
-  });
+  auto opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w1, w2},
+                                          optim::AdamOptions{.lr = 1e-3, .master_weights = recipe.master_weights});
   amp::MemoryReport before = amp::memory_report(*opt);
   CHECK(before.parameters == 192 * 2);
   CHECK(before.master_weights == 192 * 4);
@@ -140,10 +138,15 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   amp::MemoryReport after = amp::memory_report(*opt);
   CHECK(after.parameters == 192 * 2);
   CHECK(after.master_weights == 192 * 4);
-  CHECK(after.gradients == 192 * 2 + 192 * 4);  // f16 model gradients + f32 master gradients
+  // The f16 model gradients only: the fused step reads them times 1/S, and no f32 master gradient
+  // exists (unscale_, for clipping, would make them: 192 * 4 bytes more).
+  CHECK(after.gradients == 192 * 2);
   CHECK(after.optimizer_state == 2 * 192 * 4);   // Adam's two f32 moments per master
   CHECK(after.saved_activations == 0);           // backward released the tape
-  CHECK(after.total() == 384 + 768 + 1152 + 1536);
+  CHECK(after.total() == 384 + 768 + 384 + 1536);
+  scaler.unscale_(*opt);
+  CHECK(amp::memory_report(*opt).gradients == 192 * 2 + 192 * 4);  // f16 model gradients + f32 master gradients
+  scaler.update();
 
   // The same forward in fp32 and under mixed_float16: f16 activations take less memory.
   Tensor v1 = uniform({8, 16}, -0.3, 0.3, gen).set_requires_grad(true);

@@ -265,9 +265,8 @@ TEST_CASE("the example models train on a GPU under every recipe as they do on th
                                              : nn::cnn({.channels1 = 4, .channels2 = 8, .hidden = 16}, generator);
         model->to(recipe.parameter_dtype);
         model->to(device);
-        auto optimizer = recipe.make_optimizer(model->parameters(), [](std::vector<Tensor> params) {
-          return std::make_unique<optim::SGD>(std::move(params), optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
-        });
+        auto optimizer = std::make_unique<optim::SGD>(
+            model->parameters(), optim::SgdOptions{.lr = 0.05, .momentum = 0.9, .master_weights = recipe.master_weights});
         amp::GradScaler scaler = recipe.make_scaler();
         // One batch, five steps on it: random labels on random images carry nothing to learn across
         // batches (the loss of fresh batches wanders around ln 10), but one batch is fitted step by step.

@@ -257,7 +257,7 @@ TEST_CASE("nn recipes: 30 SGD steps of a small MLP reduce the loss under every r
     std::shared_ptr<nn::Sequential> model = nn::mlp({features, 32, classes}, generator);
     model->to(recipe.parameter_dtype);
     std::vector<Tensor> parameters = model->parameters();
-    auto optimizer = recipe.make_optimizer(parameters, make_sgd({.lr = 0.2}));
+    auto optimizer = std::make_unique<optim::SGD>(parameters, optim::SgdOptions{.lr = 0.2, .master_weights = recipe.master_weights});
     amp::GradScaler scaler = recipe.make_scaler();
     CHECK(scaler.is_enabled() == (recipe.loss_scaling != amp::LossScaling::None));
 

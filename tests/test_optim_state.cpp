@@ -276,9 +276,8 @@ TEST_CASE("resume: AdamW with groups and warm-up + cosine is bit-exact") {
 TEST_CASE("resume: float16_master (f32 masters, AdamW, GradScaler, schedule) is bit-exact") {
   check_resume_is_bit_exact("float16_master", [](const std::vector<Tensor>& model) {
     const amp::Recipe recipe = amp::Recipe::parse("float16_master");
-    auto optimizer = recipe.make_optimizer(groups_of(model), [](std::vector<optim::ParamGroup> master_groups) {
-      return std::make_unique<optim::AdamW>(std::move(master_groups), optim::AdamWOptions{.lr = 0.01});
-    });
+    auto optimizer = std::make_unique<optim::AdamW>(
+        groups_of(model), optim::AdamWOptions{.lr = 0.01, .master_weights = recipe.master_weights});
     optimizer->set_schedule(optim::linear_warmup(3, optim::cosine_decay(9, 0.1)));
     return optimizer;
   });

@@ -24,7 +24,7 @@ TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss
   }
   CHECK(variant("V2").recipe.loss_scaling == amp::LossScaling::None);
   CHECK(variant("V3", 256).recipe.loss_scaling == amp::LossScaling::Static);
-  CHECK(variant("V3", 256).make_scaler().get_scale() == 256);
+  CHECK(variant("V3", 256).recipe.make_scaler().get_scale() == 256);
   CHECK(variant("V4").recipe.loss_scaling == amp::LossScaling::Dynamic);
   CHECK(variant("V5").recipe.name == "mixed_bfloat16");
   CHECK(variant("V6").recipe.name == "bfloat16_pure");

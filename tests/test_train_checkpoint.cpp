@@ -123,13 +123,15 @@ TEST_CASE("checkpoint v1: a float16_master run written before issue 17 resumes s
   const amp::Recipe recipe = amp::Recipe::parse("float16_master");
   model.to(recipe.parameter_dtype);
   const std::vector<Tensor> parameters = model.parameters();
-  auto optimizer = recipe.make_optimizer(parameters, [](std::vector<Tensor> masters) {
-    return std::make_unique<optim::AdamW>(std::move(masters), optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
-  });
+  auto optimizer = std::make_unique<optim::AdamW>(
+      parameters, optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1, .master_weights = recipe.master_weights});
   amp::GradScaler scaler = recipe.make_scaler();
-  const train::LoadedCheckpoint loaded =
-      train::load_checkpoint(kFixture, {.model = &model, .optimizer = optimizer.get(), .scaler = &scaler});
+  amp::ScaleMonitor monitor(scaler);
+  const train::LoadedCheckpoint loaded = train::load_checkpoint(
+      kFixture, {.model = &model, .optimizer = optimizer.get(), .scaler = &scaler, .monitor = &monitor});
   CHECK(optimizer->step_count() == 3);
+  CHECK(monitor.steps() == 3);  // the counters the GradScaler saved before issue 17 reach the monitor
+  CHECK(monitor.skipped_steps() == 0);
   CHECK(scaler.get_scale() == 131072.0);
   CHECK(scaler.options().growth_interval == 2);  // the scaler's settings come from the file
 
@@ -150,7 +152,7 @@ TEST_CASE("checkpoint v1: a float16_master run written before issue 17 resumes s
   const StateDict state = optimizer->state_dict();
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     INFO("master " << i);
-    check_equal(state.at(fmt::format("master.{}", i)), loaded.extra.at(fmt::format("expected.master.{}", i)));
+    check_equal(state.at(fmt::format("state.{}.master", i)), loaded.extra.at(fmt::format("expected.master.{}", i)));
   }
   CHECK(scaler.get_scale() == loaded.extra.at("expected.scale").item());  // grew: 2 clean steps since
   CHECK(scaler.get_scale() == 262144.0);

@@ -95,11 +95,6 @@ inline std::map<std::string, double> scalars_of(const StateDict& state) {
 
 inline double to_f16(double x) { return from_vector({x}, {1}, {.dtype = DType::F16}).item(); }
 
-// What amp::MasterWeights and amp::Recipe::make_optimizer take: SGD with these options.
-inline amp::MasterWeights::MakeOptimizer make_sgd(optim::SgdOptions options) {
-  return [options](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), options); };
-}
-
 // fn must throw mg::Error whose message contains `needle` (usually the op's name, "mg::add").
 template <class Fn>
 void check_error(Fn&& fn, const std::string& needle) {

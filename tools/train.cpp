@@ -18,13 +18,11 @@
 #include "data/idx.h"
 #include "data/text.h"
 #include "kernels/gemm.h"
-#include "train/checkpoint.h"
 #include "nn/models.h"
-#include "optim/adam.h"
-#include "optim/adamw.h"
-#include "optim/sgd.h"
-#include "tools/evaluation.h"
 #include "tools/progress.h"
+#include "train/checkpoint.h"
+#include "train/evaluation.h"
+#include "train/trainer.h"
 
 namespace mg::tools {
 
@@ -44,7 +42,7 @@ struct Task {
 };
 
 std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
-  standardize_pixels_(set.images);
+  train::standardize_pixels_(set.images);
   return std::make_shared<data::LabeledImages>(std::move(set));
 }
 
@@ -65,7 +63,7 @@ Task image_task(const TrainOptions& o) {
   task.unit = "img";
   task.evaluate = [test_set, model = task.model, device = train_device(o), batch = o.batch](
                       TrainSummary summary, const amp::Recipe& recipe) {
-    summary.test_accuracy = test_accuracy(*model, test_set->images, test_set->labels, recipe, device, batch);
+    summary.test_accuracy = train::test_accuracy(*model, test_set->images, test_set->labels, recipe, device, batch);
     return summary;
   };
   return task;
@@ -91,20 +89,40 @@ Task text_task(const TrainOptions& o) {
   task.unit = "char";
   task.evaluate = [corpus, model = task.model, context = o.context, device = train_device(o)](
                       TrainSummary summary, const amp::Recipe& recipe) {
-    summary.val_bits_per_char = bits_per_char(*model, corpus->validation(), context, recipe, device);
+    summary.val_bits_per_char = train::bits_per_char(*model, corpus->validation(), context, recipe, device);
     return summary;
   };
   return task;
 }
 
-amp::MasterWeights::MakeOptimizer optimizer_factory(const TrainOptions& o) {
-  return [o](std::vector<Tensor> parameters) -> std::unique_ptr<optim::Optimizer> {
-    if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = *o.lr});
-    if (o.optimizer == "adamw")
-      return std::make_unique<optim::AdamW>(std::move(parameters), optim::AdamWOptions{.lr = *o.lr});
-    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = *o.lr, .momentum = o.momentum});
-  };
-}
+// Stops a run whose loss is not finite when nothing would skip its step: without a loss scaler its
+// NaN gradients would reach every weight. The step record is logged first.
+class DivergenceCheck : public train::StepObserver {
+ public:
+  DivergenceCheck(train::Trainer& trainer, const TrainOptions& o, MetricsLog& log, std::int64_t step,
+                  Clock::time_point start)
+      : o_(o), log_(log), step_(step), start_(start), lr_(trainer.optimizer().lr()),
+        scaled_(trainer.scaler().is_enabled()) {}
+  void after_forward(const Tensor& loss) override {
+    loss_value = loss.item();
+    if (std::isfinite(loss_value) || scaled_) return;
+    log_.write({.step = step_ + 1, .loss = loss_value, .lr = lr_, .scale = 1, .skipped = true,
+                .seconds = std::chrono::duration<double>(Clock::now() - start_).count()});
+    throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: "
+                            "the run diverged (the weights stay as they were after step {}). Lower --lr (it is {:g}){}",
+                            std::fabs(loss_value), step_ + 1, o_.precision, step_, lr_,
+                            o_.log.empty() ? "" : fmt::format("; {} has every step so far", o_.log)));
+  }
+  double loss_value = 0;  // the step's loss, read here once
+
+ private:
+  const TrainOptions& o_;
+  MetricsLog& log_;
+  std::int64_t step_;
+  Clock::time_point start_;
+  double lr_;    // the rate this step uses
+  bool scaled_;  // a loss scaler would skip the step
+};
 
 double mean_of(const std::deque<double>& values) {
   double sum = 0;
@@ -122,16 +140,16 @@ std::int64_t peak_rss_bytes() {
 
 TrainSummary train(const TrainOptions& o) {
   manual_seed(o.seed);  // the model's initialization and dropout draw from the default generator
-  const amp::Recipe recipe = amp::Recipe::parse(o.precision);
   Task task = o.data == "text" ? text_task(o) : image_task(o);
-  nn::Module& model = *task.model;
-  model.to(recipe.parameter_dtype);
-  const Device device = train_device(o);
   kernels::set_allow_tf32(o.tf32);  // read by every GEMM queued from here on (kernels/gemm.h)
-  model.to(device);  // before the optimizer, whose state lives beside the parameters
-  auto optimizer = recipe.make_optimizer(model.parameters(), optimizer_factory(o));
   // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
-  amp::GradScaler scaler = recipe.make_scaler({.error_on_collapse = true});
+  train::Trainer trainer(task.model, {.recipe = amp::Recipe::parse(o.precision),
+                                      .optimizer = {.name = o.optimizer, .lr = *o.lr, .momentum = o.momentum},
+                                      .device = train_device(o),
+                                      .monitor = {.error_on_collapse = true}});
+  const amp::Recipe& recipe = trainer.recipe();
+  const Device device = trainer.device();
+  nn::Module& model = trainer.model();
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
 
   const std::map<std::string, std::string> identity{
@@ -139,7 +157,7 @@ TrainSummary train(const TrainOptions& o) {
   std::int64_t step = 0;
   std::deque<double> recent_losses;  // the last kFinalLossSteps losses, carried by checkpoints
   if (!o.resume.empty()) {
-    train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, {&model, optimizer.get(), &scaler});
+    train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, trainer.checkpoint_objects());
     for (const auto& [key, value] : identity)
       MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
                key, loaded.metadata[key], value);
@@ -161,47 +179,29 @@ TrainSummary train(const TrainOptions& o) {
     fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("f32 GEMM by {}",
                kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
   }
-  Progress progress(step, total, task.unit, scaler.is_enabled(), o.quiet);
+  Progress progress(step, total, task.unit, trainer.scaler().is_enabled(), o.quiet);
   MetricsLog log(o.log, !o.resume.empty());
   const auto start = Clock::now();
   std::int64_t items = 0;
   while (step < total) {
     data::Batch batch = task.next();
-    optimizer->zero_grad();
-    Tensor loss;
-    {
-      Autocast region = recipe.autocast();
-      loss = cast(mean_cross_entropy(model(batch.inputs.to(device)), batch.labels.to(device)), DType::F32);
-    }
-    const double lr = optimizer->lr();
-    const double loss_value = loss.item();
-    if (!std::isfinite(loss_value) && !scaler.is_enabled()) {
-      // Nothing would skip this step: its NaN gradients would reach every weight. Stop before they do.
-      log.write({.step = step + 1, .loss = loss_value, .lr = lr, .scale = 1, .skipped = true,
-                 .seconds = std::chrono::duration<double>(Clock::now() - start).count()});
-      throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: the run "
-              "diverged (the weights stay as they were after step {}). Lower --lr (it is {:g}){}", std::fabs(loss_value),
-              step + 1, o.precision, step, lr, o.log.empty() ? "" : fmt::format("; {} has every step so far", o.log)));
-    }
-    backward(scaler.scale(loss));
-    const bool stepped = scaler.step(*optimizer);
-    const double scale_used = scaler.get_scale();
-    scaler.update();  // throws when the scale collapses: every step skipped for collapse_patience steps
+    DivergenceCheck check(trainer, o, log, step, start);
+    const train::StepResult result = trainer.step(batch.inputs, batch.labels, &check);  // throws when the scale collapses
     ++step;
     items += batch.labels.numel();
-    recent_losses.push_back(loss_value);
+    recent_losses.push_back(check.loss_value);
     if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
-    StepRecord record{.step = step, .loss = loss_value, .lr = lr, .scale = scale_used, .skipped = !stepped,
-                      .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+    StepRecord record{.step = step, .loss = check.loss_value, .lr = result.lr, .scale = result.scale,
+                      .skipped = result.skipped, .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
     log.write(record);
-    progress.update(record, batch.labels.numel(), scaler.skipped_steps());
+    progress.update(record, batch.labels.numel(), trainer.monitor().skipped_steps());
   }
   progress.finish();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
   summary.steps = step;
-  summary.skipped_steps = scaler.skipped_steps();
-  summary.final_scale = scaler.get_scale();  // 1 when the recipe does not scale
+  summary.skipped_steps = trainer.monitor().skipped_steps();
+  summary.final_scale = trainer.scaler().get_scale();  // 1 when the recipe does not scale
   summary.final_loss = mean_of(recent_losses);
   summary.final_loss_steps = static_cast<std::int64_t>(recent_losses.size());
 
@@ -211,7 +211,7 @@ TrainSummary train(const TrainOptions& o) {
                     {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
                                                   {.dtype = DType::F64})}};
     state_insert(extra, "data.", task.data_state());
-    train::save_checkpoint(o.save, {&model, optimizer.get(), &scaler}, extra, identity);
+    train::save_checkpoint(o.save, trainer.checkpoint_objects(), extra, identity);
   }
   summary = task.evaluate(summary, recipe);
   summary.peak_rss_bytes = peak_rss_bytes();

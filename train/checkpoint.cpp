@@ -49,6 +49,7 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
   state_insert(state, "model.", objects.model->state_dict());
   if (objects.optimizer) state_insert(state, "optimizer.", objects.optimizer->state_dict());
   if (objects.scaler) state_insert(state, "scaler.", objects.scaler->state_dict());
+  if (objects.monitor) state_insert(state, "scaler.", objects.monitor->state_dict());  // keys of its own
   state["rng.default"] = generator_state(default_generator());
   state_insert(state, "extra.", extra);
   std::map<std::string, std::string> meta = metadata;
@@ -69,7 +70,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
            path, file.metadata["version"], kVersion);
   const StateDict model_state = state_subset(file.tensors, "model.");
   const StateDict optimizer_state = state_subset(file.tensors, "optimizer.");
-  const StateDict scaler_state = state_subset(file.tensors, "scaler.");
+  // The scaler's entries and its monitor's share the prefix (the GradScaler held both before issue 17).
+  StateDict scaler_state, monitor_state;
+  for (auto& [key, value] : state_subset(file.tensors, "scaler."))
+    (amp::ScaleMonitor::state_dict_keys().contains(key) ? monitor_state : scaler_state)[key] = value;
   auto rng = file.tensors.find("rng.default");
   MG_CHECK(rng != file.tensors.end() && rng->second.dtype() == DType::I32 && rng->second.numel() == 4,
            "{}: {}: the entry rng.default (four i32 words) is missing or malformed", op, path);
@@ -82,15 +86,20 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
   // optimizer, harmlessly when it was the one refused) are put back, so a file that does not fit
   // changes nothing. A module's state_dict holds its live tensors, so the model's is copied; an
   // optimizer's state_dict is already a snapshot.
+  // A monitor is restored from the file's counters where it has them; a file saved without a monitor
+  // leaves it as it is (its counters start where this run does).
   const StateDict model_backup = copy_of(objects.model->state_dict());
   const StateDict optimizer_backup = objects.optimizer ? objects.optimizer->state_dict() : StateDict{};
+  const StateDict scaler_backup = objects.scaler ? objects.scaler->state_dict() : StateDict{};
   objects.model->load_state_dict(model_state);
   try {
     if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_state);
     if (objects.scaler) objects.scaler->load_state_dict(scaler_state);
+    if (objects.monitor && !monitor_state.empty()) objects.monitor->load_state_dict(monitor_state);
   } catch (...) {
     objects.model->load_state_dict(model_backup);
     if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_backup);
+    if (objects.scaler) objects.scaler->load_state_dict(scaler_backup);
     throw;
   }
   set_generator_state(default_generator(), rng->second);

@@ -4,7 +4,8 @@
 //   model.<name>      the model's parameters and buffers, in their dtypes (f16 for the pure and
 //                     master recipes: the f32 masters are the optimizer's)
 //   optimizer.<key>   the optimizer's state_dict(): step count, learning rates, moments, masters
-//   scaler.<key>      the GradScaler's state: scale, growth tracker, counters (0-d f64)
+//   scaler.<key>      the GradScaler's state (scale, growth tracker, options) and its ScaleMonitor's
+//                     (counters, hysteresis, floor, cap), 0-d f64 each
 //   rng.default       mg::default_generator()'s seed and offset as four i32 words (lo, hi, lo, hi):
 //                     dropout masks continue where they stopped
 //   extra.<key>       the caller's own entries: a data loader's position, an epoch counter, ...
@@ -22,17 +23,19 @@
 #include <string>
 
 #include "amp/grad_scaler.h"
+#include "amp/scale_monitor.h"
 #include "core/state_dict.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
 namespace mg::train {
 
-// What a checkpoint holds; optimizer and scaler may be null (a model-only checkpoint).
+// What a checkpoint holds; optimizer, scaler and monitor may be null (a model-only checkpoint).
 struct TrainingObjects {
   nn::Module* model = nullptr;
   optim::Optimizer* optimizer = nullptr;
   amp::GradScaler* scaler = nullptr;
+  amp::ScaleMonitor* monitor = nullptr;
 };
 
 void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra = {},

@@ -1,6 +1,7 @@
 // CPU loss-scaling kernels (kernels/amp.h): unscale widens chunks of each gradient to f32 (F16C
-// for f16), multiplies them by the factor, checks them, and rounds them into the destination;
-// update_scale runs the shared update_scale_step on the three one-element tensors.
+// for f16), multiplies them by the factor, checks them, and rounds them into the destination (or,
+// for find_non_finite, only checks them); update_scale runs the shared update_scale_step on the
+// three one-element tensors.
 // Tests: build/tests/test_amp_scaler, build/tests/test_cuda_amp.
 #include <algorithm>
 #include <cmath>
@@ -14,20 +15,24 @@ namespace {
 
 constexpr std::int64_t kChunk = 1024;
 
+// Unscales src into dst (dst undefined: checks only); returns whether a result was inf or NaN.
 template <class C>
-bool unscale_one(const Tensor& src, const Tensor& dst, C factor) {
+bool unscale_one(const Tensor& src, const Tensor* dst, C factor) {
   C values[kChunk];
   C stored[kChunk];
   std::int64_t non_finite = 0;
   const auto* in = static_cast<const char*>(src.data_ptr());
-  auto* out = static_cast<char*>(dst.data_ptr());
-  const std::size_t in_size = dtype_size(src.dtype()), out_size = dtype_size(dst.dtype());
-  const bool in_place = src.dtype() == dtype_of<C>() && dst.dtype() == dtype_of<C>();
+  auto* out = dst ? static_cast<char*>(dst->data_ptr()) : nullptr;
+  const std::size_t in_size = dtype_size(src.dtype()), out_size = dst ? dtype_size(dst->dtype()) : 0;
+  const bool in_place = dst && src.dtype() == dtype_of<C>() && dst->dtype() == dtype_of<C>();
   for (std::int64_t start = 0; start < src.numel(); start += kChunk) {
     const std::int64_t n = std::min(kChunk, src.numel() - start);
-    void* destination = out + static_cast<std::size_t>(start) * out_size;
+    void* destination = dst ? out + static_cast<std::size_t>(start) * out_size : nullptr;
     const C* check = values;
-    if (in_place) {  // f32 (or f64) both sides: no widening, no copies
+    if (!dst) {  // find_non_finite: the products are checked and dropped
+      convert(in + static_cast<std::size_t>(start) * in_size, src.dtype(), values, dtype_of<C>(), n);
+      for (std::int64_t i = 0; i < n; ++i) values[i] *= factor;
+    } else if (in_place) {  // f32 (or f64) both sides: no widening, no copies
       const C* from = reinterpret_cast<const C*>(in) + start;
       C* to = static_cast<C*>(destination);
       for (std::int64_t i = 0; i < n; ++i) to[i] = from[i] * factor;
@@ -35,10 +40,10 @@ bool unscale_one(const Tensor& src, const Tensor& dst, C factor) {
     } else {
       convert(in + static_cast<std::size_t>(start) * in_size, src.dtype(), values, dtype_of<C>(), n);
       for (std::int64_t i = 0; i < n; ++i) values[i] *= factor;
-      convert(values, dtype_of<C>(), destination, dst.dtype(), n);
+      convert(values, dtype_of<C>(), destination, dst->dtype(), n);
       // Check what was stored: an f16 destination overflows at 65520, not at f32's limit.
-      if (dst.dtype() != dtype_of<C>()) {
-        convert(destination, dst.dtype(), stored, dtype_of<C>(), n);
+      if (dst->dtype() != dtype_of<C>()) {
+        convert(destination, dst->dtype(), stored, dtype_of<C>(), n);
         check = stored;
       }
     }
@@ -50,11 +55,13 @@ bool unscale_one(const Tensor& src, const Tensor& dst, C factor) {
 
 }  // namespace
 
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double factor, Tensor& found_inf) {
+void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf) {
+  const double f = factor.dtype() == DType::F64 ? *factor.data<double>() : *factor.data<float>();
   bool non_finite = false;
   for (std::size_t i = 0; i < src.size(); ++i) {
-    non_finite |= dst[i].dtype() == DType::F64 ? unscale_one<double>(src[i], dst[i], factor)
-                                               : unscale_one<float>(src[i], dst[i], static_cast<float>(factor));
+    const Tensor* to = dst.empty() ? nullptr : &dst[i];
+    const bool f64 = (to ? to->dtype() : src[i].dtype()) == DType::F64;  // f64 is computed in f64
+    non_finite |= f64 ? unscale_one<double>(src[i], to, f) : unscale_one<float>(src[i], to, static_cast<float>(f));
   }
   if (non_finite) *found_inf.data<float>() = 1.0f;
 }

@@ -3,8 +3,9 @@
 // C buffers when they hold f16/bf16; the update functor of kernels/optim_functors.h (shared with
 // the CUDA kernel) runs once per element, and buffered results are rounded back on store. The
 // lost-update count compares the stored parameter with the old one wherever the computed change
-// was non-zero. FusedMaster: the gradient is scaled as it is read, a set found_inf returns before
-// anything is written, and the model copy is converted from each stored chunk of the parameter.
+// was non-zero. FusedStep: the gradient is scaled as it is read, a set found_inf returns before
+// anything is written (Adam's step count included), and the model copy is converted from each stored
+// chunk of the parameter.
 // Tests: build/tests/test_optim, build/tests/test_cuda_amp.
 #include <algorithm>
 #include <array>
@@ -23,14 +24,16 @@ constexpr std::int64_t kChunk = 256;
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
 // tensors, and update returns whether the change it computed was non-zero (before any rounding).
 // Tensors that hold C are updated in place, so the f32 loop vectorizes and copies nothing.
+bool skipped(const FusedStep& fused) { return fused.found_inf && *fused.found_inf->data<float>() != 0.0f; }
+
 template <class C, std::size_t S, class Update>
-void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, const FusedMaster& fused,
+void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, const FusedStep& fused,
                    UpdateCount& count, Update update) {
-  if (fused.found_inf && *fused.found_inf->data<float>() != 0.0f) return;  // a skipped step writes nothing
+  if (skipped(fused)) return;  // a skipped step writes nothing
   C p_buffer[kChunk], g_buffer[kChunk], s_buffer[S > 0 ? S : 1][kChunk], old[kChunk], stored[kChunk];
   unsigned char changed[kChunk];
   const DType c = dtype_of<C>();
-  const C inv_scale = C(fused.inv_scale);
+  const C inv_scale = fused.inv_scale ? C(*fused.inv_scale->data<float>()) : C(1);
   std::int64_t nonzero = 0, lost = 0;
   for (std::int64_t start = 0; start < param.numel(); start += kChunk) {
     const std::int64_t n = std::min(kChunk, param.numel() - start);
@@ -77,26 +80,32 @@ void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> sta
 
 template <class C>
 void sgd_typed(Tensor& param, const Tensor& grad, Tensor* buffer, const SgdHyper& h, UpdateCount& count,
-               const FusedMaster& fused) {
+               const FusedStep& fused) {
   if (buffer) update_chunks<C, 1>(param, grad, {buffer}, fused, count, SgdUpdate<C, true>(h));
   else update_chunks<C, 0>(param, grad, {}, fused, count, SgdUpdate<C, false>(h));
+}
+
+template <class C>
+void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+                const AdamHyper& h, UpdateCount& count, const FusedStep& fused) {
+  if (skipped(fused)) return;  // the step count does not move either
+  std::int32_t& steps = *step.data<std::int32_t>();
+  update_chunks<C, 2>(param, grad, {&exp_avg, &exp_avg_sq}, fused, count, AdamUpdate<C>(h).at_step(steps + 1));
+  ++steps;
 }
 
 }  // namespace
 
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedMaster& fused) {
+         const FusedStep& fused) {
   if (param.dtype() == DType::F64) sgd_typed<double>(param, grad, momentum_buffer, hyper, count, fused);
   else sgd_typed<float>(param, grad, momentum_buffer, hyper, count, fused);
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount& count, const FusedMaster& fused) {
-  if (param.dtype() == DType::F64)
-    update_chunks<double, 2>(param, grad, {&exp_avg, &exp_avg_sq}, fused, count, AdamUpdate<double>(hyper));
-  else update_chunks<float, 2>(param, grad, {&exp_avg, &exp_avg_sq}, fused, count, AdamUpdate<float>(hyper));
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused) {
+  if (param.dtype() == DType::F64) adam_typed<double>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
+  else adam_typed<float>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
 }
-
-void collect_update_count(Device, UpdateCount&) {}
 
 }  // namespace mg::kernels::cpu

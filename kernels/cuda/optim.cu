@@ -1,5 +1,6 @@
 // CUDA optimizer updates (kernels/optim.h): sgd and adam/adamw over one parameter tensor, with the
-// optional fused master-weights pass (FusedMaster), and the device-side update counts.
+// optional fused parts (FusedStep: 1/S, found_inf, the f16 model copy), and the device-side update
+// counts.
 //
 // The math is the functors of kernels/optim_functors.h, the same ones the CPU loop calls, in f32
 // with the same rounding of every intermediate, so a GPU update equals the CPU's bit for bit (the
@@ -10,12 +11,17 @@
 // blocks as the GPU holds at once (grid_for: one wave, never a partial last one), fewer for small
 // tensors; one vector load per tensor and pack when every pointer is aligned to a pack, then the
 // tail (or everything, when some pointer is not aligned) element by element.
-// FusedMaster: each block first reads found_inf (written by the unscale or another kernel before it
-// on the stream) and returns at once when it is set; the model copy is written from the stored
-// parameter in the same pass.
+// FusedStep: each block first reads found_inf (written by the check or another kernel before it on
+// the stream) and returns at once when it is set; every thread reads inv_scale; the model copy is
+// written from the stored parameter in the same pass.
+// Adam's step count: every thread reads it (i32 [1]) and builds the bias corrections of the next
+// update itself (AdamUpdate::at_step, in f64); a one-thread kernel queued after the update adds 1
+// unless found_inf is set, so no block can read a count that another already advanced.
 // Counting: each thread counts its non-zero and lost updates, a block adds its threads' counts
 // (warp reductions, then shared memory) and one thread adds them to the device's two counters with
-// atomicAdd. collect_update_count reads and clears them: the one place the host waits.
+// atomicAdd. clear_update_count zeroes them at the start of a step (a one-thread kernel that leaves
+// them when the step's found_inf is set); read_update_count copies them to the host: the one place
+// the host waits, and only when asked.
 // Tests: build/tests/test_cuda_amp (GPU vs CPU). Benchmark: build/bench/cuda_memory (sgd, adam).
 #include <algorithm>
 #include <array>
@@ -81,11 +87,20 @@ __device__ void add_block_counts(Counts counts, unsigned long long* counters) {
 }
 
 
+// The functor of this update: Adam's needs the parameter's step count (read here, on the device).
+template <class Update>
+__device__ __forceinline__ Update prepared(const Update& update, const std::int32_t* step) {
+  if constexpr (requires { update.at_step(1); }) return update.at_step(std::int64_t{*step} + 1);
+  else return update;
+}
+
 template <class P, class G, int S, class Update>
 __global__ void __launch_bounds__(kThreads)
-    update_kernel(UpdateTensors<P, G, S> t, Update update, float inv_scale, const float* found_inf,
-                  unsigned long long* counters) {
+    update_kernel(UpdateTensors<P, G, S> t, Update update_at_step, const std::int32_t* step, const float* inv_scale_ptr,
+                  const float* found_inf, unsigned long long* counters) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;  // a skipped step: the whole grid leaves
+  const Update update = prepared(update_at_step, step);
+  const float inv_scale = inv_scale_ptr != nullptr ? *inv_scale_ptr : 1.0f;
   Counts counts;
   std::int64_t done = 0;
   if (t.vectorized) {
@@ -131,6 +146,16 @@ __global__ void __launch_bounds__(kThreads)
   add_block_counts(counts, counters);
 }
 
+// Zeroes the update counts at the start of a step, unless the step is skipped (found_inf set).
+__global__ void clear_counts_kernel(unsigned long long* counters, const float* found_inf) {
+  if (found_inf == nullptr || *found_inf == 0.0f) counters[0] = counters[1] = 0;
+}
+
+// Adam's step count + 1, after every block of the update has read it; not when the step is skipped.
+__global__ void advance_step_kernel(std::int32_t* step, const float* found_inf) {
+  if (found_inf == nullptr || *found_inf == 0.0f) *step += 1;
+}
+
 // Blocks for the grid-stride loop over `packs` packs: never more than the GPU holds at once, so that
 // there is no last, partial wave (an Adam kernel uses ~40 registers a thread, so an H100 SM holds 6
 // blocks of 256, and a fixed grid of 132 * 32 blocks would run 5.3 waves: 11% of the time idle).
@@ -149,7 +174,7 @@ unsigned grid_for(std::int64_t packs) {
   return static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, resident));
 }
 
-// The device's running counts [nonzero, lost], cleared by collect_update_count. Allocated on first
+// The device's running counts [nonzero, lost], cleared by clear_update_count. Allocated on first
 // use with cudaMalloc and kept for the life of the process (16 bytes a device), outside the
 // caching allocator so that they never show in its statistics.
 unsigned long long* update_counters(int device_index) {
@@ -166,10 +191,11 @@ unsigned long long* update_counters(int device_index) {
   return device_counters;
 }
 
-// Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor.
+// Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor;
+// `step`: Adam's count (null for SGD).
 template <int S, class Update>
 void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state,
-                   const FusedMaster& fused, const Update& update) {
+                   Tensor* step, const FusedStep& fused, const Update& update) {
   for (Tensor* s : state)
     MG_CHECK(s->dtype() == param.dtype(), "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a "
              "GPU the state has the parameter's dtype (as every optimizer creates it)", kernel, s->dtype(),
@@ -177,7 +203,6 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
   Tensor* model_copy = fused.model_copy;
   if (model_copy) visit_device_floating(model_copy->dtype(), kernel, [](auto) {});
   const std::int64_t numel = param.numel();
-  if (numel == 0) return;
   mg::cuda::DeviceGuard guard(param.device().index);
   unsigned long long* counters = update_counters(param.device().index);
   const float* found_inf = fused.found_inf ? device_ptr<const float>(*fused.found_inf) : nullptr;
@@ -196,33 +221,44 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
       }
       if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
       const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
-      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(t, update, static_cast<float>(fused.inv_scale),
-                                                                      found_inf, counters);
+      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(
+          t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
+          fused.inv_scale ? device_ptr<const float>(*fused.inv_scale) : nullptr, found_inf, counters);
       MG_CUDA_LAUNCHED();
     });
   });
+  if (step) {
+    MG_LAUNCH(advance_step_kernel, 1, 1, 0, stream_of(param))(device_ptr<std::int32_t>(*step), found_inf);
+    MG_CUDA_LAUNCHED();
+  }
 }
 
 }  // namespace
 
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount&,
-         const FusedMaster& fused) {
-  if (momentum_buffer) launch_update<1>("sgd", param, grad, {momentum_buffer}, fused, SgdUpdate<float, true>(hyper));
-  else launch_update<0>("sgd", param, grad, {}, fused, SgdUpdate<float, false>(hyper));
+         const FusedStep& fused) {
+  if (momentum_buffer)
+    launch_update<1>("sgd", param, grad, {momentum_buffer}, nullptr, fused, SgdUpdate<float, true>(hyper));
+  else launch_update<0>("sgd", param, grad, {}, nullptr, fused, SgdUpdate<float, false>(hyper));
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamHyper& hyper,
-          UpdateCount&, const FusedMaster& fused) {
-  launch_update<2>("adam", param, grad, {&exp_avg, &exp_avg_sq}, fused, AdamUpdate<float>(hyper));
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+          const AdamHyper& hyper, UpdateCount&, const FusedStep& fused) {
+  launch_update<2>("adam", param, grad, {&exp_avg, &exp_avg_sq}, &step, fused, AdamUpdate<float>(hyper));
 }
 
-void collect_update_count(Device device, UpdateCount& count) {
+void clear_update_count(Device device, const Tensor* found_inf) {
   mg::cuda::DeviceGuard guard(device.index);
-  unsigned long long* counters = update_counters(device.index);
-  const cudaStream_t stream = mg::cuda::stream(device.index);
+  MG_LAUNCH(clear_counts_kernel, 1, 1, 0, mg::cuda::stream(device.index))(
+      update_counters(device.index), found_inf ? device_ptr<const float>(*found_inf) : nullptr);
+  MG_CUDA_LAUNCHED();
+}
+
+void read_update_count(Device device, UpdateCount& count) {
+  mg::cuda::DeviceGuard guard(device.index);
   unsigned long long host[2];
-  MG_CUDA_CHECK(cudaMemcpyAsync(host, counters, sizeof host, cudaMemcpyDeviceToHost, stream));
-  MG_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof host, stream));  // queued after the copy
+  MG_CUDA_CHECK(cudaMemcpyAsync(host, update_counters(device.index), sizeof host, cudaMemcpyDeviceToHost,
+                                mg::cuda::stream(device.index)));
   mg::cuda::synchronize(device.index);
   count.nonzero += static_cast<std::int64_t>(host[0]);
   count.lost += static_cast<std::int64_t>(host[1]);

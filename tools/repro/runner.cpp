@@ -16,9 +16,8 @@
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/models.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
-#include "tools/evaluation.h"
+#include "train/evaluation.h"
+#include "train/trainer.h"
 
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/runtime.h"
@@ -29,11 +28,6 @@ namespace mg::tools::repro {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// The mean cross entropy over every position, in f32 (autocast's policy for losses).
-Tensor loss_of(const Tensor& logits, const Tensor& targets) {
-  return cast(mean_cross_entropy(logits, targets), DType::F32);
-}
 
 // Bytes the allocator of `device` holds now, and the most it held since reset_peak_on(device).
 std::size_t allocated_bytes(Device device) { return allocator_for(device).stats_on(device).allocated_bytes; }
@@ -87,8 +81,8 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
   data::LabeledImages train = data::load_fashion_mnist(dir, data::Split::Train, train_examples);
   data::LabeledImages test = data::load_fashion_mnist(dir, data::Split::Test, test_examples);
   auto result = std::make_shared<ImageData>();
-  standardize_pixels_(train.images);
-  standardize_pixels_(test.images);
+  train::standardize_pixels_(train.images);
+  train::standardize_pixels_(test.images);
   result->train_images = train.images;
   result->train_labels = train.labels;
   result->test_images = test.images;
@@ -180,43 +174,136 @@ ModelFactory tiny_gpt(nn::GptOptions options) {
   };
 }
 
+namespace {
+
+// What a logged step records beside training (RunConfig's record_* flags), as a StepObserver of the
+// shared step: activation gradients during backward, the weights' gradients after it. It only reads.
+class GradientRecording : public train::StepObserver {
+ public:
+  GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, const std::vector<std::string>& names,
+                    GradientHistograms& histograms, StepLog& entry)
+      : c_(c), weights_(weights), names_(names), histograms_(histograms), entry_(entry) {}
+
+  void before_backward() override {
+    if (c_.record_activation_gradients || c_.record_histograms) recorder_.emplace();  // watches this backward only
+  }
+
+  void after_backward(const optim::Optimizer&) override {
+    if (recorder_) record_activations();
+    if (c_.record_weight_gradients || c_.record_histograms) record_weights();
+  }
+
+ private:
+  void record_activations() {
+    amp::GradientStats activations;
+    std::size_t slot = 0;
+    for (const auto& e : recorder_->entries()) {
+      if (!is_activation(e)) continue;
+      if (slot == 0) entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
+      activations.merge(e.stats);
+      if (c_.record_histograms)
+        merge_into(histograms_.activation_names, histograms_.activations, slot, fmt::format("{} {}", e.op, e.shape),
+                   e.stats);
+      ++slot;
+    }
+    if (c_.record_activation_gradients)
+      std::tie(entry_.activation_zero_fraction, entry_.activation_zero_in_f16_fraction) = zero_fractions(activations);
+    recorder_.reset();
+  }
+
+  void record_weights() {
+    for (std::size_t w = 0; w < weights_.size(); ++w) {
+      const Tensor grad = weights_[w].grad();
+      const amp::GradientStats stats = grad.defined() ? amp::gradient_stats(grad) : amp::GradientStats{};
+      if (c_.record_histograms) merge_into(histograms_.weight_names, histograms_.weights, w, names_[w], stats);
+      if (!c_.record_weight_gradients) continue;
+      const auto [zero, zero_in_f16] = grad.defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
+      entry_.weight_grad_zero_fraction.push_back(zero);
+      entry_.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
+    }
+  }
+
+  const RunConfig& c_;
+  const std::vector<Tensor>& weights_;
+  const std::vector<std::string>& names_;
+  GradientHistograms& histograms_;
+  StepLog& entry_;
+  std::optional<amp::GradientRecorder> recorder_;
+};
+
+// The memory of a step just before and after its forward pass (RunResult's state_bytes and
+// activation_bytes): what the model's state and the batch hold once zero_grad has dropped the
+// gradients, and what the forward adds to it.
+class ForwardMemory : public train::StepObserver {
+ public:
+  explicit ForwardMemory(Device device) : device_(device) {}
+  void before_forward() override { before_ = allocated_bytes(device_); }
+  void after_forward(const Tensor&) override { after_ = allocated_bytes(device_); }
+  std::size_t before() const { return before_; }
+  std::size_t after() const { return after_; }
+
+ private:
+  Device device_;
+  std::size_t before_ = 0, after_ = 0;
+};
+
+// Both, in one observer for the step that needs both.
+class Observers : public train::StepObserver {
+ public:
+  Observers(train::StepObserver* first, train::StepObserver* second) : first_(first), second_(second) {}
+  void before_forward() override { each([](auto* o) { o->before_forward(); }); }
+  void after_forward(const Tensor& loss) override { each([&](auto* o) { o->after_forward(loss); }); }
+  void before_backward() override { each([](auto* o) { o->before_backward(); }); }
+  void after_backward(const optim::Optimizer& optimizer) override {
+    each([&](auto* o) { o->after_backward(optimizer); });
+  }
+
+ private:
+  void each(auto&& call) {
+    for (train::StepObserver* o : {first_, second_})
+      if (o) call(o);
+  }
+  train::StepObserver *first_, *second_;
+};
+
+}  // namespace
+
 RunResult run(const RunConfig& c) {
   check_config(c);
   const auto start = std::chrono::steady_clock::now();
-  const amp::Recipe& recipe = c.variant.recipe;
   const std::size_t bytes_before = allocated_bytes(c.device);
   reset_peak(c.device);
 
-  // Same seed, same f32 initial weights and batch order for every variant; then the variant's dtype.
+  // Same seed, same f32 initial weights and batch order for every variant; the trainer then stores
+  // them in the variant's dtype. E4's loss multiplier comes with its inverse in the learning rate.
   Generator init(c.seed);
-  std::shared_ptr<nn::Module> model = c.make_model(init);
-  model->to(recipe.parameter_dtype);
-  model->to(c.device);
+  train::Trainer trainer(c.make_model(init), {.recipe = c.variant.recipe,
+                                              .optimizer = {.name = c.adam ? "adam" : "sgd",
+                                                            .lr = c.lr / c.loss_multiplier,
+                                                            .momentum = c.momentum,
+                                                            .schedule = c.schedule},
+                                              .device = c.device,
+                                              .loss_multiplier = c.loss_multiplier,
+                                              .scaler = c.variant.scaler,
+                                              .monitor = c.variant.monitor});
+  nn::Module& model = trainer.model();
   Batches batches(c);
-  const double lr = c.lr / c.loss_multiplier;
-  auto optimizer = recipe.make_optimizer(model->parameters(), [&](std::vector<Tensor> parameters)
-                                                                  -> std::unique_ptr<optim::Optimizer> {
-    if (c.adam) return std::make_unique<optim::Adam>(std::move(parameters), optim::AdamOptions{.lr = lr});
-    return std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = lr, .momentum = c.momentum});
-  });
-  if (c.schedule) optimizer->set_schedule(c.schedule);
-  amp::GradScaler scaler = c.variant.make_scaler();
 
   RunResult result;
   result.variant = c.variant;
   result.loss_multiplier = c.loss_multiplier;
   std::vector<Tensor> weights;
-  for (const auto& [name, p] : model->named_parameters())
+  for (const auto& [name, p] : model.named_parameters())
     if (p.dim() >= 2) {
       result.weight_names.push_back(name);
       weights.push_back(p);
     }
-  GradientHistograms& histograms = result.histograms;
 
   // Test accuracy (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
-    if (c.data) entry.test_accuracy = test_accuracy(*model, c.data->test_images, c.data->test_labels, recipe, c.device);
-    else entry.validation_bpc = bits_per_char(*model, c.text->validation, c.context, recipe, c.device);
+    const amp::Recipe& recipe = c.variant.recipe;
+    if (c.data) entry.test_accuracy = train::test_accuracy(model, c.data->test_images, c.data->test_labels, recipe, c.device);
+    else entry.validation_bpc = train::bits_per_char(model, c.text->validation, c.context, recipe, c.device);
   };
 
   std::int64_t lost = 0, nonzero = 0, timed_steps = 0;
@@ -225,68 +312,37 @@ RunResult run(const RunConfig& c) {
   for (std::int64_t step = 1; step <= c.steps; ++step) {
     const bool logged = step % c.log_every == 0 || step == c.steps;
     const bool evaluated = step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0);
-    const bool recording = logged && (c.record_activation_gradients || c.record_histograms);
-    const bool measuring = recording || (logged && c.record_weight_gradients);  // statistics cost time
+    const bool recording =
+        logged && (c.record_activation_gradients || c.record_weight_gradients || c.record_histograms);
     const auto step_start = std::chrono::steady_clock::now();
     data::Batch batch = batches.next();
     const Tensor inputs = batch.inputs.to(c.device), targets = batch.labels.to(c.device);
-    optimizer->zero_grad();  // drops the gradients: they come back during backward
-    Tensor loss;
-    const std::size_t before_forward = allocated_bytes(c.device);
-    {
-      Autocast region = recipe.autocast();
-      loss = loss_of(model->forward(inputs), targets);
-    }
-    if (step == c.steps) {
-      result.state_bytes = above(before_forward, bytes_before);
-      result.activation_bytes = above(allocated_bytes(c.device), before_forward);
-    }
-    StepLog entry{.step = step, .loss = loss.item(), .lr = optimizer->lr(), .scale = scaler.get_scale()};
-    Tensor objective = c.loss_multiplier == 1.0 ? loss : mul(loss, c.loss_multiplier);
+    StepLog entry{.step = step};
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
-    if (recording) {
-      amp::GradientRecorder recorder;  // watches this backward pass only
-      backward(scaler.scale(objective));
-      amp::GradientStats activations;
-      std::size_t slot = 0;
-      for (const auto& e : recorder.entries()) {
-        if (!is_activation(e)) continue;
-        if (slot == 0) entry.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
-        activations.merge(e.stats);
-        if (c.record_histograms)
-          merge_into(histograms.activation_names, histograms.activations, slot,
-                     fmt::format("{} {}", e.op, e.shape), e.stats);
-        ++slot;
-      }
-      if (c.record_activation_gradients)
-        std::tie(entry.activation_zero_fraction, entry.activation_zero_in_f16_fraction) = zero_fractions(activations);
-    } else {
-      backward(scaler.scale(objective));
+    GradientRecording recording_observer(c, weights, result.weight_names, result.histograms, entry);
+    std::optional<ForwardMemory> memory;  // measured at the last step
+    if (step == c.steps) memory.emplace(c.device);
+    Observers observers(recording ? &recording_observer : nullptr, memory ? &*memory : nullptr);
+    const train::StepResult stepped = trainer.step(inputs, targets, &observers);
+    if (memory) {
+      result.state_bytes = above(memory->before(), bytes_before);
+      result.activation_bytes = above(memory->after(), memory->before());
     }
-    if (logged && (c.record_weight_gradients || c.record_histograms))
-      for (std::size_t w = 0; w < weights.size(); ++w) {
-        const amp::GradientStats stats = weights[w].grad().defined() ? amp::gradient_stats(weights[w].grad())
-                                                                     : amp::GradientStats{};
-        if (c.record_histograms) merge_into(histograms.weight_names, histograms.weights, w, result.weight_names[w], stats);
-        if (!c.record_weight_gradients) continue;
-        const auto [zero, zero_in_f16] = weights[w].grad().defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
-        entry.weight_grad_zero_fraction.push_back(zero);
-        entry.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
-      }
-    const bool stepped = scaler.step(*optimizer);
-    scaler.update();
-    entry.skipped = !stepped;
-    if (!stepped) result.skipped_at.push_back(step);
+    entry.loss = stepped.loss.item();
+    entry.lr = stepped.lr;
+    entry.scale = stepped.scale;
+    entry.skipped = stepped.skipped;
+    if (stepped.skipped) result.skipped_at.push_back(step);
     if (result.scale_trajectory.empty() || result.scale_trajectory.back().second != entry.scale)
       result.scale_trajectory.emplace_back(step, entry.scale);
     entry.lost_update_fraction = kNaN;
-    if (stepped) {
-      const kernels::UpdateCount count = optimizer->last_update();
+    if (!stepped.skipped) {
+      const kernels::UpdateCount count = trainer.optimizer().last_update();
       lost += count.lost;
       nonzero += count.nonzero;
       if (count.nonzero > 0) entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
     }
-    if (!measuring && step > c.warmup_steps) {  // plain training steps, done on the device too
+    if (!recording && step > c.warmup_steps) {  // plain training steps, done on the device too
       wait_for(c.device);
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       ++timed_steps;
@@ -308,8 +364,8 @@ RunResult run(const RunConfig& c) {
   double sum = 0;
   for (std::size_t i = result.log.size() - tail; i < result.log.size(); ++i) sum += result.log[i].loss;
   result.final_loss = sum / static_cast<double>(tail);
-  result.skipped_steps = scaler.skipped_steps();
-  result.final_scale = scaler.get_scale();
+  result.skipped_steps = trainer.monitor().skipped_steps();
+  result.final_scale = trainer.scaler().get_scale();
   result.lost_update_fraction = nonzero > 0 ? static_cast<double>(lost) / static_cast<double>(nonzero) : kNaN;
   result.train_seconds = train_seconds;
   const std::int64_t items_per_step = c.data ? c.batch : c.batch * c.context;

@@ -19,7 +19,7 @@ Variant make(std::string id, std::string name, std::string recipe_name, amp::Los
   v.description = std::move(description);
   // A repro run is short: the alarm for a collapsing scale would only add noise to the output,
   // and a variant that collapses is a result to report, not an error.
-  v.scaler.collapse_patience = 0;
+  v.monitor.collapse_patience = 0;
   return v;
 }
 

@@ -21,6 +21,7 @@
 
 #include "amp/grad_scaler.h"
 #include "amp/recipe.h"
+#include "amp/scale_monitor.h"
 
 namespace mg::tools::repro {
 
@@ -30,8 +31,7 @@ struct Variant {
   std::string description{};  // one line: what is stored in which precision and how the loss is scaled
   amp::Recipe recipe;       // parameters, autocast, master copy, loss-scaling mode (and S for V3)
   amp::GradScalerOptions scaler;  // everything else about the scaler (make_scaler sets enabled/dynamic)
-
-  amp::GradScaler make_scaler() const { return recipe.make_scaler(scaler); }
+  amp::ScaleMonitorOptions monitor;  // the run's record of the scale (no collapse alarm: see variants.cpp)
 };
 
 // The variant with this id. static_scale is S of V3 (ignored by the others); it must be > 0.

@@ -15,7 +15,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 
-namespace mg::tools {
+namespace mg::train {
 
 // Fashion-MNIST's pixel mean and standard deviation over the training set (of values in [0, 1]):
 // standardized inputs let the first layer start where its initialization assumes unit variance.
@@ -40,4 +40,4 @@ double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labe
 double bits_per_char(nn::Module& model, const Tensor& tokens, std::int64_t context, const amp::Recipe& recipe,
                      Device device);
 
-}  // namespace mg::tools
+}  // namespace mg::train

@@ -1,4 +1,4 @@
-#include "tools/evaluation.h"
+#include "train/evaluation.h"
 
 #include <cmath>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "data/batches.h"
 #include "kernels/elementwise.h"
 
-namespace mg::tools {
+namespace mg::train {
 
 namespace {
 
@@ -28,7 +28,7 @@ class Scoring {
 
 void standardize_pixels_(Tensor& images) {
   MG_CHECK(images.dtype() == DType::F32 && images.device().is_cpu() && !images.requires_grad(),
-           "tools::standardize_pixels_: needs f32 images on the CPU that do not require grad, got {} on {}{}",
+           "train::standardize_pixels_: needs f32 images on the CPU that do not require grad, got {} on {}{}",
            images.dtype(), images.device(), images.requires_grad() ? " requiring grad" : "");
   // mg::sub(x, s) is mg::add(x, -s): the AddScalar kernel; mg::div(x, s) the DivScalar one.
   kernels::unary(kernels::UnaryOp::AddScalar, images, images, {.a = -kPixelMean});
@@ -41,7 +41,7 @@ Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
 
 double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labels, const amp::Recipe& recipe,
                      Device device, std::int64_t batch) {
-  MG_CHECK(batch >= 1, "tools::test_accuracy: batch must be >= 1, got {}", batch);
+  MG_CHECK(batch >= 1, "train::test_accuracy: batch must be >= 1, got {}", batch);
   Scoring scoring(model);
   std::int64_t correct = 0;
   const std::int64_t n = images.size(0), chunk = batch;
@@ -73,4 +73,4 @@ double bits_per_char(nn::Module& model, const Tensor& tokens, std::int64_t conte
   return nats / static_cast<double>(count) / std::log(2.0);
 }
 
-}  // namespace mg::tools
+}  // namespace mg::train

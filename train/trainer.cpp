@@ -1,0 +1,80 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "autograd/autocast.h"
+#include "autograd/ops.h"
+#include "optim/adam.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "train/evaluation.h"
+
+namespace mg::train {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> parameters,
+                                                 bool master_weights) {
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (spec.name == "sgd")
+    optimizer = std::make_unique<optim::SGD>(
+        std::move(parameters), optim::SgdOptions{.lr = spec.lr, .momentum = spec.momentum, .master_weights = master_weights});
+  else if (spec.name == "adam")
+    optimizer = std::make_unique<optim::Adam>(std::move(parameters),
+                                              optim::AdamOptions{.lr = spec.lr, .master_weights = master_weights});
+  else if (spec.name == "adamw")
+    optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
+                                               optim::AdamWOptions{.lr = spec.lr, .master_weights = master_weights});
+  else
+    throw Error(fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw", spec.name));
+  if (spec.schedule) optimizer->set_schedule(spec.schedule);
+  return optimizer;
+}
+
+namespace {
+
+// Step 1 of the setup: the recipe's dtype, then the device (before the optimizer, whose state lives
+// beside the parameters). Returns the parameters to optimize.
+std::vector<Tensor> prepared_parameters(nn::Module& model, const TrainerOptions& options) {
+  MG_CHECK(options.loss_multiplier > 0.0 && std::isfinite(options.loss_multiplier), "train::Trainer: "
+           "loss_multiplier must be finite and > 0, got {}", options.loss_multiplier);
+  model.to(options.recipe.parameter_dtype);
+  model.to(options.device);
+  return model.parameters();
+}
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      optimizer_(make_optimizer(options_.optimizer, prepared_parameters(*model_, options_),
+                                options_.recipe.master_weights)),
+      scaler_(options_.recipe.make_scaler(options_.scaler)),
+      monitor_(scaler_, options_.monitor) {}
+
+StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, StepObserver* observer) {
+  StepResult result;
+  optimizer_->zero_grad();  // drops the gradients: backward brings them back
+  if (observer) observer->before_forward();
+  {
+    Autocast region = options_.recipe.autocast();
+    result.loss = cast(mean_cross_entropy((*model_)(inputs.to(options_.device)), targets.to(options_.device)),
+                       DType::F32);
+  }
+  if (observer) observer->after_forward(result.loss);
+  result.lr = optimizer_->lr();
+  const Tensor objective = options_.loss_multiplier == 1.0 ? result.loss : mul(result.loss, options_.loss_multiplier);
+  if (observer) observer->before_backward();
+  backward(scaler_.scale(objective));
+  if (observer) observer->after_backward(*optimizer_);
+  scaler_.step(*optimizer_);
+  monitor_.update(optimizer_.get());
+  if (scaler_.is_enabled()) {
+    result.scale = monitor_.history().back().scale;
+    result.skipped = monitor_.history().back().skipped;
+  }
+  return result;
+}
+
+}  // namespace mg::train

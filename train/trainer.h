@@ -1,0 +1,113 @@
+// Trainer: one model made ready for a precision recipe, and its training step. The one setup and
+// step that `mixgrad train` (tools/train.cpp), `mixgrad repro` (tools/repro/runner.cpp) and
+// examples/train_recipe.cpp share; examples/mlp_synthetic.cpp writes the same loop out by hand.
+//
+//   auto model = std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}));
+//   train::Trainer trainer(model, {.recipe = amp::Recipe::parse("float16_master"),
+//                                  .optimizer = {.name = "sgd", .lr = 0.1, .momentum = 0.9}});
+//   for (...) {
+//     train::StepResult step = trainer.step(images, labels);    // a batch on the CPU
+//     fmt::print("loss {}  scale {}\n", step.loss.item(), step.scale);
+//   }
+//
+// The setup, in the order it must happen:
+//   1. the model's parameters take the recipe's dtype (f16 for float16_master), then move to the device;
+//   2. the optimizer is built over them, with f32 masters where the recipe keeps them;
+//   3. the GradScaler the recipe asks for (dynamic, static S, or disabled), and its ScaleMonitor.
+// One step (step()):
+//   optimizer.zero_grad()
+//   { Autocast region of the recipe:  loss = mean cross entropy of model(inputs), in f32 }
+//   backward(scaler.scale(loss * loss_multiplier))
+//   scaler.step(optimizer)          the check, then the fused update that skips on inf/NaN
+//   monitor.update(&optimizer)      scaler.update(), and the scale and skip read back for the record
+// An observer (StepObserver) can watch a step between its phases without changing it: the repro
+// runner records gradient statistics that way, and mixgrad train stops a diverging run.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "amp/grad_scaler.h"
+#include "amp/recipe.h"
+#include "amp/scale_monitor.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+
+namespace mg::train {
+
+// Which optimizer, with the options mixgrad's programs set.
+struct OptimizerSpec {
+  std::string name = "sgd";  // "sgd", "adam" or "adamw" (their defaults otherwise: optim/)
+  double lr = 0.01;
+  double momentum = 0.0;     // SGD's
+  optim::Schedule schedule = {};  // a factor of the step count; empty: constant
+};
+
+// The named optimizer over `parameters`, keeping f32 masters of f16/bf16 parameters when
+// master_weights is set. An unknown name is an mg::Error that lists the known ones.
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> parameters,
+                                                 bool master_weights);
+
+struct TrainerOptions {
+  amp::Recipe recipe = amp::Recipe::parse("fp32");
+  OptimizerSpec optimizer = {};
+  Device device = Device::cpu();
+  // The loss is multiplied by this before backward (and before any loss scaling); the paper's E4
+  // pairs it with a learning rate divided by it. 1 in every ordinary run.
+  double loss_multiplier = 1.0;
+  amp::GradScalerOptions scaler = {};  // the recipe sets enabled, dynamic and a static scale
+  amp::ScaleMonitorOptions monitor = {};
+};
+
+// What one step did. Reading the loss (item()) is a wait on a GPU; the rest has been read already.
+struct StepResult {
+  Tensor loss;           // the batch's mean cross entropy, f32, before loss_multiplier and scaling
+  double lr = 0;         // the rate this step used (groups()[0]'s, after the schedule)
+  double scale = 1;      // the loss scale this step used (1 without scaling)
+  bool skipped = false;  // the GradScaler skipped the step (an inf/NaN gradient)
+};
+
+// Hooks into a step. Each may read what it is given; none may change the step.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // The gradients of the last step are dropped (zero_grad); the forward pass comes next.
+  virtual void before_forward() {}
+  // The forward pass is done: `loss` is the f32 loss. Throw to stop before backward.
+  virtual void after_forward(const Tensor& /*loss*/) {}
+  // Around backward: the gradients exist, still multiplied by the loss scale, when after_backward runs.
+  virtual void before_backward() {}
+  virtual void after_backward(const optim::Optimizer& /*optimizer*/) {}
+};
+
+class Trainer {
+ public:
+  // Converts and moves the model's parameters (step 1 above) and builds the optimizer, the scaler
+  // and the monitor. The model is shared: evaluation and checkpoints use it too.
+  Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One training step on a batch: inputs and targets on any device (they move to the trainer's).
+  StepResult step(const Tensor& inputs, const Tensor& targets, StepObserver* observer = nullptr);
+
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  amp::GradScaler& scaler() { return scaler_; }
+  const amp::ScaleMonitor& monitor() const { return monitor_; }
+  const amp::Recipe& recipe() const { return options_.recipe; }
+  Device device() const { return options_.device; }
+  // What a checkpoint (train/checkpoint.h) saves and restores of this run.
+  TrainingObjects checkpoint_objects() { return {model_.get(), optimizer_.get(), &scaler_, &monitor_}; }
+
+ private:
+  TrainerOptions options_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  amp::GradScaler scaler_;
+  amp::ScaleMonitor monitor_;  // watches scaler_ (declared after it, so built after and destroyed before it)
+};
+
+}  // namespace mg::train
