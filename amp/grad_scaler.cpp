@@ -152,39 +152,31 @@ void GradScaler::warn_if_bf16(DType dtype) {
 }
 
 StateDict GradScaler::state_dict() const {
-  StateDict state;
-  for (const auto& [key, value] : std::initializer_list<std::pair<const char*, double>>{
-           {"scale", scale_.item()},
-           {"growth_tracker", static_cast<double>(growth_tracker())},
-           {"growth_factor", options_.growth_factor},
-           {"backoff_factor", options_.backoff_factor},
-           {"growth_interval", static_cast<double>(options_.growth_interval)},
-           {"dynamic", options_.dynamic ? 1.0 : 0.0},
-           {"enabled", options_.enabled ? 1.0 : 0.0}})
-    state[key] = state_scalar(value);
-  return state;
+  return state_scalars({{"scale", scale_.item()},
+                        {"growth_tracker", static_cast<double>(growth_tracker())},
+                        {"growth_factor", options_.growth_factor},
+                        {"backoff_factor", options_.backoff_factor},
+                        {"growth_interval", static_cast<double>(options_.growth_interval)},
+                        {"dynamic", options_.dynamic ? 1.0 : 0.0},
+                        {"enabled", options_.enabled ? 1.0 : 0.0}});
 }
 
 void GradScaler::load_state_dict(const StateDict& state) {
   const std::string owner = std::string(kName) + "::load_state_dict";
-  for (const auto& [key, value] : state)
-    MG_CHECK(state_dict_keys().contains(key), "{}: unknown key '{}' (expected the keys of GradScaler::state_dict())",
-             owner, key);
-  for (const std::string& key : state_dict_keys())
-    MG_CHECK(state.contains(key), "{}: key '{}' is missing", owner, key);
+  const std::map<std::string, double> saved = state_numbers(state, state_dict_keys(), owner);
   auto whole = [&](const char* key) {
-    const double value = state_value(state, key, owner);
+    const double value = saved.at(key);
     MG_CHECK(value == std::floor(value) && value >= 0.0 && value < 9.0e15, "{}: '{}' must be a whole number >= 0, "
              "got {}", owner, key, value);
     return static_cast<std::int64_t>(value);
   };
   GradScalerOptions options = options_;
-  options.init_scale = state_value(state, "scale", owner);
-  options.growth_factor = state_value(state, "growth_factor", owner);
-  options.backoff_factor = state_value(state, "backoff_factor", owner);
+  options.init_scale = saved.at("scale");
+  options.growth_factor = saved.at("growth_factor");
+  options.backoff_factor = saved.at("backoff_factor");
   options.growth_interval = whole("growth_interval");
-  options.dynamic = state_value(state, "dynamic", owner) != 0.0;
-  options.enabled = state_value(state, "enabled", owner) != 0.0;
+  options.dynamic = saved.at("dynamic") != 0.0;
+  options.enabled = saved.at("enabled") != 0.0;
   check_options(options);
   const std::int64_t growth_tracker = whole("growth_tracker");
   MG_CHECK(growth_tracker < options.growth_interval, "{}: inconsistent counters (growth_tracker {} must be below "

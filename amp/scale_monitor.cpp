@@ -73,37 +73,29 @@ void ScaleMonitor::update(const optim::Optimizer* optimizer) {
 }
 
 StateDict ScaleMonitor::state_dict() const {
-  StateDict state;
-  for (const auto& [key, value] : std::initializer_list<std::pair<const char*, double>>{
-           {"steps", static_cast<double>(steps_)},
-           {"skipped_steps", static_cast<double>(skipped_steps_)},
-           {"consecutive_skips", static_cast<double>(consecutive_skips_)},
-           {"last_overflow_step", static_cast<double>(last_overflow_step_)},
-           {"overflow_streak", static_cast<double>(overflow_streak_)},
-           {"hysteresis", static_cast<double>(options_.hysteresis)},
-           {"min_scale", options_.min_scale},
-           {"max_scale", options_.max_scale}})
-    state[key] = state_scalar(value);
-  return state;
+  return state_scalars({{"steps", static_cast<double>(steps_)},
+                        {"skipped_steps", static_cast<double>(skipped_steps_)},
+                        {"consecutive_skips", static_cast<double>(consecutive_skips_)},
+                        {"last_overflow_step", static_cast<double>(last_overflow_step_)},
+                        {"overflow_streak", static_cast<double>(overflow_streak_)},
+                        {"hysteresis", static_cast<double>(options_.hysteresis)},
+                        {"min_scale", options_.min_scale},
+                        {"max_scale", options_.max_scale}});
 }
 
 void ScaleMonitor::load_state_dict(const StateDict& state) {
   const std::string owner = std::string(kName) + "::load_state_dict";
-  for (const auto& [key, value] : state)
-    MG_CHECK(state_dict_keys().contains(key), "{}: unknown key '{}' (expected the keys of ScaleMonitor::state_dict())",
-             owner, key);
-  for (const std::string& key : state_dict_keys())
-    MG_CHECK(state.contains(key), "{}: key '{}' is missing", owner, key);
-  auto count = [&](const char* key) {
-    const double value = state_value(state, key, owner);
+  const std::map<std::string, double> saved = state_numbers(state, state_dict_keys(), owner);
+  auto count = [&](const char* key) {  // -1 for last_overflow_step: none yet
+    const double value = saved.at(key);
     MG_CHECK(value == std::floor(value) && value >= -1.0 && value < 9.0e15, "{}: '{}' must be a whole number, got {}",
              owner, key, value);
     return static_cast<std::int64_t>(value);
   };
   ScaleMonitorOptions options = options_;
   options.hysteresis = count("hysteresis");
-  options.min_scale = state_value(state, "min_scale", owner);
-  options.max_scale = state_value(state, "max_scale", owner);
+  options.min_scale = saved.at("min_scale");
+  options.max_scale = saved.at("max_scale");
   check_options(options);
   const std::int64_t steps = count("steps"), skipped = count("skipped_steps"), consecutive = count("consecutive_skips");
   const std::int64_t last_overflow = count("last_overflow_step"), streak = count("overflow_streak");

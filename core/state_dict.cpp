@@ -1,10 +1,30 @@
 #include "core/state_dict.h"
 
+#include <fmt/ranges.h>
+
 #include "core/factory.h"
 
 namespace mg {
 
 Tensor state_scalar(double value) { return full({}, value, {.dtype = DType::F64}); }
+
+StateDict state_scalars(const std::map<std::string, double>& values) {
+  StateDict state;
+  for (const auto& [key, value] : values) state[key] = state_scalar(value);
+  return state;
+}
+
+std::map<std::string, double> state_numbers(const StateDict& state, const std::set<std::string>& keys,
+                                            const std::string& owner) {
+  for (const auto& [key, value] : state)
+    MG_CHECK(keys.contains(key), "{}: unknown key '{}' (expected [{}])", owner, key, fmt::join(keys, ", "));
+  std::map<std::string, double> numbers;
+  for (const std::string& key : keys) {
+    MG_CHECK(state.contains(key), "{}: key '{}' is missing", owner, key);
+    numbers[key] = state_value(state, key, owner);
+  }
+  return numbers;
+}
 
 double state_value(const StateDict& state, const std::string& key, const std::string& owner) {
   auto it = state.find(key);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/tensor.h"
@@ -18,6 +19,12 @@ using StateDict = std::map<std::string, Tensor>;
 
 // A 0-d f64 tensor holding `value`.
 Tensor state_scalar(double value);
+// Numbers as a StateDict of such scalars: the state of an object made of counters and options.
+StateDict state_scalars(const std::map<std::string, double>& values);
+// The numbers of a StateDict whose keys must be exactly `keys`: an unknown key or a missing one is an
+// mg::Error naming `owner` and the key, as is an entry that is not one number.
+std::map<std::string, double> state_numbers(const StateDict& state, const std::set<std::string>& keys,
+                                            const std::string& owner);
 // The value of the 0-d (or one-element) tensor under `key`; an mg::Error naming `owner` (for example
 // "optim::SGD::load_state_dict") and the key when it is missing or holds more than one element.
 double state_value(const StateDict& state, const std::string& key, const std::string& owner);

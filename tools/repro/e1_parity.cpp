@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "tools/repro/run_tables.h"
 
@@ -105,27 +106,15 @@ E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data,
 
 Section e1_section(const E1Result& r, Report& report) {
   const E1Options& o = r.options;
-  Rows run_rows, step_rows;
-  for (const RunResult& run : r.mlp) {
-    append_run_row(run_rows, "E1", "MLP", run);
-    append_step_rows(step_rows, "E1", "MLP", run);
+  std::vector<RunGroup> groups;
+  for (const auto& [model, runs, seeds] : {std::tuple{"MLP", &r.mlp, &r.mlp_fp32_seeds},
+                                           std::tuple{"CNN", &r.cnn, &r.cnn_fp32_seeds}}) {
+    groups.push_back(group_of(model, *runs));
+    for (std::size_t i = 0; i < seeds->size(); ++i)  // the seeds' runs: their final numbers only
+      groups.push_back({fmt::format("{} seed {}", model, o.seed + o.fp32_seed_offsets[i]), {&(*seeds)[i]}, false});
   }
-  for (std::size_t i = 0; i < r.mlp_fp32_seeds.size(); ++i)
-    append_run_row(run_rows, "E1", fmt::format("MLP seed {}", o.seed + o.fp32_seed_offsets[i]), r.mlp_fp32_seeds[i]);
-  for (const RunResult& run : r.cnn) {
-    append_run_row(run_rows, "E1", "CNN", run);
-    append_step_rows(step_rows, "E1", "CNN", run);
-  }
-  for (std::size_t i = 0; i < r.cnn_fp32_seeds.size(); ++i)
-    append_run_row(run_rows, "E1", fmt::format("CNN seed {}", o.seed + o.fp32_seed_offsets[i]), r.cnn_fp32_seeds[i]);
-  Section s;
-  s.csv_files = {report.write_csv("e1_runs.csv", run_csv_header(), run_rows),
-                 report.write_csv("e1_steps.csv", step_csv_header(), step_rows)};
-  const Experiment e = e1_experiment();
-  s.id = e.id;
-  s.title = e.title;
-  s.reference = e.reference;
-  s.claim = e.claim;
+  Section s = e1_experiment().section();
+  s.csv_files = write_run_csvs(report, "E1", "e1", groups);
   s.setup = fmt::format("MLP 784-256-256-10 ({} steps) and CNN conv{}-pool-conv{}-pool-{}-10 ({} steps), SGD with "
                         "momentum {:g}, lr {:g} decaying to {:g} (cosine), batch {}, on the first {} Fashion-MNIST training images; accuracy on "
                         "the first {} test images. V3's static scale S = {:g}. Same seed ({}), initialization and batch "
@@ -195,7 +184,7 @@ Experiment e1_experiment() {
         options.seed = context.seed;
         options.device = context.device;
         auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e1_section(run_e1(options, data, [&](const std::string& line) { context.progress(line); }), report);
+        return e1_section(run_e1(options, data, context.progress_sink()), report);
       }};
 }
 

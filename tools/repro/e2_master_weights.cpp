@@ -84,22 +84,8 @@ Section e2_section(const E2Result& r, Report& report) {
   const E2Options& o = r.options;
   const std::string constant = fmt::format("constant lr {:g}", o.lr);
   const std::string decaying = fmt::format("cosine lr {:g} to {:g}", o.decay_lr, o.decay_lr * o.decay_min_factor);
-  Rows run_rows, step_rows;
-  for (const RunResult& run : r.constant_lr) {
-    append_run_row(run_rows, "E2", constant, run);
-    append_step_rows(step_rows, "E2", constant, run);
-  }
-  for (const RunResult& run : r.decaying_lr) {
-    append_run_row(run_rows, "E2", decaying, run);
-    append_step_rows(step_rows, "E2", decaying, run);
-  }
-  Section s;
-  s.csv_files = {report.write_csv("e2_runs.csv", run_csv_header(), run_rows),
-                 report.write_csv("e2_steps.csv", step_csv_header(), step_rows)};
-  s.id = "E2";
-  s.title = "Master weights";
-  s.reference = "§3.1, Figure 2a";
-  s.claim = e2_experiment().claim;
+  Section s = e2_experiment().section();
+  s.csv_files = write_run_csvs(report, "E2", "e2", {group_of(constant, r.constant_lr), group_of(decaying, r.decaying_lr)});
   s.setup = fmt::format("MLP 784-256-256-10, plain SGD (no momentum), batch {}, {} steps on the first {} Fashion-MNIST "
                         "training images, accuracy on the first {} test images; {} and {}. Same seed ({}), "
                         "initialization and batch order for every variant. Lost updates: of the weight elements a "
@@ -154,7 +140,7 @@ Experiment e2_experiment() {
         options.seed = context.seed;
         options.device = context.device;
         auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e2_section(run_e2(options, data, [&](const std::string& line) { context.progress(line); }), report);
+        return e2_section(run_e2(options, data, context.progress_sink()), report);
       }};
 }
 

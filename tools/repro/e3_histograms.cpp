@@ -152,12 +152,7 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
 Section e3_section(const E3Result& r, Report& report) {
   const E3Options& o = r.options;
   Rows bins, layers;
-  Section s;
-  const Experiment e = e3_experiment();
-  s.id = e.id;
-  s.title = e.title;
-  s.reference = e.reference;
-  s.claim = e.claim;
+  Section s = e3_experiment().section();
   const E1Options& e1 = o.images;
   const E5Options& e5 = o.language;
   s.setup = fmt::format("The fp32 (V0) runs of E1 (MLP {} steps, CNN {} steps) and of E5 (the character LSTM, {} steps), "
@@ -271,7 +266,7 @@ Experiment e3_experiment() {
         const E3Options options = e3_options(context.preset, context.device, context.seed);
         auto images = context.fashion_mnist(options.images.train_examples, options.images.test_examples);
         auto text = options.text ? context.kjv(options.language.train_chars, options.language.validation_chars) : nullptr;
-        return e3_section(run_e3(options, images, text, [&](const std::string& line) { context.progress(line); }),
+        return e3_section(run_e3(options, images, text, context.progress_sink()),
                           report);
       }};
 }

@@ -151,11 +151,7 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
 
 Section e4_section(const E4Result& r, Report& report) {
   const E4Options& o = r.options;
-  Section s;
-  s.id = "E4";
-  s.title = "Where loss scaling is needed";
-  s.reference = "Table 2, Figure 3";
-  s.claim = e4_experiment().claim;
+  Section s = e4_experiment().section();
   s.setup = fmt::format("Sweep: MLP 784-256-256-10, plain SGD, batch {}, {} steps on the first {} Fashion-MNIST "
                         "training images, accuracy on the first {} test images; loss x 2^-k and lr {:g} x 2^k. "
                         "Activation-gradient zeros: over every op's output gradient in the backward pass (casts "
@@ -165,14 +161,9 @@ Section e4_section(const E4Result& r, Report& report) {
                         o.test_examples, o.lr, o.organic_depth, o.organic_hidden, o.organic_lr, o.organic_momentum,
                         o.organic_steps);
 
-  Rows sweep_runs, sweep_steps;
-  for (std::size_t i = 0; i < r.sweep.size(); ++i)
-    for (const RunResult& run : r.sweep[i]) {
-      append_run_row(sweep_runs, "E4", k_label(r.options.ks[i]), run);
-      append_step_rows(sweep_steps, "E4", k_label(r.options.ks[i]), run);
-    }
-  s.csv_files.push_back(report.write_csv("e4_sweep_runs.csv", run_csv_header(), sweep_runs));
-  s.csv_files.push_back(report.write_csv("e4_sweep_steps.csv", step_csv_header(), sweep_steps));
+  std::vector<RunGroup> sweep;
+  for (std::size_t i = 0; i < r.sweep.size(); ++i) sweep.push_back(group_of(k_label(r.options.ks[i]), r.sweep[i]));
+  s.csv_files = write_run_csvs(report, "E4", "e4_sweep", sweep);
 
   // Accuracy and zeros per k: rows k, one column per variant.
   Table accuracy{.caption = "Test accuracy per k (loss x 2^-k, lr x 2^k). The paper: SSD diverges without scaling "
@@ -218,14 +209,8 @@ Section e4_section(const E4Result& r, Report& report) {
   s.verdict = sweep_verdict(r);
 
   if (!r.organic.empty()) {
-    Rows organic_runs, organic_steps;
-    for (const RunResult& run : r.organic) {
-      append_run_row(organic_runs, "E4", "organic", run);
-      append_step_rows(organic_steps, "E4", "organic", run, true);
-    }
-    s.csv_files.push_back(report.write_csv("e4_organic_runs.csv", run_csv_header(), organic_runs));
-    s.csv_files.push_back(report.write_csv("e4_organic_steps.csv", step_csv_header(r.organic[0].weight_names),
-                                           organic_steps));
+    for (const std::string& name : write_run_csvs(report, "E4", "e4_organic", {group_of("organic", r.organic)}, true))
+      s.csv_files.push_back(name);
     const std::size_t layers = r.organic[0].weight_names.size();
     Table organic{.caption = fmt::format("Organic case: {}-layer tanh MLP, weight-gradient values that are zero, by "
                                          "layer (first, middle, last), averaged over the logged steps.",
@@ -272,7 +257,7 @@ Experiment e4_experiment() {
         options.seed = context.seed;
         options.device = context.device;
         auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e4_section(run_e4(options, data, [&](const std::string& line) { context.progress(line); }), report);
+        return e4_section(run_e4(options, data, context.progress_sink()), report);
       }};
 }
 

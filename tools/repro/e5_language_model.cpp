@@ -115,20 +115,8 @@ E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text,
 
 Section e5_section(const E5Result& r, Report& report) {
   const E5Options& o = r.options;
-  Rows run_rows, step_rows;
-  for (const auto& [model, runs] : {std::pair{"char LSTM", &r.lstm}, std::pair{"tiny GPT", &r.gpt}})
-    for (const RunResult& run : *runs) {
-      append_run_row(run_rows, "E5", model, run);
-      append_step_rows(step_rows, "E5", model, run);
-    }
-  Section s;
-  s.csv_files = {report.write_csv("e5_runs.csv", run_csv_header(), run_rows),
-                 report.write_csv("e5_steps.csv", step_csv_header(), step_rows)};
-  const Experiment e = e5_experiment();
-  s.id = e.id;
-  s.title = e.title;
-  s.reference = e.reference;
-  s.claim = e.claim;
+  Section s = e5_experiment().section();
+  s.csv_files = write_run_csvs(report, "E5", "e5", {group_of("char LSTM", r.lstm), group_of("tiny GPT", r.gpt)});
   s.setup = fmt::format("Character LSTM (embedding {}, one layer of {} cells, linear head) on the first {} characters of "
                         "the King James Bible's training split, {} steps of Adam (lr {:g}) on batches of {} windows of "
                         "{} characters; the loss is the mean cross entropy over all {} positions. Validation: the first "
@@ -189,7 +177,7 @@ Experiment e5_experiment() {
         E5Options options = e5_options(context.preset, context.device);
         options.seed = context.seed;
         auto text = context.kjv(options.train_chars, options.validation_chars);
-        return e5_section(run_e5(options, text, [&](const std::string& line) { context.progress(line); }), report);
+        return e5_section(run_e5(options, text, context.progress_sink()), report);
       }};
 }
 

@@ -145,16 +145,10 @@ E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std
 
 Section e6_section(const E6Result& r, Report& report) {
   const E6Options& o = r.options;
-  Rows run_rows;
-  for (const E6Workload& w : r.workloads)
-    for (const RunResult& run : w.runs) append_run_row(run_rows, "E6", w.model, run);
-  Section s;
-  s.csv_files = {report.write_csv("e6_runs.csv", run_csv_header(), run_rows)};
-  const Experiment e = e6_experiment();
-  s.id = e.id;
-  s.title = e.title;
-  s.reference = e.reference;
-  s.claim = e.claim;
+  std::vector<RunGroup> groups;
+  for (const E6Workload& w : r.workloads) groups.push_back(group_of(w.model, w.runs, false));  // timed, not logged
+  Section s = e6_experiment().section();
+  s.csv_files = write_run_csvs(report, "E6", "e6", groups);
   s.setup = fmt::format("CNN conv{}-pool-conv{}-pool-{}-10, {} steps of SGD (momentum {:g}, lr {:g}), batch {}, on the "
                         "first {} Fashion-MNIST training images, accuracy on the first {} test images, device {}. "
                         "Throughput: over the steps after the first 5. Memory, from the device's caching allocator "
@@ -224,7 +218,7 @@ Experiment e6_experiment() {
         options.seed = context.seed;
         auto images = context.fashion_mnist(options.train_examples, options.test_examples);
         auto text = options.large ? context.kjv(20 * 1000 * 1000, 50000) : nullptr;
-        return e6_section(run_e6(options, images, text, [&](const std::string& line) { context.progress(line); }),
+        return e6_section(run_e6(options, images, text, context.progress_sink()),
                           report);
       }};
 }

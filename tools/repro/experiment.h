@@ -44,6 +44,10 @@ class Context {
   std::shared_ptr<const TextData> kjv(std::int64_t train_chars, std::int64_t validation_chars);
   // One progress line on stdout (nothing when quiet), prefixed with the seconds since the start.
   void progress(const std::string& line) const;
+  // progress, as the function an experiment's run_eN takes.
+  std::function<void(const std::string&)> progress_sink() const {
+    return [this](const std::string& line) { progress(line); };
+  }
 
  private:
   std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<const ImageData>> fashion_;
@@ -57,6 +61,9 @@ struct Experiment {
   std::string claim;        // the paper's claim, in words, with its numbers
   // Runs the experiment and returns its section (its CSVs already written into the report's directory).
   std::function<Section(Context&, Report&)> run;
+
+  // An empty section of this experiment: its id, title, reference and claim.
+  Section section() const { return Section{.id = id, .title = title, .reference = reference, .claim = claim}; }
 };
 
 }  // namespace mg::tools::repro

@@ -66,6 +66,28 @@ void append_run_row(Rows& rows, const std::string& experiment, const std::string
                   std::to_string(run.state_bytes), std::to_string(run.activation_bytes)});
 }
 
+RunGroup group_of(std::string series, const std::vector<RunResult>& runs, bool steps) {
+  RunGroup group{.series = std::move(series), .runs = {}, .steps = steps};
+  for (const RunResult& run : runs) group.runs.push_back(&run);
+  return group;
+}
+
+std::vector<std::string> write_run_csvs(const Report& report, const std::string& id, const std::string& stem,
+                                        const std::vector<RunGroup>& groups, bool with_weights) {
+  Rows run_rows, step_rows;
+  std::vector<std::string> weight_names;
+  for (const RunGroup& group : groups)
+    for (const RunResult* run : group.runs) {
+      append_run_row(run_rows, id, group.series, *run);
+      if (!group.steps) continue;
+      if (with_weights && weight_names.empty()) weight_names = run->weight_names;
+      append_step_rows(step_rows, id, group.series, *run, with_weights);
+    }
+  std::vector<std::string> written{report.write_csv(stem + "_runs.csv", run_csv_header(), run_rows)};
+  if (!step_rows.empty()) written.push_back(report.write_csv(stem + "_steps.csv", step_csv_header(weight_names), step_rows));
+  return written;
+}
+
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value) {
   Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
   for (const StepLog& s : run.log) {

@@ -29,6 +29,19 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
 std::vector<std::string> run_csv_header();
 void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run);
 
+// Runs that share one series name in the CSVs ("MLP", "constant lr 0.001", "k = 4").
+struct RunGroup {
+  std::string series;
+  std::vector<const RunResult*> runs;
+  bool steps = true;  // their logged steps go to the step CSV too
+};
+RunGroup group_of(std::string series, const std::vector<RunResult>& runs, bool steps = true);
+// An experiment's CSVs: STEM_runs.csv, a row per run, and STEM_steps.csv, a row per logged step of
+// the groups with steps (not written when no group has them), for experiment `id` ("E1"). Returns
+// the names written. with_weights: the per-weight columns of the first run's weights.
+std::vector<std::string> write_run_csvs(const Report& report, const std::string& id, const std::string& stem,
+                                        const std::vector<RunGroup>& groups, bool with_weights = false);
+
 // One curve per run, x = step: `value` of every logged step (NaN ones are gaps), named by the
 // variant ("V2 float16_master").
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value);
