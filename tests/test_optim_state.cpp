@@ -2,7 +2,7 @@
 // that later steps do not change, every malformed state refused before anything changes, and the
 // property that matters: resuming is bit-exact. N steps, state_dict, a fresh copy of the model and a
 // fresh optimizer, load_state_dict, N more steps gives the same bits as 2N uninterrupted steps, for
-// SGD (momentum + Nesterov), Adam, AdamW and float16_master (MasterWeights over AdamW) with groups,
+// SGD (momentum + Nesterov), Adam, AdamW and float16_master (AdamW with f32 master weights) with groups,
 // a schedule and the GradScaler.
 #include <functional>
 #include <memory>
