@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/factory.h"
 #include "kernels/amp.h"
@@ -110,8 +111,10 @@ void Optimizer::step(const StepScaling& scaling) {
     if (scaling.found_inf->item() != 0.0) return;
     ++step_count_;
     last_update_ = count;
-  } else {
-    pending_steps_.push_back(scaling.found_inf->clone());  // a queued copy: the caller may reuse its flag
+  } else {  // queued: a skipped step adds 1 (the caller may reuse its flag afterwards)
+    const Tensor skipped = clamp(*scaling.found_inf, 0.0, 1.0);
+    unread_skips_ = unread_steps_ == 0 ? skipped : add(unread_skips_, skipped);
+    ++unread_steps_;
   }
 }
 
@@ -122,8 +125,11 @@ void Optimizer::zero_grad() {
 }
 
 std::int64_t Optimizer::step_count() const {
-  for (const Tensor& found_inf : pending_steps_) step_count_ += found_inf.item() == 0.0;  // a wait for each
-  pending_steps_.clear();
+  if (unread_steps_ > 0) {  // one read (a wait) covers every step since the last
+    step_count_ += unread_steps_ - static_cast<std::int64_t>(unread_skips_.item());
+    unread_steps_ = 0;
+    unread_skips_ = Tensor();
+  }
   return step_count_;
 }
 
@@ -357,7 +363,8 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
   // 4. Nothing can fail from here on. Each parameter with a master becomes round(master).
   NoGradGuard no_grad;
   step_count_ = static_cast<std::int64_t>(steps);
-  pending_steps_.clear();
+  unread_steps_ = 0;
+  unread_skips_ = Tensor();
   groups_ = std::move(groups);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     load_parameter_state(i, parameter_states[i]);

@@ -189,9 +189,11 @@ class Optimizer {
   // unchanged (a backward that accumulated into it, or a new one, is converted again).
   std::vector<std::pair<std::shared_ptr<TensorImpl>, std::uint64_t>> converted_;
   Schedule schedule_;
-  // Steps taken, and the found_inf flags (copies) of steps whose outcome the host has not read yet.
+  // Steps known to be taken; and GPU steps taken with a found_inf flag the host has not read yet,
+  // with those flags summed on the device (each clamped to 1): how many of them were skipped.
   mutable std::int64_t step_count_ = 0;
-  mutable std::vector<Tensor> pending_steps_;
+  mutable std::int64_t unread_steps_ = 0;
+  mutable Tensor unread_skips_;
   mutable kernels::UpdateCount last_update_;
   mutable bool update_counted_ = true;  // last_update_ holds the last step's counts
 };

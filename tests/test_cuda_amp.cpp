@@ -427,6 +427,29 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
 #endif  // MG_WITH_CUDA
 
 #ifdef MG_WITH_CUDA
+// The optimizer's bookkeeping when the skip is decided on the device: no wait per step; the step
+// count and the lost-update count are read back when asked, and a skipped step counts nothing.
+TEST_CASE("optimizer (GPU): steps skipped on the device; step count and lost updates read back when asked") {
+  if (!have_gpu()) return;
+  Tensor w = gpu(full({4}, 1.0, {.dtype = DType::F16})).set_requires_grad(true);
+  optim::SGD sgd({w}, {.lr = std::ldexp(1.0, -12), .master_weights = true});  // 2^-12: lost in f16, kept in f32
+  const Tensor clean = gpu(zeros({})), overflow = gpu(ones({}));
+  w.set_grad(gpu(full({4}, 1.0, {.dtype = DType::F16})));
+  const std::uint64_t mark = cuda::host_waits();
+  for (const Tensor* flag : {&clean, &overflow, &clean, &overflow}) sgd.step({.found_inf = flag});
+  CHECK(cuda::host_waits() == mark);  // four steps queued, nothing read
+  CHECK(sgd.step_count() == 2);       // one read for all four
+  CHECK(cuda::host_waits() == mark + 1);
+  CHECK(sgd.step_count() == 2);       // already read
+  CHECK(cuda::host_waits() == mark + 1);
+  const kernels::UpdateCount last = sgd.last_update();  // the last step taken, not the skipped one after it
+  CHECK(last.nonzero == 4);
+  CHECK(last.lost == 0);  // the master moved
+  check_values(sgd.master(0), std::vector<double>(4, 1.0 - 2 * std::ldexp(1.0, -12)), 0.0, 0.0);
+  // round(master): 1 - 2^-11 is an f16 value (the spacing below 1.0 is 2^-11), so the copy moved too.
+  check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -11)), 0.0, 0.0);
+}
+
 // How often one training step under a GradScaler stops the host, phase by phase (kernels/cuda/runtime.h
 // counts every wait). Issue 17's measurement: before it, the GradScaler decided on the host, reading
 // found_inf in step() and again in update(), and the optimizer collected its lost-update count
