@@ -463,7 +463,8 @@ TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none fo
   };
   for (const Setup& setup : {Setup{"mixed_float16", "sgd"}, Setup{"mixed_float16", "adam"},
                              Setup{"float16_master", "adamw"}}) {
-    INFO(std::string(setup.recipe) << " with " << setup.optimizer);
+    const std::string name = std::string(setup.recipe) + " with " + setup.optimizer;
+    INFO(name);
     Generator generator(3);
     nn::Sequential model(std::make_shared<nn::Linear>(8, 16, true, generator), std::make_shared<nn::ReLU>(),
                          std::make_shared<nn::Linear>(16, 4, true, generator));
@@ -498,7 +499,7 @@ TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none fo
       CHECK(stepped);  // asking is what waits
       CHECK(cuda::host_waits() - mark == 1);
     }
-    MESSAGE(std::string(setup.recipe) << " + " << setup.optimizer << ": host waits per step: forward " << forward << ", backward "
+    MESSAGE(name << ": host waits per step: forward " << forward << ", backward "
             << backward_pass << ", scaler.step " << step << ", scaler.update " << update);
     CHECK(forward == 1);  // cross_entropy's label check
     CHECK(backward_pass == 0);
