@@ -219,9 +219,11 @@ void Optimizer::scale_pass(const Tensor& factor, Tensor& found_inf, bool all) {
 void Optimizer::scale_gradients_(const Tensor& factor, Tensor& found_inf) { scale_pass(factor, found_inf, true); }
 
 std::vector<Tensor> Optimizer::gradients() {
-  const Device device = parameters_.front().device();
-  Tensor one = full({}, 1.0, {.device = device}), ignored = zeros({}, {.device = device});
-  scale_pass(one, ignored, false);  // an inf is converted as it is, as without loss scaling
+  if (master_bytes() > 0) {  // f16 gradients not converted yet go into their masters' f32 .grad
+    const Device device = parameters_.front().device();
+    Tensor one = full({}, 1.0, {.device = device}), ignored = zeros({}, {.device = device});
+    scale_pass(one, ignored, false);  // an inf is converted as it is, as without loss scaling
+  }
   return step_gradients();
 }
 

@@ -5,7 +5,8 @@
 //
 // CPU cases run everywhere: update_scale by hand-computed values; the fused master pass against
 // the unfused sequence (unscale into f32, update, cast), bit for bit; a set found_inf changes no bit.
-// GPU cases (in builds with the CUDA backend) skip with a message when no device is visible.
+// GPU cases (in builds with the CUDA backend) skip with a message when no device is visible. How often
+// a step makes the host wait: test_cuda_host_waits.cpp; Adam's step count on the CPU: test_optim.cpp.
 // Add an optimizer configuration: one line in update_cases(); every GPU and fused case runs it.
 #include <cstring>
 #include <functional>
@@ -15,9 +16,6 @@
 #include "kernels/copy.h"
 #include "kernels/optim.h"
 #include "tests/testing.h"
-#ifdef MG_WITH_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
 
 using namespace mg;
 using namespace mg::testing;
@@ -216,33 +214,6 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
   check_error([&] { kernels::adam(w, g, m, v, f32_steps, {.lr = 0.1}, count); }, "the step count must be one i32");
 }
 
-TEST_CASE("adam (CPU): the step count lives beside the moments; a skipped update does not advance it") {
-  // Betas whose 1 - beta is exact in f32, so that the f64 reference below differs only by roundings.
-  const kernels::AdamHyper hyper{.lr = 0.125, .beta1 = 0.5, .beta2 = 0.75, .eps = 0.0};
-  Tensor w = zeros({2}), m = zeros({2}), v = zeros({2}), steps = zeros({}, {.dtype = DType::I32});
-  const Tensor g = from_vector({0.25, -4.0}, {2});
-  UpdateCount count;
-  // The first update of a fresh state moves each weight by lr * sign(g): m / sqrt(v) = g / |g| once
-  // both corrections divide out.
-  kernels::adam(w, g, m, v, steps, hyper, count);
-  check_values(w, {-0.125, 0.125}, 4 * dtype_eps(DType::F32), 0.0);
-  CHECK(steps.item() == 1);
-  Tensor found_inf = ones({});
-  const Tensor w_before = w.clone(), m_before = m.clone();
-  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
-  check_identical(w, w_before, "parameter");
-  check_identical(m, m_before, "first moment");
-  CHECK(steps.item() == 1);  // skipped: not counted
-  found_inf = zeros({});
-  // The second update uses step 2's corrections, read from the stored count (with step 3's, or step
-  // 1's again, the result would be 25% off).
-  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
-  CHECK(steps.item() == 2);
-  const double m2 = 0.5 * 0.5 * 0.25 + 0.5 * 0.25, v2 = 0.75 * 0.25 * 0.0625 + 0.25 * 0.0625;
-  const double expected = -0.125 - 0.125 / (1 - 0.25) * m2 / (std::sqrt(v2) / std::sqrt(1 - 0.5625));
-  check_values(w.slice(0, 1), {expected}, 8 * dtype_eps(DType::F32), 0.0);
-}
-
 #ifdef MG_WITH_CUDA
 
 namespace {
@@ -426,86 +397,3 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
 
 #endif  // MG_WITH_CUDA
 
-#ifdef MG_WITH_CUDA
-// The optimizer's bookkeeping when the skip is decided on the device: no wait per step; the step
-// count and the lost-update count are read back when asked, and a skipped step counts nothing.
-TEST_CASE("optimizer (GPU): steps skipped on the device; step count and lost updates read back when asked") {
-  if (!have_gpu()) return;
-  Tensor w = gpu(full({4}, 1.0, {.dtype = DType::F16})).set_requires_grad(true);
-  optim::SGD sgd({w}, {.lr = std::ldexp(1.0, -12), .master_weights = true});  // 2^-12: lost in f16, kept in f32
-  const Tensor clean = gpu(zeros({})), overflow = gpu(ones({}));
-  w.set_grad(gpu(full({4}, 1.0, {.dtype = DType::F16})));
-  const std::uint64_t mark = cuda::host_waits();
-  for (const Tensor* flag : {&clean, &overflow, &clean, &overflow}) sgd.step({.found_inf = flag});
-  CHECK(cuda::host_waits() == mark);  // four steps queued, nothing read
-  CHECK(sgd.step_count() == 2);       // one read for all four
-  CHECK(cuda::host_waits() == mark + 1);
-  CHECK(sgd.step_count() == 2);       // already read
-  CHECK(cuda::host_waits() == mark + 1);
-  const kernels::UpdateCount last = sgd.last_update();  // the last step taken, not the skipped one after it
-  CHECK(last.nonzero == 4);
-  CHECK(last.lost == 0);  // the master moved
-  check_values(sgd.master(0), std::vector<double>(4, 1.0 - 2 * std::ldexp(1.0, -12)), 0.0, 0.0);
-  // round(master): 1 - 2^-11 is an f16 value (the spacing below 1.0 is 2^-11), so the copy moved too.
-  check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -11)), 0.0, 0.0);
-}
-
-// How often one training step under a GradScaler stops the host, phase by phase (kernels/cuda/runtime.h
-// counts every wait). Issue 17's measurement: before it, the GradScaler decided on the host, reading
-// found_inf in step() and again in update(), and the optimizer collected its lost-update count
-// (forward 1, backward 0, scaler.step 2, scaler.update 1). Now the check, the skip, Adam's step count
-// and the scale's update stay on the device; the forward's one wait is cross_entropy's label check.
-TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none for the scaler") {
-  if (!have_gpu()) return;
-  struct Setup {
-    const char* recipe;
-    const char* optimizer;
-  };
-  for (const Setup& setup : {Setup{"mixed_float16", "sgd"}, Setup{"mixed_float16", "adam"},
-                             Setup{"float16_master", "adamw"}}) {
-    const std::string name = std::string(setup.recipe) + " with " + setup.optimizer;
-    INFO(name);
-    Generator generator(3);
-    nn::Sequential model(std::make_shared<nn::Linear>(8, 16, true, generator), std::make_shared<nn::ReLU>(),
-                         std::make_shared<nn::Linear>(16, 4, true, generator));
-    const amp::Recipe recipe = amp::Recipe::parse(setup.recipe);
-    model.to(recipe.parameter_dtype);
-    model.to(Device::cuda());
-    auto optimizer = train::make_optimizer({.name = setup.optimizer, .lr = 0.01, .momentum = 0.9}, model.parameters(),
-                                           recipe.master_weights);
-    amp::GradScaler scaler = recipe.make_scaler();
-    const Tensor x = gpu(uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0));
-    const Tensor labels = gpu(from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32}));
-    std::uint64_t forward = 0, backward_pass = 0, step = 0, update = 0;
-    for (int i = 0; i < 3; ++i) {  // the same count every step
-      std::uint64_t mark = cuda::host_waits();
-      optimizer->zero_grad();
-      Tensor loss;
-      {
-        Autocast region = recipe.autocast();
-        loss = cross_entropy(model(x), labels);
-      }
-      forward = cuda::host_waits() - mark;
-      mark = cuda::host_waits();
-      backward(scaler.scale(loss));
-      backward_pass = cuda::host_waits() - mark;
-      mark = cuda::host_waits();
-      const amp::Stepped stepped = scaler.step(*optimizer);
-      step = cuda::host_waits() - mark;
-      mark = cuda::host_waits();
-      scaler.update();
-      update = cuda::host_waits() - mark;
-      mark = cuda::host_waits();
-      CHECK(stepped);  // asking is what waits
-      CHECK(cuda::host_waits() - mark == 1);
-    }
-    MESSAGE(name << ": host waits per step: forward " << forward << ", backward "
-            << backward_pass << ", scaler.step " << step << ", scaler.update " << update);
-    CHECK(forward == 1);  // cross_entropy's label check
-    CHECK(backward_pass == 0);
-    CHECK(step == 0);
-    CHECK(update == 0);
-    CHECK(optimizer->step_count() == 3);  // read back when asked
-  }
-}
-#endif

@@ -1,11 +1,13 @@
 // optim::SGD, Adam and AdamW against a hand-written f64 reference of PyTorch's formulas
 // (kernels/optim.h), in f64 and f32; skipped parameters, parameter groups, constructor checks, the
-// lost-update count of f16 parameters, and the data version bump that protects saved graphs.
+// lost-update count of f16 parameters, the data version bump that protects saved graphs, and Adam's
+// step count kept beside its moments (the kernel advances it, a skipped update does not).
 // Schedules, skipped steps and clipping: test_optim_schedule; state_dict and resuming: test_optim_state.
 #include <cmath>
 #include <functional>
 #include <memory>
 
+#include "kernels/optim.h"
 #include "optim/adamw.h"
 #include "tests/testing.h"
 
@@ -338,4 +340,31 @@ TEST_CASE("optim: step bumps the data version of updated parameters only") {
   sgd.step();
   check_error([&] { backward(y); }, "modified in place");
   CHECK(tape_size() == 0);
+}
+
+TEST_CASE("adam kernel: the step count lives beside the moments; a skipped update does not advance it") {
+  // Betas whose 1 - beta is exact in f32, so that the f64 reference below differs only by roundings.
+  const kernels::AdamHyper hyper{.lr = 0.125, .beta1 = 0.5, .beta2 = 0.75, .eps = 0.0};
+  Tensor w = zeros({2}), m = zeros({2}), v = zeros({2}), steps = zeros({}, {.dtype = DType::I32});
+  const Tensor g = from_vector({0.25, -4.0}, {2});
+  kernels::UpdateCount count;
+  // The first update of a fresh state moves each weight by lr * sign(g): m / sqrt(v) = g / |g| once
+  // both corrections divide out.
+  kernels::adam(w, g, m, v, steps, hyper, count);
+  check_values(w, {-0.125, 0.125}, 4 * dtype_eps(DType::F32), 0.0);
+  CHECK(steps.item() == 1);
+  Tensor found_inf = ones({});
+  const Tensor w_before = w.clone(), m_before = m.clone();
+  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
+  check_close(w, w_before, 0.0, 0.0);
+  check_close(m, m_before, 0.0, 0.0);
+  CHECK(steps.item() == 1);  // skipped: not counted
+  found_inf = zeros({});
+  // The second update uses step 2's corrections, read from the stored count (with step 3's, or step
+  // 1's again, the result would be 25% off).
+  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
+  CHECK(steps.item() == 2);
+  const double m2 = 0.5 * 0.5 * 0.25 + 0.5 * 0.25, v2 = 0.75 * 0.25 * 0.0625 + 0.25 * 0.0625;
+  const double expected = -0.125 - 0.125 / (1 - 0.25) * m2 / (std::sqrt(v2) / std::sqrt(1 - 0.5625));
+  check_values(w.slice(0, 1), {expected}, 8 * dtype_eps(DType::F32), 0.0);
 }

@@ -109,7 +109,7 @@ TEST_CASE("trainer: observers see the phases in order; the gradients they see ca
   const std::vector<Batch> data = batches(1);
   train::Trainer plain(small_mlp(), {.recipe = amp::Recipe::parse("fp32")});
   PhaseLog plain_log;
-  plain.step(data[0].x, data[0].y, &plain_log);
+  plain.step(data[0].x, data[0].y, {&plain_log});
   CHECK(plain_log.phases == std::vector<std::string>{"before_forward", "after_forward", "before_backward",
                                                      "after_backward"});
   // A static scale of 2^10 and a multiplier of 2^3, in f32: powers of two, so the gradient the
@@ -119,7 +119,7 @@ TEST_CASE("trainer: observers see the phases in order; the gradients they see ca
   scaled_recipe.static_scale = 1024;
   train::Trainer scaled(small_mlp(), {.recipe = scaled_recipe, .loss_multiplier = 8.0});
   PhaseLog scaled_log;
-  scaled.step(data[0].x, data[0].y, &scaled_log);
+  scaled.step(data[0].x, data[0].y, {&scaled_log});
   CHECK(scaled.scaler().get_scale() == 1024);
   check_close(scaled_log.gradient, mul(plain_log.gradient, 8.0 * 1024), 0.0, 0.0);
 }
@@ -131,7 +131,7 @@ TEST_CASE("trainer: an observer that throws after the forward stops the step; no
   const std::vector<Batch> data = batches(1);
   train::Trainer trainer(small_mlp(), {.recipe = amp::Recipe::parse("float16_master")});
   const auto before = bytes_of(trainer.model().parameters());
-  check_error([&] { trainer.step(data[0].x, data[0].y, &stop); }, "stop");
+  check_error([&] { trainer.step(data[0].x, data[0].y, {&stop}); }, "stop");
   clear_tape();
   CHECK(bytes_of(trainer.model().parameters()) == before);
   CHECK(trainer.optimizer().step_count() == 0);

@@ -186,7 +186,7 @@ TrainSummary train(const TrainOptions& o) {
   while (step < total) {
     data::Batch batch = task.next();
     DivergenceCheck check(trainer, o, log, step, start);
-    const train::StepResult result = trainer.step(batch.inputs, batch.labels, &check);  // throws when the scale collapses
+    const train::StepResult result = trainer.step(batch.inputs, batch.labels, {&check});  // throws when the scale collapses
     ++step;
     items += batch.labels.numel();
     recent_losses.push_back(check.loss_value);

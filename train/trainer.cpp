@@ -53,21 +53,25 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       scaler_(options_.recipe.make_scaler(options_.scaler)),
       monitor_(scaler_, options_.monitor) {}
 
-StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, StepObserver* observer) {
+StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers) {
+  auto notify = [&](auto&& call) {
+    for (StepObserver* observer : observers)
+      if (observer) call(*observer);
+  };
   StepResult result;
   optimizer_->zero_grad();  // drops the gradients: backward brings them back
-  if (observer) observer->before_forward();
+  notify([](StepObserver& o) { o.before_forward(); });
   {
     Autocast region = options_.recipe.autocast();
     result.loss = cast(mean_cross_entropy((*model_)(inputs.to(options_.device)), targets.to(options_.device)),
                        DType::F32);
   }
-  if (observer) observer->after_forward(result.loss);
+  notify([&](StepObserver& o) { o.after_forward(result.loss); });
   result.lr = optimizer_->lr();
   const Tensor objective = options_.loss_multiplier == 1.0 ? result.loss : mul(result.loss, options_.loss_multiplier);
-  if (observer) observer->before_backward();
+  notify([](StepObserver& o) { o.before_backward(); });
   backward(scaler_.scale(objective));
-  if (observer) observer->after_backward(*optimizer_);
+  notify([&](StepObserver& o) { o.after_backward(*optimizer_); });
   scaler_.step(*optimizer_);
   monitor_.update(optimizer_.get());
   if (scaler_.is_enabled()) {

@@ -24,6 +24,7 @@
 // runner records gradient statistics that way, and mixgrad train stops a diverging run.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -91,7 +92,8 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // One training step on a batch: inputs and targets on any device (they move to the trainer's).
-  StepResult step(const Tensor& inputs, const Tensor& targets, StepObserver* observer = nullptr);
+  // Each observer (null ones are passed over) sees every phase, in the order given.
+  StepResult step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers = {});
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }

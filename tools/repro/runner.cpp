@@ -247,25 +247,6 @@ class ForwardMemory : public train::StepObserver {
   std::size_t before_ = 0, after_ = 0;
 };
 
-// Both, in one observer for the step that needs both.
-class Observers : public train::StepObserver {
- public:
-  Observers(train::StepObserver* first, train::StepObserver* second) : first_(first), second_(second) {}
-  void before_forward() override { each([](auto* o) { o->before_forward(); }); }
-  void after_forward(const Tensor& loss) override { each([&](auto* o) { o->after_forward(loss); }); }
-  void before_backward() override { each([](auto* o) { o->before_backward(); }); }
-  void after_backward(const optim::Optimizer& optimizer) override {
-    each([&](auto* o) { o->after_backward(optimizer); });
-  }
-
- private:
-  void each(auto&& call) {
-    for (train::StepObserver* o : {first_, second_})
-      if (o) call(o);
-  }
-  train::StepObserver *first_, *second_;
-};
-
 }  // namespace
 
 RunResult run(const RunConfig& c) {
@@ -322,8 +303,8 @@ RunResult run(const RunConfig& c) {
     GradientRecording recording_observer(c, weights, result.weight_names, result.histograms, entry);
     std::optional<ForwardMemory> memory;  // measured at the last step
     if (step == c.steps) memory.emplace(c.device);
-    Observers observers(recording ? &recording_observer : nullptr, memory ? &*memory : nullptr);
-    const train::StepResult stepped = trainer.step(inputs, targets, &observers);
+    const train::StepResult stepped =
+        trainer.step(inputs, targets, {recording ? &recording_observer : nullptr, memory ? &*memory : nullptr});
     if (memory) {
       result.state_bytes = above(memory->before(), bytes_before);
       result.activation_bytes = above(memory->after(), memory->before());

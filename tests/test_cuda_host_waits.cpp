@@ -1,0 +1,103 @@
+// How often a training step makes the host wait for the GPU, and the optimizer's bookkeeping when
+// the GradScaler's skip is decided on the device (kernels/cuda/runtime.h counts every wait:
+// cuda::host_waits()). On the CUDA emulator in CI; GPU cases skip with a message without a device.
+#include <cmath>
+#include <memory>
+
+#include "tests/testing.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+using namespace mg;
+using namespace mg::testing;
+
+#ifdef MG_WITH_CUDA
+namespace {
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+}  // namespace
+
+// The optimizer's bookkeeping when the skip is decided on the device: no wait per step; the step
+// count and the lost-update count are read back when asked, and a skipped step counts nothing.
+TEST_CASE("optimizer (GPU): steps skipped on the device; step count and lost updates read back when asked") {
+  if (!have_gpu()) return;
+  Tensor w = gpu(full({4}, 1.0, {.dtype = DType::F16})).set_requires_grad(true);
+  optim::SGD sgd({w}, {.lr = std::ldexp(1.0, -12), .master_weights = true});  // 2^-12: lost in f16, kept in f32
+  const Tensor clean = gpu(zeros({})), overflow = gpu(ones({}));
+  w.set_grad(gpu(full({4}, 1.0, {.dtype = DType::F16})));
+  const std::uint64_t mark = cuda::host_waits();
+  for (const Tensor* flag : {&clean, &overflow, &clean, &overflow}) sgd.step({.found_inf = flag});
+  CHECK(cuda::host_waits() == mark);  // four steps queued, nothing read
+  CHECK(sgd.step_count() == 2);       // one read for all four
+  CHECK(cuda::host_waits() == mark + 1);
+  CHECK(sgd.step_count() == 2);       // already read
+  CHECK(cuda::host_waits() == mark + 1);
+  const kernels::UpdateCount last = sgd.last_update();  // the last step taken, not the skipped one after it
+  CHECK(last.nonzero == 4);
+  CHECK(last.lost == 0);  // the master moved
+  check_values(sgd.master(0), std::vector<double>(4, 1.0 - 2 * std::ldexp(1.0, -12)), 0.0, 0.0);
+  // round(master): 1 - 2^-11 is an f16 value (the spacing below 1.0 is 2^-11), so the copy moved too.
+  check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -11)), 0.0, 0.0);
+}
+
+// How often one training step under a GradScaler stops the host, phase by phase (kernels/cuda/runtime.h
+// counts every wait). Issue 17's measurement: before it, the GradScaler decided on the host, reading
+// found_inf in step() and again in update(), and the optimizer collected its lost-update count
+// (forward 1, backward 0, scaler.step 2, scaler.update 1). Now the check, the skip, Adam's step count
+// and the scale's update stay on the device; the forward's one wait is cross_entropy's label check.
+TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none for the scaler") {
+  if (!have_gpu()) return;
+  struct Setup {
+    const char* recipe;
+    const char* optimizer;
+  };
+  for (const Setup& setup : {Setup{"mixed_float16", "sgd"}, Setup{"mixed_float16", "adam"},
+                             Setup{"float16_master", "adamw"}}) {
+    const std::string name = std::string(setup.recipe) + " with " + setup.optimizer;
+    INFO(name);
+    Generator generator(3);
+    nn::Sequential model(std::make_shared<nn::Linear>(8, 16, true, generator), std::make_shared<nn::ReLU>(),
+                         std::make_shared<nn::Linear>(16, 4, true, generator));
+    const amp::Recipe recipe = amp::Recipe::parse(setup.recipe);
+    model.to(recipe.parameter_dtype);
+    model.to(Device::cuda());
+    auto optimizer = train::make_optimizer({.name = setup.optimizer, .lr = 0.01, .momentum = 0.9}, model.parameters(),
+                                           recipe.master_weights);
+    amp::GradScaler scaler = recipe.make_scaler();
+    const Tensor x = gpu(uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0));
+    const Tensor labels = gpu(from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32}));
+    std::uint64_t forward = 0, backward_pass = 0, step = 0, update = 0;
+    for (int i = 0; i < 3; ++i) {  // the same count every step
+      std::uint64_t mark = cuda::host_waits();
+      optimizer->zero_grad();
+      Tensor loss;
+      {
+        Autocast region = recipe.autocast();
+        loss = cross_entropy(model(x), labels);
+      }
+      forward = cuda::host_waits() - mark;
+      mark = cuda::host_waits();
+      backward(scaler.scale(loss));
+      backward_pass = cuda::host_waits() - mark;
+      mark = cuda::host_waits();
+      const amp::Stepped stepped = scaler.step(*optimizer);
+      step = cuda::host_waits() - mark;
+      mark = cuda::host_waits();
+      scaler.update();
+      update = cuda::host_waits() - mark;
+      mark = cuda::host_waits();
+      CHECK(stepped);  // asking is what waits
+      CHECK(cuda::host_waits() - mark == 1);
+    }
+    MESSAGE(name << ": host waits per step: forward " << forward << ", backward "
+            << backward_pass << ", scaler.step " << step << ", scaler.update " << update);
+    CHECK(forward == 1);  // cross_entropy's label check
+    CHECK(backward_pass == 0);
+    CHECK(step == 0);
+    CHECK(update == 0);
+    CHECK(optimizer->step_count() == 3);  // read back when asked
+  }
+}
+#endif
