@@ -31,6 +31,7 @@
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/norm.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"

@@ -46,8 +46,8 @@ void require_cpu(const char* kernel, const Tensor& out) {
 #define MG_ROUTE(out, fn, ...) (require_cpu(#fn, out), cpu::fn(__VA_ARGS__))
 #endif
 
-// The optional FusedStep arguments of sgd and adam: inv_scale and found_inf are one f32 element each
-// and the model copy matches the parameter, all on the parameter's device.
+// The optional FusedStep arguments of the optimizer kernels: inv_scale and found_inf are one f32
+// element each and the model copy matches the parameter, all on the parameter's device.
 void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& fused) {
   for (const auto& [flag, name] : {std::pair{fused.inv_scale, "inv_scale"}, std::pair{fused.found_inf, "found_inf"}}) {
     MG_CHECK(!flag || (flag->defined() && flag->numel() == 1 && flag->dtype() == DType::F32 &&
@@ -215,6 +215,14 @@ void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq
   MG_CHECK(step.defined() && step.numel() == 1 && step.dtype() == DType::I32 && step.device() == param.device(),
            "kernel adam: the step count must be one i32 element on {}, the parameter's device", param.device());
   MG_ROUTE(param, adam, param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
+}
+
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+             UpdateCount& count, const FusedStep& fused) {
+  check_fused_step("adagrad", param, fused);
+  MG_CHECK(step.defined() && step.numel() == 1 && step.dtype() == DType::I32 && step.device() == param.device(),
+           "kernel adagrad: the step count must be one i32 element on {}, the parameter's device", param.device());
+  MG_ROUTE(param, adagrad, param, grad, sum, step, hyper, count, fused);
 }
 
 void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep) {

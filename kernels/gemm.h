@@ -44,6 +44,43 @@ struct GemmEpilogue {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// How a GEMM of f16 operands accumulates its products: the paper's third technique (§3.3), and
+// what happens without it. F32 is the contract above, and the only mode a training recipe uses. F16
+// keeps the running sum of every element of C in f16, as a Tensor Core does with an f16 accumulator
+// (WMMA's fragment<accumulator, ..., half>): the products of each block of kF16AccumulationBlock
+// consecutive k are exact and summed in f32, that sum is added to the running sum, and the result is
+// rounded to f16 (to nearest even; subnormals kept; past 65504 it is inf). It exists so that
+// `mixgrad repro` (E7) can show what f32 accumulation prevents; no recipe selects it.
+// Why blocks of 8: the accumulator fragment is f16 between two mma_sync calls, so the sum is rounded
+// at least every 16 products (one WMMA k-step) for certain; inside the instruction the hardware's
+// adder is undocumented, and Fasi et al. ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021)
+// measured blocks of 4 products on the V100 and T4 and of 8 on the A100 for f16 operands. H100's
+// granularity is not published that we know of; the A100's 8 is the closest measured one. The
+// hardware also truncates when it aligns the summands of a block, which this model does not: the
+// real f16-accumulating Tensor Core is, if anything, a little less accurate than this model.
+// Like allow_tf32, one process-wide switch, read when a GEMM is queued; bf16, f32 and f64 GEMMs
+// ignore it (no Tensor Core accumulates bf16 products in bf16). On the GPU the F16 mode runs the
+// simple WMMA kernel (rung 1 of kernels/cuda/gemm.cu) with a half accumulator, never split along k.
+enum class Accumulation : std::uint8_t { F32, F16 };
+constexpr int kF16AccumulationBlock = 8;
+void set_gemm_accumulation(Accumulation accumulation);
+Accumulation gemm_accumulation();
+
+// Sets the accumulation mode for a scope and restores the previous one when it ends:
+//   { kernels::GemmAccumulationGuard f16(kernels::Accumulation::F16); ... the GEMMs queued here ... }
+class GemmAccumulationGuard {
+ public:
+  explicit GemmAccumulationGuard(Accumulation accumulation) : previous_(gemm_accumulation()) {
+    set_gemm_accumulation(accumulation);
+  }
+  ~GemmAccumulationGuard() { set_gemm_accumulation(previous_); }
+  GemmAccumulationGuard(const GemmAccumulationGuard&) = delete;
+  GemmAccumulationGuard& operator=(const GemmAccumulationGuard&) = delete;
+
+ private:
+  Accumulation previous_;
+};
+
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 
 namespace cpu {

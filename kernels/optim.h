@@ -13,6 +13,12 @@
 //         `step` (the parameter's update count, i32 [1]) lives beside the moments on the device, and
 //         the kernel computes the bias corrections from it in f64 (PyTorch's fused Adam does the
 //         same), so that a step skipped on the device does not count and the host never reads it.
+// adagrad (torch.optim.Adagrad):      g += weight_decay * p
+//         step += 1;  clr = lr / (1 + (step - 1) * lr_decay);  sum += g^2
+//         p -= clr * g / (sqrt(sum) + eps)
+//         `step` and `sum` live beside each other as Adam's step and moments do; the kernel computes
+//         clr from the step in f64, with 1 + (step - 1) * lr_decay as one fma (PyTorch rounds the
+//         product and the sum apart: at most 1 ulp of f64 apart, far below the f32 rounding of clr).
 // The formulas are written once, in kernels/optim_functors.h, for the CPU loop and the CUDA kernel.
 // Shapes: param, grad and state tensors have one shape; grad and state are in any floating dtype
 // (on a GPU, the state has the parameter's dtype, as every optimizer creates it).
@@ -74,6 +80,14 @@ struct AdamHyper {
 void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
           const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
 
+struct AdagradHyper {
+  double lr = 0.0, lr_decay = 0.0, eps = 1e-10, weight_decay = 0.0;
+};
+// sum: the running sum of squared gradients (its initial value is the optimizer's). step: i32 [1] on
+// the parameter's device, the updates done so far (0 before the first); + 1 unless the update is skipped.
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+             UpdateCount& count, const FusedStep& fused = {});
+
 // Zeroes the counts `device` accumulates unless *found_inf != 0 (queued; no wait).
 void clear_update_count(Device device, const Tensor* found_inf = nullptr);
 // Adds the counts `device` accumulated since they were last cleared to `count`.
@@ -84,6 +98,8 @@ void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHy
          const FusedStep& fused = {});
 void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
           const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+             UpdateCount& count, const FusedStep& fused = {});
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
@@ -92,6 +108,8 @@ void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHy
          const FusedStep& fused = {});
 void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
           const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+             UpdateCount& count, const FusedStep& fused = {});
 void clear_update_count(Device device, const Tensor* found_inf = nullptr);  // queued
 void read_update_count(Device device, UpdateCount& count);  // waits for the device's queued updates
 }  // namespace cuda

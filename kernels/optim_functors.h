@@ -151,4 +151,35 @@ struct AdamUpdate {
   }
 };
 
+// adagrad: state[0] = the sum of squared gradients. Built from the hyper-parameters on the host;
+// at_step(t) adds the rate of update t (1 for the first), clr = lr / (1 + (t - 1) lr_decay), computed
+// in f64 and rounded to C once: the kernels call it where they read the parameter's step count.
+template <class C>
+struct AdagradUpdate {
+  C weight_decay, eps;
+  C clr;  // the decayed learning rate of this update
+  double lr, lr_decay;  // what at_step needs in f64
+
+  explicit AdagradUpdate(const AdagradHyper& h)
+      : weight_decay(C(h.weight_decay)), eps(C(h.eps)), clr(C(0)), lr(h.lr), lr_decay(h.lr_decay) {}
+
+  // The functor for update number `step`. The denominator is one fma, rounded once on both backends
+  // (written as a product and a sum, each compiler would fuse it or not as it likes).
+  MG_HOST_DEVICE AdagradUpdate at_step(std::int64_t step) const {
+    AdagradUpdate update = *this;
+    update.clr = C(lr / ::fma(static_cast<double>(step - 1), lr_decay, 1.0));
+    return update;
+  }
+
+  // Updates p and the sum for the gradient g; returns whether p was meant to change.
+  MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {
+    g = exact::fma(weight_decay, p, g);
+    C& sum = state[0];
+    sum = exact::fma(g, g, sum);
+    const C change = exact::div(exact::mul(clr, g), exact::add(exact::sqrt(sum), eps));
+    p = exact::sub(p, change);
+    return change != C(0);
+  }
+};
+
 }  // namespace mg::kernels

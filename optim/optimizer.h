@@ -1,4 +1,4 @@
-// Optimizer: the base of SGD, Adam and AdamW.
+// Optimizer: the base of SGD, Adam, AdamW and Adagrad.
 //
 //   optim::SGD sgd(parameters, {.lr = 0.1, .momentum = 0.9});
 //   sgd.zero_grad();  mg::backward(loss);  sgd.step();

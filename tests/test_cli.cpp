@@ -106,7 +106,7 @@ TEST_CASE("with no length a run trains one epoch of images, and says what it run
 
 TEST_CASE("--lr 0 runs forward and backward and leaves the weights as they were") {
   TempDir tmp;
-  for (const char* optimizer : {"sgd", "adam"}) {
+  for (const char* optimizer : {"sgd", "adam", "adagrad"}) {
     INFO(optimizer);
     const std::string base = kSmallRun + " --lr 0 --optimizer " + optimizer;
     REQUIRE(mixgrad(base + fmt::format(" --steps 1 --save {}", tmp / "one.safetensors")).status == 0);

@@ -3,6 +3,8 @@
 // cuda::host_waits()). On the CUDA emulator in CI; GPU cases skip with a message without a device.
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/testing.h"
 #ifdef MG_WITH_CUDA
@@ -42,11 +44,48 @@ TEST_CASE("optimizer (GPU): steps skipped on the device; step count and lost upd
   check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -11)), 0.0, 0.0);
 }
 
+// Adagrad's lr_decay reads each parameter's own step count, which lives on the device beside its sum
+// and which the kernel advances: a step skipped there does not count, and no step waits. The CPU's
+// result, bit for bit (the same functors, kernels/optim_functors.h).
+TEST_CASE("Adagrad (GPU): per-parameter step counts advance on the device, skipped steps not; the CPU's bits") {
+  if (!have_gpu()) return;
+  const optim::AdagradOptions options{.lr = 0.1, .lr_decay = 0.5, .weight_decay = 0.01, .master_weights = true};
+  Generator generator(4);
+  const Tensor init = uniform({33}, -1, 1, generator, {.dtype = DType::F16});
+  Tensor w_cpu = init.clone().set_requires_grad(true), w_gpu = gpu(init).set_requires_grad(true);
+  optim::Adagrad on_cpu({w_cpu}, options), on_gpu({w_gpu}, options);
+  const std::string script = "cscsc";  // c: a clean step, s: one found_inf skips
+  std::vector<Tensor> grads, flags, grads_gpu, flags_gpu;
+  for (char kind : script) {
+    grads.push_back(uniform({33}, -1, 1, generator, {.dtype = DType::F16}));
+    flags.push_back(full({}, kind == 's' ? 1.0 : 0.0));
+    grads_gpu.push_back(gpu(grads.back()));
+    flags_gpu.push_back(gpu(flags.back()));
+  }
+  const std::uint64_t mark = cuda::host_waits();
+  for (std::size_t k = 0; k < script.size(); ++k) {
+    w_cpu.set_grad(grads[k]);
+    w_gpu.set_grad(grads_gpu[k]);
+    on_cpu.step({.found_inf = &flags[k]});
+    on_gpu.step({.found_inf = &flags_gpu[k]});
+  }
+  CHECK(cuda::host_waits() == mark);
+  CHECK(on_gpu.step_count() == 3);
+  const StateDict state_cpu = on_cpu.state_dict(), state_gpu = on_gpu.state_dict();
+  CHECK(state_value(state_gpu, "state.0.step", "test") == 3.0);
+  for (const char* key : {"state.0.sum", "state.0.master"}) {
+    INFO(key);
+    check_close(state_gpu.at(key).to(Device::cpu()), state_cpu.at(key), 0.0, 0.0);
+  }
+  check_close(w_gpu.to(Device::cpu()), w_cpu, 0.0, 0.0);
+}
+
 // How often one training step under a GradScaler stops the host, phase by phase (kernels/cuda/runtime.h
 // counts every wait). Issue 17's measurement: before it, the GradScaler decided on the host, reading
 // found_inf in step() and again in update(), and the optimizer collected its lost-update count
-// (forward 1, backward 0, scaler.step 2, scaler.update 1). Now the check, the skip, Adam's step count
-// and the scale's update stay on the device; the forward's one wait is cross_entropy's label check.
+// (forward 1, backward 0, scaler.step 2, scaler.update 1). Now the check, the skip, Adam's and
+// Adagrad's step counts and the scale's update stay on the device; the forward's one wait is
+// cross_entropy's label check.
 TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none for the scaler") {
   if (!have_gpu()) return;
   struct Setup {
@@ -54,7 +93,7 @@ TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none fo
     const char* optimizer;
   };
   for (const Setup& setup : {Setup{"mixed_float16", "sgd"}, Setup{"mixed_float16", "adam"},
-                             Setup{"float16_master", "adamw"}}) {
+                             Setup{"float16_master", "adamw"}, Setup{"float16_master", "adagrad"}}) {
     const std::string name = std::string(setup.recipe) + " with " + setup.optimizer;
     INFO(name);
     Generator generator(3);

@@ -2,11 +2,12 @@
 // that later steps do not change, every malformed state refused before anything changes, and the
 // property that matters: resuming is bit-exact. N steps, state_dict, a fresh copy of the model and a
 // fresh optimizer, load_state_dict, N more steps gives the same bits as 2N uninterrupted steps, for
-// SGD (momentum + Nesterov), Adam, AdamW and float16_master (AdamW with f32 master weights) with groups,
-// a schedule and the GradScaler.
+// SGD (momentum + Nesterov), Adam, AdamW, Adagrad and float16_master (AdamW or Adagrad with f32 master
+// weights) with groups, a schedule and the GradScaler.
 #include <functional>
 #include <memory>
 
+#include "optim/adagrad.h"
 #include "optim/adamw.h"
 #include "tests/testing.h"
 
@@ -271,6 +272,17 @@ TEST_CASE("resume: AdamW with groups and warm-up + cosine is bit-exact") {
     adamw->set_schedule(optim::linear_warmup(3, optim::cosine_decay(9, 0.1)));
     return adamw;
   });
+}
+
+TEST_CASE("resume: Adagrad (lr_decay on per-parameter step counts, groups) is bit-exact, also under float16_master") {
+  for (const char* recipe : {"fp32", "float16_master"}) {
+    INFO(recipe);
+    check_resume_is_bit_exact(recipe, [recipe](const std::vector<Tensor>& model) {
+      return std::make_unique<optim::Adagrad>(
+          groups_of(model), optim::AdagradOptions{.lr = 0.05, .lr_decay = 0.1, .weight_decay = 1e-3,
+                                                  .master_weights = amp::Recipe::parse(recipe).master_weights});
+    });
+  }
 }
 
 TEST_CASE("resume: float16_master (f32 masters, AdamW, GradScaler, schedule) is bit-exact") {

@@ -15,7 +15,7 @@ using namespace mg::tools::repro;
 using namespace mg::testing::repro;
 using mg::testing::TempDir;
 
-TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss scaling") {
+TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss scaling, V7 only in accumulation") {
   CHECK(variant("V0").recipe.name == "fp32");
   CHECK(variant("V1").recipe.name == "float16_pure");
   for (const char* id : {"V2", "V3", "V4"}) {
@@ -28,7 +28,11 @@ TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss
   CHECK(variant("V4").recipe.loss_scaling == amp::LossScaling::Dynamic);
   CHECK(variant("V5").recipe.name == "mixed_bfloat16");
   CHECK(variant("V6").recipe.name == "bfloat16_pure");
-  mg::testing::check_error([] { variant("V7"); }, "repro::variant");
+  for (const std::string& id : variant_ids())
+    CHECK_MESSAGE((variant(id).accumulation == kernels::Accumulation::F16) == (id == "V7"), id);
+  CHECK(variant("V7").recipe.name == variant("V4").recipe.name);
+  CHECK(variant("V7").recipe.loss_scaling == amp::LossScaling::Dynamic);
+  mg::testing::check_error([] { variant("V8"); }, "repro::variant");
 }
 
 TEST_CASE("the report: report.md with every experiment's section, CSVs with headers, plots when gnuplot exists") {
@@ -40,6 +44,8 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   e4.steps = 20;
   e4.organic = true;
   e4.organic_steps = 20;
+  e4.organic_sizes = {784, 16, 8, 16, 784};
+  e4.organic_scales = {8};
   {
     Report report(tmp / "out");
     report.add(e2_section(run_e2(e2, tiny_fashion()), report));
@@ -78,7 +84,7 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   CHECK(activation_script.find("title \"#1 ") != std::string::npos);
   CHECK(activation_script.find("title \"#2 ") != std::string::npos);
   for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
-                           "e4_activation_zeros_by_k", "e4_organic_zeros_by_layer", "e3_weights_cnn",
+                           "e4_activation_zeros_by_k", "e4_organic_output_flush", "e3_weights_cnn",
                            "e3_activations_mlp"}) {
     CHECK(fs::exists(out / (std::string(plot) + ".gp")));
     CHECK(fs::exists(out / (std::string(plot) + ".dat")));
@@ -174,6 +180,6 @@ TEST_CASE("run_repro: bad options are refused before anything runs") {
   if (cuda_device_count() == 0)
     mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E1", .device = "cuda", .out = tmp / "y"}); },
                              "mixgrad repro --device cuda");
-  CHECK(experiments().size() == 6);
+  CHECK(experiments().size() == 7);
   for (const Experiment& e : experiments()) CHECK_MESSAGE(e.run, e.id);
 }

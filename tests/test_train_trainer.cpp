@@ -87,7 +87,7 @@ TEST_CASE("trainer: a step is the loop written out by hand, bit for bit, under e
   }
 }
 
-TEST_CASE("trainer: the setup follows the recipe; make_optimizer knows three optimizers") {
+TEST_CASE("trainer: the setup follows the recipe; make_optimizer knows four optimizers") {
   train::Trainer master(small_mlp(), {.recipe = amp::Recipe::parse("float16_master"), .optimizer = {.name = "adamw"}});
   CHECK(master.model().parameters()[0].dtype() == DType::F16);
   CHECK(master.optimizer().name() == "optim::AdamW");
@@ -97,8 +97,13 @@ TEST_CASE("trainer: the setup follows the recipe; make_optimizer knows three opt
   CHECK(bf16.model().parameters()[0].dtype() == DType::F32);
   CHECK_FALSE(bf16.optimizer().master(0).defined());
   CHECK_FALSE(bf16.scaler().is_enabled());
+  train::Trainer adagrad(small_mlp(), {.recipe = amp::Recipe::parse("float16_master"),
+                                       .optimizer = {.name = "adagrad", .lr = 0.2}});
+  CHECK(adagrad.optimizer().name() == "optim::Adagrad");
+  CHECK(adagrad.optimizer().lr() == 0.2);
+  CHECK(adagrad.optimizer().master(0).dtype() == DType::F32);
   check_error([] { train::make_optimizer({.name = "lamb"}, {ones({2}, {.requires_grad = true})}, false); },
-              "unknown optimizer 'lamb'; choose one of sgd, adam, adamw");
+              "unknown optimizer 'lamb'; choose one of sgd, adam, adamw, adagrad");
   auto scheduled = train::make_optimizer({.lr = 0.5, .schedule = optim::step_decay(1, 0.5)},
                                          {ones({2}, {.requires_grad = true})}, false);
   CHECK(scheduled->lr() == 0.5);

@@ -66,11 +66,11 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
   c.add_option("--batch", o.batch, "Batch size (default 128 for images, 32 for text)")->check(whole_number_in(1));
   c.add_option("--context", o.context, "Text: characters per training window (2 to 4096)")
       ->check(whole_number_in(2, 4096))->capture_default_str();
-  c.add_option("--optimizer", o.optimizer, "Optimizer: sgd (with momentum), adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  c.add_option("--optimizer", o.optimizer, "Optimizer: sgd (with momentum), adam, adamw or adagrad")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adagrad"}))->capture_default_str();
   c.add_option_function<double>("--lr", [&o](const double& lr) { o.lr = lr; },
-                                "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw; "
-                                "0 runs forward and backward but leaves the weights as they are)")
+                                "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw, "
+                                "0.01 for adagrad; 0 runs forward and backward but leaves the weights as they are)")
       ->check(finite_number_in(0, std::numeric_limits<double>::max(), "a finite learning rate >= 0"));
   c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
       ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))->capture_default_str();
@@ -110,7 +110,7 @@ void finalize(TrainOptions& o) {
              "mixgrad train: cannot write {}: the directory {} does not exist", *path, parent.string());
   }
   if (o.batch == 0) o.batch = images ? 128 : 32;
-  if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : 1e-3;
+  if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : o.optimizer == "adagrad" ? 0.01 : 1e-3;
 }
 
 }  // namespace mg::tools

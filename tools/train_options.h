@@ -25,8 +25,8 @@ struct TrainOptions {
                                         // (neither: 1 epoch of images, kDefaultTextSteps of text)
   std::int64_t batch = 0;               // 0: 128 for images, 32 for text
   std::int64_t context = 64;            // text: characters per training window
-  std::string optimizer = "sgd";        // sgd | adam | adamw
-  std::optional<double> lr;             // unset: 0.05 for sgd, 1e-3 for adam and adamw
+  std::string optimizer = "sgd";        // sgd | adam | adamw | adagrad
+  std::optional<double> lr;             // unset: 0.05 for sgd, 1e-3 for adam and adamw, 0.01 for adagrad
   double momentum = 0.9;                // sgd only
   std::uint64_t seed = 0;
   std::int64_t subset = 0;              // train on the first N examples (characters, for text); 0: all

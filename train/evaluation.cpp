@@ -39,6 +39,29 @@ Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
 }
 
+Tensor mean_loss(Loss loss, const Tensor& outputs, const Tensor& targets) {
+  if (loss == Loss::CrossEntropy) return mean_cross_entropy(outputs, targets);
+  const std::int64_t n = outputs.size(0);
+  return binary_cross_entropy_with_logits(reshape(outputs, {n, -1}), reshape(targets, {n, -1}));
+}
+
+double test_loss(nn::Module& model, const Tensor& inputs, const Tensor& targets, Loss loss, const amp::Recipe& recipe,
+                 Device device, std::int64_t batch) {
+  MG_CHECK(batch >= 1 && inputs.size(0) == targets.size(0) && inputs.size(0) >= 1, "train::test_loss: needs batch "
+           ">= 1 and as many targets as inputs (at least one), got batch {}, inputs {}, targets {}", batch,
+           inputs.shape(), targets.shape());
+  Scoring scoring(model);
+  double sum = 0;
+  const std::int64_t n = inputs.size(0);
+  for (std::int64_t begin = 0; begin < n; begin += batch) {
+    const std::int64_t end = std::min(begin + batch, n);
+    Autocast region = recipe.autocast();
+    const Tensor value = mean_loss(loss, model(inputs.slice(begin, end).to(device)), targets.slice(begin, end).to(device));
+    sum += value.item() * static_cast<double>(end - begin);
+  }
+  return sum / static_cast<double>(n);
+}
+
 double test_accuracy(nn::Module& model, const Tensor& images, const Tensor& labels, const amp::Recipe& recipe,
                      Device device, std::int64_t batch) {
   MG_CHECK(batch >= 1, "train::test_accuracy: batch must be >= 1, got {}", batch);

@@ -29,6 +29,18 @@ void standardize_pixels_(Tensor& images);
 // logits [..., classes] and targets [...] -> the mean cross entropy over every position.
 Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets);
 
+// What a model is trained to do. CrossEntropy: classify, logits [..., classes] against i32 targets
+// [...] (mean_cross_entropy). BinaryCrossEntropyWithLogits: reconstruct, logits against f32 targets in
+// [0, 1] of the same number of elements per example (an autoencoder's pixels), the mean over every
+// element, so each output's gradient is (sigmoid(x) - t) / (batch x outputs).
+enum class Loss { CrossEntropy, BinaryCrossEntropyWithLogits };
+// outputs [N, ...] and targets [N, ...] -> the mean loss, f32 (as the loss ops compute it).
+Tensor mean_loss(Loss loss, const Tensor& outputs, const Tensor& targets);
+// The mean loss of the model over inputs [N, ...] and targets [N, ...] on the CPU, `batch` examples
+// at a time (each batch's mean weighted by its size).
+double test_loss(nn::Module& model, const Tensor& inputs, const Tensor& targets, Loss loss, const amp::Recipe& recipe,
+                 Device device, std::int64_t batch = 250);
+
 // The fraction of images [N, ...] whose argmax logit is their label [N] (i32), scored `batch` images
 // at a time. Pass the training batch size and the forward passes reuse the buffers the training
 // steps left in the allocator's cache instead of adding blocks of new sizes to it.

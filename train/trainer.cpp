@@ -6,6 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/ops.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -25,8 +26,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
   else if (spec.name == "adamw")
     optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
                                                optim::AdamWOptions{.lr = spec.lr, .master_weights = master_weights});
+  else if (spec.name == "adagrad")
+    optimizer = std::make_unique<optim::Adagrad>(
+        std::move(parameters), optim::AdagradOptions{.lr = spec.lr, .master_weights = master_weights});
   else
-    throw Error(fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw", spec.name));
+    throw Error(fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw, adagrad",
+                            spec.name));
   if (spec.schedule) optimizer->set_schedule(spec.schedule);
   return optimizer;
 }
@@ -63,7 +68,7 @@ StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initi
   notify([](StepObserver& o) { o.before_forward(); });
   {
     Autocast region = options_.recipe.autocast();
-    result.loss = cast(mean_cross_entropy((*model_)(inputs.to(options_.device)), targets.to(options_.device)),
+    result.loss = cast(mean_loss(options_.loss, (*model_)(inputs.to(options_.device)), targets.to(options_.device)),
                        DType::F32);
   }
   notify([&](StepObserver& o) { o.after_forward(result.loss); });

@@ -16,7 +16,7 @@
 //   3. the GradScaler the recipe asks for (dynamic, static S, or disabled), and its ScaleMonitor.
 // One step (step()):
 //   optimizer.zero_grad()
-//   { Autocast region of the recipe:  loss = mean cross entropy of model(inputs), in f32 }
+//   { Autocast region of the recipe:  loss = mean loss (options.loss) of model(inputs), in f32 }
 //   backward(scaler.scale(loss * loss_multiplier))
 //   scaler.step(optimizer)          the check, then the fused update that skips on inf/NaN
 //   monitor.update(&optimizer)      scaler.update(), and the scale and skip read back for the record
@@ -35,12 +35,13 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
 
 namespace mg::train {
 
 // Which optimizer, with the options mixgrad's programs set.
 struct OptimizerSpec {
-  std::string name = "sgd";  // "sgd", "adam" or "adamw" (their defaults otherwise: optim/)
+  std::string name = "sgd";  // "sgd", "adam", "adamw" or "adagrad" (their defaults otherwise: optim/)
   double lr = 0.01;
   double momentum = 0.0;     // SGD's
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
@@ -60,11 +61,13 @@ struct TrainerOptions {
   double loss_multiplier = 1.0;
   amp::GradScalerOptions scaler = {};  // the recipe sets enabled, dynamic and a static scale
   amp::ScaleMonitorOptions monitor = {};
+  // What the model is trained to do (train/evaluation.h): classify, or reconstruct its input.
+  Loss loss = Loss::CrossEntropy;
 };
 
 // What one step did. Reading the loss (item()) is a wait on a GPU; the rest has been read already.
 struct StepResult {
-  Tensor loss;           // the batch's mean cross entropy, f32, before loss_multiplier and scaling
+  Tensor loss;           // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling
   double lr = 0;         // the rate this step used (groups()[0]'s, after the schedule)
   double scale = 1;      // the loss scale this step used (1 without scaling)
   bool skipped = false;  // the GradScaler skipped the step (an inf/NaN gradient)

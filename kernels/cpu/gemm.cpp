@@ -12,7 +12,9 @@
 // pass (F16C for f16), multiplied and accumulated in f32 by the f32 GEMM (OpenBLAS's or Eigen's), and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
 // the hardware's, up to the order of the f32 additions. The epilogue (bias, activation) is applied to
-// the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. Eigen::half matrices are never multiplied
+// the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. With
+// Accumulation::F16 (kernels/gemm.h) an f16 GEMM keeps its running sums in f16 instead: E7 of
+// `mixgrad repro` shows what that costs. Eigen::half matrices are never multiplied
 // directly: Eigen's half GEMM emulates every operation and is ~400x slower.
 // Run its tests: build/tests/test_ops_matmul and build/tests/test_gemm_choice (both libraries, the
 // choice); its benchmark: build/bench/matmul.
@@ -23,10 +25,12 @@
 #include <cassert>
 #include <climits>
 #include <type_traits>
+#include <vector>
 #ifdef MG_WITH_OPENBLAS
 #include <cblas.h>
 #endif
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/compute_type.h"
@@ -37,10 +41,13 @@ namespace mg::kernels {
 
 namespace {
 std::atomic<bool> tf32_allowed{false};
+std::atomic<Accumulation> accumulation_mode{Accumulation::F32};
 }  // namespace
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+void set_gemm_accumulation(Accumulation accumulation) { accumulation_mode.store(accumulation, std::memory_order_relaxed); }
+Accumulation gemm_accumulation() { return accumulation_mode.load(std::memory_order_relaxed); }
 
 }  // namespace mg::kernels
 
@@ -86,6 +93,42 @@ template <class T>
 void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s) {
   for (std::int64_t i = 0; i < s.batch; ++i)
     gemm_one(library, a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
+}
+
+// C = op(A) op(B) with the running sum of every element kept in f16 (kernels/gemm.h, Accumulation::F16):
+// for each block of kF16AccumulationBlock consecutive k, the block's products are summed in f32 in k
+// order from zero, added to the running sum, and the result rounded to f16: the arithmetic of the
+// CUDA emulator's f16 accumulator fragment, step for step (every product of two f16 values is exact
+// in f32, so a fused multiply-add changes nothing). op(A) and op(B) are first copied row-major; then
+// one row of C at a time stays in cache while the blocks of k pass over it, the products of a block
+// added along the row (contiguous in op(B): vectorised) and the row rounded in one F16C pass.
+void gemm_accumulate_in_f16(const float* a, const float* b, float* c, const GemmShape& s) {
+  RowMajor<float> op_a(s.m, s.k), op_b(s.k, s.n);
+  std::vector<float> block_sum(static_cast<std::size_t>(s.n));
+  std::vector<Eigen::half> rounded(static_cast<std::size_t>(s.n));
+  for (std::int64_t i = 0; i < s.batch; ++i) {
+    Eigen::Map<const RowMajor<float>> A(a + i * s.m * s.k, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
+    Eigen::Map<const RowMajor<float>> B(b + i * s.k * s.n, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
+    if (s.transpose_a) op_a = A.transpose();
+    else op_a = A;
+    if (s.transpose_b) op_b = B.transpose();
+    else op_b = B;
+    for (std::int64_t row = 0; row < s.m; ++row) {
+      float* sum = c + (i * s.m + row) * s.n;
+      std::fill(sum, sum + s.n, 0.0f);
+      for (std::int64_t k0 = 0; k0 < s.k; k0 += kF16AccumulationBlock) {
+        std::fill(block_sum.begin(), block_sum.end(), 0.0f);
+        for (std::int64_t k = k0; k < std::min<std::int64_t>(s.k, k0 + kF16AccumulationBlock); ++k) {
+          const float a_value = op_a(row, k);
+          const float* b_row = op_b.data() + k * s.n;
+          for (std::int64_t j = 0; j < s.n; ++j) block_sum[static_cast<std::size_t>(j)] += a_value * b_row[j];
+        }
+        for (std::int64_t j = 0; j < s.n; ++j) sum[j] += block_sum[static_cast<std::size_t>(j)];
+        convert(sum, DType::F32, rounded.data(), DType::F16, s.n);
+        convert(rounded.data(), DType::F16, sum, DType::F32, s.n);
+      }
+    }
+  }
 }
 
 // c = act(c + bias) over every row of the batch, in the compute type C, before c is rounded.
@@ -135,7 +178,10 @@ void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, c
   // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
   Tensor a32 = widened<float>(a), b32 = widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
-  gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
+  if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16)
+    gemm_accumulate_in_f16(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
+  else
+    gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   apply_epilogue(c32.data<float>(), s, epilogue);
   if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
 }

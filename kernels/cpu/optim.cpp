@@ -4,9 +4,9 @@
 // the CUDA kernel) runs once per element, and buffered results are rounded back on store. The
 // lost-update count compares the stored parameter with the old one wherever the computed change
 // was non-zero. FusedStep: the gradient is scaled as it is read, a set found_inf returns before
-// anything is written (Adam's step count included), and the model copy is converted from each stored
-// chunk of the parameter.
-// Tests: build/tests/test_optim, build/tests/test_cuda_amp.
+// anything is written (Adam's and Adagrad's step counts included), and the model copy is converted
+// from each stored chunk of the parameter.
+// Tests: build/tests/test_optim, build/tests/test_optim_adagrad, build/tests/test_cuda_amp.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -94,6 +94,15 @@ void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   ++steps;
 }
 
+template <class C>
+void adagrad_typed(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& h,
+                   UpdateCount& count, const FusedStep& fused) {
+  if (skipped(fused)) return;  // the step count does not move either
+  std::int32_t& steps = *step.data<std::int32_t>();
+  update_chunks<C, 1>(param, grad, {&sum}, fused, count, AdagradUpdate<C>(h).at_step(steps + 1));
+  ++steps;
+}
+
 }  // namespace
 
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
@@ -106,6 +115,12 @@ void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq
           const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused) {
   if (param.dtype() == DType::F64) adam_typed<double>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
   else adam_typed<float>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
+}
+
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+             UpdateCount& count, const FusedStep& fused) {
+  if (param.dtype() == DType::F64) adagrad_typed<double>(param, grad, sum, step, hyper, count, fused);
+  else adagrad_typed<float>(param, grad, sum, step, hyper, count, fused);
 }
 
 }  // namespace mg::kernels::cpu

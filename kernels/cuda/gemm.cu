@@ -14,6 +14,8 @@
 //                            buffered. Any shape.
 // Which one runs:
 //   f16/bf16 operands  -> 2 when the operands fit its alignment rule, else 1 (e.g. n = 10 classes)
+//   f16 operands under kernels::Accumulation::F16 -> 1 with a half accumulator, never split (E7 of
+//                         `mixgrad repro` only: kernels/gemm.h)
 //   f32 operands       -> 2 in TF32 when kernels::allow_tf32() is on and they fit, else 3
 // C is f16/bf16 (the operands' dtype) or f32; every kernel accumulates in f32, applies the epilogue
 // (bias, activation: gemm_common.cuh) to the f32 sums and rounds once on store, like the CPU.
@@ -53,11 +55,17 @@
 
 namespace mg::kernels::cuda {
 
+#ifdef MG_CUDA_EMULATED
+static_assert(nvcuda::wmma::kHalfAccumulatorBlock == kF16AccumulationBlock,
+              "the emulator's f16 accumulator must round as kernels/gemm.h says the CPU does");
+#endif
+
 namespace {
 
-enum class GemmKernel { WmmaSimple, WmmaPipelined, Tf32Pipelined, SimtF32 };
+enum class GemmKernel { WmmaSimple, WmmaSimpleF16Accumulator, WmmaPipelined, Tf32Pipelined, SimtF32 };
 
 GemmKernel pick_kernel(const Tensor& a, const Tensor& b, const GemmShape& s) {
+  if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
   switch (a.dtype()) {
     case DType::F16: return wmma_pipelined::fits<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
     case DType::BF16: return wmma_pipelined::fits<bf16>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
@@ -76,6 +84,7 @@ struct Geometry {
 Geometry geometry_of(GemmKernel kernel) {
   switch (kernel) {
     case GemmKernel::WmmaSimple:
+    case GemmKernel::WmmaSimpleF16Accumulator:
       return {wmma_simple::kTile, wmma_simple::kTile, wmma_simple::kStep, wmma_simple::kBlocksPerSm};
     case GemmKernel::WmmaPipelined:  // f16 and bf16 alike: 2-byte operands
       return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStepOf<__half>,
@@ -117,7 +126,9 @@ GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
   const Geometry g = geometry_of(plan.kernel);
   const std::int64_t sms = multiprocessor_count();
   const std::int64_t blocks = ceil_div(s.m, g.tile_m) * ceil_div(s.n, g.tile_n) * s.batch;
-  if (blocks == 0 || blocks * 2 > sms) return plan;  // 0: an empty C (only gemm_kernel_name asks then)
+  // An f16 accumulator is never split: the slices' partial sums would be f32, which is not the
+  // arithmetic it stands for.
+  if (plan.kernel == GemmKernel::WmmaSimpleF16Accumulator || blocks == 0 || blocks * 2 > sms) return plan;  // 0: an empty C (only gemm_kernel_name asks then)
   const std::int64_t wanted = std::min({g.blocks_per_sm * sms / blocks, s.k / kMinSliceK, kMaxSlices});
   if (wanted < 2) return plan;
   const std::int64_t k_slice = ceil_div(ceil_div(s.k, wanted), g.k_step) * g.k_step;
@@ -135,7 +146,9 @@ void launch_kernel(GemmKernel kernel, const GemmArgs<In, Out>& args, const GemmS
     else simt_f32::launch(args, s, stream);
   } else {
     if (kernel == GemmKernel::WmmaPipelined) wmma_pipelined::launch(args, s, stream);
-    else wmma_simple::launch(args, s, stream);
+    else if (kernel == GemmKernel::WmmaSimple) wmma_simple::launch(args, s, stream);
+    else if constexpr (std::is_same_v<In, __half>) wmma_simple::launch<In, Out, __half>(args, s, stream);
+    else throw Error("CUDA kernel gemm: an f16 accumulator needs f16 operands");
   }
 }
 
@@ -160,6 +173,7 @@ void run(const GemmPlan& plan, const Tensor& a, const Tensor& b, Tensor& c, cons
 std::string kernel_name(GemmKernel kernel) {
   switch (kernel) {
     case GemmKernel::WmmaSimple: return "wmma simple 32x32x16";
+    case GemmKernel::WmmaSimpleF16Accumulator: return "wmma simple 32x32x16, f16 accumulator";
     case GemmKernel::WmmaPipelined: return "wmma 128x128x32, 4 stages";
     case GemmKernel::Tf32Pipelined: return "tf32 wmma 128x128x16, 4 stages";
     case GemmKernel::SimtF32: return "simt f32 128x128x8";

@@ -2,6 +2,10 @@
 // f32 accumulation, C in f16, bf16 or f32 rounded once on store. Rung 1 of the ladder in gemm.cu: the
 // version to read first, and the fallback of the fast kernel (gemm_wmma.cuh) when an operand's rows
 // are not 16-byte aligned, e.g. the n = 10 classes of a classifier's last layer.
+// Its Accumulator template argument is the dtype of the running sums: float, or __half for f16
+// operands under kernels::Accumulation::F16 (kernels/gemm.h), the accumulation the paper's §3.3 warns
+// against, run only by `mixgrad repro`'s E7. With __half the fragment is rounded to f16 by every
+// mma_sync (and inside it, as the hardware does: see kernels/gemm.h), then widened for the epilogue.
 //
 // Shapes: any m, n, k >= 0, any batch (kernels/gemm.h; GemmArgs in gemm_common.cuh).
 // Launch geometry: 128 threads = 4 warps a block, one 32x32 tile of C a block, each warp one 16x16
@@ -35,20 +39,24 @@ constexpr int kThreads = 128;  // 4 warps, 2 x 2 over the tile
 // starts on 32 bytes: 16 rows of 48 bytes down, 16 columns (32 bytes) across.
 constexpr int kSkew = 8;
 constexpr int kSkewC = 4;  // floats: the same reason for the f32 accumulator tile (rows of 144 bytes)
+// The accumulator tile's skew: 4 floats, or 8 halves (rows of 80 bytes) for an f16 accumulator.
+template <class Accumulator>
+constexpr int kSkewOf = std::is_same_v<Accumulator, float> ? kSkewC : kSkew;
 // Blocks an SM runs at once: promised by the launch bounds (at most 64 registers a thread; 7.4 KiB
 // of shared memory a block), and what gemm.cu's split-K fills the GPU with.
 constexpr int kBlocksPerSm = 8;
 static_assert((16 * (kStep + kSkew) * sizeof(__half)) % 32 == 0 && (16 * sizeof(__half)) % 32 == 0 &&
-                  (16 * (kTile + kSkewC) * sizeof(float)) % 32 == 0,
+                  (16 * (kTile + kSkewC) * sizeof(float)) % 32 == 0 && (16 * (kTile + kSkew) * sizeof(__half)) % 32 == 0,
               "WMMA fragment pointers must be 32-byte aligned");
 
-template <class In, class Out>
+template <class In, class Out, class Accumulator = float>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gemm_wmma_simple_kernel(GemmArgs<In, Out> args, bool transpose_a, bool transpose_b) {
   using namespace nvcuda;
+  constexpr int kSkewAcc = kSkewOf<Accumulator>;
   MG_SHARED_ALIGNED(32, In[kTile][kStep + kSkew], a_tile);      // op(A) rows x k, row-major
   MG_SHARED_ALIGNED(32, In[kStep][kTile + kSkew], b_tile);      // k x op(B) columns, row-major
-  MG_SHARED_ALIGNED(32, float[kTile][kTile + kSkewC], c_tile);  // the block's f32 sums
+  MG_SHARED_ALIGNED(32, Accumulator[kTile][kTile + kSkewAcc], c_tile);  // the block's sums
 
   const int m = args.m, n = args.n, k = args.k;
   const int row0 = blockIdx.x * kTile, col0 = blockIdx.y * kTile;
@@ -58,8 +66,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int warp = threadIdx.x / 32, warp_row = (warp / 2) * 16, warp_col = (warp % 2) * 16;
   const In zero = from_float<In>(0.0f);
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
-  wmma::fill_fragment(sum, 0.0f);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, Accumulator> sum;
+  wmma::fill_fragment(sum, from_float<Accumulator>(0.0f));
   // The block's k: all of it, or its slice, which ends at k or on a multiple of kStep, so that the
   // bound below stays the matrix's k.
   for (int k0 = block.k_begin; k0 < block.k_end; k0 += kStep) {
@@ -89,17 +97,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     __syncthreads();  // every warp has read the slices before the next step overwrites them
   }
 
-  wmma::store_matrix_sync(&c_tile[warp_row][warp_col], sum, kTile + kSkewC, wmma::mem_row_major);
+  wmma::store_matrix_sync(&c_tile[warp_row][warp_col], sum, kTile + kSkewAcc, wmma::mem_row_major);
   __syncthreads();
   for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
     const int r = i / kTile, col_in_tile = i % kTile, row = row0 + r, col = col0 + col_in_tile;
-    if (row < m && col < n) args.store(block, row, col, c_tile[r][col_in_tile]);
+    if (row < m && col < n) args.store(block, row, col, to_float(c_tile[r][col_in_tile]));
   }
 }
 
-template <class In, class Out>
+template <class In, class Out, class Accumulator = float>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  MG_LAUNCH((gemm_wmma_simple_kernel<In, Out>), gemm_grid(args, kTile, kTile), kThreads, 0, stream)(
+  MG_LAUNCH((gemm_wmma_simple_kernel<In, Out, Accumulator>), gemm_grid(args, kTile, kTile), kThreads, 0, stream)(
       args, shape.transpose_a, shape.transpose_b);
   MG_CUDA_LAUNCHED();
 }

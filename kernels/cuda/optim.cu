@@ -1,6 +1,6 @@
-// CUDA optimizer updates (kernels/optim.h): sgd and adam/adamw over one parameter tensor, with the
-// optional fused parts (FusedStep: 1/S, found_inf, the f16 model copy), and the device-side update
-// counts.
+// CUDA optimizer updates (kernels/optim.h): sgd, adam/adamw and adagrad over one parameter tensor,
+// with the optional fused parts (FusedStep: 1/S, found_inf, the f16 model copy), and the device-side
+// update counts.
 //
 // The math is the functors of kernels/optim_functors.h, the same ones the CPU loop calls, in f32
 // with the same rounding of every intermediate, so a GPU update equals the CPU's bit for bit (the
@@ -14,15 +14,17 @@
 // FusedStep: each block first reads found_inf (written by the check or another kernel before it on
 // the stream) and returns at once when it is set; every thread reads inv_scale; the model copy is
 // written from the stored parameter in the same pass.
-// Adam's step count: every thread reads it (i32 [1]) and builds the bias corrections of the next
-// update itself (AdamUpdate::at_step, in f64); a one-thread kernel queued after the update adds 1
-// unless found_inf is set, so no block can read a count that another already advanced.
+// Adam's and Adagrad's step counts: every thread reads the count (i32 [1]) and builds the constants
+// of the next update itself (AdamUpdate::at_step: the bias corrections; AdagradUpdate::at_step: the
+// decayed rate; in f64); a one-thread kernel queued after the update adds 1 unless found_inf is set,
+// so no block can read a count that another already advanced.
 // Counting: each thread counts its non-zero and lost updates, a block adds its threads' counts
 // (warp reductions, then shared memory) and one thread adds them to the device's two counters with
 // atomicAdd. clear_update_count zeroes them at the start of a step (a one-thread kernel that leaves
 // them when the step's found_inf is set); read_update_count copies them to the host: the one place
 // the host waits, and only when asked.
-// Tests: build/tests/test_cuda_amp (GPU vs CPU). Benchmark: build/bench/cuda_memory (sgd, adam).
+// Tests: build/tests/test_cuda_amp (GPU vs CPU), build/tests/test_cuda_host_waits (Adagrad's step
+// count on the device). Benchmark: build/bench/cuda_memory (sgd, adam).
 #include <algorithm>
 #include <array>
 #include <mutex>
@@ -87,7 +89,8 @@ __device__ void add_block_counts(Counts counts, unsigned long long* counters) {
 }
 
 
-// The functor of this update: Adam's needs the parameter's step count (read here, on the device).
+// The functor of this update: Adam's and Adagrad's need the parameter's step count (read here, on the
+// device).
 template <class Update>
 __device__ __forceinline__ Update prepared(const Update& update, const std::int32_t* step) {
   if constexpr (requires { update.at_step(1); }) return update.at_step(std::int64_t{*step} + 1);
@@ -151,7 +154,8 @@ __global__ void clear_counts_kernel(unsigned long long* counters, const float* f
   if (found_inf == nullptr || *found_inf == 0.0f) counters[0] = counters[1] = 0;
 }
 
-// Adam's step count + 1, after every block of the update has read it; not when the step is skipped.
+// The step count (Adam's, Adagrad's) + 1, after every block of the update has read it; not when the
+// step is skipped.
 __global__ void advance_step_kernel(std::int32_t* step, const float* found_inf) {
   if (found_inf == nullptr || *found_inf == 0.0f) *step += 1;
 }
@@ -192,7 +196,7 @@ unsigned long long* update_counters(int device_index) {
 }
 
 // Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor;
-// `step`: Adam's count (null for SGD).
+// `step`: Adam's or Adagrad's count (null for SGD).
 template <int S, class Update>
 void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state,
                    Tensor* step, const FusedStep& fused, const Update& update) {
@@ -245,6 +249,11 @@ void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHy
 void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
           const AdamHyper& hyper, UpdateCount&, const FusedStep& fused) {
   launch_update<2>("adam", param, grad, {&exp_avg, &exp_avg_sq}, &step, fused, AdamUpdate<float>(hyper));
+}
+
+void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper, UpdateCount&,
+             const FusedStep& fused) {
+  launch_update<1>("adagrad", param, grad, {&sum}, &step, fused, AdagradUpdate<float>(hyper));
 }
 
 void clear_update_count(Device device, const Tensor* found_inf) {

@@ -137,7 +137,7 @@ E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std
     g.vocab = text->vocab;
     for (const Variant& v : variants(o.large_variant_ids, o.static_scale))
       train(gpt, v, RunConfig{.make_model = tiny_gpt(g), .text = text, .context = g.block_size, .steps = o.gpt_steps,
-                              .batch = o.gpt_batch, .lr = o.gpt_lr, .adam = true});
+                              .batch = o.gpt_batch, .lr = o.gpt_lr, .optimizer = "adam"});
     result.workloads.push_back(std::move(gpt));
   }
   return result;

@@ -60,7 +60,8 @@ constexpr LineStyle kLineStyles[] = {
     {"#CC79A7", "5", 10},          // pink, dash-dot-dot, triangle down
     {"#D55E00", "(14,6)", 2},      // vermilion, long dashes, cross
     {"#56B4E9", "(4,4,12,4)", 1},  // sky blue, short-long dashes, plus
-    {"#7F7F7F", "(2,6)", 14},      // grey, sparse dots, pentagon
+    {"#882255", "(8,3,2,3)", 3},   // wine, dash-dot with long dashes, star
+    {"#7F7F7F", "(2,6)", 14},      // grey, sparse dots, pentagon: kNoVariantStyle
 };
 constexpr std::size_t kStyleCount = std::size(kLineStyles);
 

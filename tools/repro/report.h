@@ -28,13 +28,16 @@ struct Table {
 };
 
 // One curve: points (x[i], y[i]); NaN y values are left out (a gap in the data).
+// The line style of a curve that belongs to no variant (a reference, another way of counting).
+constexpr int kNoVariantStyle = 8;
+
 struct Series {
   std::string name{};  // the legend entry
   std::vector<double> x{}, y{};
   bool markers = false;  // points only, no line (events such as skipped steps)
-  // Which of the 8 line styles (colour, dash pattern, marker shape) draws it; -1: its position in
+  // Which of the 9 line styles (colour, dash pattern, marker shape) draws it; -1: its position in
   // the plot. A variant's curves take the variant's number (V2: 2), so that a variant looks the same
-  // in every plot; style 7 (grey) is no variant's.
+  // in every plot; style kNoVariantStyle (grey) is no variant's.
   int style = -1;
 };
 

@@ -13,6 +13,7 @@
 #include "tools/repro/e4_loss_scaling.h"
 #include "tools/repro/e5_language_model.h"
 #include "tools/repro/e6_speed_memory.h"
+#include "tools/repro/e7_accumulation.h"
 
 namespace mg::tools::repro {
 
@@ -30,12 +31,13 @@ std::string utc_now() {
 }  // namespace
 
 std::vector<Experiment> experiments() {
-  return {e1_experiment(), e2_experiment(), e3_experiment(), e4_experiment(), e5_experiment(), e6_experiment()};
+  return {e1_experiment(), e2_experiment(), e3_experiment(), e4_experiment(), e5_experiment(), e6_experiment(),
+          e7_experiment()};
 }
 
 void add_repro_flags(CLI::App& c, ReproOptions& o) {
-  c.add_option("--experiment", o.experiment, "Which experiment: E1..E6 (see tools/README.md) or all")
-      ->check(CLI::IsMember({"E1", "E2", "E3", "E4", "E5", "E6", "all"}))->capture_default_str();
+  c.add_option("--experiment", o.experiment, "Which experiment: E1..E7 (see tools/README.md) or all")
+      ->check(CLI::IsMember({"E1", "E2", "E3", "E4", "E5", "E6", "E7", "all"}))->capture_default_str();
   c.add_option("--preset", o.preset, "quick (minutes on 2 CPU cores, small subsets) or full (the GPU-sized version)")
       ->check(CLI::IsMember({"quick", "full"}))->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
@@ -53,7 +55,7 @@ std::string run_repro(const ReproOptions& o) {
   std::vector<Experiment> chosen;
   for (Experiment& e : experiments())
     if (o.experiment == "all" || o.experiment == e.id) chosen.push_back(std::move(e));
-  MG_CHECK(!chosen.empty(), "mixgrad repro: unknown experiment '{}'; choose E1..E6 or all", o.experiment);
+  MG_CHECK(!chosen.empty(), "mixgrad repro: unknown experiment '{}'; choose E1..E7 or all", o.experiment);
 
   Context context(o.preset == "full" ? Preset::Full : Preset::Quick, device, o.seed, o.quiet);
   Report report(o.out);
@@ -71,7 +73,7 @@ std::string run_repro(const ReproOptions& o) {
         "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s.{} Paper: "
         "Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740). Variants: V0 fp32, V1 "
         "float16_pure, V2 float16_master without loss scaling, V3 float16_master with a static scale S, V4 "
-        "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure (tools/repro/variants.h). "
+        "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure, V7 V4 with its GEMMs accumulating in f16 (tools/repro/variants.h). "
         "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
         "differs.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, status));
   }

@@ -3,7 +3,7 @@
 //   mixgrad repro --experiment all --preset quick --out repro-quick
 //   mixgrad repro --experiment E4 --preset full --device cuda --out repro-full --seed 1
 //
-// Each experiment (E1..E6, experiment.h) trains the same model in several precision variants
+// Each experiment (E1..E7, experiment.h) trains the same model in several precision variants
 // (variants.h) from one seed, and fills one section of DIR/report.md.
 #pragma once
 
@@ -20,7 +20,7 @@ class App;
 namespace mg::tools::repro {
 
 struct ReproOptions {
-  std::string experiment = "all";  // E1..E6 or all
+  std::string experiment = "all";  // E1..E7 or all
   std::string preset = "quick";    // quick | full
   std::string device = "cpu";      // cpu | cuda
   std::string out = "repro";       // the report's directory (created)
@@ -28,7 +28,7 @@ struct ReproOptions {
   bool quiet = false;
 };
 
-// Every experiment, E1..E6, in order.
+// Every experiment, E1..E7, in order.
 std::vector<Experiment> experiments();
 
 // Registers the flags on `command` (the repro subcommand), with help texts and value checks.

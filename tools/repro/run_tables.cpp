@@ -26,7 +26,7 @@ std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_
   std::vector<std::string> header{"experiment", "series", "variant", "variant_name", "loss_multiplier", "step", "loss",
                                   "lr", "scale", "skipped", "lost_update_fraction", "activation_zero_fraction",
                                   "activation_zero_in_f16_fraction", "logit_zero_in_f16_fraction", "test_accuracy",
-                                  "validation_bpc"};
+                                  "validation_bpc", "test_loss"};
   for (const std::string& name : weight_names) header.push_back("weight_zero:" + name);
   for (const std::string& name : weight_names) header.push_back("weight_zero_in_f16:" + name);
   return header;
@@ -40,7 +40,7 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
                                  cell(s.lost_update_fraction), cell(s.activation_zero_fraction),
                                  cell(s.activation_zero_in_f16_fraction), cell(s.logit_zero_in_f16_fraction),
                                  s.test_accuracy ? cell(*s.test_accuracy) : "",
-                                 s.validation_bpc ? cell(*s.validation_bpc) : ""};
+                                 s.validation_bpc ? cell(*s.validation_bpc) : "", s.test_loss ? cell(*s.test_loss) : ""};
     if (with_weights) {
       for (std::size_t w = 0; w < run.weight_names.size(); ++w)
         row.push_back(w < s.weight_grad_zero_fraction.size() ? cell(s.weight_grad_zero_fraction[w]) : "");
@@ -53,13 +53,13 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
 
 std::vector<std::string> run_csv_header() {
   return {"experiment", "series", "variant", "variant_name", "description", "loss_multiplier", "final_accuracy",
-          "final_bpc", "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds",
+          "final_bpc", "final_test_loss", "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds",
           "train_seconds", "items_per_second", "peak_bytes", "state_bytes", "activation_bytes"};
 }
 
 void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run) {
   rows.push_back({experiment, series, run.variant.id, run.variant.name, run.variant.description,
-                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_bpc), cell(run.final_loss),
+                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_bpc), cell(run.final_test_loss), cell(run.final_loss),
                   cell(run.lost_update_fraction), std::to_string(run.skipped_steps), cell(run.final_scale),
                   run.diverged ? "1" : "0", fmt::format("{:.2f}", run.seconds), fmt::format("{:.2f}", run.train_seconds),
                   fmt::format("{:.0f}", run.items_per_second), std::to_string(run.peak_bytes),

@@ -2,10 +2,10 @@
 //
 // step CSV: experiment,series,variant,variant_name,loss_multiplier,step,loss,lr,scale,skipped,
 //           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,
-//           logit_zero_in_f16_fraction,test_accuracy,validation_bpc
+//           logit_zero_in_f16_fraction,test_accuracy,validation_bpc,test_loss
 //           (+ one weight_zero:<name> and weight_zero_in_f16:<name> column per weight when asked)
 // run CSV:  experiment,series,variant,variant_name,description,loss_multiplier,final_accuracy,
-//           final_bpc,final_loss,lost_update_fraction,skipped_steps,final_scale,diverged,seconds,
+//           final_bpc,final_test_loss,final_loss,lost_update_fraction,skipped_steps,final_scale,diverged,seconds,
 //           train_seconds,items_per_second,peak_bytes,state_bytes,activation_bytes
 // Empty cells are values not measured (NaN).
 #pragma once

@@ -1,5 +1,6 @@
 #include "tools/repro/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -10,11 +11,10 @@
 
 #include "amp/diagnostics.h"
 #include "autograd/ops.h"
+#include "autograd/tape.h"
 #include "core/allocator.h"
 #include "data/batches.h"
 #include "data/idx.h"
-#include "nn/activation.h"
-#include "nn/linear.h"
 #include "nn/models.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
@@ -50,6 +50,12 @@ bool is_activation(const amp::GradientRecorder::Entry& entry) {
   return entry.op != op_name(Op::Cast) && entry.op != op_name(Op::ToDevice) && entry.stats.count > 1;
 }
 
+// Standardized images [N, ...] back to their pixels in [0, 1], [N, pixels]: an autoencoder's targets.
+Tensor pixels_of(const Tensor& images) {
+  NoGradGuard no_grad;
+  return reshape(add(mul(images, train::kPixelStd), train::kPixelMean), {images.size(0), -1});
+}
+
 // zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
 std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
   return {stats.fraction(stats.zero), stats.fraction(stats.zero + stats.f16_flushed)};
@@ -62,8 +68,10 @@ void check_config(const RunConfig& c) {
   MG_CHECK(!c.text || (c.context >= 1 && c.text->train.numel() > c.context && c.text->validation.numel() > c.context),
            "{} ({}): the text's training and validation tokens ({} and {}) must be longer than the context ({})", what,
            c.variant.name, c.text ? c.text->train.numel() : 0, c.text ? c.text->validation.numel() : 0, c.context);
-  MG_CHECK(!c.adam || c.loss_multiplier == 1.0, "{} ({}): loss_multiplier ({}) compensates the learning rate of SGD "
-           "only; use 1 with Adam", what, c.variant.name, c.loss_multiplier);
+  MG_CHECK(!c.reconstruct || c.data, "{} ({}): reconstruct trains an autoencoder on images; give data", what,
+           c.variant.name);
+  MG_CHECK(c.optimizer == "sgd" || c.loss_multiplier == 1.0, "{} ({}): loss_multiplier ({}) compensates the learning "
+           "rate of SGD only; use 1 with {}", what, c.variant.name, c.loss_multiplier, c.optimizer);
   MG_CHECK(c.steps >= 1 && c.batch >= 1 && c.log_every >= 1, "{} ({}): steps, batch and log_every must be >= 1, got "
            "{}, {}, {}", what, c.variant.name, c.steps, c.batch, c.log_every);
   MG_CHECK(c.lr > 0 && c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier), "{} ({}): lr and loss_multiplier "
@@ -92,20 +100,10 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
 
 std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator) { return nn::mlp({784, 256, 256, 10}, generator); }
 
-ModelFactory deep_tanh_mlp(std::int64_t depth, std::int64_t hidden) {
-  MG_CHECK(depth >= 1 && hidden >= 1, "repro::deep_tanh_mlp: depth and hidden must be >= 1, got {} and {}", depth,
-           hidden);
-  return [depth, hidden](Generator& generator) -> std::shared_ptr<nn::Module> {
-    auto model = std::make_shared<nn::Sequential>();
-    model->push_back(std::make_shared<nn::Flatten>());
-    std::int64_t in = 784;
-    for (std::int64_t layer = 0; layer < depth; ++layer, in = hidden) {
-      model->push_back(std::make_shared<nn::Linear>(in, hidden, true, generator));
-      model->push_back(std::make_shared<nn::Tanh>());
-    }
-    model->push_back(std::make_shared<nn::Linear>(in, 10, true, generator));
-    return model;
-  };
+ModelFactory autoencoder(std::vector<std::int64_t> sizes) {
+  MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(), "repro::autoencoder: needs at least two sizes, the "
+           "first (the input's pixels) equal to the last (its reconstruction), got {}", fmt::join(sizes, "-"));
+  return [sizes](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::mlp(sizes, generator); };
 }
 
 namespace {
@@ -180,9 +178,9 @@ namespace {
 // shared step: activation gradients during backward, the weights' gradients after it. It only reads.
 class GradientRecording : public train::StepObserver {
  public:
-  GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, const std::vector<std::string>& names,
-                    GradientHistograms& histograms, StepLog& entry)
-      : c_(c), weights_(weights), names_(names), histograms_(histograms), entry_(entry) {}
+  GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, RunResult& result, StepLog& entry)
+      : c_(c), weights_(weights), names_(result.weight_names), activation_names_(result.activation_names),
+        histograms_(result.histograms), entry_(entry) {}
 
   void before_backward() override {
     if (c_.record_activation_gradients || c_.record_histograms) recorder_.emplace();  // watches this backward only
@@ -201,9 +199,13 @@ class GradientRecording : public train::StepObserver {
       if (!is_activation(e)) continue;
       if (slot == 0) entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
       activations.merge(e.stats);
+      const std::string name = fmt::format("{} {}", e.op, e.shape);
+      if (slot == activation_names_.size()) activation_names_.push_back(name);
+      MG_CHECK(activation_names_[slot] == name, "repro::run: activation gradient {} was '{}' at an earlier step and "
+               "is '{}' now; a run's steps must have one unchanging graph", slot, activation_names_[slot], name);
+      entry_.activation_zero_in_f16_by_entry.push_back(zero_fractions(e.stats).second);
       if (c_.record_histograms)
-        merge_into(histograms_.activation_names, histograms_.activations, slot, fmt::format("{} {}", e.op, e.shape),
-                   e.stats);
+        merge_into(histograms_.activation_names, histograms_.activations, slot, name, e.stats);
       ++slot;
     }
     if (c_.record_activation_gradients)
@@ -220,12 +222,25 @@ class GradientRecording : public train::StepObserver {
       const auto [zero, zero_in_f16] = grad.defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
       entry_.weight_grad_zero_fraction.push_back(zero);
       entry_.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
+      entry_.weight_grad_zero_rows.push_back(grad.defined() ? zero_rows(grad) : weights_[w].size(0));
     }
+  }
+
+  // Rows of a gradient [rows, ...] that are zero in every element.
+  static std::int64_t zero_rows(const Tensor& grad) {
+    const Tensor values = grad.to(Device::cpu()).to(DType::F32);
+    const std::int64_t rows = values.size(0), width = values.numel() / std::max<std::int64_t>(1, rows);
+    const float* v = values.data<float>();
+    std::int64_t zero = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      zero += std::all_of(v + r * width, v + (r + 1) * width, [](float x) { return x == 0.0f; }) ? 1 : 0;
+    return zero;
   }
 
   const RunConfig& c_;
   const std::vector<Tensor>& weights_;
   const std::vector<std::string>& names_;
+  std::vector<std::string>& activation_names_;
   GradientHistograms& histograms_;
   StepLog& entry_;
   std::optional<amp::GradientRecorder> recorder_;
@@ -259,14 +274,16 @@ RunResult run(const RunConfig& c) {
   // them in the variant's dtype. E4's loss multiplier comes with its inverse in the learning rate.
   Generator init(c.seed);
   train::Trainer trainer(c.make_model(init), {.recipe = c.variant.recipe,
-                                              .optimizer = {.name = c.adam ? "adam" : "sgd",
+                                              .optimizer = {.name = c.optimizer,
                                                             .lr = c.lr / c.loss_multiplier,
                                                             .momentum = c.momentum,
                                                             .schedule = c.schedule},
                                               .device = c.device,
                                               .loss_multiplier = c.loss_multiplier,
                                               .scaler = c.variant.scaler,
-                                              .monitor = c.variant.monitor});
+                                              .monitor = c.variant.monitor,
+                                              .loss = c.reconstruct ? train::Loss::BinaryCrossEntropyWithLogits
+                                                                    : train::Loss::CrossEntropy});
   nn::Module& model = trainer.model();
   Batches batches(c);
 
@@ -280,10 +297,15 @@ RunResult run(const RunConfig& c) {
       weights.push_back(p);
     }
 
-  // Test accuracy (images) or validation bits per character (text) into `entry`.
+  // An autoencoder's targets: the pixels of its inputs, in [0, 1].
+  const Tensor test_pixels = c.reconstruct ? pixels_of(c.data->test_images) : Tensor();
+  // Test accuracy or loss (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
     const amp::Recipe& recipe = c.variant.recipe;
-    if (c.data) entry.test_accuracy = train::test_accuracy(model, c.data->test_images, c.data->test_labels, recipe, c.device);
+    if (c.reconstruct)
+      entry.test_loss = train::test_loss(model, c.data->test_images, test_pixels,
+                                         train::Loss::BinaryCrossEntropyWithLogits, recipe, c.device);
+    else if (c.data) entry.test_accuracy = train::test_accuracy(model, c.data->test_images, c.data->test_labels, recipe, c.device);
     else entry.validation_bpc = train::bits_per_char(model, c.text->validation, c.context, recipe, c.device);
   };
 
@@ -297,14 +319,19 @@ RunResult run(const RunConfig& c) {
         logged && (c.record_activation_gradients || c.record_weight_gradients || c.record_histograms);
     const auto step_start = std::chrono::steady_clock::now();
     data::Batch batch = batches.next();
-    const Tensor inputs = batch.inputs.to(c.device), targets = batch.labels.to(c.device);
+    const Tensor inputs = batch.inputs.to(c.device);
+    const Tensor targets = (c.reconstruct ? pixels_of(batch.inputs) : batch.labels).to(c.device);
     StepLog entry{.step = step};
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
-    GradientRecording recording_observer(c, weights, result.weight_names, result.histograms, entry);
+    GradientRecording recording_observer(c, weights, result, entry);
     std::optional<ForwardMemory> memory;  // measured at the last step
     if (step == c.steps) memory.emplace(c.device);
-    const train::StepResult stepped =
-        trainer.step(inputs, targets, {recording ? &recording_observer : nullptr, memory ? &*memory : nullptr});
+    // Forward and backward queue their GEMMs inside step: V7's f16 accumulation covers both, and
+    // nothing else (evaluation keeps the f32 contract).
+    const train::StepResult stepped = [&] {
+      kernels::GemmAccumulationGuard accumulation(c.variant.accumulation);
+      return trainer.step(inputs, targets, {recording ? &recording_observer : nullptr, memory ? &*memory : nullptr});
+    }();
     if (memory) {
       result.state_bytes = above(memory->before(), bytes_before);
       result.activation_bytes = above(memory->after(), memory->before());
@@ -341,6 +368,7 @@ RunResult run(const RunConfig& c) {
   const StepLog& last = result.log.back();
   result.final_accuracy = last.test_accuracy.value_or(kNaN);
   result.final_bpc = last.validation_bpc.value_or(kNaN);
+  result.final_test_loss = last.test_loss.value_or(kNaN);
   const std::size_t tail = std::max<std::size_t>(1, result.log.size() / 10);
   double sum = 0;
   for (std::size_t i = result.log.size() - tail; i < result.log.size(); ++i) sum += result.log[i].loss;

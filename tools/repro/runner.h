@@ -1,4 +1,4 @@
-// One training run of a repro experiment: a model, a precision variant, SGD (or Adam), and a
+// One training run of a repro experiment: a model, a precision variant, SGD (or Adam, Adagrad), and a
 // record of what the paper looks at, step by step.
 //
 // Every run of an experiment shares the seed, so the variants start from the same weights (drawn
@@ -66,10 +66,16 @@ struct RunConfig {
   std::shared_ptr<const ImageData> data{};  // an image run, or ...
   std::shared_ptr<const TextData> text{};   // ... a language-model run: exactly one of the two
   std::int64_t context = 64;                // text: characters per training window (T)
+  // Images only: train an autoencoder. The targets are the input's own pixels in [0, 1] (the
+  // standardization undone), the loss binary cross entropy with logits averaged over batch x pixels
+  // (train::Loss::BinaryCrossEntropyWithLogits), and the score the test images' loss.
+  bool reconstruct = false;
   std::int64_t steps = 300;
   std::int64_t batch = 128;
   double lr = 0.01;        // the base rate before loss_multiplier's compensation (below)
-  bool adam = false;       // Adam (default betas and eps) instead of SGD; needs loss_multiplier 1
+  // sgd, adam or adagrad (train::make_optimizer's names, default hyper-parameters but lr); anything
+  // but sgd needs loss_multiplier 1.
+  std::string optimizer = "sgd";
   double momentum = 0.0;   // SGD's; 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
   optim::Schedule schedule{};  // a factor of the step count; empty: constant
   // The loss is multiplied by this before backward (and before any loss scaling), and the learning
@@ -104,12 +110,19 @@ struct StepLog {
   // The gradient of the logits alone (what cross entropy hands back, scaled by the loss scale): the
   // fraction that is zero once rounded to f16. NaN unless record_activation_gradients.
   double logit_zero_in_f16_fraction = 0;
+  // Each activation gradient on its own (RunResult::activation_names order): the fraction zero once
+  // in f16. Empty unless record_activation_gradients.
+  std::vector<double> activation_zero_in_f16_by_entry{};
   // One per weight (parameter with >= 2 dims, RunResult::weight_names order): the fraction of its
   // gradient (the model's .grad, scaled by the loss scale) that is zero, and zero once in f16.
   // Empty unless record_weight_gradients.
   std::vector<double> weight_grad_zero_fraction{}, weight_grad_zero_in_f16_fraction{};
+  // One per weight likewise: how many of its rows (a row: the weights of one output unit, e.g. one
+  // class of a classifier's head) have a gradient that is zero in every element.
+  std::vector<std::int64_t> weight_grad_zero_rows{};
   std::optional<double> test_accuracy{};   // images: at eval_every steps and at the last
   std::optional<double> validation_bpc{};  // text: bits per character on the validation tokens, likewise
+  std::optional<double> test_loss{};       // reconstruction: the mean loss on the test images, likewise
 };
 
 // Gradient histograms (amp::GradientStats: log2|g| bins, zeros, what f16 would flush), each merged
@@ -128,8 +141,12 @@ struct RunResult {
   double loss_multiplier = 1;
   std::vector<StepLog> log{};
   std::vector<std::string> weight_names{};  // the model's parameters with >= 2 dims, in model order
+  // The activation gradients StepLog::activation_zero_in_f16_by_entry counts, as the backward pass
+  // meets them (the loss's input first): "linear [64, 64, 256]". Empty unless record_activation_gradients.
+  std::vector<std::string> activation_names{};
   double final_accuracy = 0;              // on data->test_images after the last step (NaN for text)
   double final_bpc = 0;                   // on text->validation after the last step (NaN for images)
+  double final_test_loss = 0;             // reconstruction: on data->test_images after the last step (else NaN)
   double final_loss = 0;                  // mean training loss over the last 10% of logged steps
   std::int64_t skipped_steps = 0;
   std::vector<std::int64_t> skipped_at{};  // the steps the GradScaler skipped
@@ -163,10 +180,10 @@ RunResult run(const RunConfig& config);
 
 // Models the experiments share, built from the generator so that every variant starts alike.
 std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator);  // the paper-table MLP, ReLU
-// A deep tanh MLP without normalisation, PyTorch's default init: 784 -> hidden x depth -> 10. Each
-// layer multiplies the backward signal by about 1/sqrt(3), so the first layers' gradients are
-// orders of magnitude below the last ones'.
-ModelFactory deep_tanh_mlp(std::int64_t depth, std::int64_t hidden);
+// An autoencoder for reconstruct runs: nn::mlp(sizes) (Flatten, Linear + ReLU, ..., Linear), whose
+// last size is the image's pixel count: {784, 256, 32, 256, 784} is 784-256-32-256-784. Its outputs
+// are logits, one per pixel.
+ModelFactory autoencoder(std::vector<std::int64_t> sizes);
 ModelFactory cnn_of(nn::CnnOptions options);                // nn::cnn
 ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden);  // one layer
 ModelFactory tiny_gpt(nn::GptOptions options);              // nn::TinyGPT

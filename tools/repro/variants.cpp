@@ -26,7 +26,7 @@ Variant make(std::string id, std::string name, std::string recipe_name, amp::Los
 }  // namespace
 
 const std::vector<std::string>& variant_ids() {
-  static const std::vector<std::string> ids{"V0", "V1", "V2", "V3", "V4", "V5", "V6"};
+  static const std::vector<std::string> ids{"V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7"};
   return ids;
 }
 
@@ -51,6 +51,12 @@ Variant variant(std::string_view id, double static_scale) {
     return make("V5", "mixed_bfloat16", "mixed_bfloat16", None, "f32 weights, bf16 math under autocast, no scaling");
   if (id == "V6")
     return make("V6", "bfloat16_pure", "bfloat16_pure", None, "bf16 weights updated in place, no master copy");
+  if (id == "V7") {
+    Variant v = make("V7", "float16_f16_accum", "float16_master", Dynamic,
+                     "V4 with every f16 GEMM accumulating its products in f16 instead of f32 (an ablation)");
+    v.accumulation = kernels::Accumulation::F16;
+    return v;
+  }
   throw Error(fmt::format("repro::variant: unknown variant '{}'; choose one of {}", id, fmt::join(variant_ids(), ", ")));
 }
 

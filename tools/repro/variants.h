@@ -8,11 +8,14 @@
 //   V4  float16_dynamic      float16_master              dynamic        GradScaler (init 2^16, x2 / x0.5)
 //   V5  mixed_bfloat16       mixed_bfloat16              -              bf16 has f32's range
 //   V6  bfloat16_pure        bfloat16_pure               -              bf16 weights updated directly
+//   V7  float16_f16_accum    float16_master              dynamic        V4 with every f16 GEMM accumulating
+//                                                                       in f16 (E7: the paper's §3.3 ablated)
 //
 // V2, V3 and V4 share one recipe (f16 weights with an f32 master copy) and differ only in the loss
 // scaling, so an experiment that compares them isolates the scaling: that is why V4 is
 // float16_master with the dynamic scaler rather than mixed_float16 (which also differs in where the
-// f32 weights live).
+// f32 weights live). V7 differs from V4 in the GEMMs' accumulation alone: it is an ablation for E7,
+// not a recipe anyone would train with (no amp::Recipe has it: kernels/gemm.h's Accumulation::F16).
 #pragma once
 
 #include <string>
@@ -22,6 +25,7 @@
 #include "amp/grad_scaler.h"
 #include "amp/recipe.h"
 #include "amp/scale_monitor.h"
+#include "kernels/gemm.h"
 
 namespace mg::tools::repro {
 
@@ -32,6 +36,8 @@ struct Variant {
   amp::Recipe recipe;       // parameters, autocast, master copy, loss-scaling mode (and S for V3)
   amp::GradScalerOptions scaler;  // everything else about the scaler (make_scaler sets enabled/dynamic)
   amp::ScaleMonitorOptions monitor;  // the run's record of the scale (no collapse alarm: see variants.cpp)
+  // How the f16 GEMMs of its training steps accumulate (kernels/gemm.h): F16 for V7 only.
+  kernels::Accumulation accumulation = kernels::Accumulation::F32;
 };
 
 // The variant with this id. static_scale is S of V3 (ignored by the others); it must be > 0.
@@ -41,7 +47,7 @@ Variant variant(std::string_view id, double static_scale = 1024.0);
 // Several at once, in the given order: variants({"V0", "V2"}).
 std::vector<Variant> variants(const std::vector<std::string>& ids, double static_scale = 1024.0);
 
-// Every id, V0..V6.
+// Every id, V0..V7.
 const std::vector<std::string>& variant_ids();
 
 }  // namespace mg::tools::repro

@@ -11,7 +11,10 @@
 // Rules checked (an mg::Error naming the kernel): the pointer 32-byte aligned (256 bits), ldm a
 // multiple of 16 bytes (8 f16/bf16, 4 f32), every lane passing the same arguments.
 // Arithmetic: every product exact in f32 (f16 x f16 and bf16 x bf16 always are; TF32 x TF32 too),
-// added to the accumulator in f32 in k order. A TF32 operand is an f32 whose low 13 mantissa bits
+// added to the accumulator in f32 in k order. An f16 accumulator (fragment<accumulator, ..., half>)
+// is the model of kernels/gemm.h's Accumulation::F16: the products of each block of
+// kHalfAccumulatorBlock consecutive k are summed in f32, added to the accumulator, and the result
+// rounded to f16 to nearest even. A TF32 operand is an f32 whose low 13 mantissa bits
 // the Tensor Core ignores (truncation); __float_to_tf32 rounds them away to nearest, ties away
 // from zero, as cvt.rna.tf32.f32 does.
 #pragma once
@@ -50,6 +53,10 @@ inline float __float_to_tf32(float x) {
   return std::bit_cast<float>(bits);
 }
 
+// Products summed in f32 between two roundings of an f16 accumulator: kernels::kF16AccumulationBlock
+// (kernels/gemm.h says why 8; gemm.cu checks that the two agree).
+constexpr int kHalfAccumulatorBlock = 8;
+
 namespace detail {
 
 // The tile a fragment holds: rows x columns, its element type in memory and in the fragment.
@@ -86,6 +93,23 @@ MG_EMU_HOT inline float widen(__nv_bfloat16 x) {
   std::uint16_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// An f32 sum stored into an accumulator element: as it is (f32), or rounded to f16 to nearest even.
+MG_EMU_HOT inline void narrow(float x, float& to) { to = x; }
+MG_EMU_HOT inline void narrow(float x, __half& to) {
+#ifdef __F16C__
+  const std::uint16_t bits = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+  std::memcpy(&to, &bits, sizeof bits);
+#else
+  to = __float2half_rn(x);
+#endif
+}
+// x rounded to f16 and widened back.
+MG_EMU_HOT inline float round_to_half(float x) {
+  __half h;
+  narrow(x, h);
+  return widen(h);
 }
 
 }  // namespace detail
@@ -210,14 +234,24 @@ struct Mma {
       const auto* lane = static_cast<const Lane*>(lanes[l]);
       for (int e = 0; e < A::num_elements; ++e) a[l * A::num_elements + e] = operand<A::kTf32>(lane->a->x[e]);
       for (int e = 0; e < B::num_elements; ++e) b[l * B::num_elements + e] = operand<B::kTf32>(lane->b->x[e]);
-      std::memcpy(&sum[l * C::num_elements], lane->c->x, sizeof lane->c->x);
+      for (int e = 0; e < C::num_elements; ++e) sum[l * C::num_elements + e] = widen(lane->c->x[e]);
     }
-    for (int i = 0; i < kM; ++i)
-      for (int k = 0; k < kK; ++k)
-        for (int j = 0; j < kN; ++j) sum[i * kN + j] += a[i * kK + k] * b[k * kN + j];  // exact product, one rounding
+    if constexpr (std::is_same_v<typename C::element_type, float>) {
+      for (int i = 0; i < kM; ++i)
+        for (int k = 0; k < kK; ++k)
+          for (int j = 0; j < kN; ++j) sum[i * kN + j] += a[i * kK + k] * b[k * kN + j];  // exact product, one rounding
+    } else {  // f16 accumulator: a block's products summed in f32, then added and rounded to f16
+      for (int k0 = 0; k0 < kK; k0 += kHalfAccumulatorBlock) {
+        float block[kM * kN] = {};
+        for (int i = 0; i < kM; ++i)
+          for (int k = k0; k < k0 + kHalfAccumulatorBlock && k < kK; ++k)
+            for (int j = 0; j < kN; ++j) block[i * kN + j] += a[i * kK + k] * b[k * kN + j];
+        for (int e = 0; e < kM * kN; ++e) sum[e] = round_to_half(sum[e] + block[e]);
+      }
+    }
     for (int l = 0; l < 32; ++l) {
       auto* lane = static_cast<Lane*>(lanes[l]);
-      std::memcpy(lane->d->x, &sum[l * D::num_elements], sizeof lane->d->x);
+      for (int e = 0; e < D::num_elements; ++e) narrow(sum[l * D::num_elements + e], lane->d->x[e]);
     }
   }
   static constexpr ::mg::emu::Collective kind{"wmma::mma_sync", &complete};
