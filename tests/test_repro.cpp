@@ -5,7 +5,9 @@
 // with margins, never exact accuracies: "float16_pure loses most of its updates and ends several
 // points below fp32", not "ends at 61.3%". The one exact assertion is E4's control: scaling the
 // loss by 2^-k and the learning rate by 2^k leaves plain SGD's f32 trajectory bit-identical.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tests/repro_fixtures.h"
 #include "tests/testing.h"
@@ -89,7 +91,7 @@ TEST_CASE("E4 organic: an autoencoder's own output gradients flush in f16 unless
   CHECK(std::fabs(dynamic.final_test_loss - fp32.final_test_loss) < 0.01 * fp32.final_test_loss);
 }
 
-TEST_CASE("E1: float16_master and mixed_bfloat16 end at fp32's accuracy") {
+TEST_CASE("E1: float16_master and mixed_bfloat16 end at fp32's accuracy, seed by seed") {
   E1Options o;
   o.mlp_steps = 200;
   o.cnn_steps = 40;
@@ -98,20 +100,42 @@ TEST_CASE("E1: float16_master and mixed_bfloat16 end at fp32's accuracy") {
   o.eval_every = 0;
   o.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
   o.variant_ids = {"V0", "V2", "V5"};
-  o.fp32_seed_offsets = {};
+  o.seed_offsets = {0, 1};
   const E1Result r = run_e1(o, small_fashion());
+  REQUIRE(r.mlp_seeds.size() == 3);
+  REQUIRE(r.mlp_seeds[0].size() == 2);
   const RunResult& fp32 = by_id(r.mlp, "V0");
+  CHECK(fp32.final_accuracy == r.mlp_seeds[0][0].final_accuracy);  // mlp holds the first seed's runs
   CHECK(fp32.final_accuracy > 0.7);
-  for (const char* id : {"V2", "V5"}) {
-    INFO(id << " MLP " << by_id(r.mlp, id).final_accuracy << " vs fp32 " << fp32.final_accuracy);
-    CHECK(std::fabs(by_id(r.mlp, id).final_accuracy - fp32.final_accuracy) < 0.02);
+  for (std::size_t i : {1u, 2u}) {
+    const PairedDifference d = paired_difference(r.mlp_seeds[i], r.mlp_seeds[0]);
+    INFO(o.variant_ids[i] << " MLP: paired difference " << d.mean << " [" << d.low << ", " << d.high << "]");
+    CHECK(d.seeds == 2);
+    CHECK(std::fabs(d.mean) < 0.02);
+    CHECK(d.low <= d.mean);
+    CHECK(d.high >= d.mean);
   }
   for (const RunResult& run : r.cnn) {
     INFO(run.variant.id << " CNN " << run.final_accuracy);
     CHECK(run.final_accuracy > 0.4);  // 40 steps: learning, far from converged
   }
   CHECK(accuracy_standard_error(0.9, 1000) == doctest::Approx(std::sqrt(0.09 / 1000)));
-  CHECK(fp32_seed_spread(r.mlp, {}) == 0);
+  CHECK(fp32_seed_spread({r.mlp_seeds[0][0]}) == 0);
+}
+
+TEST_CASE("E1's paired difference: by hand, with Student's t") {
+  auto runs = [](std::vector<double> accuracies) {
+    std::vector<RunResult> result;
+    for (double a : accuracies) result.push_back(RunResult{.final_accuracy = a});
+    return result;
+  };
+  // Differences 0.01, 0.02, 0.03: mean 0.02, deviation 0.01, interval 0.02 +- 4.303 x 0.01 / sqrt(3).
+  const PairedDifference d = paired_difference(runs({0.81, 0.82, 0.83}), runs({0.80, 0.80, 0.80}));
+  CHECK(d.mean == doctest::Approx(0.02));
+  CHECK(d.deviation == doctest::Approx(0.01));
+  CHECK(d.high - d.mean == doctest::Approx(4.303 * 0.01 / std::sqrt(3.0)));
+  CHECK(d.mean - d.low == doctest::Approx(4.303 * 0.01 / std::sqrt(3.0)));
+  CHECK(fp32_seed_spread(runs({0.8, 0.83, 0.81})) == doctest::Approx(0.03));
 }
 
 TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exact, f16's flushes come on top") {
@@ -122,10 +146,11 @@ TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exac
   o.images.cnn = nn::CnnOptions{.channels1 = 4, .channels2 = 8, .hidden = 32};
   o.language.steps = 20;
   o.language.batch = 16;
-  o.language.context = 16;
+  o.language.context = 12;  // not the batch: the shapes [B, T, .] and [T, B, .] differ
   o.language.hidden = 32;
   o.language.embed_dim = 16;
   o.record_every = 10;
+  o.long_run_steps = 0;  // its own case below
   const E3Result r = run_e3(o, tiny_fashion(), small_text());
   REQUIRE(r.models.size() == 3);
   for (const E3Model& m : r.models) {
@@ -144,24 +169,92 @@ TEST_CASE("E3: fp32 gradient histograms count every value; ReLU's zeros are exac
     CHECK(h.weight_names.size() == h.weights.size());
     CHECK(h.activation_names.size() == h.activations.size());
     CHECK(m.run.log.size() == static_cast<std::size_t>(m.model == "MLP" ? 4 : 2));
+    // The layers counted: each layer's output, at its own gradient entry, and nothing else.
+    for (const E3Layer& layer : m.layers) {
+      REQUIRE(layer.index < h.activations.size());
+      CHECK(h.activation_names[layer.index] == layer.entry);
+      CHECK(h.activations[layer.index].count == static_cast<std::int64_t>(m.run.log.size()) * numel(layer.shape));
+    }
   }
+  auto types = [](const E3Model& m) {
+    std::vector<std::string> all;
+    for (const E3Layer& layer : m.layers) all.push_back(layer.type);
+    return all;
+  };
+  auto counted_per_step = [](const E3Model& m) {
+    std::int64_t values = 0;
+    for (const E3Layer& layer : m.layers) values += m.run.histograms.activations[layer.index].count;
+    return values / static_cast<std::int64_t>(m.run.log.size());
+  };
+  // In the order backward meets them, the logits first; a Flatten adds nothing, and the first layer's
+  // input (the images) has no gradient.
+  const E3Model &mlp = r.models[0], &cnn = r.models[1], &lstm = r.models[2];
+  CHECK(types(mlp) == std::vector<std::string>{"Linear", "ReLU", "Linear", "ReLU", "Linear"});
+  CHECK(counted_per_step(mlp) == 32 * (10 + 4 * 256));
+  // The CNN counts each convolution's output (its pre-activation), not the im2col buffer inside it.
+  CHECK(types(cnn) == std::vector<std::string>{"Linear", "ReLU", "Linear", "MaxPool2d", "ReLU", "Conv2d", "MaxPool2d",
+                                               "ReLU", "Conv2d"});
+  CHECK(cnn.layers.back().shape == Shape{32, 4, 28, 28});
+  CHECK(counted_per_step(cnn) == 32 * (10 + 2 * 32 + 8 * 7 * 7 + 2 * 8 * 14 * 14 + 4 * 14 * 14 + 2 * 4 * 28 * 28));
+  for (const E3Layer& layer : cnn.layers) CHECK(!layer.entry.starts_with("im2col"));
+  bool im2col_recorded = false;  // ... though backward did hand it a gradient
+  for (const std::string& name : cnn.run.histograms.activation_names) im2col_recorded |= name.starts_with("im2col");
+  CHECK(im2col_recorded);
+  // The LSTM counts its h sequence [B, T, H], not the recurrence's (h, c): c gets no gradient from
+  // outside the layer, so half of that entry was zero by construction.
+  CHECK(types(lstm) == std::vector<std::string>{"Linear", "LSTM", "Embedding"});
+  CHECK(lstm.layers[1].shape == Shape{16, 12, 32});
+  const amp::GradientStats& h_sequence = lstm.run.histograms.activations[lstm.layers[1].index];
+  CHECK(h_sequence.fraction(h_sequence.zero) < 0.1);
   // Recording only observes: E3's MLP run is E1's fp32 run, step for step.
   E1Options e1 = o.images;
   e1.variant_ids = {"V0"};
   e1.cnn_steps = 1;
-  e1.fp32_seed_offsets = {};
+  e1.seed_offsets = {0};
   const E1Result e1_result = run_e1(e1, tiny_fashion());
   const RunResult& e1_mlp = e1_result.mlp.at(0);
-  CHECK(e1_mlp.final_accuracy == r.models[0].run.final_accuracy);
-  CHECK(e1_mlp.log.back().loss == r.models[0].run.log.back().loss);
+  CHECK(e1_mlp.final_accuracy == mlp.run.final_accuracy);
+  CHECK(e1_mlp.log.back().loss == mlp.run.log.back().loss);
   // The MLP's hidden layers are ReLU: the gradient of a ReLU's input is exactly zero where the unit
-  // was off, so some activation gradients are zero in f32 already.
-  const GradientHistograms& mlp = r.models[0].run.histograms;
+  // was off, so some layer-output gradients are zero in f32 already.
   std::int64_t zeros = 0;
-  for (const amp::GradientStats& stats : mlp.activations) zeros += stats.zero;
+  for (const E3Layer& layer : mlp.layers) zeros += mlp.run.histograms.activations[layer.index].zero;
   CHECK(zeros > 0);
   // Weight gradients of these small fp32 runs are mostly within f16's range.
-  for (const amp::GradientStats& stats : mlp.weights) CHECK(fraction_below(stats, -24) < 0.05);
+  for (const amp::GradientStats& stats : mlp.run.histograms.weights) CHECK(fraction_below(stats, -24) < 0.05);
+}
+
+TEST_CASE("E3's long run: a checkpoint every N steps, each weight's zero and flushed share in [0, 1]") {
+  E3Options o;
+  o.images.batch = 32;
+  o.text = false;
+  o.images.mlp_steps = o.images.cnn_steps = 1;
+  o.long_run_steps = 60;
+  o.checkpoint_every = 20;
+  const E3Result r = run_e3(o, tiny_fashion(), nullptr);
+  REQUIRE(r.checkpoints.size() == 3);
+  REQUIRE(r.long_run.weight_names.size() == 3);  // the MLP's three Linear weights
+  CHECK(r.long_run_weight_values == std::vector<std::int64_t>{784 * 256, 256 * 256, 256 * 10});
+  for (std::size_t i = 0; i < r.checkpoints.size(); ++i) {
+    const E3Checkpoint& c = r.checkpoints[i];
+    CHECK(c.step == 20 * static_cast<std::int64_t>(i + 1));  // steps rise, one checkpoint every 20
+    REQUIRE(c.zero.size() == 3);
+    REQUIRE(c.flushed.size() == 3);
+    for (std::size_t w = 0; w < 3; ++w) {
+      CHECK(c.zero[w] >= 0);
+      CHECK(c.flushed[w] >= 0);
+      CHECK(c.zero[w] + c.flushed[w] <= 1);
+    }
+    // Over all weights: a mean of the layers' shares weighted by their sizes, so between them.
+    CHECK(c.all_flushed >= *std::min_element(c.flushed.begin(), c.flushed.end()) - 1e-12);
+    CHECK(c.all_flushed <= *std::max_element(c.flushed.begin(), c.flushed.end()) + 1e-12);
+  }
+  // The first checkpoint whose share reaches a threshold, or none.
+  const std::vector<E3Checkpoint> by_hand{{.step = 100, .all_flushed = 0.01}, {.step = 200, .all_flushed = 0.06},
+                                          {.step = 300, .all_flushed = 0.04}};
+  auto all = [](const E3Checkpoint& c) { return c.all_flushed; };
+  CHECK(first_step_reaching(by_hand, all, 0.05) == std::optional<std::int64_t>(200));
+  CHECK(!first_step_reaching(by_hand, all, 0.07).has_value());
 }
 
 TEST_CASE("E5: a text run scores bits per character; scaling keeps the logit gradients f16 would flush") {

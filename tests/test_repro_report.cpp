@@ -56,6 +56,8 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
     e3.images.cnn = nn::CnnOptions{.channels1 = 2, .channels2 = 2, .hidden = 8};
     e3.record_every = 5;
     e3.text = false;
+    e3.long_run_steps = 20;
+    e3.checkpoint_every = 10;
     report.add(e3_section(run_e3(e3, tiny_fashion(), nullptr), report));
     report.write("test preamble");
   }
@@ -79,13 +81,21 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   CHECK(histogram_script.find("f16 subnormal") != std::string::npos);
   CHECK(histogram_script.find("set object 1 rect") != std::string::npos);
   CHECK(histogram_script.find("histeps") != std::string::npos);
-  // An MLP's layers share op names and shapes: the activations are numbered, so no two legends read alike.
+  // An MLP's layers share op names and shapes: each legend names its layer by its path in the model.
   const std::string activation_script = read(out / "e3_activations_mlp.gp");
-  CHECK(activation_script.find("title \"#1 ") != std::string::npos);
-  CHECK(activation_script.find("title \"#2 ") != std::string::npos);
+  CHECK(activation_script.find("title \"1 Linear [16, 256]\"") != std::string::npos);
+  CHECK(activation_script.find("title \"3 Linear [16, 256]\"") != std::string::npos);
+  CHECK(activation_script.find("title \"5 Linear [16, 10]\"") != std::string::npos);
+  // The long run: a row per checkpoint and weight, and one over all weights.
+  const std::string long_run = read(out / "e3_weights_over_training.csv");
+  CHECK(long_run.starts_with("step,lr,loss,weight,values,zero,flushed_in_f16"));
+  CHECK(long_run.find("\n10,") != std::string::npos);
+  CHECK(long_run.find("\n20,") != std::string::npos);
+  CHECK(long_run.find(",all weights,268800,") != std::string::npos);
+  CHECK(md.find("reaches 5% at step") != std::string::npos);
   for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
                            "e4_activation_zeros_by_k", "e4_organic_output_flush", "e3_weights_cnn",
-                           "e3_activations_mlp"}) {
+                           "e3_activations_mlp", "e3_weights_over_training"}) {
     CHECK(fs::exists(out / (std::string(plot) + ".gp")));
     CHECK(fs::exists(out / (std::string(plot) + ".dat")));
     if (have_gnuplot()) {

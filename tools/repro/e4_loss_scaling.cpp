@@ -175,7 +175,7 @@ Section e4_section(const E4Result& r, Report& report) {
                         "excepted), in the dtype it was computed in, averaged over the logged steps. Organic case: an "
                         "autoencoder {} (ReLU) on the same images, binary cross entropy with logits averaged over the "
                         "{} x {} outputs of a batch, Adam lr {:g}, {} steps, nothing multiplied; scored by the loss on "
-                        "the test images (evaluated in each variant's own precision).",
+                        "the test images.",
                         o.batch, o.steps, o.train_examples, o.test_examples, o.lr, sizes, o.organic_batch,
                         o.organic_sizes.back(), o.organic_lr, o.organic_steps);
 

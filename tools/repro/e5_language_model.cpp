@@ -147,6 +147,7 @@ E5Options e5_options(Preset preset, Device device) {
     o.embed_dim = 64;
     o.hidden = 512;
     o.adam_lr = 2e-3;
+    o.optimizers = {"adagrad", "adam"};
     o.gpt_options = nn::GptOptions{.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6};
     o.gpt_steps = 3000;
   }
@@ -200,12 +201,13 @@ Section e5_section(const E5Result& r, Report& report) {
   s.setup = fmt::format(
       "Character LSTM (embedding {}, one layer of {} cells, linear head) on the first {} characters of the King James "
       "Bible's training split, {} steps on batches of {} windows of {} characters; the loss is the mean cross entropy "
-      "over all {} positions. Optimizers: {}{}. Validation: the first {} characters of the held-out split, evaluated "
+      "over all {} positions. {}: {}{}. Validation: the first {} characters of the held-out split, evaluated "
       "every {} steps. V3's S = {:g} (the paper's bigLSTM value). Every variant sees the same batches, so the "
       "training-loss gap to fp32 is a paired, step-by-step difference. {}",
       o.embed_dim, o.hidden, o.train_chars, o.steps, o.batch, o.context, o.batch * o.context,
-      fmt::format("Adagrad (lr {:g}, the paper's optimizer for bigLSTM)", o.adagrad_lr),
-      fmt::format(" and Adam (lr {:g})", o.adam_lr), o.validation_chars, o.eval_every, o.static_scale,
+      o.optimizers.size() > 1 ? "Optimizers" : "Optimizer", fmt::format("Adagrad (lr {:g}, the paper's optimizer for bigLSTM)", o.adagrad_lr),
+      o.optimizers.size() > 1 ? fmt::format(", and Adam (lr {:g})", o.adam_lr) : " (the full preset adds Adam)",
+      o.validation_chars, o.eval_every, o.static_scale,
       o.gpt ? fmt::format("The tiny GPT ({} layers, width {}, {} heads, context {}) ran {} steps of Adam (lr {:g}) on "
                           "the same data.", o.gpt_options.layers, o.gpt_options.embed_dim, o.gpt_options.heads,
                           o.gpt_options.block_size, o.gpt_steps, o.gpt_lr)

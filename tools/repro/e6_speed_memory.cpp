@@ -63,6 +63,12 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
           : master.activations <= 0.6 ? "Memory: **reproduced for the activations**, not for the total: the state "
                                         "(f16 weights beside f32 masters, optimizer state) is too large a share here. "
                                       : "Memory: **not reproduced.** ";
+  if (master.activations <= 0.6 && master.peak > 0.8)
+    text += fmt::format("Activations halved, but the peak is {:.0f}% of fp32's{}. ", 100 * master.peak,
+                        device.is_cpu() ? ": on a CPU each f16 GEMM widens both operands to f32 for the multiply "
+                                          "(kernels/cpu/gemm.cpp), a workspace fp32 does not need, and the f32 "
+                                          "masters' gradients sit beside the f16 ones"
+                                        : ": the f32 masters and their gradients sit beside the f16 weights");
   // "At no loss of accuracy": the mixed variants against fp32, in the workload's score.
   const bool text_score = !std::isnan(fp32->final_bpc);
   double worst = 0;

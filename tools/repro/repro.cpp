@@ -75,7 +75,9 @@ std::string run_repro(const ReproOptions& o) {
         "float16_pure, V2 float16_master without loss scaling, V3 float16_master with a static scale S, V4 "
         "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure, V7 V4 with its GEMMs accumulating in f16 (tools/repro/variants.h). "
         "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
-        "differs.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, status));
+        "differs. Test accuracy, test loss and validation bits/char are measured in fp32 for every variant (an f32 "
+        "copy of the model holding its f32 master weights, or its weights widened, run without autocast), as the "
+        "PyTorch and Keras mixed-precision guides recommend.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, status));
   }
   return path;
 }

@@ -56,6 +56,26 @@ Tensor pixels_of(const Tensor& images) {
   return reshape(add(mul(images, train::kPixelStd), train::kPixelMean), {images.size(0), -1});
 }
 
+// The trained model in f32 on its device, for scoring in fp32 (RunConfig::evaluate_in_fp32): a fresh
+// model of the same architecture loaded with the trained one's state, each parameter replaced by its
+// f32 master where the optimizer keeps one, everything else widened to f32 (exact).
+std::shared_ptr<nn::Module> fp32_copy(const RunConfig& c, const nn::Module& model, const optim::Optimizer& optimizer) {
+  NoGradGuard no_grad;
+  Generator unused(c.seed);
+  std::shared_ptr<nn::Module> copy = c.make_model(unused);
+  copy->to(c.device);
+  StateDict state = model.state_dict();
+  const auto parameters = model.named_parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor& master = optimizer.keeps_master_weights() ? optimizer.master(i) : Tensor();
+    if (master.defined()) state[parameters[i].first] = master;
+  }
+  for (auto& [name, value] : state)
+    if (is_floating(value.dtype())) value = value.to(DType::F32);
+  copy->load_state_dict(state);
+  return copy;
+}
+
 // zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
 std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
   return {stats.fraction(stats.zero), stats.fraction(stats.zero + stats.f16_flushed)};
@@ -301,12 +321,15 @@ RunResult run(const RunConfig& c) {
   const Tensor test_pixels = c.reconstruct ? pixels_of(c.data->test_images) : Tensor();
   // Test accuracy or loss (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
-    const amp::Recipe& recipe = c.variant.recipe;
+    const bool in_fp32 = c.evaluate_in_fp32 && c.variant.recipe.name != "fp32";
+    const std::shared_ptr<nn::Module> fp32 = in_fp32 ? fp32_copy(c, model, trainer.optimizer()) : nullptr;
+    nn::Module& scored = fp32 ? *fp32 : model;
+    const amp::Recipe recipe = in_fp32 ? amp::Recipe::parse("fp32") : c.variant.recipe;
     if (c.reconstruct)
-      entry.test_loss = train::test_loss(model, c.data->test_images, test_pixels,
+      entry.test_loss = train::test_loss(scored, c.data->test_images, test_pixels,
                                          train::Loss::BinaryCrossEntropyWithLogits, recipe, c.device);
-    else if (c.data) entry.test_accuracy = train::test_accuracy(model, c.data->test_images, c.data->test_labels, recipe, c.device);
-    else entry.validation_bpc = train::bits_per_char(model, c.text->validation, c.context, recipe, c.device);
+    else if (c.data) entry.test_accuracy = train::test_accuracy(scored, c.data->test_images, c.data->test_labels, recipe, c.device);
+    else entry.validation_bpc = train::bits_per_char(scored, c.text->validation, c.context, recipe, c.device);
   };
 
   std::int64_t lost = 0, nonzero = 0, timed_steps = 0;

@@ -84,6 +84,11 @@ struct RunConfig {
   double loss_multiplier = 1.0;
   std::int64_t log_every = 10;   // a StepLog every N steps, and at the last step
   std::int64_t eval_every = 0;   // evaluate every N steps (a multiple of log_every); 0: at the end only
+  // Score every variant in fp32, as the PyTorch and Keras mixed-precision guides advise: a copy of the
+  // model in f32 holding the f32 masters where the optimizer keeps them (the weights PyTorch's AMP
+  // model would hold) and the stored weights widened elsewhere (exact), run without autocast. false:
+  // in the variant's own precision (its stored weights, its recipe's autocast).
+  bool evaluate_in_fp32 = true;
   bool record_activation_gradients = false;  // activation-gradient statistics at logged steps
   bool record_weight_gradients = false;      // per-weight gradient zero fractions at logged steps
   bool record_histograms = false;            // RunResult::histograms, from the logged steps
