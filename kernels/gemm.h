@@ -97,6 +97,9 @@ void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, c
 // Prescott kernels on this AVX-512 CPU; MG_GEMM=openblas forces it)". Makes the choice if no GEMM
 // has yet; throws mg::Error for a bad MG_GEMM (kernels/cpu/blas_choice.h).
 std::string gemm_backend();
+// The "model name" of the first processor in /proc/cpuinfo ("AMD EPYC", "Intel(R) Xeon(R) Processor
+// @ 2.80GHz"): a CPU timing means little without it.
+std::string cpu_model();
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.

@@ -10,6 +10,7 @@
 #include <array>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <utility>
 #ifdef MG_WITH_OPENBLAS
 #include <cblas.h>
@@ -159,5 +160,15 @@ const GemmChoice& gemm_choice() {
 }
 
 std::string gemm_backend() { return gemm_choice().description; }
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (!line.starts_with("model name")) continue;
+    const std::size_t value = line.find_first_not_of(" \t", line.find(':') + 1);
+    if (line.find(':') != std::string::npos && value != std::string::npos) return line.substr(value);
+  }
+  return "unknown (no \"model name\" in /proc/cpuinfo)";
+}
 
 }  // namespace mg::kernels::cpu

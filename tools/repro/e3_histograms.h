@@ -43,9 +43,9 @@ struct E3Options {
   E5Options language{}; // the LSTM run (E5's fp32 one)
   bool text = true;     // the LSTM too (needs the KJV text, or `text` data given to run_e3)
   std::int64_t record_every = 20;  // steps between recordings (all the gradients of one step each)
-  // The long MLP run: its steps (0: none) and the steps between its checkpoints. Quick: ~15 s on
-  // one core of this project's CPU (0.75-0.85 ms a step), 115 epochs of E1's 10000 images.
-  std::int64_t long_run_steps = 18000, checkpoint_every = 100;
+  // The long MLP run: its steps (0: none) and the steps between its checkpoints. Quick: ~10 s on
+  // one core of this project's CPU (0.75-0.85 ms a step), 77 epochs of E1's 10000 images.
+  std::int64_t long_run_steps = 12000, checkpoint_every = 100;
 };
 
 // E1's and E5's options for the preset and device, seed set.

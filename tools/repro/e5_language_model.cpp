@@ -257,11 +257,16 @@ Section e5_section(const E5Result& r, Report& report) {
       rows.series.push_back(step_series(run, [&](const StepLog& l) { return head_zero_rows(l, head); }));
       bpc.series.push_back(bpc_series(run));
     }
-    s.tables.push_back(table);
     s.plots.push_back(gap);
     s.plots.push_back(logit);
     if (m.gate_entry >= 0) s.plots.push_back(gate);
-    s.plots.push_back(rows);
+    // A flat line at zero says nothing a sentence cannot: the plot only when some row lost its gradient.
+    bool some_row = false;
+    for (const Series& series : rows.series)
+      for (double y : series.y) some_row = some_row || y > 0;
+    if (some_row) s.plots.push_back(rows);
+    else table.caption += " No row of the head was left without gradient at any logged step.";
+    s.tables.push_back(table);
     s.plots.push_back(bpc);
     if (mi > 0) s.verdict += " ";
     s.verdict += verdict_for(m, m.gate_entry >= 0 ? o.steps : o.gpt_steps,

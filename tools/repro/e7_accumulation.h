@@ -28,7 +28,7 @@ struct E7Options {
   std::int64_t mlp_steps = 600, mlp_batch = 64;
   // The char LSTM: Adam on KJV, the loss a mean over batch x context positions.
   std::int64_t train_chars = 1000000, validation_chars = 10000;
-  std::int64_t lstm_steps = 200, lstm_batch = 128, context = 32;  // B x T = 4096 positions
+  std::int64_t lstm_steps = 150, lstm_batch = 128, context = 32;  // B x T = 4096 positions
   std::int64_t embed_dim = 32, hidden = 64;
   double lstm_lr = 1e-2;
   std::int64_t log_every = 10, eval_every = 100;

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "kernels/gemm.h"
 #include "tools/repro/e1_parity.h"
 #include "tools/repro/e2_master_weights.h"
 #include "tools/repro/e3_histograms.h"
@@ -59,6 +60,7 @@ std::string run_repro(const ReproOptions& o) {
 
   Context context(o.preset == "full" ? Preset::Full : Preset::Quick, device, o.seed, o.quiet);
   Report report(o.out);
+  const std::string machine = fmt::format("CPU {}, its GEMM {}", kernels::cpu::cpu_model(), kernels::cpu::gemm_backend());
   const auto start = std::chrono::steady_clock::now();
   // report.md is rewritten after every experiment: a long run stopped midway keeps what it finished.
   std::string path;
@@ -70,14 +72,14 @@ std::string run_repro(const ReproOptions& o) {
     const std::string status =
         i + 1 == chosen.size() ? "" : fmt::format(" **Incomplete:** {} of {} experiments so far.", i + 1, chosen.size());
     path = report.write(fmt::format(
-        "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s.{} Paper: "
+        "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s ({}).{} Paper: "
         "Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740). Variants: V0 fp32, V1 "
         "float16_pure, V2 float16_master without loss scaling, V3 float16_master with a static scale S, V4 "
         "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure, V7 V4 with its GEMMs accumulating in f16 (tools/repro/variants.h). "
         "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
         "differs. Test accuracy, test loss and validation bits/char are measured in fp32 for every variant (an f32 "
         "copy of the model holding its f32 master weights, or its weights widened, run without autocast), as the "
-        "PyTorch and Keras mixed-precision guides recommend.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, status));
+        "PyTorch and Keras mixed-precision guides recommend.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, machine, status));
   }
   return path;
 }

@@ -1,4 +1,4 @@
-// The paper's precision variants, V0..V6: the rows of every table `mixgrad repro` writes.
+// The precision variants, V0..V7: the rows of every table `mixgrad repro` writes.
 //
 //   id  name                 recipe (amp/recipe.h)       loss scaling
 //   V0  fp32                 fp32                        -              the control

@@ -14,22 +14,23 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
-set yrange [77.4825:88.8675]
+set yrange [77.2875:87.4625]
 plot "e1_accuracy_cnn.dat" index 0 using 1:2 with lines ls 1 notitle, \
-     "e1_accuracy_cnn.dat" index 0 using ($1-7):2 with points ls 1 notitle, \
+     "e1_accuracy_cnn.dat" index 0 using ($1-4.2):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \
-     "e1_accuracy_cnn.dat" index 1 using 1:2 with lines ls 3 notitle, \
-     "e1_accuracy_cnn.dat" index 1 using ($1-3.5):2 with points ls 3 notitle, \
+     "e1_accuracy_cnn.dat" index 1 using 1:2 with lines ls 2 notitle, \
+     "e1_accuracy_cnn.dat" index 1 using ($1-2.1):2 with points ls 2 notitle, \
+     keyentry with linespoints ls 2 title "V1 float16_pure", \
+     "e1_accuracy_cnn.dat" index 2 using 1:2 with lines ls 3 notitle, \
+     "e1_accuracy_cnn.dat" index 2 using ($1+0):2 with points ls 3 notitle, \
      keyentry with linespoints ls 3 title "V2 float16_master", \
-     "e1_accuracy_cnn.dat" index 2 using 1:2 with lines ls 4 notitle, \
-     "e1_accuracy_cnn.dat" index 2 using ($1+0):2 with points ls 4 notitle, \
-     keyentry with linespoints ls 4 title "V3 float16_master_S1024", \
      "e1_accuracy_cnn.dat" index 3 using 1:2 with lines ls 5 notitle, \
-     "e1_accuracy_cnn.dat" index 3 using ($1+3.5):2 with points ls 5 notitle, \
+     "e1_accuracy_cnn.dat" index 3 using ($1+2.1):2 with points ls 5 notitle, \
      keyentry with linespoints ls 5 title "V4 float16_dynamic", \
      "e1_accuracy_cnn.dat" index 4 using 1:2 with lines ls 6 notitle, \
-     "e1_accuracy_cnn.dat" index 4 using ($1+7):2 with points ls 6 notitle, \
+     "e1_accuracy_cnn.dat" index 4 using ($1+4.2):2 with points ls 6 notitle, \
      keyentry with linespoints ls 6 title "V5 mixed_bfloat16"

@@ -14,24 +14,25 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set logscale y 10
-set yrange [0.098347113:2.84119305]
-set ytics (0.1, 0.2, 0.5, 1, 2)
+set yrange [0.136581435:2.77778698]
+set ytics (0.2, 0.5, 1, 2)
 plot "e1_loss_cnn.dat" index 0 using 1:2 with lines ls 1 notitle, \
-     "e1_loss_cnn.dat" index 0 every 6::0 using 1:2 with points ls 1 notitle, \
+     "e1_loss_cnn.dat" index 0 every 5::0 using 1:2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \
-     "e1_loss_cnn.dat" index 1 using 1:2 with lines ls 3 notitle, \
-     "e1_loss_cnn.dat" index 1 every 6::1 using 1:2 with points ls 3 notitle, \
+     "e1_loss_cnn.dat" index 1 using 1:2 with lines ls 2 notitle, \
+     "e1_loss_cnn.dat" index 1 every 5::1 using 1:2 with points ls 2 notitle, \
+     keyentry with linespoints ls 2 title "V1 float16_pure", \
+     "e1_loss_cnn.dat" index 2 using 1:2 with lines ls 3 notitle, \
+     "e1_loss_cnn.dat" index 2 every 5::2 using 1:2 with points ls 3 notitle, \
      keyentry with linespoints ls 3 title "V2 float16_master", \
-     "e1_loss_cnn.dat" index 2 using 1:2 with lines ls 4 notitle, \
-     "e1_loss_cnn.dat" index 2 every 6::2 using 1:2 with points ls 4 notitle, \
-     keyentry with linespoints ls 4 title "V3 float16_master_S1024", \
      "e1_loss_cnn.dat" index 3 using 1:2 with lines ls 5 notitle, \
-     "e1_loss_cnn.dat" index 3 every 6::3 using 1:2 with points ls 5 notitle, \
+     "e1_loss_cnn.dat" index 3 every 5::3 using 1:2 with points ls 5 notitle, \
      keyentry with linespoints ls 5 title "V4 float16_dynamic", \
      "e1_loss_cnn.dat" index 4 using 1:2 with lines ls 6 notitle, \
-     "e1_loss_cnn.dat" index 4 every 6::4 using 1:2 with points ls 6 notitle, \
+     "e1_loss_cnn.dat" index 4 every 5::4 using 1:2 with points ls 6 notitle, \
      keyentry with linespoints ls 6 title "V5 mixed_bfloat16"

@@ -14,11 +14,11 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set logscale y 2
-set yrange [831.746454:80684.2803]
+set yrange [63303.6033:67847.122]
 set format y "2^{%L}"
-plot "e1_scale_mlp.dat" index 0 using 1:2 with lines ls 4 title "V3 float16_master_S1024 scale", \
-     "e1_scale_mlp.dat" index 1 using 1:2 with lines ls 5 title "V4 float16_dynamic scale"
+plot "e1_scale_mlp.dat" index 0 using 1:2 with lines ls 5 title "V4 float16_dynamic scale"

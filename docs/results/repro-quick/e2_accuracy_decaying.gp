@@ -14,10 +14,11 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
-set yrange [15.56:73.64]
+set yrange [15.615:73.585]
 plot "e2_accuracy_decaying.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e2_accuracy_decaying.dat" index 0 using ($1-19.6):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \

@@ -2,7 +2,7 @@
 set terminal pngcairo size 900,600 enhanced font 'sans,11'
 set encoding utf8
 set output "e3_activations_cnn.png"
-set title "E3 CNN activation gradients (fp32), with f16's ranges" noenhanced
+set title "E3 CNN layer-output gradients (fp32), with f16's ranges" noenhanced
 set xlabel "log2 |g|" noenhanced
 set ylabel "fraction of values" noenhanced
 set key below center horizontal reverse Left noenhanced samplen 4 height 1
@@ -14,11 +14,12 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set xrange [-40:18]
 set xtics ("≤ -40" -40, "-32" -32, "-24" -24, "-16" -16, "-8" -8, "0" 0, "8" 8, "≥ 16" 16) noenhanced
 set logscale y 10
-set yrange [4.13023167e-08:1.19565207]
+set yrange [1.30037881e-07:1.14745216]
 set format y "10^{%L}"
 set object 1 rect from -40, graph 0 to -24, graph 1 behind fc rgb "#d62728" fs transparent solid 0.18 noborder
 set label 1 "lost in f16 (< 2^-24)" at -32, graph 0.965 center font 'sans,9' noenhanced
@@ -28,9 +29,12 @@ set object 3 rect from -14, graph 0 to 16, graph 1 behind fc rgb "#2ca02c" fs tr
 set label 3 "f16 normal" at 1, graph 0.965 center font 'sans,9' noenhanced
 set object 4 rect from 16, graph 0 to 18, graph 1 behind fc rgb "#7f7f7f" fs transparent solid 0.18 noborder
 set label 4 "inf" at 17, graph 0.92 center font 'sans,9' noenhanced
-plot "e3_activations_cnn.dat" index 0 using 1:2 with histeps ls 1 title "#1 relu [64, 64]", \
-     "e3_activations_cnn.dat" index 1 using 1:2 with histeps ls 2 title "#2 add [64, 64]", \
-     "e3_activations_cnn.dat" index 2 using 1:2 with histeps ls 3 title "#3 relu [64, 16, 14, 14]", \
-     "e3_activations_cnn.dat" index 3 using 1:2 with histeps ls 4 title "#4 im2col [12544, 72]", \
-     "e3_activations_cnn.dat" index 4 using 1:2 with histeps ls 5 title "#5 max_pool2d [64, 8, 14, 14]", \
-     "e3_activations_cnn.dat" index 5 using 1:2 with histeps ls 6 title "#6 relu [64, 8, 28, 28]"
+plot "e3_activations_cnn.dat" index 0 using 1:2 with histeps ls 1 title "9 Linear [64, 10]", \
+     "e3_activations_cnn.dat" index 1 using 1:2 with histeps ls 2 title "8 ReLU [64, 64]", \
+     "e3_activations_cnn.dat" index 2 using 1:2 with histeps ls 3 title "7 Linear [64, 64]", \
+     "e3_activations_cnn.dat" index 3 using 1:2 with histeps ls 4 title "5 MaxPool2d [64, 16, 7, 7]", \
+     "e3_activations_cnn.dat" index 4 using 1:2 with histeps ls 5 title "4 ReLU [64, 16, 14, 14]", \
+     "e3_activations_cnn.dat" index 5 using 1:2 with histeps ls 6 title "3 Conv2d [64, 16, 14, 14]", \
+     "e3_activations_cnn.dat" index 6 using 1:2 with histeps ls 7 title "2 MaxPool2d [64, 8, 14, 14]", \
+     "e3_activations_cnn.dat" index 7 using 1:2 with histeps ls 8 title "1 ReLU [64, 8, 28, 28]", \
+     "e3_activations_cnn.dat" index 8 using 1:2 with histeps ls 9 title "0 Conv2d [64, 8, 28, 28]"

@@ -2,7 +2,7 @@
 set terminal pngcairo size 900,600 enhanced font 'sans,11'
 set encoding utf8
 set output "e3_activations_mlp.png"
-set title "E3 MLP activation gradients (fp32), with f16's ranges" noenhanced
+set title "E3 MLP layer-output gradients (fp32), with f16's ranges" noenhanced
 set xlabel "log2 |g|" noenhanced
 set ylabel "fraction of values" noenhanced
 set key below center horizontal reverse Left noenhanced samplen 4 height 1
@@ -14,11 +14,12 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set xrange [-40:18]
 set xtics ("≤ -40" -40, "-32" -32, "-24" -24, "-16" -16, "-8" -8, "0" 0, "8" 8, "≥ 16" 16) noenhanced
 set logscale y 10
-set yrange [1.44461381e-06:0.583181406]
+set yrange [1.18719723e-06:0.675066873]
 set format y "10^{%L}"
 set object 1 rect from -40, graph 0 to -24, graph 1 behind fc rgb "#d62728" fs transparent solid 0.18 noborder
 set label 1 "lost in f16 (< 2^-24)" at -32, graph 0.965 center font 'sans,9' noenhanced
@@ -28,7 +29,8 @@ set object 3 rect from -14, graph 0 to 16, graph 1 behind fc rgb "#2ca02c" fs tr
 set label 3 "f16 normal" at 1, graph 0.965 center font 'sans,9' noenhanced
 set object 4 rect from 16, graph 0 to 18, graph 1 behind fc rgb "#7f7f7f" fs transparent solid 0.18 noborder
 set label 4 "inf" at 17, graph 0.92 center font 'sans,9' noenhanced
-plot "e3_activations_mlp.dat" index 0 using 1:2 with histeps ls 1 title "#1 relu [64, 256]", \
-     "e3_activations_mlp.dat" index 1 using 1:2 with histeps ls 2 title "#2 add [64, 256]", \
-     "e3_activations_mlp.dat" index 2 using 1:2 with histeps ls 3 title "#3 relu [64, 256]", \
-     "e3_activations_mlp.dat" index 3 using 1:2 with histeps ls 4 title "#4 add [64, 256]"
+plot "e3_activations_mlp.dat" index 0 using 1:2 with histeps ls 1 title "5 Linear [64, 10]", \
+     "e3_activations_mlp.dat" index 1 using 1:2 with histeps ls 2 title "4 ReLU [64, 256]", \
+     "e3_activations_mlp.dat" index 2 using 1:2 with histeps ls 3 title "3 Linear [64, 256]", \
+     "e3_activations_mlp.dat" index 3 using 1:2 with histeps ls 4 title "2 ReLU [64, 256]", \
+     "e3_activations_mlp.dat" index 4 using 1:2 with histeps ls 5 title "1 Linear [64, 256]"

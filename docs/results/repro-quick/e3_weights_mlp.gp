@@ -14,11 +14,12 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set xrange [-40:18]
 set xtics ("≤ -40" -40, "-32" -32, "-24" -24, "-16" -16, "-8" -8, "0" 0, "8" 8, "≥ 16" 16) noenhanced
 set logscale y 10
-set yrange [1.72179805e-06:1.35039952]
+set yrange [7.33964057e-07:1.60704274]
 set format y "10^{%L}"
 set object 1 rect from -40, graph 0 to -24, graph 1 behind fc rgb "#d62728" fs transparent solid 0.18 noborder
 set label 1 "lost in f16 (< 2^-24)" at -32, graph 0.965 center font 'sans,9' noenhanced

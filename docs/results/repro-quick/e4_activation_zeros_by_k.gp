@@ -14,11 +14,12 @@ set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
 set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
 set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
-set style line 8 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set xtics ("0" 0, "8" 8, "12" 12, "14" 14, "16" 16) noenhanced
-set yrange [21.5512564:101.959754]
+set yrange [14.9795446:101.993486]
 plot "e4_activation_zeros_by_k.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e4_activation_zeros_by_k.dat" index 0 using ($1-0.224):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \

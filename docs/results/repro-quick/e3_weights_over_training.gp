@@ -1,0 +1,34 @@
+# Made by `mixgrad repro`; run `gnuplot e3_weights_over_training.gp` in this folder to redraw.
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
+set output "e3_weights_over_training.png"
+set title "E3 MLP long run (fp32): weight-gradient values f16 flushes to zero" noenhanced
+set xlabel "step" noenhanced
+set ylabel "% of the values flushed to zero in f16" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
+set grid
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [-3.02179827:63.8194904]
+plot "e3_weights_over_training.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e3_weights_over_training.dat" index 0 every 12::0 using 1:2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "1.weight", \
+     "e3_weights_over_training.dat" index 1 using 1:2 with lines ls 2 notitle, \
+     "e3_weights_over_training.dat" index 1 every 12::2 using 1:2 with points ls 2 notitle, \
+     keyentry with linespoints ls 2 title "3.weight", \
+     "e3_weights_over_training.dat" index 2 using 1:2 with lines ls 3 notitle, \
+     "e3_weights_over_training.dat" index 2 every 12::4 using 1:2 with points ls 3 notitle, \
+     keyentry with linespoints ls 3 title "5.weight", \
+     "e3_weights_over_training.dat" index 3 using 1:2 with lines ls 4 notitle, \
+     "e3_weights_over_training.dat" index 3 every 12::7 using 1:2 with points ls 4 notitle, \
+     keyentry with linespoints ls 4 title "all weights", \
+     "e3_weights_over_training.dat" index 4 using 1:2 with lines ls 9 title "5% (the paper's speech model)"

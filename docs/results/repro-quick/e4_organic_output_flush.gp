@@ -1,0 +1,39 @@
+# Made by `mixgrad repro`; run `gnuplot e4_organic_output_flush.gp` in this folder to redraw.
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
+set output "e4_organic_output_flush.png"
+set title "E4 organic: autoencoder output-gradient values zero in f16" noenhanced
+set xlabel "step" noenhanced
+set ylabel "fraction of output-gradient values" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
+set grid
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [-0.0186553332:0.391761998]
+plot "e4_organic_output_flush.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e4_organic_output_flush.dat" index 0 every 6::0 using 1:2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V0 fp32", \
+     "e4_organic_output_flush.dat" index 1 using 1:2 with lines ls 3 notitle, \
+     "e4_organic_output_flush.dat" index 1 every 6::1 using 1:2 with points ls 3 notitle, \
+     keyentry with linespoints ls 3 title "V2 float16_master", \
+     "e4_organic_output_flush.dat" index 2 using 1:2 with lines ls 4 notitle, \
+     "e4_organic_output_flush.dat" index 2 every 6::2 using 1:2 with points ls 4 notitle, \
+     keyentry with linespoints ls 4 title "V3 float16_master_S8", \
+     "e4_organic_output_flush.dat" index 3 using 1:2 with lines ls 6 notitle, \
+     "e4_organic_output_flush.dat" index 3 every 6::3 using 1:2 with points ls 6 notitle, \
+     keyentry with linespoints ls 6 title "V3 float16_master_S64", \
+     "e4_organic_output_flush.dat" index 4 using 1:2 with lines ls 7 notitle, \
+     "e4_organic_output_flush.dat" index 4 every 6::4 using 1:2 with points ls 7 notitle, \
+     keyentry with linespoints ls 7 title "V3 float16_master_S1024", \
+     "e4_organic_output_flush.dat" index 5 using 1:2 with lines ls 5 notitle, \
+     "e4_organic_output_flush.dat" index 5 every 6::5 using 1:2 with points ls 5 notitle, \
+     keyentry with linespoints ls 5 title "V4 float16_dynamic"

@@ -1,0 +1,30 @@
+# Made by `mixgrad repro`; run `gnuplot e7_validation_bpc_lstm.gp` in this folder to redraw.
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
+set output "e7_validation_bpc_lstm.png"
+set title "E7 char LSTM validation bits per character" noenhanced
+set xlabel "step" noenhanced
+set ylabel "bits per character" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
+set grid
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [2.79250129:2.98106387]
+plot "e7_validation_bpc_lstm.dat" index 0 using 1:2 with lines ls 1 notitle, \
+     "e7_validation_bpc_lstm.dat" index 0 using ($1-0.35):2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V0 fp32", \
+     "e7_validation_bpc_lstm.dat" index 1 using 1:2 with lines ls 5 notitle, \
+     "e7_validation_bpc_lstm.dat" index 1 using ($1+0):2 with points ls 5 notitle, \
+     keyentry with linespoints ls 5 title "V4 float16_dynamic", \
+     "e7_validation_bpc_lstm.dat" index 2 using 1:2 with lines ls 8 notitle, \
+     "e7_validation_bpc_lstm.dat" index 2 using ($1+0.35):2 with points ls 8 notitle, \
+     keyentry with linespoints ls 8 title "V7 float16_f16_accum"
