@@ -100,7 +100,7 @@ MG_EMU_HOT inline void narrow(float x, float& to) { to = x; }
 MG_EMU_HOT inline void narrow(float x, __half& to) {
 #ifdef __F16C__
   const std::uint16_t bits = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
-  std::memcpy(&to, &bits, sizeof bits);
+  std::memcpy(static_cast<void*>(&to), &bits, sizeof bits);  // __half has no public way to set its bits
 #else
   to = __float2half_rn(x);
 #endif
