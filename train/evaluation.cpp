@@ -35,6 +35,23 @@ void standardize_pixels_(Tensor& images) {
   kernels::unary(kernels::UnaryOp::DivScalar, images, images, {.a = kPixelStd});
 }
 
+Tensor pixels_of(const Tensor& images) {
+  NoGradGuard no_grad;
+  return reshape(add(mul(images, kPixelStd), kPixelMean), {images.size(0), -1});
+}
+
+void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::Optimizer& optimizer) {
+  NoGradGuard no_grad;
+  StateDict state = trained.state_dict();
+  const auto parameters = trained.named_parameters();
+  if (optimizer.keeps_master_weights())
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      if (const Tensor& master = optimizer.master(i); master.defined()) state[parameters[i].first] = master;
+  for (auto& [name, value] : state)
+    if (is_floating(value.dtype())) value = value.to(DType::F32);
+  fp32_model.load_state_dict(state);
+}
+
 Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
 }

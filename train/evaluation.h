@@ -14,6 +14,7 @@
 #include "amp/recipe.h"
 #include "core/tensor.h"
 #include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace mg::train {
 
@@ -25,6 +26,16 @@ constexpr double kPixelMean = 0.2860, kPixelStd = 0.3530;
 // two ops out of place would hold three such copies at once (and leave two in the CPU allocator's
 // cache). `images`: f32 on the CPU, not requiring grad.
 void standardize_pixels_(Tensor& images);
+
+// The inverse of standardize_pixels_: standardized images [N, ...] back to their pixels in [0, 1],
+// flattened to [N, pixels] (an autoencoder's targets). No tape.
+Tensor pixels_of(const Tensor& images);
+
+// Loads `trained`'s state into `fp32_model` (the same architecture, f32, on the trained model's
+// device), to score in fp32 as the PyTorch and Keras mixed-precision guides advise: each parameter
+// from its f32 master where `optimizer` keeps one (the weights PyTorch's AMP model would hold),
+// everything else widened to f32 (exact). An mg::Error from load_state_dict when the two differ.
+void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::Optimizer& optimizer);
 
 // logits [..., classes] and targets [...] -> the mean cross entropy over every position.
 Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets);

@@ -50,32 +50,6 @@ bool is_activation(const amp::GradientRecorder::Entry& entry) {
   return entry.op != op_name(Op::Cast) && entry.op != op_name(Op::ToDevice) && entry.stats.count > 1;
 }
 
-// Standardized images [N, ...] back to their pixels in [0, 1], [N, pixels]: an autoencoder's targets.
-Tensor pixels_of(const Tensor& images) {
-  NoGradGuard no_grad;
-  return reshape(add(mul(images, train::kPixelStd), train::kPixelMean), {images.size(0), -1});
-}
-
-// The trained model in f32 on its device, for scoring in fp32 (RunConfig::evaluate_in_fp32): a fresh
-// model of the same architecture loaded with the trained one's state, each parameter replaced by its
-// f32 master where the optimizer keeps one, everything else widened to f32 (exact).
-std::shared_ptr<nn::Module> fp32_copy(const RunConfig& c, const nn::Module& model, const optim::Optimizer& optimizer) {
-  NoGradGuard no_grad;
-  Generator unused(c.seed);
-  std::shared_ptr<nn::Module> copy = c.make_model(unused);
-  copy->to(c.device);
-  StateDict state = model.state_dict();
-  const auto parameters = model.named_parameters();
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    const Tensor& master = optimizer.keeps_master_weights() ? optimizer.master(i) : Tensor();
-    if (master.defined()) state[parameters[i].first] = master;
-  }
-  for (auto& [name, value] : state)
-    if (is_floating(value.dtype())) value = value.to(DType::F32);
-  copy->load_state_dict(state);
-  return copy;
-}
-
 // zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
 std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
   return {stats.fraction(stats.zero), stats.fraction(stats.zero + stats.f16_flushed)};
@@ -318,11 +292,17 @@ RunResult run(const RunConfig& c) {
     }
 
   // An autoencoder's targets: the pixels of its inputs, in [0, 1].
-  const Tensor test_pixels = c.reconstruct ? pixels_of(c.data->test_images) : Tensor();
+  const Tensor test_pixels = c.reconstruct ? train::pixels_of(c.data->test_images) : Tensor();
   // Test accuracy or loss (images) or validation bits per character (text) into `entry`.
   auto evaluate = [&](StepLog& entry) {
     const bool in_fp32 = c.evaluate_in_fp32 && c.variant.recipe.name != "fp32";
-    const std::shared_ptr<nn::Module> fp32 = in_fp32 ? fp32_copy(c, model, trainer.optimizer()) : nullptr;
+    std::shared_ptr<nn::Module> fp32;
+    if (in_fp32) {
+      Generator unused(c.seed);  // the weights come from the trained model
+      fp32 = c.make_model(unused);
+      fp32->to(c.device);
+      train::load_fp32_(*fp32, model, trainer.optimizer());
+    }
     nn::Module& scored = fp32 ? *fp32 : model;
     const amp::Recipe recipe = in_fp32 ? amp::Recipe::parse("fp32") : c.variant.recipe;
     if (c.reconstruct)
@@ -343,7 +323,7 @@ RunResult run(const RunConfig& c) {
     const auto step_start = std::chrono::steady_clock::now();
     data::Batch batch = batches.next();
     const Tensor inputs = batch.inputs.to(c.device);
-    const Tensor targets = (c.reconstruct ? pixels_of(batch.inputs) : batch.labels).to(c.device);
+    const Tensor targets = (c.reconstruct ? train::pixels_of(batch.inputs) : batch.labels).to(c.device);
     StepLog entry{.step = step};
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
     GradientRecording recording_observer(c, weights, result, entry);
