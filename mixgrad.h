@@ -21,6 +21,7 @@
 #include "data/idx.h"
 #include "data/safetensors.h"
 #include "data/text.h"
+#include "kernels/threads.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/conv.h"

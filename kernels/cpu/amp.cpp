@@ -1,23 +1,27 @@
 // CPU loss-scaling kernels (kernels/amp.h): unscale widens chunks of each gradient to f32 (F16C
 // for f16), multiplies them by the factor, checks them, and rounds them into the destination (or,
 // for find_non_finite, only checks them); update_scale runs the shared update_scale_step on the
-// three one-element tensors.
+// three one-element tensors. Each gradient is cut into chunks for the thread pool.
 // Tests: build/tests/test_amp_scaler, build/tests/test_cuda_amp.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include "kernels/amp.h"
+#include "kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 
 namespace {
 
 constexpr std::int64_t kChunk = 1024;
+constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
-// Unscales src into dst (dst undefined: checks only); returns whether a result was inf or NaN.
+// Unscales elements [begin, end) of src into dst (dst undefined: checks only); returns whether a
+// result was inf or NaN.
 template <class C>
-bool unscale_one(const Tensor& src, const Tensor* dst, C factor) {
+bool unscale_range(const Tensor& src, const Tensor* dst, C factor, std::int64_t begin, std::int64_t end) {
   C values[kChunk];
   C stored[kChunk];
   std::int64_t non_finite = 0;
@@ -25,8 +29,8 @@ bool unscale_one(const Tensor& src, const Tensor* dst, C factor) {
   auto* out = dst ? static_cast<char*>(dst->data_ptr()) : nullptr;
   const std::size_t in_size = dtype_size(src.dtype()), out_size = dst ? dtype_size(dst->dtype()) : 0;
   const bool in_place = dst && src.dtype() == dtype_of<C>() && dst->dtype() == dtype_of<C>();
-  for (std::int64_t start = 0; start < src.numel(); start += kChunk) {
-    const std::int64_t n = std::min(kChunk, src.numel() - start);
+  for (std::int64_t start = begin; start < end; start += kChunk) {
+    const std::int64_t n = std::min(kChunk, end - start);
     void* destination = dst ? out + static_cast<std::size_t>(start) * out_size : nullptr;
     const C* check = values;
     if (!dst) {  // find_non_finite: the products are checked and dropped
@@ -51,6 +55,16 @@ bool unscale_one(const Tensor& src, const Tensor* dst, C factor) {
     for (std::int64_t i = 0; i < n; ++i) non_finite += !(std::abs(check[i]) <= std::numeric_limits<C>::max());
   }
   return non_finite > 0;
+}
+
+// The same over all of src, in chunks for the thread pool: any chunk's inf sets the flag.
+template <class C>
+bool unscale_one(const Tensor& src, const Tensor* dst, C factor) {
+  std::atomic<bool> non_finite{false};
+  parallel_for(src.numel(), kGrain, [&](std::int64_t begin, std::int64_t end) {
+    if (unscale_range(src, dst, factor, begin, end)) non_finite = true;
+  });
+  return non_finite.load();
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 
 #include "core/convert.h"
 #include "core/tensor.h"
+#include "kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 
@@ -40,11 +41,21 @@ C* values_at(const Tensor& t, std::int64_t start, std::int64_t n, C* buffer) {
   return buffer;
 }
 
+// convert() of n elements, cut into chunks for the thread pool: each element converts alone, so the
+// chunks change nothing in the result.
+constexpr std::int64_t kConvertGrain = 32 * 1024;
+inline void convert_parallel(const void* src, DType from, void* dst, DType to, std::int64_t n) {
+  parallel_for(n, kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
+    convert(static_cast<const char*>(src) + static_cast<std::size_t>(begin) * dtype_size(from), from,
+            static_cast<char*>(dst) + static_cast<std::size_t>(begin) * dtype_size(to), to, end - begin);
+  });
+}
+
 template <class C>
 Tensor widened(const Tensor& t) {
   if (t.dtype() == dtype_of<C>()) return t;
   Tensor copy = Tensor::empty(t.shape(), {.dtype = dtype_of<C>()});
-  convert(t.data_ptr(), t.dtype(), copy.data_ptr(), dtype_of<C>(), t.numel());
+  convert_parallel(t.data_ptr(), t.dtype(), copy.data_ptr(), dtype_of<C>(), t.numel());
   return copy;
 }
 
@@ -58,7 +69,7 @@ class Accumulator {
   C* data() { return sum_.data<C>(); }
   // Rounds the sums into the output (nothing to do when the output was the accumulator).
   void store() {
-    if (!sum_.shares_storage_with(out_)) convert(sum_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
+    if (!sum_.shares_storage_with(out_)) convert_parallel(sum_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
   }
 
  private:

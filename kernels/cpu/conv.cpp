@@ -1,4 +1,5 @@
-// CPU im2col / col2im (kernels/conv.h). Run their tests: build/tests/test_ops_conv.
+// CPU im2col / col2im (kernels/conv.h), the images of a batch spread over the thread pool.
+// Run their tests: build/tests/test_ops_conv.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -20,31 +21,45 @@ Columns inside_columns(const Window2d& w, std::int64_t iw0) {
   return {std::clamp<std::int64_t>(-iw0, 0, w.kernel_w), std::clamp<std::int64_t>(w.width - iw0, 0, w.kernel_w)};
 }
 
+// Images per chunk of the thread pool: about kConvertGrain elements of cols each.
+std::int64_t images_per_chunk(const Window2d& w) {
+  const std::int64_t image_cols = std::max<std::int64_t>(1, w.out_h() * w.out_w() * w.channels * w.kernel_h * w.kernel_w);
+  return std::max<std::int64_t>(1, kConvertGrain / image_cols);
+}
+
 // im2col moves elements without reading them as numbers: one template per element size.
 template <class Bits>
-void im2col_bits(const Bits* x, const Window2d& w, Bits* cols) {
+void im2col_image(const Bits* x, const Window2d& w, std::int64_t n, Bits* cols) {
   const std::int64_t out_h = w.out_h(), out_w = w.out_w();
-  for (std::int64_t n = 0; n < w.batch; ++n)
-    for (std::int64_t oh = 0; oh < out_h; ++oh)
-      for (std::int64_t ow = 0; ow < out_w; ++ow) {
-        const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
-        const Columns inside = inside_columns(w, iw0);
-        for (std::int64_t c = 0; c < w.channels; ++c) {
-          const Bits* plane = x + (n * w.channels + c) * w.height * w.width;
-          for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, cols += w.kernel_w) {
-            const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
-            const bool row_inside = ih >= 0 && ih < w.height;
-            const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0 (may be padding)
-            if (row_inside && inside.first == 0 && inside.last == w.kernel_w) {
-              // Most windows: a plain copy (a loop: a few elements, cheaper than a call to memcpy).
-              for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) cols[kw] = plane[start + kw];
-              continue;
-            }
-            for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)  // all-zero bits are 0.0 in every dtype
-              cols[kw] = row_inside && kw >= inside.first && kw < inside.last ? plane[start + kw] : Bits{0};
+  cols += n * out_h * out_w * w.channels * w.kernel_h * w.kernel_w;  // image n's first row
+  for (std::int64_t oh = 0; oh < out_h; ++oh)
+    for (std::int64_t ow = 0; ow < out_w; ++ow) {
+      const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
+      const Columns inside = inside_columns(w, iw0);
+      for (std::int64_t c = 0; c < w.channels; ++c) {
+        const Bits* plane = x + (n * w.channels + c) * w.height * w.width;
+        for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, cols += w.kernel_w) {
+          const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
+          const bool row_inside = ih >= 0 && ih < w.height;
+          const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0 (may be padding)
+          if (row_inside && inside.first == 0 && inside.last == w.kernel_w) {
+            // Most windows: a plain copy (a loop: a few elements, cheaper than a call to memcpy).
+            for (std::int64_t kw = 0; kw < w.kernel_w; ++kw) cols[kw] = plane[start + kw];
+            continue;
           }
+          for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)  // all-zero bits are 0.0 in every dtype
+            cols[kw] = row_inside && kw >= inside.first && kw < inside.last ? plane[start + kw] : Bits{0};
         }
       }
+    }
+}
+
+// The images of a batch, spread over the thread pool (each writes its own rows of cols).
+template <class Bits>
+void im2col_bits(const Bits* x, const Window2d& w, Bits* cols) {
+  parallel_for(w.batch, images_per_chunk(w), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t n = begin; n < end; ++n) im2col_image(x, w, n, cols);
+  });
 }
 
 }  // namespace
@@ -68,28 +83,32 @@ void col2im(const Tensor& cols, const Window2d& w, Tensor& dx) {
     Accumulator<C> accumulator(dx);  // a pixel read by several windows adds up in f32
     C* sum = accumulator.data();
     const std::int64_t width = w.channels * w.kernel_h * w.kernel_w;
-    std::vector<C> row(static_cast<std::size_t>(width));
-    const auto* src = static_cast<const char*>(cols.data_ptr());
     const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(cols.dtype());
     const std::int64_t out_h = w.out_h(), out_w = w.out_w();
-    for (std::int64_t n = 0; n < w.batch; ++n)
-      for (std::int64_t oh = 0; oh < out_h; ++oh)
-        for (std::int64_t ow = 0; ow < out_w; ++ow) {
-          convert(src, cols.dtype(), row.data(), dtype_of<C>(), width);
-          src += row_bytes;
-          const C* value = row.data();
-          const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
-          const Columns inside = inside_columns(w, iw0);
-          for (std::int64_t c = 0; c < w.channels; ++c) {
-            C* plane = sum + (n * w.channels + c) * w.height * w.width;
-            for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, value += w.kernel_w) {
-              const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
-              if (ih < 0 || ih >= w.height) continue;
-              const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0
-              for (std::int64_t kw = inside.first; kw < inside.last; ++kw) plane[start + kw] += value[kw];
+    // Image n's windows add into image n's pixels only: the images are independent chunks.
+    parallel_for(w.batch, images_per_chunk(w), [&](std::int64_t begin, std::int64_t end) {
+      std::vector<C> row(static_cast<std::size_t>(width));
+      for (std::int64_t n = begin; n < end; ++n) {
+        const char* src = static_cast<const char*>(cols.data_ptr()) + static_cast<std::size_t>(n * out_h * out_w) * row_bytes;
+        for (std::int64_t oh = 0; oh < out_h; ++oh)
+          for (std::int64_t ow = 0; ow < out_w; ++ow) {
+            convert(src, cols.dtype(), row.data(), dtype_of<C>(), width);
+            src += row_bytes;
+            const C* value = row.data();
+            const std::int64_t iw0 = ow * w.stride_w - w.pad_w;
+            const Columns inside = inside_columns(w, iw0);
+            for (std::int64_t c = 0; c < w.channels; ++c) {
+              C* plane = sum + (n * w.channels + c) * w.height * w.width;
+              for (std::int64_t kh = 0; kh < w.kernel_h; ++kh, value += w.kernel_w) {
+                const std::int64_t ih = oh * w.stride_h - w.pad_h + kh;
+                if (ih < 0 || ih >= w.height) continue;
+                const std::int64_t start = ih * w.width + iw0;  // index of kernel column 0
+                for (std::int64_t kw = inside.first; kw < inside.last; ++kw) plane[start + kw] += value[kw];
+              }
             }
           }
-        }
+      }
+    });
     accumulator.store();
   });
 }

@@ -1,13 +1,15 @@
 // CPU data movement: casts, permutations and block copies along a dim (kernels/copy.h).
-// Bytes are moved without arithmetic, so these kernels work for every dtype.
+// Bytes are moved without arithmetic, so these kernels work for every dtype. Casts and permutations
+// are cut into chunks of elements (rows) for the thread pool.
 // Run their tests: build/tests/test_ops_shape.
 #include <cstring>
 
 #include "kernels/copy.h"
+#include "kernels/cpu/compute_type.h"
 
 namespace mg::kernels::cpu {
 
-void cast(const Tensor& x, Tensor& out) { convert(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel()); }
+void cast(const Tensor& x, Tensor& out) { convert_parallel(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel()); }
 
 namespace {
 
@@ -41,22 +43,31 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
 
   const auto* src = static_cast<const char*>(x.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
-  std::vector<std::int64_t> index(outer_rank, 0);
-  std::int64_t source = 0;
-  for (std::int64_t done = 0; done < out.numel(); done += row) {
-    const char* from = src + static_cast<std::size_t>(source) * element;
-    char* to = dst + static_cast<std::size_t>(done) * element;
-    if (rows_contiguous) std::memcpy(to, from, static_cast<std::size_t>(row) * element);
-    else if (element == 2) gather_row<std::uint16_t>(from, row_stride, row, to);
-    else if (element == 4) gather_row<std::uint32_t>(from, row_stride, row, to);
-    else gather_row<std::uint64_t>(from, row_stride, row, to);
-    for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's outer dims
-      source += source_stride[d];
-      if (++index[d] < out.shape()[d]) break;
-      source -= source_stride[d] * out.shape()[d];
-      index[d] = 0;
+  // Rows [begin, end) of out; the thread pool takes chunks of rows (each row is written once).
+  auto copy_rows = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> index(outer_rank, 0);
+    std::int64_t source = 0;
+    for (std::int64_t d = static_cast<std::int64_t>(outer_rank) - 1, rest = begin; d >= 0; --d) {
+      index[d] = rest % out.shape()[d];
+      rest /= out.shape()[d];
+      source += index[d] * source_stride[d];
     }
-  }
+    for (std::int64_t r = begin; r < end; ++r) {
+      const char* from = src + static_cast<std::size_t>(source) * element;
+      char* to = dst + static_cast<std::size_t>(r * row) * element;
+      if (rows_contiguous) std::memcpy(to, from, static_cast<std::size_t>(row) * element);
+      else if (element == 2) gather_row<std::uint16_t>(from, row_stride, row, to);
+      else if (element == 4) gather_row<std::uint32_t>(from, row_stride, row, to);
+      else gather_row<std::uint64_t>(from, row_stride, row, to);
+      for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's outer dims
+        source += source_stride[d];
+        if (++index[d] < out.shape()[d]) break;
+        source -= source_stride[d] * out.shape()[d];
+        index[d] = 0;
+      }
+    }
+  };
+  parallel_for(out.numel() / row, std::max<std::int64_t>(1, kConvertGrain / row), copy_rows);
 }
 
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,

@@ -4,7 +4,8 @@
 //   1. Plan (kernels/loop_plan.h, shared with the CUDA kernel): each input gets a stride per output
 //      dim (0 where it is broadcast), and dims contiguous for every operand are merged, so same-shape
 //      ops become one flat loop and a bias add becomes [rows] x [cols] with the bias's row stride 0.
-//   2. The innermost dim is walked in chunks of kChunk elements. Each input chunk is converted to
+//   2. Rows of the plan (or, for one flat row, its elements) are cut into chunks for the thread pool.
+//   3. The innermost dim is walked in chunks of kChunk elements. Each input chunk is converted to
 //      the compute type C (f32, or f64 for f64) into a small buffer (a broadcast input is filled
 //      with its single value), the functor runs over plain arrays, which the compiler vectorises,
 //      and the result chunk is rounded to out's dtype on store.
@@ -16,12 +17,14 @@
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/loop_plan.h"
+#include "kernels/cpu/parallel.h"
 
 namespace mg::kernels::cpu {
 
 namespace {
 
 constexpr std::int64_t kChunk = 256;  // elements per buffer: 4 buffers of f64 stay within 8 KiB of L1
+constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Converts `count` elements of an operand into the compute-type buffer. A broadcast operand
 // (stride 0) repeats its single element.
@@ -54,42 +57,58 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
     element_size[k + 1] = dtype_size(inputs[k]->dtype());
   }
 
-  alignas(64) C in[N][kChunk];
-  alignas(64) C result[kChunk];
-  std::vector<std::int64_t> index(rank, 0);  // odometer over the outer dims
-  std::array<std::int64_t, N + 1> offset{};  // element offset of the current row per operand
-  const std::int64_t rows = out.numel() / inner;
-  for (std::int64_t row = 0; row < rows; ++row) {
-    for (std::int64_t start = 0; start < inner; start += kChunk) {
-      std::int64_t count = std::min(kChunk, inner - start);
-      // An operand already in the compute type and contiguous is read (or, for out, written) in
-      // place; the others go through the buffers.
-      std::array<const C*, N> x{};
-      for (std::size_t k = 0; k < N; ++k) {
-        const char* ptr = base[k + 1] + (offset[k + 1] + start * inner_stride[k + 1]) * element_size[k + 1];
-        if (inputs[k]->dtype() == dtype_of<C>() && inner_stride[k + 1] == 1) {
-          x[k] = reinterpret_cast<const C*>(ptr);
-        } else {
-          load_chunk<C>(ptr, inputs[k]->dtype(), inner_stride[k + 1], count, in[k]);
-          x[k] = in[k];
+  // Rows [row_begin, row_end), and of each row the elements [inner_begin, inner_end).
+  auto run_range = [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t inner_begin, std::int64_t inner_end) {
+    alignas(64) C in[N][kChunk];
+    alignas(64) C result[kChunk];
+    std::vector<std::int64_t> index(rank, 0);  // odometer over the outer dims
+    std::array<std::int64_t, N + 1> offset{};  // element offset of the current row per operand
+    for (std::int64_t d = static_cast<std::int64_t>(rank) - 2, rest = row_begin; d >= 0; --d) {
+      index[d] = rest % plan.sizes[d];
+      rest /= plan.sizes[d];
+      for (std::size_t k = 0; k <= N; ++k) offset[k] += index[d] * plan.strides[d][k];
+    }
+    for (std::int64_t row = row_begin; row < row_end; ++row) {
+      for (std::int64_t start = inner_begin; start < inner_end; start += kChunk) {
+        std::int64_t count = std::min(kChunk, inner_end - start);
+        // An operand already in the compute type and contiguous is read (or, for out, written) in
+        // place; the others go through the buffers.
+        std::array<const C*, N> x{};
+        for (std::size_t k = 0; k < N; ++k) {
+          const char* ptr = base[k + 1] + (offset[k + 1] + start * inner_stride[k + 1]) * element_size[k + 1];
+          if (inputs[k]->dtype() == dtype_of<C>() && inner_stride[k + 1] == 1) {
+            x[k] = reinterpret_cast<const C*>(ptr);
+          } else {
+            load_chunk<C>(ptr, inputs[k]->dtype(), inner_stride[k + 1], count, in[k]);
+            x[k] = in[k];
+          }
         }
+        char* target = base[0] + (offset[0] + start) * element_size[0];
+        C* y = out.dtype() == dtype_of<C>() ? reinterpret_cast<C*>(target) : result;
+        for (std::int64_t i = 0; i < count; ++i) {
+          if constexpr (N == 1) y[i] = f(x[0][i]);
+          else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
+          else y[i] = f(x[0][i], x[1][i], x[2][i]);
+        }
+        if (y == result) convert(result, dtype_of<C>(), target, out.dtype(), count);
       }
-      char* target = base[0] + (offset[0] + start) * element_size[0];
-      C* y = out.dtype() == dtype_of<C>() ? reinterpret_cast<C*>(target) : result;
-      for (std::int64_t i = 0; i < count; ++i) {
-        if constexpr (N == 1) y[i] = f(x[0][i]);
-        else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
-        else y[i] = f(x[0][i], x[1][i], x[2][i]);
+      // Advance the odometer over the outer dims (all but the last).
+      for (std::size_t d = rank - 1; d-- > 0;) {
+        for (std::size_t k = 0; k <= N; ++k) offset[k] += plan.strides[d][k];
+        if (++index[d] < plan.sizes[d]) break;
+        for (std::size_t k = 0; k <= N; ++k) offset[k] -= plan.strides[d][k] * plan.sizes[d];
+        index[d] = 0;
       }
-      if (y == result) convert(result, dtype_of<C>(), target, out.dtype(), count);
     }
-    // Advance the odometer over the outer dims (all but the last).
-    for (std::size_t d = rank - 1; d-- > 0;) {
-      for (std::size_t k = 0; k <= N; ++k) offset[k] += plan.strides[d][k];
-      if (++index[d] < plan.sizes[d]) break;
-      for (std::size_t k = 0; k <= N; ++k) offset[k] -= plan.strides[d][k] * plan.sizes[d];
-      index[d] = 0;
-    }
+  };
+  // The thread pool takes chunks of rows, or of the one row's elements (a same-shape op is one flat
+  // row); every element is computed alone, so the chunks do not change the results.
+  const std::int64_t rows = out.numel() / inner;
+  if (rows == 1) {
+    parallel_for(inner, kGrain, [&](std::int64_t begin, std::int64_t end) { run_range(0, 1, begin, end); });
+  } else {
+    parallel_for(rows, std::max<std::int64_t>(1, kGrain / inner),
+                 [&](std::int64_t begin, std::int64_t end) { run_range(begin, end, 0, inner); });
   }
 }
 

@@ -6,8 +6,8 @@
 // at the first GEMM, and MG_GEMM=eigen|openblas overrides it. With kernels that suit the CPU,
 // OpenBLAS is ~1.3x faster than Eigen at the shapes of the example models on this project's AMD
 // CPU, and on par on an AVX-512 Xeon; with its generic ones a training step takes ~4x as long
-// (docs/results/cpu-bench.md). OpenBLAS is pinned to one thread, like the rest of the CPU backend,
-// so results never depend on a thread count.
+// (docs/results/cpu-bench.md). The cores share a product as tiles of C cut by its shape alone
+// (plan_tiles), each tile one single-threaded GEMM, so results never depend on the thread count.
 // f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
 // pass (F16C for f16), multiplied and accumulated in f32 by the f32 GEMM (OpenBLAS's or Eigen's), and the result rounded once on
 // store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
@@ -34,6 +34,7 @@
 #include "core/error.h"
 #include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/compute_type.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/functors.h"
 #include "kernels/gemm.h"
 
@@ -58,41 +59,101 @@ namespace {
 template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// One tile of one product of the batch: rows [row0, row1) and columns [col0, col1) of
+// C = op(A) op(B), where a, b and c point at the batch item's matrices (layouts in kernels/gemm.h).
+// A tile is an ordinary GEMM on sub-matrices: each operand keeps the leading dimension (elements
+// from one row to the next) of its whole matrix, which BLAS takes as lda/ldb/ldc and Eigen as an
+// outer stride.
+struct Tile {
+  std::int64_t row0, row1, col0, col1;
+};
+
 #ifdef MG_WITH_OPENBLAS
-// cblas_?gemm on row-major operands; false when a size does not fit BLAS's int (Eigen takes those).
+// cblas_?gemm on a tile; false when a size does not fit BLAS's int (Eigen takes those). OpenBLAS is
+// pinned to one thread: mixgrad's pool runs the tiles, so that results never depend on a thread count.
 template <class T>
-bool blas_gemm(const T* a, const T* b, T* c, const GemmShape& s) {
+bool blas_gemm(const T* a, const T* b, T* c, const GemmShape& s, const Tile& t) {
   if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX) return false;
   static const bool single_threaded = (openblas_set_num_threads(1), true);
   (void)single_threaded;
-  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  const int lda = std::max(1, s.transpose_a ? m : k), ldb = std::max(1, s.transpose_b ? k : n);
+  const int m = static_cast<int>(t.row1 - t.row0), n = static_cast<int>(t.col1 - t.col0), k = static_cast<int>(s.k);
+  const int lda = static_cast<int>(std::max<std::int64_t>(1, s.transpose_a ? s.m : s.k));
+  const int ldb = static_cast<int>(std::max<std::int64_t>(1, s.transpose_b ? s.k : s.n));
+  const int ldc = static_cast<int>(std::max<std::int64_t>(1, s.n));
+  const T* a_tile = s.transpose_a ? a + t.row0 : a + t.row0 * s.k;
+  const T* b_tile = s.transpose_b ? b + t.col0 * s.k : b + t.col0;
+  T* c_tile = c + t.row0 * s.n + t.col0;
   const CBLAS_TRANSPOSE ta = s.transpose_a ? CblasTrans : CblasNoTrans, tb = s.transpose_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
-  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
+  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a_tile, lda, b_tile, ldb, 0.0f, c_tile, ldc);
+  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a_tile, lda, b_tile, ldb, 0.0, c_tile, ldc);
   return true;
 }
 #endif
 
-// C = op(A) * op(B) for one matrix of the batch, all of element type T (float or double).
+// C's tile = op(A) op(B) over those rows and columns, all of element type T (float or double).
 template <class T>
-void gemm_one([[maybe_unused]] GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s) {
+void gemm_tile([[maybe_unused]] GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s,
+               const Tile& t) {
 #ifdef MG_WITH_OPENBLAS
-  if (library == GemmLibrary::OpenBlas && blas_gemm(a, b, c, s)) return;
+  if (library == GemmLibrary::OpenBlas && blas_gemm(a, b, c, s, t)) return;
 #endif
-  Eigen::Map<const RowMajor<T>> A(a, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
-  Eigen::Map<const RowMajor<T>> B(b, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
-  Eigen::Map<RowMajor<T>> C(c, s.m, s.n);
+  using Stride = Eigen::OuterStride<>;
+  const std::int64_t m = t.row1 - t.row0, n = t.col1 - t.col0;
+  Eigen::Map<const RowMajor<T>, 0, Stride> A(s.transpose_a ? a + t.row0 : a + t.row0 * s.k, s.transpose_a ? s.k : m,
+                                             s.transpose_a ? m : s.k, Stride(s.transpose_a ? s.m : s.k));
+  Eigen::Map<const RowMajor<T>, 0, Stride> B(s.transpose_b ? b + t.col0 * s.k : b + t.col0, s.transpose_b ? n : s.k,
+                                             s.transpose_b ? s.k : n, Stride(s.transpose_b ? s.k : s.n));
+  Eigen::Map<RowMajor<T>, 0, Stride> C(c + t.row0 * s.n + t.col0, m, n, Stride(s.n));
   if (!s.transpose_a && !s.transpose_b) C.noalias() = A * B;
   else if (!s.transpose_a) C.noalias() = A * B.transpose();
   else if (!s.transpose_b) C.noalias() = A.transpose() * B;
   else C.noalias() = A.transpose() * B.transpose();
 }
 
+// How one product is cut into tiles for the thread pool: along C's longer side, so that the operand
+// every tile packs again (all of op(A) when cutting columns, all of op(B) when cutting rows) is the
+// smaller one; in multiples of kTileAlign rows or columns, at least kMinTileSide wide and with at
+// least kMinTileFlops of work. The cut is a function of the shape alone (parallel.h): the same
+// tiles, and so the same bits, on any thread count. What it costs on one thread: the repacking,
+// measured at <= 3% of the MLP's training step (docs/results/cpu-bench.md).
+constexpr std::int64_t kTileAlign = 16;
+constexpr std::int64_t kMinTileSide = 64;
+constexpr std::int64_t kMinTileFlops = 4'000'000;
+
+struct TilePlan {
+  bool cut_rows;      // tiles are row ranges of C (else column ranges)
+  std::int64_t side;  // the length of the cut side (m or n)
+  Chunks units;       // chunks of kTileAlign-wide units of that side
+
+  std::int64_t count() const { return units.count; }
+  Tile tile(const GemmShape& s, std::int64_t i) const {
+    const std::int64_t begin = std::min(side, units.begin(i) * kTileAlign), end = std::min(side, units.end(i) * kTileAlign);
+    return cut_rows ? Tile{begin, end, 0, s.n} : Tile{0, s.m, begin, end};
+  }
+};
+
+TilePlan plan_tiles(const GemmShape& s) {
+  const bool cut_rows = s.m > s.n;
+  const std::int64_t side = cut_rows ? s.m : s.n, other = cut_rows ? s.n : s.m;
+  const std::int64_t units = (side + kTileAlign - 1) / kTileAlign;
+  const std::int64_t unit_flops = std::max<std::int64_t>(1, 2 * kTileAlign * other * s.k);
+  const std::int64_t grain = std::max(kMinTileSide / kTileAlign, (kMinTileFlops + unit_flops - 1) / unit_flops);
+  return {cut_rows, side, chunks_of(units, grain)};
+}
+
+// Every tile of every product of the batch, in parallel.
 template <class T>
 void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s) {
-  for (std::int64_t i = 0; i < s.batch; ++i)
-    gemm_one(library, a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s);
+  static const bool eigen_ready = (Eigen::initParallel(), true);  // Eigen's cache sizes, read once
+  (void)eigen_ready;
+  const TilePlan plan = plan_tiles(s);
+  parallel_for(s.batch * plan.count(), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t i = item / plan.count();
+      gemm_tile(library, a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s,
+                plan.tile(s, item % plan.count()));
+    }
+  });
 }
 
 // C = op(A) op(B) with the running sum of every element kept in f16 (kernels/gemm.h, Accumulation::F16):
@@ -104,8 +165,6 @@ void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmS
 // added along the row (contiguous in op(B): vectorised) and the row rounded in one F16C pass.
 void gemm_accumulate_in_f16(const float* a, const float* b, float* c, const GemmShape& s) {
   RowMajor<float> op_a(s.m, s.k), op_b(s.k, s.n);
-  std::vector<float> block_sum(static_cast<std::size_t>(s.n));
-  std::vector<Eigen::half> rounded(static_cast<std::size_t>(s.n));
   for (std::int64_t i = 0; i < s.batch; ++i) {
     Eigen::Map<const RowMajor<float>> A(a + i * s.m * s.k, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
     Eigen::Map<const RowMajor<float>> B(b + i * s.k * s.n, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
@@ -113,29 +172,40 @@ void gemm_accumulate_in_f16(const float* a, const float* b, float* c, const Gemm
     else op_a = A;
     if (s.transpose_b) op_b = B.transpose();
     else op_b = B;
-    for (std::int64_t row = 0; row < s.m; ++row) {
-      float* sum = c + (i * s.m + row) * s.n;
-      std::fill(sum, sum + s.n, 0.0f);
-      for (std::int64_t k0 = 0; k0 < s.k; k0 += kF16AccumulationBlock) {
-        std::fill(block_sum.begin(), block_sum.end(), 0.0f);
-        for (std::int64_t k = k0; k < std::min<std::int64_t>(s.k, k0 + kF16AccumulationBlock); ++k) {
-          const float a_value = op_a(row, k);
-          const float* b_row = op_b.data() + k * s.n;
-          for (std::int64_t j = 0; j < s.n; ++j) block_sum[static_cast<std::size_t>(j)] += a_value * b_row[j];
+    // Rows of C are independent: the pool takes them in chunks.
+    parallel_for(s.m, std::max<std::int64_t>(1, kMinTileFlops / std::max<std::int64_t>(1, 2 * s.n * s.k)),
+                 [&](std::int64_t row_begin, std::int64_t row_end) {
+      std::vector<float> block_sum(static_cast<std::size_t>(s.n));
+      std::vector<Eigen::half> rounded(static_cast<std::size_t>(s.n));
+      for (std::int64_t row = row_begin; row < row_end; ++row) {
+        float* sum = c + (i * s.m + row) * s.n;
+        std::fill(sum, sum + s.n, 0.0f);
+        for (std::int64_t k0 = 0; k0 < s.k; k0 += kF16AccumulationBlock) {
+          std::fill(block_sum.begin(), block_sum.end(), 0.0f);
+          for (std::int64_t k = k0; k < std::min<std::int64_t>(s.k, k0 + kF16AccumulationBlock); ++k) {
+            const float a_value = op_a(row, k);
+            const float* b_row = op_b.data() + k * s.n;
+            for (std::int64_t j = 0; j < s.n; ++j) block_sum[static_cast<std::size_t>(j)] += a_value * b_row[j];
+          }
+          for (std::int64_t j = 0; j < s.n; ++j) sum[j] += block_sum[static_cast<std::size_t>(j)];
+          convert(sum, DType::F32, rounded.data(), DType::F16, s.n);
+          convert(rounded.data(), DType::F16, sum, DType::F32, s.n);
         }
-        for (std::int64_t j = 0; j < s.n; ++j) sum[j] += block_sum[static_cast<std::size_t>(j)];
-        convert(sum, DType::F32, rounded.data(), DType::F16, s.n);
-        convert(rounded.data(), DType::F16, sum, DType::F32, s.n);
       }
-    }
+    });
   }
 }
 
 // c = act(c + bias) over every row of the batch, in the compute type C, before c is rounded.
 template <class C, class Activation>
 void bias_and_activation(C* c, const C* bias, std::int64_t rows, std::int64_t n, Activation activation) {
-  for (std::int64_t row = 0; row < rows; ++row, c += n)
-    for (std::int64_t j = 0; j < n; ++j) c[j] = activation(bias ? c[j] + bias[j] : c[j]);
+  parallel_for(rows, std::max<std::int64_t>(1, kConvertGrain / std::max<std::int64_t>(n, 1)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t row = begin; row < end; ++row) {
+                   C* c_row = c + row * n;
+                   for (std::int64_t j = 0; j < n; ++j) c_row[j] = activation(bias ? c_row[j] + bias[j] : c_row[j]);
+                 }
+               });
 }
 
 template <class C>
@@ -183,7 +253,7 @@ void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, c
   else
     gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   apply_epilogue(c32.data<float>(), s, epilogue);
-  if (c32.dtype() != c.dtype()) convert(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
+  if (c32.dtype() != c.dtype()) convert_parallel(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
 }
 
 }  // namespace mg::kernels::cpu

@@ -6,9 +6,11 @@
 // was non-zero. FusedStep: the gradient is scaled as it is read, a set found_inf returns before
 // anything is written (Adam's and Adagrad's step counts included), and the model copy is converted
 // from each stored chunk of the parameter.
+// Elements are independent, so the thread pool takes chunks of each parameter.
 // Tests: build/tests/test_optim, build/tests/test_optim_adagrad, build/tests/test_cuda_amp.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 
 #include "kernels/cpu/compute_type.h"
@@ -20,6 +22,7 @@ namespace mg::kernels::cpu {
 namespace {
 
 constexpr std::int64_t kChunk = 256;
+constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
 // tensors, and update returns whether the change it computed was non-zero (before any rounding).
@@ -28,54 +31,60 @@ bool skipped(const FusedStep& fused) { return fused.found_inf && *fused.found_in
 
 template <class C, std::size_t S, class Update>
 void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, const FusedStep& fused,
-                   UpdateCount& count, Update update) {
+                   UpdateCount& count, const Update& update) {
   if (skipped(fused)) return;  // a skipped step writes nothing
-  C p_buffer[kChunk], g_buffer[kChunk], s_buffer[S > 0 ? S : 1][kChunk], old[kChunk], stored[kChunk];
-  unsigned char changed[kChunk];
   const DType c = dtype_of<C>();
   const C inv_scale = fused.inv_scale ? C(*fused.inv_scale->data<float>()) : C(1);
-  std::int64_t nonzero = 0, lost = 0;
-  for (std::int64_t start = 0; start < param.numel(); start += kChunk) {
-    const std::int64_t n = std::min(kChunk, param.numel() - start);
-    C* p = values_at(param, start, n, p_buffer);
-    const C* g = values_at(grad, start, n, g_buffer);
-    std::array<C*, S> s;
-    for (std::size_t k = 0; k < S; ++k) s[k] = values_at(*state[k], start, n, s_buffer[k]);
-    auto update_one = [&](std::int64_t i) {
-      std::array<C, S> values;
-      for (std::size_t k = 0; k < S; ++k) values[k] = s[k][i];
-      const bool changed = update(p[i], exact::mul(g[i], inv_scale), values.data());
-      for (std::size_t k = 0; k < S; ++k) s[k][i] = values[k];
-      return changed;
-    };
-    if (p != p_buffer) {
-      // Updated in place in C: the stored value is p itself, compared right away.
-      for (std::int64_t i = 0; i < n; ++i) {
-        const C before = p[i];
-        const bool changed = update_one(i);
-        nonzero += changed;
-        lost += changed & (p[i] == before);
+  std::atomic<std::int64_t> total_nonzero{0}, total_lost{0};
+  // Every element is updated alone: the thread pool takes chunks of kGrain elements.
+  parallel_for(param.numel(), kGrain, [&](std::int64_t chunk_begin, std::int64_t chunk_end) {
+    C p_buffer[kChunk], g_buffer[kChunk], s_buffer[S > 0 ? S : 1][kChunk], old[kChunk], stored[kChunk];
+    unsigned char changed[kChunk];
+    std::int64_t nonzero = 0, lost = 0;
+    for (std::int64_t start = chunk_begin; start < chunk_end; start += kChunk) {
+      const std::int64_t n = std::min(kChunk, chunk_end - start);
+      C* p = values_at(param, start, n, p_buffer);
+      const C* g = values_at(grad, start, n, g_buffer);
+      std::array<C*, S> s;
+      for (std::size_t k = 0; k < S; ++k) s[k] = values_at(*state[k], start, n, s_buffer[k]);
+      auto update_one = [&](std::int64_t i) {
+        std::array<C, S> values;
+        for (std::size_t k = 0; k < S; ++k) values[k] = s[k][i];
+        const bool changed = update(p[i], exact::mul(g[i], inv_scale), values.data());
+        for (std::size_t k = 0; k < S; ++k) s[k][i] = values[k];
+        return changed;
+      };
+      if (p != p_buffer) {
+        // Updated in place in C: the stored value is p itself, compared right away.
+        for (std::int64_t i = 0; i < n; ++i) {
+          const C before = p[i];
+          const bool changed = update_one(i);
+          nonzero += changed;
+          lost += changed & (p[i] == before);
+        }
+      } else {
+        std::copy(p, p + n, old);
+        for (std::int64_t i = 0; i < n; ++i) changed[i] = update_one(i);
+        convert(p, c, bytes_at(param, start), param.dtype(), n);
+        // What the parameter holds now is p rounded to f16/bf16.
+        convert(bytes_at(param, start), param.dtype(), stored, c, n);
+        for (std::int64_t i = 0; i < n; ++i) {
+          nonzero += changed[i];
+          lost += changed[i] & (stored[i] == old[i]);
+        }
       }
-    } else {
-      std::copy(p, p + n, old);
-      for (std::int64_t i = 0; i < n; ++i) changed[i] = update_one(i);
-      convert(p, c, bytes_at(param, start), param.dtype(), n);
-      // What the parameter holds now is p rounded to f16/bf16.
-      convert(bytes_at(param, start), param.dtype(), stored, c, n);
-      for (std::int64_t i = 0; i < n; ++i) {
-        nonzero += changed[i];
-        lost += changed[i] & (stored[i] == old[i]);
+      for (std::size_t k = 0; k < S; ++k)
+        if (s[k] == s_buffer[k]) convert(s[k], c, bytes_at(*state[k], start), state[k]->dtype(), n);
+      if (fused.model_copy) {
+        Tensor& copy = *fused.model_copy;  // the stored parameter, rounded once more: a cast
+        convert(bytes_at(param, start), param.dtype(), bytes_at(copy, start), copy.dtype(), n);
       }
     }
-    for (std::size_t k = 0; k < S; ++k)
-      if (s[k] == s_buffer[k]) convert(s[k], c, bytes_at(*state[k], start), state[k]->dtype(), n);
-    if (fused.model_copy) {
-      Tensor& copy = *fused.model_copy;  // the stored parameter, rounded once more: a cast
-      convert(bytes_at(param, start), param.dtype(), bytes_at(copy, start), copy.dtype(), n);
-    }
-  }
-  count.nonzero += nonzero;
-  count.lost += lost;
+    total_nonzero += nonzero;  // counts: the same sums in any order
+    total_lost += lost;
+  });
+  count.nonzero += total_nonzero.load();
+  count.lost += total_lost.load();
 }
 
 template <class C>

@@ -1,5 +1,6 @@
 // CPU max and average pooling (kernels/pool.h). f16/bf16 inputs are widened to f32 in one pass,
 // pooled in f32 and rounded once on store (a max is exact either way; an average is not).
+// Planes (one image's channel) are independent and spread over the thread pool.
 // Run their tests: build/tests/test_ops_conv.
 #include <algorithm>
 #include <cmath>
@@ -12,15 +13,27 @@ namespace mg::kernels::cpu {
 
 namespace {
 
+// Runs body(plane) for every plane = n * channels + c, the planes spread over the thread pool: a
+// plane's windows read and write only that plane, so the planes are independent.
+template <class Body>
+void for_each_plane(const Window2d& w, const Body& body) {
+  const std::int64_t plane_work = std::max<std::int64_t>(1, w.height * w.width);
+  parallel_for(w.batch * w.channels, std::max<std::int64_t>(1, kConvertGrain / plane_work),
+               [&](std::int64_t begin, std::int64_t end) {
+                 for (std::int64_t plane = begin; plane < end; ++plane) body(plane);
+               });
+}
+
 // Runs body(plane, position, first_ih, first_iw) for every output position: plane = n * channels + c,
 // position = oh * out_w + ow, and (first_ih, first_iw) the window's top-left corner (may be padding).
 template <class Body>
-void for_each_window(const Window2d& w, Body&& body) {
+void for_each_window(const Window2d& w, const Body& body) {
   const std::int64_t out_h = w.out_h(), out_w = w.out_w();
-  for (std::int64_t plane = 0; plane < w.batch * w.channels; ++plane)
+  for_each_plane(w, [&](std::int64_t plane) {
     for (std::int64_t oh = 0; oh < out_h; ++oh)
       for (std::int64_t ow = 0; ow < out_w; ++ow)
         body(plane, oh * out_w + ow, oh * w.stride_h - w.pad_h, ow * w.stride_w - w.pad_w);
+  });
 }
 
 // Runs visit(ih * width + iw) for the input pixels of the window at (ih0, iw0), padding skipped.
@@ -52,7 +65,7 @@ void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax)
     if (w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.pad_h == 0 && w.pad_w == 0) {
       // The CNN's 2x2 pooling: every window inside the image, four pixels, no bounds to check.
       const std::int64_t out_h = w.out_h(), out_w = w.out_w();
-      for (std::int64_t plane = 0; plane < w.batch * w.channels; ++plane)
+      for_each_plane(w, [&](std::int64_t plane) {
         for (std::int64_t oh = 0; oh < out_h; ++oh)
           for (std::int64_t ow = 0; ow < out_w; ++ow) {
             const C* pixels = in + plane * plane_size;
@@ -63,6 +76,7 @@ void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax)
             result[plane * out_plane + oh * out_w + ow] = best;
             where[plane * out_plane + oh * out_w + ow] = static_cast<std::int32_t>(best_at);
           }
+      });
     } else {
       for_each_window(w, [&](std::int64_t plane, std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
         const C* pixels = in + plane * plane_size;
@@ -86,8 +100,9 @@ void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2
     const C* grad = dout_c.data<C>();
     const std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
-    for (std::int64_t plane = 0; plane < w.batch * w.channels; ++plane)
+    for_each_plane(w, [&](std::int64_t plane) {
       for (std::int64_t i = plane * out_plane; i < (plane + 1) * out_plane; ++i) sum[plane * plane_size + where[i]] += grad[i];
+    });
     accumulator.store();
   });
 }

@@ -3,18 +3,21 @@
 // Every row (the n elements along the softmax dim) is gathered into an f32 (f64 for f64) buffer,
 // processed there with the max subtracted before exponentiating (so exp never overflows), and
 // scattered back rounded to the storage dtype. For the common inner == 1 case the gather is a
-// contiguous conversion.
+// contiguous conversion. Rows are independent: the thread pool takes chunks of them.
 // Run its tests: build/tests/test_ops_softmax.
 #include <cassert>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/softmax.h"
 
 namespace mg::kernels::cpu {
 
 namespace {
+
+constexpr std::int64_t kRowGrain = 16 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Moves row (o, i) of an [outer, n, inner] tensor between its storage and a compute-type buffer.
 // With inner == 1 the row is contiguous and converts in one call; otherwise its elements are
@@ -51,6 +54,17 @@ void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum) {
   log_sum = std::log(sum);
 }
 
+// Runs fn(o, i, buffer, second_buffer) for every row (o, i) of an [outer, n, inner] view, with two
+// n-element buffers per chunk; rows are independent, so the thread pool takes chunks of them.
+template <class C, class Fn>
+void for_each_row(const ReduceShape& s, const Fn& fn) {
+  parallel_for(s.outer * s.inner, std::max<std::int64_t>(1, kRowGrain / std::max<std::int64_t>(1, s.n)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<C> buffer(static_cast<std::size_t>(s.n)), second(static_cast<std::size_t>(s.n));
+                 for (std::int64_t r = begin; r < end; ++r) fn(r / s.inner, r % s.inner, buffer, second);
+               });
+}
+
 template <class Fn>
 void visit_compute(DType dtype, const char* op, Fn&& fn) {
   visit_floating(dtype, op, [&](auto zero) { fn(compute_t<decltype(zero)>{}); });
@@ -63,16 +77,13 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
   visit_compute(x.dtype(), "softmax", [&](auto zero) {
     using C = decltype(zero);
     RowAccess<C> rows{s};
-    std::vector<C> row(static_cast<std::size_t>(s.n));
-    for (std::int64_t o = 0; o < s.outer; ++o) {
-      for (std::int64_t i = 0; i < s.inner; ++i) {
-        rows.load(x, o, i, row.data());
-        C max, log_sum;
-        row_max_logsum(row.data(), s.n, max, log_sum);
-        for (C& v : row) v = log ? v - max - log_sum : std::exp(v - max - log_sum);
-        rows.store(row.data(), y, o, i);
-      }
-    }
+    for_each_row<C>(s, [&](std::int64_t o, std::int64_t i, std::vector<C>& row, std::vector<C>&) {
+      rows.load(x, o, i, row.data());
+      C max, log_sum;
+      row_max_logsum(row.data(), s.n, max, log_sum);
+      for (C& v : row) v = log ? v - max - log_sum : std::exp(v - max - log_sum);
+      rows.store(row.data(), y, o, i);
+    });
   });
 }
 
@@ -80,17 +91,14 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   visit_compute(y.dtype(), "softmax backward", [&](auto zero) {
     using C = decltype(zero);
     RowAccess<C> rows{s};
-    std::vector<C> yr(static_cast<std::size_t>(s.n)), gr(static_cast<std::size_t>(s.n));
-    for (std::int64_t o = 0; o < s.outer; ++o) {
-      for (std::int64_t i = 0; i < s.inner; ++i) {
-        rows.load(y, o, i, yr.data());
-        rows.load(dy, o, i, gr.data());
-        C dot = 0;  // softmax: sum(dy * y); log_softmax: sum(dy)
-        for (std::int64_t j = 0; j < s.n; ++j) dot += log ? gr[j] : gr[j] * yr[j];
-        for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - std::exp(yr[j]) * dot : yr[j] * (gr[j] - dot);
-        rows.store(gr.data(), dx, o, i);
-      }
-    }
+    for_each_row<C>(s, [&](std::int64_t o, std::int64_t i, std::vector<C>& yr, std::vector<C>& gr) {
+      rows.load(y, o, i, yr.data());
+      rows.load(dy, o, i, gr.data());
+      C dot = 0;  // softmax: sum(dy * y); log_softmax: sum(dy)
+      for (std::int64_t j = 0; j < s.n; ++j) dot += log ? gr[j] : gr[j] * yr[j];
+      for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - std::exp(yr[j]) * dot : yr[j] * (gr[j] - dot);
+      rows.store(gr.data(), dx, o, i);
+    });
   });
 }
 
@@ -100,11 +108,10 @@ template <class C, class Fn>
 void for_each_logit_row(const Tensor& logits, Fn&& fn) {
   const ReduceShape s{logits.size(0), logits.size(1), 1};
   RowAccess<C> access{s};
-  std::vector<C> row(static_cast<std::size_t>(s.n));
-  for (std::int64_t r = 0; r < s.outer; ++r) {
+  for_each_row<C>(s, [&](std::int64_t r, std::int64_t, std::vector<C>& row, std::vector<C>&) {
     access.load(logits, r, 0, row.data());
     fn(r, row.data(), access);
-  }
+  });
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
