@@ -16,8 +16,9 @@
 // mixed_float16 / mixgrad fp32. Also reported: minor page faults per step over the second half of
 // the timed steps (0 once the caching allocator holds every buffer a step needs; the CNN's
 // mixed_float16 step still grows its cache by a few hundred pages in its first ~10 steps) and the bytes of activations saved for
-// backward after one forward pass (autograd/tape.h, saved_tensor_bytes). One thread everywhere:
-// Eigen is built without OpenMP, and libtorch and OpenBLAS are pinned to one thread.
+// backward after one forward pass (autograd/tape.h, saved_tensor_bytes). Threads: --threads N (default
+// MG_NUM_THREADS, else every core) sets mixgrad's pool (mg::set_num_threads) and libtorch's intra-op
+// threads alike.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "bench/machine.h"
 #include "bench/timing.h"
@@ -44,19 +47,32 @@ using namespace mg;
 // A mixgrad training step as tools/train.cpp takes it, on one fixed batch.
 class MixgradStep {
  public:
-  // model: "mlp" (784-256-256-10), "cnn" (nn::cnn) or "wide" (4096-4096-4096-4096-10, GEMM-bound).
+  // model: "mlp" (784-256-256-10), "cnn" (nn::cnn), "wide" (4096-4096-4096-4096-10, GEMM-bound), or
+  // the text models of `mixgrad train` on random tokens of a 65-character vocabulary, windows of
+  // 64: "lstm" (CharLSTM: embedding 64, one layer of 256 cells) and "gpt" (TinyGPT: 4 layers, width
+  // 128, 4 heads).
   MixgradStep(const std::string& model, const std::string& recipe, std::int64_t batch, Device device)
       : recipe_(amp::Recipe::parse(recipe)), scaler_(recipe_.make_scaler()), device_(device) {
     Generator generator(0);
+    constexpr std::int64_t kVocab = 65, kContext = 64;
     if (model == "mlp") model_ = nn::mlp({784, 256, 256, 10}, generator);
     else if (model == "wide") model_ = nn::mlp({4096, 4096, 4096, 4096, 10}, generator);
+    else if (model == "lstm") model_ = std::make_shared<nn::CharLSTM>(kVocab, 64, 256, 1, generator);
+    else if (model == "gpt")
+      model_ = std::make_shared<nn::TinyGPT>(
+          nn::GptOptions{.vocab = kVocab, .block_size = kContext, .embed_dim = 128, .heads = 4, .layers = 4}, generator);
     else model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
     model_->to(device);
     optimizer_ = train::make_optimizer({.name = "sgd", .lr = 0.01, .momentum = 0.9}, model_->parameters(),
                                        recipe_.master_weights);
-    x_ = (model == "wide" ? randn({batch, 4096}, generator) : randn({batch, 1, 28, 28}, generator)).to(device);
-    labels_ = randint(0, 10, {batch}, generator).to(device);
+    if (model == "lstm" || model == "gpt") {
+      x_ = randint(0, kVocab, {batch, kContext}, generator).to(device);
+      labels_ = randint(0, kVocab, {batch, kContext}, generator).to(device);
+    } else {
+      x_ = (model == "wide" ? randn({batch, 4096}, generator) : randn({batch, 1, 28, 28}, generator)).to(device);
+      labels_ = randint(0, 10, {batch}, generator).to(device);
+    }
   }
 
   // Returns the bytes saved for backward by the forward pass.
@@ -65,7 +81,7 @@ class MixgradStep {
     Tensor loss;
     {
       Autocast region = recipe_.autocast();
-      loss = cast(cross_entropy((*model_)(x_), labels_), DType::F32);
+      loss = cast(train::mean_loss(train::Loss::CrossEntropy, (*model_)(x_), labels_), DType::F32);
     }
     const std::size_t saved = saved_tensor_bytes();
     backward(scaler_.scale(loss));
@@ -121,7 +137,7 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
   }
 #ifdef MG_BENCH_TORCH
-  if (device.is_cpu()) {
+  if (device.is_cpu() && (model == "mlp" || model == "cnn")) {
     std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
     add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
   }
@@ -165,20 +181,37 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
 // The whole body is a try block: an mg::Error (a bad MG_GEMM, no GPU for --device cuda) ends the run
 // with its message and status 1.
 int main(int argc, char** argv) try {
+#ifdef MG_BENCH_TORCH
+  // libtorch's OpenMP threads spin for a while after each parallel region by default, and so do
+  // OpenBLAS's: interleaved with mixgrad's steps on the same cores, they would steal the cores
+  // mixgrad's pool is working on (measured: libtorch's own MLP step at batch 512 took 4x as long on
+  // 2 threads). OpenMP reads OMP_WAIT_POLICY when it loads, before main, so the benchmark starts
+  // itself again with it set to PASSIVE (idle threads sleep), unless the caller chose a policy.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
+#endif
   int steps = 50;
+  int threads = mg::num_threads();  // MG_NUM_THREADS, else every core this process may use
   Device device = Device::cpu();
   std::vector<std::pair<std::string, std::int64_t>> cases;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
       steps = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--threads" && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+      mg::set_num_threads(threads);  // an mg::Error for a count below 1
     } else if (arg == "--device" && i + 1 < argc) {
       device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
     } else if (const auto colon = arg.find(':'); colon != std::string::npos &&
-               (arg.starts_with("mlp:") || arg.starts_with("cnn:") || arg.starts_with("wide:"))) {
+               (arg.starts_with("mlp:") || arg.starts_with("cnn:") || arg.starts_with("wide:") ||
+                arg.starts_with("lstm:") || arg.starts_with("gpt:"))) {
       cases.emplace_back(arg.substr(0, colon), std::max<std::int64_t>(1, std::atoll(arg.c_str() + colon + 1)));
     } else {
-      fmt::print(stderr, "usage: {} [--device cpu|cuda] [--steps N] [mlp:BATCH | cnn:BATCH | wide:BATCH ...]\n",
+      fmt::print(stderr,
+                 "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | wide:B | lstm:B | gpt:B ...]\n",
                  argv[0]);
       return 2;
     }
@@ -192,9 +225,9 @@ int main(int argc, char** argv) try {
     for (const auto& [model, batch] : cases) run(model, batch, steps, device);
     return 0;
   }
-  fmt::print("Training step, SGD with momentum 0.9, one thread.\n");
+  fmt::print("Training step, SGD with momentum 0.9, {} thread(s) (mg::num_threads).\n", mg::num_threads());
 #ifdef MG_BENCH_TORCH
-  fmt::print("peer: {}\n", bench::configure_torch(1));
+  fmt::print("peer: {}\n", bench::configure_torch(threads));
 #else
   fmt::print("peer: none in this binary (train_step_vs_torch, built when CMake finds libtorch, runs it beside "
              "mixgrad; see docs/results/cpu-bench.md)\n");

@@ -7,17 +7,20 @@
 //   2. Rows of the plan (or, for one flat row, its elements) are cut into chunks for the thread pool.
 //   3. The innermost dim is walked in chunks of kChunk elements. Each input chunk is converted to
 //      the compute type C (f32, or f64 for f64) into a small buffer (a broadcast input is filled
-//      with its single value), the functor runs over plain arrays, which the compiler vectorises,
-//      and the result chunk is rounded to out's dtype on store.
+//      with its single value), the functor runs over plain arrays, which the compiler vectorises
+//      (exp, log, tanh, sigmoid and GELU call their vectorised float twins in vector_math.h), and
+//      the result chunk is rounded to out's dtype on store.
 // Run its tests: build/tests/test_ops_elementwise.
 #include <array>
 #include <cassert>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/loop_plan.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_math.h"
 
 namespace mg::kernels::cpu {
 
@@ -37,6 +40,22 @@ void load_chunk(const char* base, DType dtype, std::int64_t stride, std::int64_t
   } else {
     convert(base, dtype, buffer, dtype_of<C>(), count);
   }
+}
+
+// The functors whose math has a vectorised float twin (kernels/cpu/vector_math.h): runs it over a
+// chunk and returns true; false for every other functor and for f64, which loop over the scalar one.
+template <class F, class C, std::size_t N>
+bool vectorised(const F&, const std::array<const C*, N>& x, C* y, std::int64_t count) {
+  if constexpr (std::is_same_v<C, float> && N == 1) {
+    if constexpr (std::is_same_v<F, functors::Exp>) return vector_math::exp(x[0], y, count), true;
+    if constexpr (std::is_same_v<F, functors::Log>) return vector_math::log(x[0], y, count), true;
+    if constexpr (std::is_same_v<F, functors::Tanh>) return vector_math::tanh(x[0], y, count), true;
+    if constexpr (std::is_same_v<F, functors::Sigmoid>) return vector_math::sigmoid(x[0], y, count), true;
+    if constexpr (std::is_same_v<F, functors::Gelu>) return vector_math::gelu(x[0], y, count), true;
+  }
+  if constexpr (std::is_same_v<C, float> && N == 2 && std::is_same_v<F, functors::GeluGrad>)
+    return vector_math::gelu_grad(x[0], x[1], y, count), true;
+  return false;
 }
 
 // out = f(inputs...) elementwise; C is the compute type.
@@ -85,10 +104,12 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
         }
         char* target = base[0] + (offset[0] + start) * element_size[0];
         C* y = out.dtype() == dtype_of<C>() ? reinterpret_cast<C*>(target) : result;
-        for (std::int64_t i = 0; i < count; ++i) {
-          if constexpr (N == 1) y[i] = f(x[0][i]);
-          else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
-          else y[i] = f(x[0][i], x[1][i], x[2][i]);
+        if (!vectorised(f, x, y, count)) {
+          for (std::int64_t i = 0; i < count; ++i) {
+            if constexpr (N == 1) y[i] = f(x[0][i]);
+            else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
+            else y[i] = f(x[0][i], x[1][i], x[2][i]);
+          }
         }
         if (y == result) convert(result, dtype_of<C>(), target, out.dtype(), count);
       }

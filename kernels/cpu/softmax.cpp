@@ -8,9 +8,11 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/softmax.h"
 
 namespace mg::kernels::cpu {
@@ -43,14 +45,23 @@ struct RowAccess {
   }
 };
 
-// max and log(sum(exp(x - max))) of one row.
+// y = exp(x) over n values (y may be x): vectorised for float (kernels/cpu/vector_math.h).
 template <class C>
-void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum) {
+void exp_into(const C* x, C* y, std::int64_t n) {
+  if constexpr (std::is_same_v<C, float>) vector_math::exp(x, y, n);
+  else for (std::int64_t j = 0; j < n; ++j) y[j] = std::exp(x[j]);
+}
+
+// max and log(sum(exp(x - max))) of one row; scratch holds n values.
+template <class C>
+void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum, C* scratch) {
   max = -std::numeric_limits<C>::infinity();
   for (std::int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
   if (std::isinf(max)) max = 0;  // all -inf (or +inf present): keep the arithmetic defined
+  for (std::int64_t j = 0; j < n; ++j) scratch[j] = x[j] - max;
+  exp_into(scratch, scratch, n);
   C sum = 0;
-  for (std::int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+  for (std::int64_t j = 0; j < n; ++j) sum += scratch[j];
   log_sum = std::log(sum);
 }
 
@@ -77,11 +88,12 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
   visit_compute(x.dtype(), "softmax", [&](auto zero) {
     using C = decltype(zero);
     RowAccess<C> rows{s};
-    for_each_row<C>(s, [&](std::int64_t o, std::int64_t i, std::vector<C>& row, std::vector<C>&) {
+    for_each_row<C>(s, [&](std::int64_t o, std::int64_t i, std::vector<C>& row, std::vector<C>& scratch) {
       rows.load(x, o, i, row.data());
       C max, log_sum;
-      row_max_logsum(row.data(), s.n, max, log_sum);
-      for (C& v : row) v = log ? v - max - log_sum : std::exp(v - max - log_sum);
+      row_max_logsum(row.data(), s.n, max, log_sum, scratch.data());
+      for (C& v : row) v = v - max - log_sum;
+      if (!log) exp_into(row.data(), row.data(), s.n);
       rows.store(row.data(), y, o, i);
     });
   });
@@ -96,21 +108,22 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
       rows.load(dy, o, i, gr.data());
       C dot = 0;  // softmax: sum(dy * y); log_softmax: sum(dy)
       for (std::int64_t j = 0; j < s.n; ++j) dot += log ? gr[j] : gr[j] * yr[j];
-      for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - std::exp(yr[j]) * dot : yr[j] * (gr[j] - dot);
+      if (log) exp_into(yr.data(), yr.data(), s.n);  // the softmax itself, from the saved log-softmax
+      for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - yr[j] * dot : yr[j] * (gr[j] - dot);
       rows.store(gr.data(), dx, o, i);
     });
   });
 }
 
-// Loads each row of logits [rows, classes] into a compute-type buffer and calls fn(r, row, access);
-// fn may write the row back through access.store.
+// Loads each row of logits [rows, classes] into a compute-type buffer and calls fn(r, row, access,
+// scratch) with a second buffer of the row's length; fn may write the row back through access.store.
 template <class C, class Fn>
 void for_each_logit_row(const Tensor& logits, Fn&& fn) {
   const ReduceShape s{logits.size(0), logits.size(1), 1};
   RowAccess<C> access{s};
-  for_each_row<C>(s, [&](std::int64_t r, std::int64_t, std::vector<C>& row, std::vector<C>&) {
+  for_each_row<C>(s, [&](std::int64_t r, std::int64_t, std::vector<C>& row, std::vector<C>& scratch) {
     access.load(logits, r, 0, row.data());
-    fn(r, row.data(), access);
+    fn(r, row.data(), access, scratch.data());
   });
 }
 
@@ -121,9 +134,9 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t igno
     const std::int32_t* label = labels.data<std::int32_t>();
     C* loss_out = loss.data<C>();
     C* lse_out = lse.data<C>();
-    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>&) {
+    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>&, C* scratch) {
       C max, log_sum;
-      row_max_logsum(row, logits.size(1), max, log_sum);
+      row_max_logsum(row, logits.size(1), max, log_sum, scratch);
       const C logsumexp = max + log_sum;
       lse_out[r] = logsumexp;
       loss_out[r] = label[r] == ignore_index ? C(0) : logsumexp - row[label[r]];
@@ -138,12 +151,12 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
     const std::int32_t* label = labels.data<std::int32_t>();
     const C* lse_in = lse.data<C>();
     const C* weight = row_weight.data<C>();
-    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>& access) {
+    for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>& access, C*) {
       const bool ignored = label[r] == ignore_index;
-      for (std::int64_t c = 0; c < logits.size(1); ++c) {
-        const C p = std::exp(row[c] - lse_in[r]);
-        row[c] = ignored ? C(0) : weight[r] * (p - (c == label[r] ? C(1) : C(0)));
-      }
+      for (std::int64_t c = 0; c < logits.size(1); ++c) row[c] -= lse_in[r];
+      exp_into(row, row, logits.size(1));  // the softmax p
+      for (std::int64_t c = 0; c < logits.size(1); ++c)
+        row[c] = ignored ? C(0) : weight[r] * (row[c] - (c == label[r] ? C(1) : C(0)));
       access.store(row, dlogits, r, 0);
     });
   });
