@@ -18,6 +18,7 @@
 #include "data/idx.h"
 #include "data/text.h"
 #include "kernels/gemm.h"
+#include "kernels/threads.h"
 #include "nn/models.h"
 #include "tools/progress.h"
 #include "train/checkpoint.h"
@@ -176,8 +177,8 @@ TrainSummary train(const TrainOptions& o) {
   if (!o.quiet) {
     fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
                summary.parameters, recipe.describe(), step, total, o.batch);
-    fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("f32 GEMM by {}",
-               kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
+    fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("{} thread(s), f32 GEMM by {}",
+               mg::num_threads(), kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
   }
   Progress progress(step, total, task.unit, trainer.scaler().is_enabled(), o.quiet);
   MetricsLog log(o.log, !o.resume.empty());

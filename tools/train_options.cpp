@@ -10,6 +10,7 @@
 #include "amp/recipe.h"
 #include "core/error.h"
 #include "core/warning.h"
+#include "kernels/threads.h"
 
 namespace mg::tools {
 
@@ -54,6 +55,9 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "float16_pure or bfloat16_pure (amp/recipe.h)")
       ->check(CLI::IsMember(amp::Recipe::names()))->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  c.add_option("--threads", o.threads, "CPU threads for the CPU kernels (default: MG_NUM_THREADS, else every core "
+               "this process may use); results are the same bits on any count (kernels/threads.h)")
+      ->check(whole_number_in(1, 1024));
   c.add_flag("--tf32", o.tf32, "With --device cuda: run the f32 GEMMs on Tensor Cores in TF32 (operands rounded to "
              "10 mantissa bits, sums in f32; about 7x the f32 rate of an H100), as PyTorch's allow_tf32. Off: fp32 "
              "means fp32");
@@ -97,6 +101,7 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
   MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
            "multiplies in f32); add --device cuda, or drop --tf32");
+  if (o.threads > 0) mg::set_num_threads(static_cast<int>(o.threads));
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");
     if (cuda_emulated())

@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string model = "mlp";            // mlp | cnn (fashion-mnist); lstm | gpt (text)
   std::string precision = "fp32";       // an amp::Recipe name
   std::string device = "cpu";           // cpu | cuda
+  std::int64_t threads = 0;             // CPU kernels' threads (mg::set_num_threads); 0: MG_NUM_THREADS or every core
   bool tf32 = false;                    // cuda: f32 GEMMs on Tensor Cores in TF32 (kernels::set_allow_tf32)
   std::int64_t epochs = 0;              // total epochs (fashion-mnist); 0: use --steps
   std::int64_t steps = 0;               // total steps, counting those before --resume; 0: use --epochs
