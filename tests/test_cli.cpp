@@ -60,6 +60,7 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --steps 2.5", "--steps: 2.5 is not allowed"},
       {"train --steps many", "--steps: many is not allowed"},
       {"train --context 5000 --data text --model lstm", "--context: 5000 is not allowed: give a whole number from 2 to 4096"},
+      {"train --threads 0 --steps 1", "--threads: 0 is not allowed: give a whole number from 1 to 1024"},
       {"train --lr -1 --steps 1", "--lr: -1 is not allowed: give a finite learning rate >= 0"},
       {"train --lr inf --steps 1", "--lr: inf is not allowed"},
       {"train --lr nan --steps 1", "--lr: nan is not allowed"},
@@ -95,9 +96,10 @@ TEST_CASE("a flag given twice takes its last value, so scripts can pass defaults
 
 TEST_CASE("with no length a run trains one epoch of images, and says what it runs and when it ends") {
   TempDir tmp;
-  Run run = mixgrad(fmt::format("train --model mlp --subset 256 --batch 64 --summary {}", tmp / "summary.json"));
+  Run run = mixgrad(fmt::format("train --model mlp --subset 256 --batch 64 --threads 1 --summary {}",
+                                tmp / "summary.json"));
   REQUIRE(run.status == 0);
-  CHECK(run.output.find("mixgrad train: on cpu; f32 GEMM by ") != std::string::npos);
+  CHECK(run.output.find("mixgrad train: on cpu; 1 thread(s), f32 GEMM by ") != std::string::npos);
   CHECK(run.output.find("step 1/4  smoothed loss ") != std::string::npos);  // a pipe: plain lines
   CHECK(run.output.find("  eta ") != std::string::npos);
   std::ifstream file(tmp / "summary.json");
