@@ -10,7 +10,7 @@
 // with the ratio to fp32. On a CPU there is no f16 arithmetic unit to win from: the f16 GEMM
 // widens its operands to f32 (kernels/cpu/gemm.cpp), so the ratio measures what mixed precision
 // costs here (casts, the scaler's pass, the f32 master copy), not what it gains on a GPU.
-// Single-threaded, so results are per core.
+// Threads: mixgrad's pool at its default (every core); MG_NUM_THREADS=1 gives per-core figures.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

@@ -10,7 +10,8 @@
 //   mixgrad f16    mg::matmul on f16 tensors (operands converted to f32 with F16C, f32 GEMM,
 //                  result rounded to f16: the Tensor Core contract)
 // Each runs twice to warm up, then enough repetitions for ~0.5 s; the median time is reported.
-// Single-threaded (Eigen is built without OpenMP, OpenBLAS pinned to one thread), so results are per core.
+// Threads: mixgrad's pool at its default (every core; the raw Eigen product runs on one);
+// MG_NUM_THREADS=1 gives per-core figures.
 #include <Eigen/Core>
 
 #include <algorithm>
