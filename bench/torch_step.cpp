@@ -17,6 +17,8 @@ tnn::Sequential make_model(const std::string& name) {
     return tnn::Sequential(tnn::Flatten(), tnn::Linear(784, 256), tnn::ReLU(), tnn::Linear(256, 256), tnn::ReLU(),
                            tnn::Linear(256, 10));
   auto conv = [](std::int64_t in, std::int64_t out) { return tnn::Conv2d(tnn::Conv2dOptions(in, out, 3).padding(1)); };
+  if (name == "conv")  // the CNN's second convolution alone, its input a 32-channel 14x14 map that needs a gradient
+    return tnn::Sequential(conv(32, 64), tnn::ReLU(), tnn::AvgPool2d(14), tnn::Flatten());
   return tnn::Sequential(conv(1, 32), tnn::ReLU(), tnn::MaxPool2d(2), conv(32, 64), tnn::ReLU(), tnn::MaxPool2d(2),
                          tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128), tnn::ReLU(), tnn::Linear(128, 10));
 }
@@ -26,7 +28,7 @@ class Step final : public TorchStep {
   Step(const std::string& name, std::int64_t batch)
       : model_(make_model(name)),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)),
-        x_(torch::randn({batch, 1, 28, 28})),
+        x_(name == "conv" ? torch::randn({batch, 32, 14, 14}).requires_grad_(true) : torch::randn({batch, 1, 28, 28})),
         labels_(torch::randint(0, 10, {batch}, torch::kLong)) {}
 
   void step() override {

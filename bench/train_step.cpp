@@ -44,11 +44,23 @@ namespace {
 
 using namespace mg;
 
+// The CNN's second convolution alone (32 -> 64 channels, 3x3, on 14x14 maps), then a ReLU and a
+// global average pool into 64 logits: a step that is almost all convolution, forward and backward,
+// its input's gradient (col2im) included.
+std::shared_ptr<nn::Module> conv_layer(Generator& generator) {
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Conv2d>(32, 64, 3, Conv2dOptions{.padding = 1}, true, generator));
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::AvgPool2d>(Pool2dOptions{.kernel = 14}));
+  model->push_back(std::make_shared<nn::Flatten>());
+  return model;
+}
+
 // A mixgrad training step as tools/train.cpp takes it, on one fixed batch.
 class MixgradStep {
  public:
   // model: "mlp" (784-256-256-10), "cnn" (nn::cnn), "wide" (4096-4096-4096-4096-10, GEMM-bound), or
-  // the text models of `mixgrad train` on random tokens of a 65-character vocabulary, windows of
+  // "conv" (conv_layer above), or the text models of `mixgrad train` on random tokens of a 65-character vocabulary, windows of
   // 64: "lstm" (CharLSTM: embedding 64, one layer of 256 cells) and "gpt" (TinyGPT: 4 layers, width
   // 128, 4 heads).
   MixgradStep(const std::string& model, const std::string& recipe, std::int64_t batch, Device device)
@@ -61,6 +73,7 @@ class MixgradStep {
     else if (model == "gpt")
       model_ = std::make_shared<nn::TinyGPT>(
           nn::GptOptions{.vocab = kVocab, .block_size = kContext, .embed_dim = 128, .heads = 4, .layers = 4}, generator);
+    else if (model == "conv") model_ = conv_layer(generator);
     else model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
     model_->to(device);
@@ -69,6 +82,9 @@ class MixgradStep {
     if (model == "lstm" || model == "gpt") {
       x_ = randint(0, kVocab, {batch, kContext}, generator).to(device);
       labels_ = randint(0, kVocab, {batch, kContext}, generator).to(device);
+    } else if (model == "conv") {
+      x_ = randn({batch, 32, 14, 14}, generator).to(device).set_requires_grad(true);  // so backward computes dx
+      labels_ = randint(0, 10, {batch}, generator).to(device);
     } else {
       x_ = (model == "wide" ? randn({batch, 4096}, generator) : randn({batch, 1, 28, 28}, generator)).to(device);
       labels_ = randint(0, 10, {batch}, generator).to(device);
@@ -137,7 +153,7 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
   }
 #ifdef MG_BENCH_TORCH
-  if (device.is_cpu() && (model == "mlp" || model == "cnn")) {
+  if (device.is_cpu() && (model == "mlp" || model == "cnn" || model == "conv")) {
     std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
     add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
   }
@@ -207,11 +223,11 @@ int main(int argc, char** argv) try {
       device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
     } else if (const auto colon = arg.find(':'); colon != std::string::npos &&
                (arg.starts_with("mlp:") || arg.starts_with("cnn:") || arg.starts_with("wide:") ||
-                arg.starts_with("lstm:") || arg.starts_with("gpt:"))) {
+                arg.starts_with("lstm:") || arg.starts_with("gpt:") || arg.starts_with("conv:"))) {
       cases.emplace_back(arg.substr(0, colon), std::max<std::int64_t>(1, std::atoll(arg.c_str() + colon + 1)));
     } else {
       fmt::print(stderr,
-                 "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | wide:B | lstm:B | gpt:B ...]\n",
+                 "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | conv:B | wide:B | lstm:B | gpt:B ...]\n",
                  argv[0]);
       return 2;
     }
