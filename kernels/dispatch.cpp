@@ -80,6 +80,15 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, c
   MG_ROUTE(c, gemm, a, b, c, shape, epilogue);
 }
 
+Tensor widen_gemm_operand(const Tensor& b) {
+  return b.device().is_cpu() ? cpu::widen_gemm_operand(b) : Tensor();  // a GPU multiplies f16 itself
+}
+
+void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape) {
+  if (c.device().is_cpu()) return cpu::gemm_widened_b(a, b, b_widened, c, shape);
+  gemm(a, b, c, shape);
+}
+
 void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices) {
   MG_ROUTE(out, reduce, op, x, shape, out, indices);
 }

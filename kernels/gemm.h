@@ -83,6 +83,14 @@ class GemmAccumulationGuard {
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 
+// For a B that is multiplied many times (the LSTM's recurrent weight: 2T GEMMs per training step).
+// The CPU multiplies f16/bf16 in f32, so each gemm call widens its f16/bf16 operands into f32 copies;
+// widen_gemm_operand(b) makes B's copy once, and gemm_widened_b multiplies with it instead of
+// widening B again. The arithmetic is the same (the copy holds B's values exactly). On a GPU, and for
+// f32/f64, widen_gemm_operand returns an undefined tensor and gemm_widened_b is gemm(a, b, ...).
+Tensor widen_gemm_operand(const Tensor& b);
+void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape);
+
 namespace cpu {
 // The two libraries that can multiply f32/f64 matrices on the CPU; kernels/cpu/blas_choice.h picks one
 // per process (MG_GEMM=eigen|openblas overrides it).
@@ -92,6 +100,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, c
 // contract. GemmLibrary::OpenBlas in a build without it throws mg::Error.
 void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
              const GemmEpilogue& epilogue = {});
+// gemm with B's f32 values given (kernels::widen_gemm_operand), or b itself when b_widened is undefined.
+void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape);
+Tensor widen_gemm_operand(const Tensor& b);
 // What multiplies f32/f64 matrices in this process, and why, in one line: "OpenBLAS 0.3.21 SkylakeX
 // (AVX-512 kernels, one thread)", or "Eigen 3.4.0 AVX-512 (OpenBLAS 0.3.21 would run its generic
 // Prescott kernels on this AVX-512 CPU; MG_GEMM=openblas forces it)". Makes the choice if no GEMM

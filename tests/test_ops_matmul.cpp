@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/gemm.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -246,4 +247,18 @@ TEST_CASE("linear: x W^T + b by hand, gradients, autocast keeps the output low p
   }
   check_error([&] { linear(x, f64({1, 2, 3}, {1, 3})); }, "mg::linear");
   check_error([&] { linear(x, w, f64({1, 2}, {2})); }, "mg::linear: the bias must be [out] = [3]");
+}
+
+TEST_CASE("gemm_widened_b: B widened once gives the bits of gemm, for f16, bf16 and f32 (nothing widened)") {
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    CAPTURE(dtype);
+    const Tensor a = mg::testing::uniform_in({33, 70}, dtype, 1, -1, 1), b = mg::testing::uniform_in({50, 70}, dtype, 2, -1, 1);
+    const Tensor widened = kernels::widen_gemm_operand(b);
+    CHECK(widened.defined() == (dtype != DType::F32));
+    const kernels::GemmShape shape{.m = 33, .n = 50, .k = 70, .transpose_b = true};
+    Tensor expected = Tensor::empty({33, 50}, {.dtype = DType::F32}), got = Tensor::empty({33, 50}, {.dtype = DType::F32});
+    kernels::gemm(a, b, expected, shape);
+    kernels::gemm_widened_b(a, b, widened, got, shape);
+    CHECK(got.to_vector<float>() == expected.to_vector<float>());
+  }
 }

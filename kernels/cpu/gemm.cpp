@@ -221,14 +221,10 @@ void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
   }
 }
 
-}  // namespace
-
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
-  gemm_on(gemm_choice().library, a, b, c, s, epilogue);
-}
-
-void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
-             const GemmEpilogue& epilogue) {
+// The GEMM on `library`, with B's f32 values taken from b_widened when it is defined (else widened
+// here, like A).
+void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c,
+              const GemmShape& s, const GemmEpilogue& epilogue) {
   // What matmul has checked: one input dtype, and element counts that match the shape; the caller
   // that asks for an epilogue passes a bias of [n] in C's dtype or f32.
   assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
@@ -246,7 +242,7 @@ void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, c
     return;
   }
   // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
-  Tensor a32 = widened<float>(a), b32 = widened<float>(b);
+  Tensor a32 = widened<float>(a), b32 = b_widened.defined() ? b_widened : widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
   if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16)
     gemm_accumulate_in_f16(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
@@ -254,6 +250,26 @@ void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, c
     gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   apply_epilogue(c32.data<float>(), s, epilogue);
   if (c32.dtype() != c.dtype()) convert_parallel(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
+  gemm_on(gemm_choice().library, a, b, c, s, epilogue);
+}
+
+Tensor widen_gemm_operand(const Tensor& b) {
+  return b.dtype() == DType::F16 || b.dtype() == DType::BF16 ? widened<float>(b) : Tensor();
+}
+
+void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& s) {
+  assert(!b_widened.defined() || (b_widened.dtype() == DType::F32 && b_widened.numel() == b.numel()));
+  multiply(gemm_choice().library, a, b, b_widened, c, s, {});
+}
+
+void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
+             const GemmEpilogue& epilogue) {
+  multiply(library, a, b, Tensor(), c, s, epilogue);
 }
 
 }  // namespace mg::kernels::cpu
