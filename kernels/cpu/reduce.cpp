@@ -70,17 +70,29 @@ Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_
 template <class C>
 void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std::int32_t* index) {
   const auto* base = static_cast<const char*>(x.data_ptr());
-  const std::int64_t blocks = std::max<std::int64_t>(1, (s.n + kBlock - 1) / kBlock);
+  const std::size_t row_bytes = static_cast<std::size_t>(s.n) * dtype_size(x.dtype());
+  auto store = [&](std::int64_t o, const Partial<C>& result) {
+    acc[o] = result.value;
+    if (index) index[o] = static_cast<std::int32_t>(std::max<std::int64_t>(result.at, 0));
+  };
+  if (s.n <= kBlock) {  // one block per row: the rows are the chunks
+    parallel_for(s.outer, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.n)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t o = begin; o < end; ++o)
+                     store(o, reduce_block<C>(is_max, base + static_cast<std::size_t>(o) * row_bytes, x.dtype(), 0, s.n));
+                 });
+    return;
+  }
+  // Long rows: every block of every row is a chunk; then each row's blocks are combined in order.
+  const std::int64_t blocks = (s.n + kBlock - 1) / kBlock;
   std::vector<Partial<C>> partials(static_cast<std::size_t>(s.outer * blocks));
-  parallel_for(s.outer * blocks, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, std::min(s.n, kBlock))),
-               [&](std::int64_t begin, std::int64_t end) {
-                 for (std::int64_t item = begin; item < end; ++item) {
-                   const std::int64_t o = item / blocks, b = item % blocks;
-                   partials[static_cast<std::size_t>(item)] = reduce_block<C>(
-                       is_max, base + static_cast<std::size_t>(o * s.n) * dtype_size(x.dtype()), x.dtype(),
-                       b * kBlock, std::min(s.n, (b + 1) * kBlock));
-                 }
-               });
+  parallel_for(s.outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t o = item / blocks, b = item % blocks;
+      partials[static_cast<std::size_t>(item)] = reduce_block<C>(
+          is_max, base + static_cast<std::size_t>(o) * row_bytes, x.dtype(), b * kBlock, std::min(s.n, (b + 1) * kBlock));
+    }
+  });
   for (std::int64_t o = 0; o < s.outer; ++o) {
     Partial<C> total = partials[static_cast<std::size_t>(o * blocks)];
     for (std::int64_t b = 1; b < blocks; ++b) {
@@ -88,8 +100,7 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
       if (!is_max) total.value += next.value;
       else if (greater_or_nan(next.value, total.value)) total = next;  // ties keep the earlier block's
     }
-    acc[o] = total.value;
-    if (index) index[o] = static_cast<std::int32_t>(std::max<std::int64_t>(total.at, 0));
+    store(o, total);
   }
 }
 

@@ -102,9 +102,10 @@ class ThreadPool {
   }
 
   void run(std::int64_t count, ChunkBody body) {
-    if (count <= 1 || inside_chunk || workers_.empty()) return run_serially(count, body);
+    if (count <= 1 || inside_chunk) return run_serially(count, body);
     std::unique_lock submit(submit_mutex_, std::try_to_lock);
-    if (!submit.owns_lock()) return run_serially(count, body);  // another thread's job is running
+    // Another thread's job is running (or set_num_threads is changing the workers): run it here.
+    if (!submit.owns_lock() || workers_.empty()) return run_serially(count, body);
 
     Job job{count, body};
     {
