@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
+
 namespace bench {
 namespace {
 
@@ -44,10 +47,98 @@ class Step final : public TorchStep {
   torch::Tensor x_, labels_;
 };
 
+// The text models of bench/train_step: 65 symbols, windows of 64, cross entropy over every position.
+constexpr std::int64_t kVocab = 65, kContext = 64;
+
+// nn::CharLSTM: embedding 64, one LSTM layer of 256 cells, a linear head.
+struct CharLstmImpl : tnn::Module {
+  CharLstmImpl()
+      : embedding(register_module("embedding", tnn::Embedding(kVocab, 64))),
+        lstm(register_module("lstm", tnn::LSTM(tnn::LSTMOptions(64, 256).batch_first(true)))),
+        head(register_module("head", tnn::Linear(256, kVocab))) {}
+  torch::Tensor forward(const torch::Tensor& tokens) { return head(std::get<0>(lstm(embedding(tokens)))); }
+  tnn::Embedding embedding;
+  tnn::LSTM lstm;
+  tnn::Linear head;
+};
+TORCH_MODULE(CharLstm);
+
+// nn::TransformerBlock: x + attention(ln1(x)), then x + fc_proj(gelu(fc(ln2(x)))), causal attention
+// with `heads` heads (nn/attention.h).
+struct BlockImpl : tnn::Module {
+  BlockImpl(std::int64_t width, std::int64_t heads)
+      : heads(heads),
+        ln1(register_module("ln1", tnn::LayerNorm(tnn::LayerNormOptions({width})))),
+        qkv(register_module("qkv", tnn::Linear(width, 3 * width))),
+        proj(register_module("proj", tnn::Linear(width, width))),
+        ln2(register_module("ln2", tnn::LayerNorm(tnn::LayerNormOptions({width})))),
+        fc(register_module("fc", tnn::Linear(width, 4 * width))),
+        fc_proj(register_module("fc_proj", tnn::Linear(4 * width, width))),
+        future(torch::ones({kContext, kContext}, torch::kBool).triu(1)) {}
+  torch::Tensor forward(torch::Tensor x) {
+    const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads;
+    torch::Tensor q_k_v = qkv(ln1(x)).view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // [3, B, heads, T, D]
+    torch::Tensor scores = torch::matmul(q_k_v[0], q_k_v[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+    scores = scores.masked_fill(future.slice(0, 0, T).slice(1, 0, T), -std::numeric_limits<float>::infinity());
+    torch::Tensor y = torch::matmul(torch::softmax(scores, -1), q_k_v[2]).transpose(1, 2).contiguous().view({B, T, C});
+    x = x + proj(y);
+    return x + fc_proj(torch::gelu(fc(ln2(x))));
+  }
+  std::int64_t heads;
+  tnn::LayerNorm ln1;
+  tnn::Linear qkv, proj;
+  tnn::LayerNorm ln2;
+  tnn::Linear fc, fc_proj;
+  torch::Tensor future;
+};
+TORCH_MODULE(Block);
+
+// nn::TinyGPT: token and position embeddings, 4 blocks of width 128 with 4 heads, a final LayerNorm, a head.
+struct TinyGptImpl : tnn::Module {
+  TinyGptImpl()
+      : tokens(register_module("tokens", tnn::Embedding(kVocab, 128))),
+        positions(register_module("positions", tnn::Embedding(kContext, 128))),
+        blocks(register_module("blocks", tnn::Sequential(Block(128, 4), Block(128, 4), Block(128, 4), Block(128, 4)))),
+        ln_f(register_module("ln_f", tnn::LayerNorm(tnn::LayerNormOptions({128})))),
+        head(register_module("head", tnn::Linear(128, kVocab))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return head(ln_f(blocks->forward(tokens(x) + positions(torch::arange(x.size(1))))));
+  }
+  tnn::Embedding tokens, positions;
+  tnn::Sequential blocks;
+  tnn::LayerNorm ln_f;
+  tnn::Linear head;
+};
+TORCH_MODULE(TinyGpt);
+
+// A training step of a text model on one fixed batch of random tokens.
+template <class Model>
+class TextStep final : public TorchStep {
+ public:
+  explicit TextStep(std::int64_t batch)
+      : optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)),
+        x_(torch::randint(0, kVocab, {batch, kContext}, torch::kLong)),
+        labels_(torch::randint(0, kVocab, {batch * kContext}, torch::kLong)) {}
+
+  void step() override {
+    optimizer_.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x_).view({-1, kVocab}), labels_);
+    loss.backward();
+    optimizer_.step();
+  }
+
+ private:
+  Model model_;
+  torch::optim::SGD optimizer_;
+  torch::Tensor x_, labels_;
+};
+
 }  // namespace
 
 std::unique_ptr<TorchStep> make_torch_step(const std::string& model, std::int64_t batch) {
   torch::manual_seed(0);
+  if (model == "lstm") return std::make_unique<TextStep<CharLstm>>(batch);
+  if (model == "gpt") return std::make_unique<TextStep<TinyGpt>>(batch);
   return std::make_unique<Step>(model, batch);
 }
 

@@ -16,7 +16,8 @@ class TorchStep {
   virtual void step() = 0;
 };
 
-// model: "mlp" (784-256-256-10) or "cnn" (nn::cnn's layers); f32 throughout.
+// model: "mlp" (784-256-256-10), "cnn" (nn::cnn's layers), "conv" (its second convolution alone),
+// "lstm" (nn::CharLSTM) or "gpt" (nn::TinyGPT), as bench/train_step builds them; f32 throughout.
 std::unique_ptr<TorchStep> make_torch_step(const std::string& model, std::int64_t batch);
 
 // Pins libtorch (intra- and inter-op) and OpenBLAS to `threads` and describes the configuration:

@@ -153,7 +153,7 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
   }
 #ifdef MG_BENCH_TORCH
-  if (device.is_cpu() && (model == "mlp" || model == "cnn" || model == "conv")) {
+  if (device.is_cpu() && model != "wide") {
     std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
     add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
   }
