@@ -16,6 +16,7 @@ using kernels::cpu::vector_math::kVectorMathUlps;
 namespace {
 
 using VectorFn = std::function<void(const float*, float*, std::int64_t)>;
+using FloatFn = void (*)(const float*, float*, std::int64_t);  // picks the float form of an overloaded name
 using Reference = std::function<double(double)>;
 
 // |y - ref| in units of the spacing of f32 values at ref (the subnormal spacing below 2^-126).
@@ -53,20 +54,20 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"exp", vm::exp, [](double x) { return std::exp(x); }, -104, 89},  // through subnormal results and overflow
-      {"exp", vm::exp, [](double x) { return std::exp(x); }, -10, 10},
-      {"log", vm::log, [](double x) { return std::log(x); }, 1e-44, 1e-36},  // subnormal inputs
-      {"log", vm::log, [](double x) { return std::log(x); }, 1e-6, 100},
-      {"log", vm::log, [](double x) { return std::log(x); }, 0.5, 2},  // near log(1) = 0
-      {"tanh", vm::tanh, [](double x) { return std::tanh(x); }, -12, 12},
-      {"tanh", vm::tanh, [](double x) { return std::tanh(x); }, -0.01, 0.01},
+      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -104, 89},  // through subnormal results and overflow
+      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -10, 10},
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-44, 1e-36},  // subnormal inputs
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-6, 100},
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 0.5, 2},  // near log(1) = 0
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -12, 12},
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -0.01, 0.01},
       // Below x = -88.7 exp(-x) overflows f32 and sigmoid is 0, as functors::Sigmoid computes it
       // (checked with the special values), not the subnormal f64 value.
-      {"sigmoid", vm::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -88, 30},
-      {"sigmoid", vm::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
+      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -88, 30},
+      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
       // GELU's 1 + erf(x / sqrt 2) cancels for x < -1 (so does the scalar functor's): there the
       // bound holds relative to |x| / 2 instead (the size of the two terms that cancel).
-      {"gelu", vm::gelu, gelu, -1, 8},
+      {"gelu", FloatFn{vm::gelu}, gelu, -1, 8},
   };
 }
 

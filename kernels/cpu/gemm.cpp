@@ -60,50 +60,60 @@ template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // One tile of one product of the batch: rows [row0, row1) and columns [col0, col1) of
-// C = op(A) op(B), where a, b and c point at the batch item's matrices (layouts in kernels/gemm.h).
-// A tile is an ordinary GEMM on sub-matrices: each operand keeps the leading dimension (elements
-// from one row to the next) of its whole matrix, which BLAS takes as lda/ldb/ldc and Eigen as an
-// outer stride.
+// C = op(A) op(B).
 struct Tile {
   std::int64_t row0, row1, col0, col1;
+};
+
+// A tile as an ordinary GEMM on sub-matrices, for a, b and c pointing at the batch item's matrices
+// (layouts in kernels/gemm.h): each operand starts at the tile's first element and keeps the leading
+// dimension (elements from one row to the next) of its whole matrix, which BLAS takes as
+// lda/ldb/ldc and Eigen as an outer stride.
+template <class T>
+struct TileOperands {
+  const T* a;
+  const T* b;
+  T* c;
+  std::int64_t m, n, lda, ldb, ldc;
+
+  TileOperands(const T* a_matrix, const T* b_matrix, T* c_matrix, const GemmShape& s, const Tile& t)
+      : a(s.transpose_a ? a_matrix + t.row0 : a_matrix + t.row0 * s.k),
+        b(s.transpose_b ? b_matrix + t.col0 * s.k : b_matrix + t.col0),
+        c(c_matrix + t.row0 * s.n + t.col0),
+        m(t.row1 - t.row0),
+        n(t.col1 - t.col0),
+        lda(std::max<std::int64_t>(1, s.transpose_a ? s.m : s.k)),
+        ldb(std::max<std::int64_t>(1, s.transpose_b ? s.k : s.n)),
+        ldc(std::max<std::int64_t>(1, s.n)) {}
 };
 
 #ifdef MG_WITH_OPENBLAS
 // cblas_?gemm on a tile; false when a size does not fit BLAS's int (Eigen takes those). OpenBLAS is
 // pinned to one thread: mixgrad's pool runs the tiles, so that results never depend on a thread count.
 template <class T>
-bool blas_gemm(const T* a, const T* b, T* c, const GemmShape& s, const Tile& t) {
+bool blas_gemm(const TileOperands<T>& t, const GemmShape& s) {
   if (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX) return false;
   static const bool single_threaded = (openblas_set_num_threads(1), true);
   (void)single_threaded;
-  const int m = static_cast<int>(t.row1 - t.row0), n = static_cast<int>(t.col1 - t.col0), k = static_cast<int>(s.k);
-  const int lda = static_cast<int>(std::max<std::int64_t>(1, s.transpose_a ? s.m : s.k));
-  const int ldb = static_cast<int>(std::max<std::int64_t>(1, s.transpose_b ? s.k : s.n));
-  const int ldc = static_cast<int>(std::max<std::int64_t>(1, s.n));
-  const T* a_tile = s.transpose_a ? a + t.row0 : a + t.row0 * s.k;
-  const T* b_tile = s.transpose_b ? b + t.col0 * s.k : b + t.col0;
-  T* c_tile = c + t.row0 * s.n + t.col0;
+  const auto m = static_cast<int>(t.m), n = static_cast<int>(t.n), k = static_cast<int>(s.k);
+  const auto lda = static_cast<int>(t.lda), ldb = static_cast<int>(t.ldb), ldc = static_cast<int>(t.ldc);
   const CBLAS_TRANSPOSE ta = s.transpose_a ? CblasTrans : CblasNoTrans, tb = s.transpose_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a_tile, lda, b_tile, ldb, 0.0f, c_tile, ldc);
-  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a_tile, lda, b_tile, ldb, 0.0, c_tile, ldc);
+  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, t.a, lda, t.b, ldb, 0.0f, t.c, ldc);
+  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, t.a, lda, t.b, ldb, 0.0, t.c, ldc);
   return true;
 }
 #endif
 
 // C's tile = op(A) op(B) over those rows and columns, all of element type T (float or double).
 template <class T>
-void gemm_tile([[maybe_unused]] GemmLibrary library, const T* a, const T* b, T* c, const GemmShape& s,
-               const Tile& t) {
+void gemm_tile([[maybe_unused]] GemmLibrary library, const TileOperands<T>& t, const GemmShape& s) {
 #ifdef MG_WITH_OPENBLAS
-  if (library == GemmLibrary::OpenBlas && blas_gemm(a, b, c, s, t)) return;
+  if (library == GemmLibrary::OpenBlas && blas_gemm(t, s)) return;
 #endif
   using Stride = Eigen::OuterStride<>;
-  const std::int64_t m = t.row1 - t.row0, n = t.col1 - t.col0;
-  Eigen::Map<const RowMajor<T>, 0, Stride> A(s.transpose_a ? a + t.row0 : a + t.row0 * s.k, s.transpose_a ? s.k : m,
-                                             s.transpose_a ? m : s.k, Stride(s.transpose_a ? s.m : s.k));
-  Eigen::Map<const RowMajor<T>, 0, Stride> B(s.transpose_b ? b + t.col0 * s.k : b + t.col0, s.transpose_b ? n : s.k,
-                                             s.transpose_b ? s.k : n, Stride(s.transpose_b ? s.k : s.n));
-  Eigen::Map<RowMajor<T>, 0, Stride> C(c + t.row0 * s.n + t.col0, m, n, Stride(s.n));
+  Eigen::Map<const RowMajor<T>, 0, Stride> A(t.a, s.transpose_a ? s.k : t.m, s.transpose_a ? t.m : s.k, Stride(t.lda));
+  Eigen::Map<const RowMajor<T>, 0, Stride> B(t.b, s.transpose_b ? t.n : s.k, s.transpose_b ? s.k : t.n, Stride(t.ldb));
+  Eigen::Map<RowMajor<T>, 0, Stride> C(t.c, t.m, t.n, Stride(t.ldc));
   if (!s.transpose_a && !s.transpose_b) C.noalias() = A * B;
   else if (!s.transpose_a) C.noalias() = A * B.transpose();
   else if (!s.transpose_b) C.noalias() = A.transpose() * B;
@@ -115,7 +125,7 @@ void gemm_tile([[maybe_unused]] GemmLibrary library, const T* a, const T* b, T* 
 // smaller one; in multiples of kTileAlign rows or columns, at least kMinTileSide wide and with at
 // least kMinTileFlops of work. The cut is a function of the shape alone (parallel.h): the same
 // tiles, and so the same bits, on any thread count. What it costs on one thread: the repacking,
-// measured at <= 3% of the MLP's training step (docs/results/cpu-bench.md).
+// not measurable on the MLP's training step (docs/results/cpu-bench.md).
 constexpr std::int64_t kTileAlign = 16;
 constexpr std::int64_t kMinTileSide = 64;
 constexpr std::int64_t kMinTileFlops = 4'000'000;
@@ -150,8 +160,9 @@ void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmS
   parallel_for(s.batch * plan.count(), 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t i = item / plan.count();
-      gemm_tile(library, a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s,
-                plan.tile(s, item % plan.count()));
+      gemm_tile(library,
+                TileOperands<T>(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s, plan.tile(s, item % plan.count())),
+                s);
     }
   });
 }

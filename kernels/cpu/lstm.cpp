@@ -2,7 +2,6 @@
 // low-precision tensors are widened into C buffers (F16C for f16) and rounded once on store; the
 // nonlinearities are the vectorised twins of the shared functors (kernels/cpu/vector_math.h) for
 // f32 and the functors themselves for f64. Rows of the batch are chunks for the thread pool.
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/compute_type.h"
@@ -15,19 +14,6 @@ namespace mg::kernels::cpu {
 namespace {
 
 constexpr std::int64_t kGrain = 16 * 1024;  // elements of the [B, 4H] gates per chunk of the thread pool
-
-// y = sigmoid(x) and y = tanh(x) over n values (y may be x): vectorised for float (vector_math.h),
-// the shared scalar functors for f64.
-template <class C>
-void sigmoid_into(const C* x, C* y, std::int64_t n) {
-  if constexpr (std::is_same_v<C, float>) vector_math::sigmoid(x, y, n);
-  else for (std::int64_t j = 0; j < n; ++j) y[j] = functors::Sigmoid{}(x[j]);
-}
-template <class C>
-void tanh_into(const C* x, C* y, std::int64_t n) {
-  if constexpr (std::is_same_v<C, float>) vector_math::tanh(x, y, n);
-  else for (std::int64_t j = 0; j < n; ++j) y[j] = functors::Tanh{}(x[j]);
-}
 
 // Rows of the batch per chunk of the thread pool: a function of the shape alone (parallel.h).
 Chunks row_chunks(std::int64_t B, std::int64_t H) { return chunks_of(B, std::max<std::int64_t>(1, kGrain / (4 * H))); }
@@ -50,12 +36,12 @@ void cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, co
       const C* rec = values_at(recurrent, r * 4 * H, 4 * H, rec_buffer.data());
       C* act = a + r * 4 * H;  // gates i, f, g, o: sigmoid, sigmoid, tanh, sigmoid
       for (std::int64_t j = 0; j < 4 * H; ++j) act[j] = gx[j] + rec[j] + b[j];
-      sigmoid_into(act, act, 2 * H);
-      tanh_into(act + 2 * H, act + 2 * H, H);
-      sigmoid_into(act + 3 * H, act + 3 * H, H);
+      vector_math::sigmoid(act, act, 2 * H);
+      vector_math::tanh(act + 2 * H, act + 2 * H, H);
+      vector_math::sigmoid(act + 3 * H, act + 3 * H, H);
       C* c_row = hc_row.data() + H;
       for (std::int64_t j = 0; j < H; ++j) c_row[j] = act[H + j] * cp[r * H + j] + act[j] * act[2 * H + j];
-      tanh_into(c_row, tanh_c.data(), H);
+      vector_math::tanh(c_row, tanh_c.data(), H);
       for (std::int64_t j = 0; j < H; ++j) hc_row[static_cast<std::size_t>(j)] = act[3 * H + j] * tanh_c[static_cast<std::size_t>(j)];
       convert(hc_row.data(), dtype_of<C>(), bytes_at(hc, r * 2 * H), hc.dtype(), 2 * H);
       convert(hc_row.data(), dtype_of<C>(), bytes_at(h_x, r * H), h_x.dtype(), H);
@@ -88,7 +74,7 @@ void cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, co
       const C* d_out = values_at(dhc, r * 2 * H, 2 * H, dhc_buffer.data());
       const C* act = a + r * 4 * H;
       C* dg = dgates_row.data();
-      tanh_into(cc + r * H, tanh_c.data(), H);
+      vector_math::tanh(cc + r * H, tanh_c.data(), H);
       for (std::int64_t j = 0; j < H; ++j) {
         const std::int64_t k = r * H + j;
         const C i = act[j], f = act[H + j], g = act[2 * H + j], o = act[3 * H + j];

@@ -8,7 +8,6 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -45,13 +44,6 @@ struct RowAccess {
   }
 };
 
-// y = exp(x) over n values (y may be x): vectorised for float (kernels/cpu/vector_math.h).
-template <class C>
-void exp_into(const C* x, C* y, std::int64_t n) {
-  if constexpr (std::is_same_v<C, float>) vector_math::exp(x, y, n);
-  else for (std::int64_t j = 0; j < n; ++j) y[j] = std::exp(x[j]);
-}
-
 // max and log(sum(exp(x - max))) of one row; scratch holds n values.
 template <class C>
 void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum, C* scratch) {
@@ -59,7 +51,7 @@ void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum, C* scratch) 
   for (std::int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
   if (std::isinf(max)) max = 0;  // all -inf (or +inf present): keep the arithmetic defined
   for (std::int64_t j = 0; j < n; ++j) scratch[j] = x[j] - max;
-  exp_into(scratch, scratch, n);
+  vector_math::exp(scratch, scratch, n);
   C sum = 0;
   for (std::int64_t j = 0; j < n; ++j) sum += scratch[j];
   log_sum = std::log(sum);
@@ -93,7 +85,7 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
       C max, log_sum;
       row_max_logsum(row.data(), s.n, max, log_sum, scratch.data());
       for (C& v : row) v = v - max - log_sum;
-      if (!log) exp_into(row.data(), row.data(), s.n);
+      if (!log) vector_math::exp(row.data(), row.data(), s.n);
       rows.store(row.data(), y, o, i);
     });
   });
@@ -108,7 +100,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
       rows.load(dy, o, i, gr.data());
       C dot = 0;  // softmax: sum(dy * y); log_softmax: sum(dy)
       for (std::int64_t j = 0; j < s.n; ++j) dot += log ? gr[j] : gr[j] * yr[j];
-      if (log) exp_into(yr.data(), yr.data(), s.n);  // the softmax itself, from the saved log-softmax
+      if (log) vector_math::exp(yr.data(), yr.data(), s.n);  // the softmax itself, from the saved log-softmax
       for (std::int64_t j = 0; j < s.n; ++j) gr[j] = log ? gr[j] - yr[j] * dot : yr[j] * (gr[j] - dot);
       rows.store(gr.data(), dx, o, i);
     });
@@ -154,7 +146,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
     for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>& access, C*) {
       const bool ignored = label[r] == ignore_index;
       for (std::int64_t c = 0; c < logits.size(1); ++c) row[c] -= lse_in[r];
-      exp_into(row, row, logits.size(1));  // the softmax p
+      vector_math::exp(row, row, logits.size(1));  // the softmax p
       for (std::int64_t c = 0; c < logits.size(1); ++c)
         row[c] = ignored ? C(0) : weight[r] * (row[c] - (c == label[r] ? C(1) : C(0)));
       access.store(row, dlogits, r, 0);

@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "kernels/functors.h"
+
 namespace mg::kernels::cpu::vector_math {
 
 inline constexpr double kVectorMathUlps = 6;
@@ -31,5 +33,17 @@ void sigmoid(const float* x, float* y, std::int64_t n);  // 1 / (1 + exp(-x))
 void gelu(const float* x, float* y, std::int64_t n);     // x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))
 // dx = g * (Phi(x) + x * phi(x)): functors::GeluGrad over arrays (g may be y).
 void gelu_grad(const float* g, const float* x, float* y, std::int64_t n);
+
+// The f64 forms (f64 is for checks, not speed): the scalar functors over the array, so a kernel
+// templated on its compute type calls vector_math::exp(x, y, n) for either.
+inline void exp(const double* x, double* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = functors::Exp{}(x[i]);
+}
+inline void tanh(const double* x, double* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = functors::Tanh{}(x[i]);
+}
+inline void sigmoid(const double* x, double* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = functors::Sigmoid{}(x[i]);
+}
 
 }  // namespace mg::kernels::cpu::vector_math
