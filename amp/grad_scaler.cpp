@@ -69,6 +69,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   // Recorded only once the pass succeeded, so a failed unscale_ leaves the scaler as it was.
   Tensor found_inf = zeros({}, {.device = scale_.device()});
   optimizer.scale_gradients_(inverse_scale(), found_inf);
+  agree_across_ranks(found_inf);
   per_optimizer_[&optimizer] = {Stage::Unscaled, found_inf};
 }
 
@@ -88,6 +89,7 @@ Stepped GradScaler::step(optim::Optimizer& optimizer) {
   const Tensor inv_scale = inverse_scale();
   Tensor found_inf = zeros({}, {.device = scale_.device()});
   kernels::find_non_finite(optimizer.step_gradients(), inv_scale, found_inf);
+  agree_across_ranks(found_inf);
   optimizer.step({.inv_scale = &inv_scale, .found_inf = &found_inf});
   per_optimizer_[&optimizer] = {Stage::Stepped, found_inf};
   return Stepped(found_inf);
@@ -142,6 +144,13 @@ void GradScaler::set_scale(double scale) {
 }
 
 std::int64_t GradScaler::growth_tracker() const { return static_cast<std::int64_t>(growth_tracker_.item()); }
+
+void GradScaler::agree_across_ranks(Tensor& found_inf) {
+  // Each rank checked its own gradients. Usually they are equal (the all-reduce of the gradients
+  // spreads an inf), but not always (a gradient left out of the all-reduce, a rank whose own
+  // arithmetic overflowed before it): the max makes the decision one for all.
+  if (group_ && group_->size() > 1) group_->all_reduce(found_inf, dist::ReduceOp::Max);
+}
 
 void GradScaler::warn_if_bf16(DType dtype) {
   if (dtype != DType::BF16 || warned_bf16_) return;

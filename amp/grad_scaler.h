@@ -32,6 +32,8 @@
 // - A disabled scaler (enabled = false) is transparent: scale() returns the loss, step() is a plain
 //   optimizer.step(), update() does nothing.
 // - bf16 has f32's range and needs no scaling: using a scaler with bf16 warns once.
+// - In data-parallel training (set_process_group), found_inf is the max over the ranks before any
+//   update reads it: one rank's inf skips the step on every rank, and the scales stay identical.
 // Hysteresis, a floor and a cap for the scale, the alarm when the scale collapses, the history of
 // scales and skipped steps: amp::ScaleMonitor (amp/scale_monitor.h), which reads the scaler after
 // update(), off the path of a step.
@@ -44,6 +46,7 @@
 
 #include "core/state_dict.h"
 #include "core/tensor.h"
+#include "dist/process_group.h"
 #include "optim/optimizer.h"
 
 namespace mg::amp {
@@ -95,6 +98,10 @@ class GradScaler {
   const Tensor& last_found_inf() const { return last_found_inf_; }
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
+  // Data-parallel training: from now on each found_inf is reduced (max) across `group`, on the
+  // gradients' device, before the update reads it. Every rank must then call unscale_ and step
+  // alike (they are collectives). Null: one process.
+  void set_process_group(std::shared_ptr<dist::ProcessGroup> group) { group_ = std::move(group); }
 
   // Everything needed to resume, as 0-d f64 tensors like every other state (core/state_dict.h):
   // scale, growth_tracker and the options (growth_factor, backoff_factor, growth_interval, dynamic,
@@ -114,7 +121,9 @@ class GradScaler {
   void place_on(Device device);  // moves the scale and the tracker to the gradients' device
   Tensor inverse_scale() const;  // 1/S, one f32 element beside the scale
   void warn_if_bf16(DType dtype);
+  void agree_across_ranks(Tensor& found_inf);  // the max over the process group's ranks
 
+  std::shared_ptr<dist::ProcessGroup> group_;
   GradScalerOptions options_;
   Tensor scale_;           // f32 [], on the device of the loss it last scaled
   Tensor growth_tracker_;  // i32 [], beside it

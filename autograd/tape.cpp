@@ -39,6 +39,7 @@ thread_local std::uint64_t generation = 0;
 thread_local bool grad_mode = true;
 thread_local std::shared_ptr<const std::string> scope = std::make_shared<const std::string>();
 thread_local std::vector<OpObserver*> observers;
+thread_local std::vector<GradReadyHook*> ready_hooks;
 thread_local bool backward_running = false;  // ops run by backward formulas are not forward events
 // Storage of the Saved tensors made since the last record(): an op builds its Saved captures just
 // before it calls record(), which hands them to the node (or drops them when nothing is recorded).
@@ -98,12 +99,40 @@ void check_gradient(const Node& node, std::size_t i, const Tensor& grad) {
 }
 
 // The reverse walk. Returns the gradient of every leaf it reached, keyed by id.
+// With gradient-ready hooks, the walk hands each leaf's gradient over as soon as it is complete.
+// first_uses lists (index of the leaf's first node on the tape, leaf id), latest first: once the walk
+// is below that index, no node can add to the leaf's gradient.
+std::vector<std::pair<std::size_t, std::uint64_t>> first_uses_latest_first() {
+  std::vector<std::pair<std::size_t, std::uint64_t>> first_uses;
+  if (ready_hooks.empty()) return first_uses;
+  std::unordered_set<std::uint64_t> seen;
+  for (std::size_t k = 0; k < tape.size(); ++k)
+    for (const NodeInput& input : tape[k].inputs)
+      if (input.leaf.defined() && seen.insert(input.id).second) first_uses.emplace_back(k, input.id);
+  std::reverse(first_uses.begin(), first_uses.end());
+  return first_uses;
+}
+
+void hand_over(std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>>& leaves, std::uint64_t id) {
+  auto found = leaves.find(id);
+  if (found == leaves.end()) return;  // no gradient reached it
+  const Tensor leaf = found->second.first;
+  accumulate(leaf, converted(std::move(found->second.second), leaf.dtype()));
+  leaves.erase(found);
+  for (GradReadyHook* hook : ready_hooks) hook->ready(leaf);
+}
+
 std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& root, const Tensor& seed,
                                                                   bool keep_tape) {
   std::unordered_map<std::uint64_t, Tensor> pending;  // gradients of non-leaf tensors, by id
   std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> leaves;  // id -> (leaf, gradient)
   pending.emplace(root.id(), seed);
-  for (auto node = tape.rbegin(); node != tape.rend(); ++node) {
+  const auto first_uses = first_uses_latest_first();
+  auto next_first_use = first_uses.begin();
+  for (std::size_t k = tape.size(); k-- > 0;) {
+    for (; next_first_use != first_uses.end() && next_first_use->first > k; ++next_first_use)
+      hand_over(leaves, next_first_use->second);
+    Node* node = &tape[k];
     auto found = pending.find(node->output_id);
     if (found == pending.end()) continue;  // not on a path to the root
     // A cast's backward converts the gradient anyway: it gets the f32 sum itself, not a copy rounded
@@ -139,6 +168,7 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
       }
     }
   }
+  for (; next_first_use != first_uses.end(); ++next_first_use) hand_over(leaves, next_first_use->second);
   // A gradient still pending reached a non-leaf whose op was not on the tape: everything upstream
   // of it would silently get nothing.
   MG_CHECK(pending.empty(), "backward: a gradient reached a tensor made by an op that is no longer on the tape (a "
@@ -272,6 +302,8 @@ NameScope::~NameScope() { scope = std::move(previous_); }
 const std::string& current_scope() { return *scope; }
 
 void add_observer(OpObserver* observer) { observers.push_back(observer); }
+void add_grad_ready_hook(GradReadyHook* hook) { ready_hooks.push_back(hook); }
+void remove_grad_ready_hook(GradReadyHook* hook) { std::erase(ready_hooks, hook); }
 void remove_observer(OpObserver* observer) { std::erase(observers, observer); }
 
 }  // namespace mg

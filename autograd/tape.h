@@ -93,6 +93,23 @@ void backward(const Tensor& loss, BackwardOptions options = {});
 // Backpropagates from any tensor with an explicit seed gradient of the same shape and dtype.
 void backward(const Tensor& output, const Tensor& seed, BackwardOptions options = {});
 
+// ---- gradient-ready hooks (the overlap of data-parallel training, train/data_parallel.h)
+
+// Sees each leaf that requires grad as soon as backward has its whole gradient: when the walk has
+// passed the leaf's first use on the tape, the last node that could send it more. While a hook is
+// registered on this thread, backward adds that gradient into the leaf's .grad right then, not
+// after the walk, and calls ready(leaf); the hook may start sending .grad to other processes while
+// the rest of backward runs, but must not change it. Leaves that get no gradient are not reported.
+// The price: a backward that fails after that point keeps what it already added to those .grads
+// (without a hook, a failed backward changes no .grad).
+class GradReadyHook {
+ public:
+  virtual ~GradReadyHook() = default;
+  virtual void ready(const Tensor& leaf) = 0;
+};
+void add_grad_ready_hook(GradReadyHook* hook);
+void remove_grad_ready_hook(GradReadyHook* hook);
+
 // Nodes on this thread's tape. Forward passes with grad mode on that never reach backward()
 // stay on the tape: evaluate under NoGradGuard, or call clear_tape().
 std::size_t tape_size();

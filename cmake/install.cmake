@@ -11,7 +11,7 @@ install(TARGETS mixgrad EXPORT mixgradTargets ARCHIVE DESTINATION ${CMAKE_INSTAL
 # The public headers: mixgrad.h and everything it reaches. Of kernels/ only the backend-neutral
 # headers: kernels/cpu/ and kernels/cuda/ are the library's inside.
 install(FILES mixgrad.h DESTINATION ${MG_INSTALL_INCLUDEDIR})
-install(DIRECTORY core kernels autograd amp optim nn data train DESTINATION ${MG_INSTALL_INCLUDEDIR}
+install(DIRECTORY core kernels dist autograd amp optim nn data train DESTINATION ${MG_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" REGEX "/kernels/(cpu|cuda)$" EXCLUDE)
 
 install(EXPORT mixgradTargets NAMESPACE mixgrad:: DESTINATION ${MG_INSTALL_CONFIGDIR})

@@ -74,6 +74,11 @@ void check_cpu(const Tensor& tensor, const char* what, const char* op) {
   MG_CHECK(tensor.dim() >= 1, "{}: {} must have a batch dimension (dim 0), got a 0-d tensor", op, what);
 }
 
+void check_shard(const Shard& shard, const char* op) {
+  MG_CHECK(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "{}: shard {} of {} does not exist; "
+           "a shard's index runs from 0 to count - 1 (the rank and the number of ranks)", op, shard.index, shard.count);
+}
+
 }  // namespace
 
 // ---- DataLoader -----------------------------------------------------------------------------------
@@ -93,6 +98,12 @@ DataLoader::DataLoader(Tensor inputs, Tensor labels, DataLoaderOptions options)
   MG_CHECK(batches_per_epoch_ >= 1, "{}: batch_size {} is larger than the {} examples and drop_last is set, so "
            "no batch would ever be served; lower the batch size or turn drop_last off", op, options_.batch_size,
            size_);
+  check_shard(options_.shard, op);
+  const std::int64_t last = size_ % options_.batch_size;  // rows of the last, smaller batch (0: none)
+  const std::int64_t fewest = options_.drop_last || last == 0 ? options_.batch_size : last;
+  MG_CHECK(fewest >= options_.shard.count, "{}: a batch of {} rows cannot be shared by {} ranks (one row each at "
+           "least); {} rows in batches of {} leave a last batch of {}. Use a larger batch, another number of examples, "
+           "or drop_last", op, fewest, options_.shard.count, size_, options_.batch_size, last);
   order_.resize(static_cast<std::size_t>(size_));
   start_epoch(0);
 }
@@ -114,8 +125,10 @@ Batch DataLoader::next() {
   if (end_of_epoch()) start_epoch(epoch_ + 1);
   const std::int64_t begin = batch_index_ * options_.batch_size;
   const std::int64_t count = std::min(options_.batch_size, size_ - begin);
-  const std::int64_t* rows = order_.data() + begin;
-  Batch batch{.inputs = gather_rows(inputs_, rows, count), .labels = gather_rows(labels_, rows, count)};
+  const auto [first, end] = options_.shard.rows(count);
+  const std::int64_t* rows = order_.data() + begin + first;
+  Batch batch{.inputs = gather_rows(inputs_, rows, end - first), .labels = gather_rows(labels_, rows, end - first),
+              .global_rows = count};
   ++batch_index_;
   return batch;
 }
@@ -171,20 +184,28 @@ void copy_window(const std::int32_t* tokens, std::int64_t start, std::int64_t co
 
 }  // namespace
 
-TextBatcher::TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed)
-    : tokens_(std::move(tokens)), batch_size_(batch_size), context_(context), seed_(seed) {
-  check_tokens(tokens_, batch_size_, context_, "mg::data::TextBatcher");
+TextBatcher::TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed,
+                         Shard shard)
+    : tokens_(std::move(tokens)), batch_size_(batch_size), context_(context), seed_(seed), shard_(shard) {
+  const char* op = "mg::data::TextBatcher";
+  check_tokens(tokens_, batch_size_, context_, op);
+  check_shard(shard_, op);
+  MG_CHECK(batch_size_ >= shard_.count, "{}: a batch of {} windows cannot be shared by {} ranks (one window each at "
+           "least); use a batch of at least {}", op, batch_size_, shard_.count, shard_.count);
 }
 
 TextBatch TextBatcher::next() {
-  TextBatch batch{.inputs = Tensor::empty({batch_size_, context_}, {.dtype = DType::I32}),
-                  .targets = Tensor::empty({batch_size_, context_}, {.dtype = DType::I32})};
+  // Every rank draws the starts of the whole batch (cheap) and copies its own windows.
+  const auto [first, end] = shard_.rows(batch_size_);
+  TextBatch batch{.inputs = Tensor::empty({end - first, context_}, {.dtype = DType::I32}),
+                  .targets = Tensor::empty({end - first, context_}, {.dtype = DType::I32}),
+                  .global_rows = batch_size_};
   const std::uint64_t first_block =
       static_cast<std::uint64_t>(step_) * blocks_for_words(2 * static_cast<std::uint64_t>(batch_size_));
   const std::int64_t starts = tokens_.numel() - context_;  // window starts 0 .. N - T - 1
-  for (std::int64_t b = 0; b < batch_size_; ++b) {
+  for (std::int64_t b = first; b < end; ++b) {
     const std::int64_t start = below(random_u64(seed_, first_block, static_cast<std::uint64_t>(b)), starts);
-    copy_window(tokens_.data<std::int32_t>(), start, context_, b, batch.inputs.data<std::int32_t>(),
+    copy_window(tokens_.data<std::int32_t>(), start, context_, b - first, batch.inputs.data<std::int32_t>(),
                 batch.targets.data<std::int32_t>());
   }
   ++step_;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/state_dict.h"
@@ -31,6 +32,17 @@ namespace mg::data {
 struct Batch {
   Tensor inputs;  // [B, ...]: rows of the loader's inputs
   Tensor labels;  // [B, ...]: the same rows of its labels
+  std::int64_t global_rows = 0;  // rows of the whole batch this one is a shard of (B when not sharded)
+};
+
+// One rank's part of every batch in data-parallel training (train/data_parallel.h). Of a batch of n
+// rows, shard `index` of `count` takes rows [floor(index n / count), floor((index + 1) n / count)):
+// the shards of all ranks, in rank order, are exactly the batch one process would get, and each
+// rank reads only its own rows.
+struct Shard {
+  int index = 0;
+  int count = 1;
+  std::pair<std::int64_t, std::int64_t> rows(std::int64_t n) const { return {index * n / count, (index + 1) * n / count}; }
 };
 
 struct DataLoaderOptions {
@@ -38,6 +50,7 @@ struct DataLoaderOptions {
   bool shuffle = true;     // a new permutation each epoch; false serves rows 0, 1, 2, ... every epoch
   bool drop_last = false;  // skip the last, smaller batch of an epoch (every batch then has batch_size rows)
   std::uint64_t seed = 0;
+  Shard shard = {};        // serve only this rank's rows of each batch (the order is every rank's)
 };
 
 // Minibatches of (inputs, labels) pairs, epoch after epoch without end.
@@ -49,11 +62,12 @@ struct DataLoaderOptions {
 class DataLoader {
  public:
   // inputs [N, ...] and labels [N, ...] (usually [N]) on the CPU, any dtypes, N >= 1. The loader
-  // shares their storage and copies rows out of them at each next().
+  // shares their storage and copies rows out of them at each next(). With shard.count ranks, every
+  // batch (the last of an epoch too) must have at least one row per rank.
   DataLoader(Tensor inputs, Tensor labels, DataLoaderOptions options = {});
 
-  // The next batch of the current epoch; when the epoch has served all its batches, first starts
-  // the next one (epoch() + 1, a new permutation).
+  // The next batch of the current epoch (this shard's rows of it); when the epoch has served all its
+  // batches, first starts the next one (epoch() + 1, a new permutation).
   Batch next();
 
   std::int64_t size() const { return size_; }  // N
@@ -87,6 +101,7 @@ class DataLoader {
 struct TextBatch {
   Tensor inputs;   // [B, T] i32: tokens s .. s+T-1 of each window
   Tensor targets;  // [B, T] i32: tokens s+1 .. s+T, the token that follows each input
+  std::int64_t global_rows = 0;  // windows of the whole batch this one is a shard of
 };
 
 // B windows of T + 1 consecutive tokens at random starts, as inputs and targets shifted by one.
@@ -95,8 +110,9 @@ struct TextBatch {
 class TextBatcher {
  public:
   // tokens: a 1-D i32 CPU tensor (a TextCorpus split) of N >= context + 1 tokens; batch_size and
-  // context (T) >= 1.
-  TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed = 0);
+  // context (T) >= 1. With a shard, next() returns only that shard's windows of each batch of
+  // batch_size (at least one per rank).
+  TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed = 0, Shard shard = {});
 
   TextBatch next();
 
@@ -112,6 +128,7 @@ class TextBatcher {
   Tensor tokens_;
   std::int64_t batch_size_, context_;
   std::uint64_t seed_;
+  Shard shard_;
   std::int64_t step_ = 0;
 };
 

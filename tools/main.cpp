@@ -6,7 +6,8 @@
 //
 // Bad flags are refused before any work starts, and an mg::Error during the run (a missing data
 // file, a checkpoint that does not fit, a run that diverged) ends it: either way one `error: ...`
-// line on stderr and exit status 1.
+// line on stderr and exit status 1. Under mpirun (data-parallel training) an error on any rank ends
+// every rank: `error (rank R of N): ...`, and mpirun exits with a non-zero status.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -14,8 +15,21 @@
 #include <string>
 
 #include "core/error.h"
+#include "dist/process_group.h"
 #include "tools/repro/repro.h"
 #include "tools/train.h"
+
+namespace {
+
+// One `error:` line and status 1. In a data-parallel job (under mpirun) the error may be this rank's
+// alone while the others wait for it in a collective: it ends the whole job (dist::abort_job).
+int fail(const std::string& message) {
+  if (mg::dist::launched_world_size() > 1) mg::dist::abort_job(message);
+  fmt::print(stderr, "error: {}\n", message);
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mixgrad: mixed-precision training in C++ (Micikevicius et al., ICLR 2018)"};
@@ -46,18 +60,16 @@ int main(int argc, char** argv) {
     }
     mg::tools::finalize(options);
     const mg::tools::TrainSummary summary = mg::tools::train(options);
-    if (!options.summary.empty()) {
+    if (!options.summary.empty() && summary.rank == 0) {
       std::ofstream file(options.summary);
       MG_CHECK(file.good(), "mixgrad train: cannot write the summary to {}", options.summary);
       file << summary.to_json();
     }
-    fmt::print("{}\n", summary.to_line());
+    if (summary.rank == 0) fmt::print("{}\n", summary.to_line());
   } catch (const mg::Error& error) {
-    fmt::print(stderr, "error: {}\n", error.what());
-    return 1;
+    return fail(error.what());
   } catch (const std::exception& error) {  // out of memory, a file system error: still one line, status 1
-    fmt::print(stderr, "error: mixgrad: {}\n", error.what());
-    return 1;
+    return fail(std::string("mixgrad: ") + error.what());
   }
   return 0;
 }

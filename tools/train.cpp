@@ -17,6 +17,7 @@
 #include "data/batches.h"
 #include "data/idx.h"
 #include "data/text.h"
+#include "dist/process_group.h"
 #include "kernels/gemm.h"
 #include "kernels/threads.h"
 #include "nn/models.h"
@@ -47,13 +48,20 @@ std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
   return std::make_shared<data::LabeledImages>(std::move(set));
 }
 
-Device train_device(const TrainOptions& o) { return o.device == "cuda" ? Device::cuda() : Device::cpu(); }
+// One GPU per rank in a data-parallel job: the rank's place on its node picks it.
+Device train_device(const TrainOptions& o) {
+  if (o.device != "cuda") return Device::cpu();
+  return Device::cuda(dist::launched_by_mpirun() ? dist::local_rank() : 0);
+}
 
-Task image_task(const TrainOptions& o) {
+DType wire_dtype(const std::string& name) { return name == "f16" ? DType::F16 : name == "bf16" ? DType::BF16 : DType::F32; }
+
+Task image_task(const TrainOptions& o, data::Shard shard) {
   auto train_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
   auto test_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Test));
   auto loader = std::make_shared<data::DataLoader>(train_set->images, train_set->labels,
-                                                   data::DataLoaderOptions{.batch_size = o.batch, .seed = o.seed});
+                                                   data::DataLoaderOptions{.batch_size = o.batch, .seed = o.seed,
+                                                                           .shard = shard});
   Task task;
   task.model = o.model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}))
                                 : std::shared_ptr<nn::Module>(nn::cnn());
@@ -70,12 +78,12 @@ Task image_task(const TrainOptions& o) {
   return task;
 }
 
-Task text_task(const TrainOptions& o) {
+Task text_task(const TrainOptions& o, data::Shard shard) {
   auto corpus = std::make_shared<data::TextCorpus>(o.text_file.empty() ? data::kjv_corpus()
                                                                         : data::load_text_file(o.text_file));
   Tensor train_tokens = corpus->train();
   if (o.subset > 0 && o.subset < train_tokens.numel()) train_tokens = train_tokens.slice(0, o.subset).clone();
-  auto batcher = std::make_shared<data::TextBatcher>(train_tokens, o.batch, o.context, o.seed);
+  auto batcher = std::make_shared<data::TextBatcher>(train_tokens, o.batch, o.context, o.seed, shard);
   Task task;
   const std::int64_t vocab = corpus->vocab_size();
   if (o.model == "lstm") task.model = std::make_shared<nn::CharLSTM>(vocab, 64, 256, 1);
@@ -83,7 +91,7 @@ Task text_task(const TrainOptions& o) {
                                                                  .embed_dim = 128, .heads = 4, .layers = 4});
   task.next = [batcher] {
     data::TextBatch b = batcher->next();
-    return data::Batch{b.inputs, b.targets};
+    return data::Batch{b.inputs, b.targets, b.global_rows};
   };
   task.data_state = [batcher] { return batcher->state_dict(); };
   task.load_data_state = [batcher](const StateDict& s) { batcher->load_state_dict(s); };
@@ -140,14 +148,27 @@ std::int64_t peak_rss_bytes() {
 }  // namespace
 
 TrainSummary train(const TrainOptions& o) {
+  // Under mpirun: one rank of a data-parallel job. The ranks first check that they run the same
+  // command; then each trains on its shard of every global batch, and rank 0 alone writes.
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (dist::launched_by_mpirun()) {
+    group = dist::init_process_group(train_device(o));
+    dist::check_same_on_every_rank("the flags", describe(o));
+  }
+  const int rank = group ? group->rank() : 0;
+  const int ranks = group ? group->size() : 1;
+  const bool lead = rank == 0;  // prints, logs, saves and evaluates
   manual_seed(o.seed);  // the model's initialization and dropout draw from the default generator
-  Task task = o.data == "text" ? text_task(o) : image_task(o);
+  Task task = o.data == "text" ? text_task(o, {rank, ranks}) : image_task(o, {rank, ranks});
   kernels::set_allow_tf32(o.tf32);  // read by every GEMM queued from here on (kernels/gemm.h)
   // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
   train::Trainer trainer(task.model, {.recipe = amp::Recipe::parse(o.precision),
                                       .optimizer = {.name = o.optimizer, .lr = *o.lr, .momentum = o.momentum},
                                       .device = train_device(o),
-                                      .monitor = {.error_on_collapse = true}});
+                                      .monitor = {.error_on_collapse = true},
+                                      .process_group = group,
+                                      .data_parallel = {.bucket_bytes = o.bucket_kb * 1024,
+                                                        .wire_dtype = wire_dtype(o.allreduce_dtype)}});
   const amp::Recipe& recipe = trainer.recipe();
   const Device device = trainer.device();
   nn::Module& model = trainer.model();
@@ -174,28 +195,37 @@ TrainSummary train(const TrainOptions& o) {
   summary.model = o.model;
   summary.data = o.data;
   summary.parameters = model.parameter_count();
-  if (!o.quiet) {
+  summary.rank = rank;
+  summary.ranks = ranks;
+  const bool quiet = o.quiet || !lead;
+  if (!quiet) {
     fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
                summary.parameters, recipe.describe(), step, total, o.batch);
     fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("{} thread(s), f32 GEMM by {}",
                mg::num_threads(), kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
+    if (const train::DataParallel* replicas = trainer.data_parallel())
+      fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
+                 "averaged in {} bucket(s) of {} ({} KiB per step)\n", ranks, replicas->group().backend(),
+                 o.batch / ranks, replicas->last_sync().buckets, o.allreduce_dtype,
+                 replicas->last_sync().payload_bytes / 1024);
   }
-  Progress progress(step, total, task.unit, trainer.scaler().is_enabled(), o.quiet);
-  MetricsLog log(o.log, !o.resume.empty());
+  Progress progress(step, total, task.unit, trainer.scaler().is_enabled(), quiet);
+  MetricsLog log(lead ? o.log : std::string(), !o.resume.empty());
   const auto start = Clock::now();
   std::int64_t items = 0;
   while (step < total) {
     data::Batch batch = task.next();
     DivergenceCheck check(trainer, o, log, step, start);
-    const train::StepResult result = trainer.step(batch.inputs, batch.labels, {&check});  // throws when the scale collapses
+    const train::StepResult result = trainer.step(batch, {&check});  // throws when the scale collapses
     ++step;
-    items += batch.labels.numel();
+    const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
+    items += global_items;
     recent_losses.push_back(check.loss_value);
     if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
     StepRecord record{.step = step, .loss = check.loss_value, .lr = result.lr, .scale = result.scale,
                       .skipped = result.skipped, .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
     log.write(record);
-    progress.update(record, batch.labels.numel(), trainer.monitor().skipped_steps());
+    progress.update(record, global_items, trainer.monitor().skipped_steps());
   }
   progress.finish();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -206,6 +236,7 @@ TrainSummary train(const TrainOptions& o) {
   summary.final_loss = mean_of(recent_losses);
   summary.final_loss_steps = static_cast<std::int64_t>(recent_losses.size());
 
+  if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
   if (!o.save.empty()) {
     const std::vector<double> losses(recent_losses.begin(), recent_losses.end());
     StateDict extra{{"step", state_scalar(static_cast<double>(step))},
@@ -222,7 +253,7 @@ TrainSummary train(const TrainOptions& o) {
 std::string TrainSummary::to_json() const {
   nlohmann::ordered_json j{{"recipe", recipe}, {"model", model}, {"data", data}, {"parameters", parameters},
                            {"steps", steps}, {"skipped_steps", skipped_steps}, {"final_scale", final_scale},
-                           {"final_loss", final_loss}, {"final_loss_steps", final_loss_steps}};
+                           {"final_loss", final_loss}, {"final_loss_steps", final_loss_steps}, {"ranks", ranks}};
   if (test_accuracy) j["test_accuracy"] = *test_accuracy;
   if (val_bits_per_char) j["val_bits_per_char"] = *val_bits_per_char;
   j["train_seconds"] = train_seconds;

@@ -33,6 +33,7 @@ struct TrainSummary {
   double train_seconds = 0;        // this process's training loop, evaluation excluded
   double items_per_second = 0;     // images or characters per second of training
   std::int64_t peak_rss_bytes = 0;
+  int rank = 0, ranks = 1;         // data-parallel: this process's rank and the number of ranks
 
   std::string to_json() const;
   std::string to_line() const;  // the same numbers in one human-readable line

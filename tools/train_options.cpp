@@ -89,6 +89,20 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->check(CLI::ExistingFile);
   c.add_option("--summary", o.summary, "Write a JSON summary of the run");
   c.add_flag("--quiet", o.quiet, "No progress output, only the closing line");
+  c.add_option("--bucket-kb", o.bucket_kb, "Under mpirun (data-parallel): KiB of gradients per all-reduce bucket; "
+               "each bucket is sent as soon as backward has its gradients")->check(whole_number_in(1, 1 << 20))
+      ->capture_default_str();
+  c.add_option("--allreduce-dtype", o.allreduce_dtype, "Under mpirun (data-parallel): the gradients' dtype on the "
+               "wire: f32, or f16 / bf16 for half the bytes (summed in f32, rounded to it)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+}
+
+std::string describe(const TrainOptions& o) {
+  return fmt::format("--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
+                     "--context {} --optimizer {} --lr {} --momentum {} --seed {} --subset {} --text-file '{}' "
+                     "--resume '{}' --bucket-kb {} --allreduce-dtype {}", o.data, o.model, o.precision, o.device,
+                     o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer, o.lr.value_or(0), o.momentum, o.seed,
+                     o.subset, o.text_file, o.resume, o.bucket_kb, o.allreduce_dtype);
 }
 
 void finalize(TrainOptions& o) {

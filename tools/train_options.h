@@ -37,6 +37,9 @@ struct TrainOptions {
   std::string resume;                   // checkpoint to continue from
   std::string summary;                  // JSON summary of the run
   bool quiet = false;                   // no progress output, only the closing line
+  // Data-parallel runs (under mpirun, train/data_parallel.h): --batch is the global batch.
+  std::int64_t bucket_kb = 256;         // gradient bytes per all-reduce bucket, in KiB
+  std::string allreduce_dtype = "f32";  // f32 | f16 | bf16: the gradients' dtype on the wire
 };
 
 // Registers every flag on `command` (the train subcommand), with its help text and value checks.
@@ -44,5 +47,8 @@ void add_train_flags(CLI::App& command, TrainOptions& options);
 // The checks that span several flags (a model that fits the data, --epochs or --steps, files
 // that must exist); fills the defaults that depend on other flags. Throws mg::Error.
 void finalize(TrainOptions& options);
+// Every flag that shapes a run, with its value, in one line: the ranks of a data-parallel job check
+// that they were all given the same (dist::check_same_on_every_rank).
+std::string describe(const TrainOptions& options);
 
 }  // namespace mg::tools

@@ -56,9 +56,22 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       optimizer_(make_optimizer(options_.optimizer, prepared_parameters(*model_, options_),
                                 options_.recipe.master_weights)),
       scaler_(options_.recipe.make_scaler(options_.scaler)),
-      monitor_(scaler_, options_.monitor) {}
+      monitor_(scaler_, options_.monitor) {
+  if (!options_.process_group) return;
+  data_parallel_ = std::make_unique<DataParallel>(options_.process_group, *model_, options_.data_parallel);
+  scaler_.set_process_group(options_.process_group);
+}
 
 StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers) {
+  return step_on_rows(inputs, targets, 0, observers);
+}
+
+StepResult Trainer::step(const data::Batch& batch, std::initializer_list<StepObserver*> observers) {
+  return step_on_rows(batch.inputs, batch.labels, batch.global_rows, observers);
+}
+
+StepResult Trainer::step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                                 std::initializer_list<StepObserver*> observers) {
   auto notify = [&](auto&& call) {
     for (StepObserver* observer : observers)
       if (observer) call(*observer);
@@ -66,16 +79,35 @@ StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initi
   StepResult result;
   optimizer_->zero_grad();  // drops the gradients: backward brings them back
   notify([](StepObserver& o) { o.before_forward(); });
+  Tensor loss;  // this process's mean loss
   {
     Autocast region = options_.recipe.autocast();
-    result.loss = cast(mean_loss(options_.loss, (*model_)(inputs.to(options_.device)), targets.to(options_.device)),
-                       DType::F32);
+    loss = cast(mean_loss(options_.loss, (*model_)(inputs.to(options_.device)), targets.to(options_.device)),
+                DType::F32);
+  }
+  // Data-parallel: this rank's rows are `fraction` of the global batch. Its loss times fraction,
+  // summed over the ranks, is the global batch's mean; its gradient times fraction * size, averaged
+  // over the ranks, is that mean's gradient (fraction * size is 1 when the shards are equal).
+  double multiplier = options_.loss_multiplier;
+  result.loss = loss;
+  if (data_parallel_) {
+    const int size = data_parallel_->group().size();
+    const double fraction = global_rows > 0 ? static_cast<double>(inputs.size(0)) / static_cast<double>(global_rows)
+                                            : 1.0 / size;
+    result.loss = data_parallel_->global_mean(loss, fraction);
+    multiplier *= fraction * size;
   }
   notify([&](StepObserver& o) { o.after_forward(result.loss); });
   result.lr = optimizer_->lr();
-  const Tensor objective = options_.loss_multiplier == 1.0 ? result.loss : mul(result.loss, options_.loss_multiplier);
+  const Tensor objective = multiplier == 1.0 ? loss : mul(loss, multiplier);
   notify([](StepObserver& o) { o.before_backward(); });
-  backward(scaler_.scale(objective));
+  if (data_parallel_) {
+    GradientSync sync(*data_parallel_);
+    backward(scaler_.scale(objective));
+    sync.finish();
+  } else {
+    backward(scaler_.scale(objective));
+  }
   notify([&](StepObserver& o) { o.after_backward(*optimizer_); });
   scaler_.step(*optimizer_);
   monitor_.update(optimizer_.get());

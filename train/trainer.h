@@ -20,6 +20,10 @@
 //   backward(scaler.scale(loss * loss_multiplier))
 //   scaler.step(optimizer)          the check, then the fused update that skips on inf/NaN
 //   monitor.update(&optimizer)      scaler.update(), and the scale and skip read back for the record
+// Data-parallel (options.process_group set, train/data_parallel.h): the setup ends by broadcasting
+// rank 0's weights and hands the group to the GradScaler; each rank's step runs on its shard of the
+// global batch, its loss is the global batch's mean, and backward's gradients are averaged over the
+// ranks (bucket by bucket, while backward runs) before scaler.step.
 // An observer (StepObserver) can watch a step between its phases without changing it: the repro
 // runner records gradient statistics that way, and mixgrad train stops a diverging run.
 #pragma once
@@ -31,10 +35,13 @@
 #include "amp/grad_scaler.h"
 #include "amp/recipe.h"
 #include "amp/scale_monitor.h"
+#include "data/batches.h"
+#include "dist/process_group.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/evaluation.h"
 
 namespace mg::train {
@@ -63,11 +70,15 @@ struct TrainerOptions {
   amp::ScaleMonitorOptions monitor = {};
   // What the model is trained to do (train/evaluation.h): classify, or reconstruct its input.
   Loss loss = Loss::CrossEntropy;
+  // Data-parallel training over this group (every rank builds its Trainer alike); null: one process.
+  std::shared_ptr<dist::ProcessGroup> process_group = nullptr;
+  DataParallelOptions data_parallel = {};
 };
 
 // What one step did. Reading the loss (item()) is a wait on a GPU; the rest has been read already.
 struct StepResult {
-  Tensor loss;           // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling
+  Tensor loss;           // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling;
+                         // data-parallel: the mean over the global batch, the same on every rank
   double lr = 0;         // the rate this step used (groups()[0]'s, after the schedule)
   double scale = 1;      // the loss scale this step used (1 without scaling)
   bool skipped = false;  // the GradScaler skipped the step (an inf/NaN gradient)
@@ -97,6 +108,9 @@ class Trainer {
   // One training step on a batch: inputs and targets on any device (they move to the trainer's).
   // Each observer (null ones are passed over) sees every phase, in the order given.
   StepResult step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers = {});
+  // The same for a batch of a data::DataLoader or TextBatcher. Data-parallel, the batch is this
+  // rank's shard and its global_rows weigh it: a shard of n of N rows counts n / N in the mean.
+  StepResult step(const data::Batch& batch, std::initializer_list<StepObserver*> observers = {});
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -106,13 +120,19 @@ class Trainer {
   Device device() const { return options_.device; }
   // What a checkpoint (train/checkpoint.h) saves and restores of this run.
   TrainingObjects checkpoint_objects() { return {model_.get(), optimizer_.get(), &scaler_, &monitor_}; }
+  // The replicas' synchronisation in data-parallel training; null in one process.
+  const DataParallel* data_parallel() const { return data_parallel_.get(); }
 
  private:
+  StepResult step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                          std::initializer_list<StepObserver*> observers);
+
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::GradScaler scaler_;
   amp::ScaleMonitor monitor_;  // watches scaler_ (declared after it, so built after and destroyed before it)
+  std::unique_ptr<DataParallel> data_parallel_;
 };
 
 }  // namespace mg::train
