@@ -15,8 +15,9 @@
 // - After all_reduce every rank holds the same bytes: Open MPI's algorithms reduce each element
 //   either once and copy it (ring) or pairwise in an order that commutes (recursive doubling), and
 //   NCCL's ring ends with an all-gather. With 2 ranks an f32 sum is a + b, which is b + a.
-// - f32, f64 and i32 are reduced in their own type. f16 and bf16 are summed in f32 and rounded to
-//   their dtype once per pairwise step of the engine's algorithm (with 2 ranks, exactly once).
+// - f32, f64 and i32 are reduced in their own type. Over MPI, f16 and bf16 are summed in f32 and
+//   rounded to their dtype once per pairwise step of the algorithm (with 2 ranks, exactly once);
+//   NCCL sums them in their own type.
 // - CPU collectives return when done. CUDA collectives are queued on the device's stream
 //   (kernels/cuda/runtime.h), after the work that made the tensor: no host wait.
 // - all_reduce_async returns at once with a Work to wait on; the tensor must not be read or written

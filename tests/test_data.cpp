@@ -369,3 +369,45 @@ TEST_CASE("sequential_batches: non-overlapping windows in order, the last batch 
   CHECK(data::sequential_batches(tokens, 3, 19).size() == 1);  // one window: tokens 0..19
   check_error_names([&] { data::sequential_batches(tokens, 3, 20); }, {"sequential_batches", "longer than"});
 }
+
+TEST_CASE("Shard: the shards of every batch, in rank order, are the batch one process gets; errors name the sizes") {
+  CHECK(data::Shard{0, 3}.rows(10) == std::pair<std::int64_t, std::int64_t>{0, 3});
+  CHECK(data::Shard{1, 3}.rows(10) == std::pair<std::int64_t, std::int64_t>{3, 6});
+  CHECK(data::Shard{2, 3}.rows(10) == std::pair<std::int64_t, std::int64_t>{6, 10});
+  // 10 rows in batches of 4 (the last of 2): with 2 ranks every batch splits; its rows keep the order.
+  data::DataLoader whole = make_loader({.batch_size = 4, .seed = 7});
+  data::DataLoader first = make_loader({.batch_size = 4, .seed = 7, .shard = {0, 2}});
+  data::DataLoader second = make_loader({.batch_size = 4, .seed = 7, .shard = {1, 2}});
+  for (int step = 0; step < 7; ++step) {  // into the second epoch
+    INFO("step " << step);
+    const data::Batch batch = whole.next(), a = first.next(), b = second.next();
+    std::vector<std::int32_t> joined = a.labels.to_vector<std::int32_t>();
+    for (std::int32_t label : b.labels.to_vector<std::int32_t>()) joined.push_back(label);
+    CHECK(joined == batch.labels.to_vector<std::int32_t>());
+    CHECK(a.inputs.size(0) + b.inputs.size(0) == batch.inputs.size(0));
+    CHECK(a.global_rows == batch.global_rows);
+    CHECK(b.global_rows == batch.labels.numel());
+  }
+  CHECK(first.state_dict().at("batch_index").item() == whole.state_dict().at("batch_index").item());
+
+  Tensor tokens = arange(100, {.dtype = DType::I32});
+  data::TextBatcher text(tokens, 5, 8, 3);
+  data::TextBatcher text0(tokens, 5, 8, 3, {0, 2}), text1(tokens, 5, 8, 3, {1, 2});
+  for (int step = 0; step < 3; ++step) {
+    const data::TextBatch batch = text.next(), a = text0.next(), b = text1.next();
+    CHECK(a.inputs.shape() == Shape{2, 8});
+    CHECK(b.inputs.shape() == Shape{3, 8});
+    std::vector<std::int32_t> joined = a.targets.to_vector<std::int32_t>();
+    for (std::int32_t token : b.targets.to_vector<std::int32_t>()) joined.push_back(token);
+    CHECK(joined == batch.targets.to_vector<std::int32_t>());
+    CHECK(b.global_rows == 5);
+  }
+
+  check_error_names([] { make_loader({.batch_size = 4, .shard = {2, 2}}); }, {"DataLoader", "shard 2 of 2 does not exist"});
+  // 10 rows in batches of 3 leave a last batch of 1 row: not enough for 2 ranks.
+  check_error_names([] { make_loader({.batch_size = 3, .shard = {0, 2}}); },
+                    {"DataLoader", "a batch of 1 rows cannot be shared by 2 ranks", "last batch of 1"});
+  make_loader({.batch_size = 3, .drop_last = true, .shard = {0, 2}});  // without it: fine
+  check_error_names([&] { data::TextBatcher(tokens, 2, 8, 3, {0, 3}); }, {"TextBatcher", "a batch of 2 windows cannot "
+                    "be shared by 3 ranks"});
+}

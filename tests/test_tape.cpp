@@ -262,3 +262,45 @@ TEST_CASE("tape: gradcheck needs leaves and a defined output") {
               "returned an undefined tensor");
   clear_tape();
 }
+
+namespace {
+
+// Records each leaf it is shown, with its .grad at that moment and how many nodes were still to run.
+struct ReadyLog : GradReadyHook {
+  struct Entry {
+    std::uint64_t id;
+    std::vector<double> grad;
+  };
+  std::vector<Entry> seen;
+  void ready(const Tensor& leaf) override { seen.push_back({leaf.id(), leaf.grad().to_vector<double>()}); }
+};
+
+}  // namespace
+
+TEST_CASE("tape: a gradient-ready hook sees each leaf once, when its gradient is complete, last layer first") {
+  // loss = sum((w2 * tanh(w1 * x)) + w1): w1 is used twice, by the first node and by the last add.
+  Tensor x = f64({0.5, -1}, {2}, false);
+  Tensor w1 = f64({2, 3}, {2});
+  Tensor w2 = f64({-1, 4}, {2});
+  Tensor unused = f64({7, 7}, {2});
+  Tensor hidden = tanh(mul(w1, x));
+  Tensor loss = sum(add(mul(w2, hidden), w1));
+  ReadyLog log;
+  add_grad_ready_hook(&log);
+  backward(loss);
+  remove_grad_ready_hook(&log);
+  // w2's last use comes after w1's first: it is complete first. w1 is reported once, with both of its
+  // contributions summed; a leaf that got no gradient is not reported.
+  REQUIRE(log.seen.size() == 2);
+  CHECK(log.seen[0].id == w2.id());
+  CHECK(log.seen[1].id == w1.id());
+  const std::vector<double> t{std::tanh(1.0), std::tanh(-3.0)};
+  CHECK(log.seen[0].grad == std::vector<double>{t[0], t[1]});
+  const std::vector<double> w1_grad{-1 * (1 - t[0] * t[0]) * 0.5 + 1, 4 * (1 - t[1] * t[1]) * -1 + 1};
+  check_values(w1.grad(), w1_grad);
+  CHECK(log.seen[1].grad == w1.grad().to_vector<double>());  // complete when reported
+  CHECK_FALSE(unused.grad().defined());
+  // Removed: the next backward reports nothing.
+  backward(sum(mul(w2, 2.0)));
+  CHECK(log.seen.size() == 2);
+}

@@ -225,12 +225,16 @@ TrainSummary train(const TrainOptions& o) {
     StepRecord record{.step = step, .loss = check.loss_value, .lr = result.lr, .scale = result.scale,
                       .skipped = result.skipped, .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
     log.write(record);
+    if (const train::DataParallel* replicas = trainer.data_parallel())
+      summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
     progress.update(record, global_items, trainer.monitor().skipped_steps());
   }
   progress.finish();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
   summary.steps = step;
+  if (const train::DataParallel* replicas = trainer.data_parallel())
+    summary.allreduce_bytes_per_step = replicas->last_sync().payload_bytes;
   summary.skipped_steps = trainer.monitor().skipped_steps();
   summary.final_scale = trainer.scaler().get_scale();  // 1 when the recipe does not scale
   summary.final_loss = mean_of(recent_losses);
@@ -259,6 +263,10 @@ std::string TrainSummary::to_json() const {
   j["train_seconds"] = train_seconds;
   j["items_per_second"] = items_per_second;
   j["peak_rss_bytes"] = peak_rss_bytes;
+  if (ranks > 1) {
+    j["allreduce_bytes_per_step"] = allreduce_bytes_per_step;
+    j["allreduce_wait_seconds"] = allreduce_wait_seconds;
+  }
   return j.dump(2) + "\n";
 }
 

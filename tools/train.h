@@ -34,6 +34,8 @@ struct TrainSummary {
   double items_per_second = 0;     // images or characters per second of training
   std::int64_t peak_rss_bytes = 0;
   int rank = 0, ranks = 1;         // data-parallel: this process's rank and the number of ranks
+  double allreduce_wait_seconds = 0;  // data-parallel: rank 0's time waiting for gradient all-reduces
+  std::int64_t allreduce_bytes_per_step = 0;  // data-parallel: gradient bytes each rank sends per step
 
   std::string to_json() const;
   std::string to_line() const;  // the same numbers in one human-readable line

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "autograd/ops.h"
 #include "core/factory.h"
 #include "kernels/copy.h"
@@ -145,9 +147,11 @@ void DataParallel::unpack(Bucket& bucket) {
 void DataParallel::finish() {
   remove_grad_ready_hook(this);
   syncing_ = false;
+  const auto start = std::chrono::steady_clock::now();
   for (Bucket& bucket : buckets_)
     if (!bucket.work) launch(bucket);  // a parameter without a gradient kept it open
   for (Bucket& bucket : buckets_) unpack(bucket);
+  stats_.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void DataParallel::abandon() {

@@ -55,6 +55,7 @@ struct SyncStats {
   std::int64_t buckets = 0;
   std::int64_t launched_during_backward = 0;  // buckets sent before backward returned
   std::int64_t payload_bytes = 0;             // gradient bytes each rank hands to the all-reduce per step
+  double wait_seconds = 0;  // finish()'s time in all-reduces: the communication backward did not hide
 };
 
 class DataParallel : private GradReadyHook {
