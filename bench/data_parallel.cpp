@@ -1,7 +1,8 @@
 // Data-parallel training steps: the time of one step of a global batch on 1 process and on N ranks,
 // the gradient bytes each rank sends, and how much of the all-reduce backward did not hide.
 //
-//   build/bench/data_parallel [--steps 30] [--threads 1] [--wire f32|f16|bf16] [--bucket-kb 256] [mlp:256 cnn:64 ...]
+//   build/bench/data_parallel [--device cpu|cuda] [--steps 30] [--threads 1] [--wire f32|f16|bf16] [--bucket-kb 256]
+//                             [mlp:256 cnn:64 ...]
 //   mpirun -n 2 build/bench/data_parallel ...            (as root: mpirun --allow-run-as-root)
 //
 // Without mpirun it times one process with no DataParallel (the baseline); under mpirun each rank
@@ -56,7 +57,7 @@ data::Batch shard_of_batch(const std::string& model, std::int64_t batch, data::S
 int main(int argc, char** argv) {
   int steps = 30, threads = 1;
   std::int64_t bucket_kb = 256;
-  std::string wire = "f32", recipe = "mixed_float16";
+  std::string wire = "f32", recipe = "mixed_float16", device_name = "cpu";
   std::vector<Workload> workloads;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -66,10 +67,11 @@ int main(int argc, char** argv) {
     else if (arg == "--wire" && has_value) wire = argv[++i];
     else if (arg == "--bucket-kb" && has_value) bucket_kb = std::atoll(argv[++i]);
     else if (arg == "--precision" && has_value) recipe = argv[++i];
+    else if (arg == "--device" && has_value) device_name = argv[++i];
     else if (const auto colon = arg.find(':'); colon != std::string::npos)
       workloads.push_back({arg.substr(0, colon), std::atoll(arg.c_str() + colon + 1)});
     else {
-      fmt::print(stderr, "usage: [mpirun -n N] {} [--steps N] [--threads N] [--wire f32|f16|bf16] [--bucket-kb K] "
+      fmt::print(stderr, "usage: [mpirun -n N] {} [--device cpu|cuda] [--steps N] [--threads N] [--wire f32|f16|bf16] [--bucket-kb K] "
                  "[--precision R] [mlp:B | cnn:B | lstm:B | gpt:B ...]\n", argv[0]);
       return 1;
     }
@@ -78,11 +80,13 @@ int main(int argc, char** argv) {
   try {
     set_num_threads(threads);
     std::shared_ptr<dist::ProcessGroup> group;
-    if (dist::launched_by_mpirun()) group = dist::init_process_group(Device::cpu());
+    // One GPU per rank: the rank's place on its node picks it (NCCL); the CPU's ranks use MPI.
+    const Device device = device_name == "cuda" ? Device::cuda(dist::local_rank()) : Device::cpu();
+    if (dist::launched_by_mpirun()) group = dist::init_process_group(device);
     const int rank = group ? group->rank() : 0, ranks = group ? group->size() : 1;
     const DType wire_dtype = wire == "f16" ? DType::F16 : wire == "bf16" ? DType::BF16 : DType::F32;
     if (rank == 0) {
-      fmt::print("{}\n", bench::machine_lines());
+      fmt::print("{}\ndevice: {}\n", bench::machine_lines(), device);
       fmt::print("{}; {} thread(s) per rank; recipe {}; gradients on the wire: {}, buckets of {} KiB; {} steps after "
                  "3 warm-up, median\n", group ? fmt::format("{} rank(s) of mpirun", ranks) : "1 process, no DataParallel",
                  threads, recipe, wire, bucket_kb, steps);
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
     for (const Workload& w : workloads) {
       train::Trainer trainer(make_model(w.model), {.recipe = amp::Recipe::parse(recipe),
                                                    .optimizer = {.name = "sgd", .lr = 0.01, .momentum = 0.9},
+                                                   .device = device,
                                                    .process_group = group,
                                                    .data_parallel = {.bucket_bytes = bucket_kb * 1024,
                                                                      .wire_dtype = wire_dtype}});
@@ -100,7 +105,7 @@ int main(int argc, char** argv) {
       for (int step = 0; step < steps + 3; ++step) {
         if (group) group->barrier();
         const auto start = bench::Clock::now();
-        trainer.step(batch);
+        trainer.step(batch).loss.item();  // reading the loss waits for a GPU's step
         const double elapsed = std::chrono::duration<double>(bench::Clock::now() - start).count();
         if (step < 3) continue;
         seconds.push_back(elapsed);

@@ -214,6 +214,52 @@ TEST_CASE("dist: DataParallel's gradients are the mean of the ranks', bit for bi
   }
 }
 
+TEST_CASE("dist: micro-batches accumulate without a GradientSync and are sent with the last; two backward passes in "
+          "one sync are refused") {
+  const Examples data = examples();
+  const auto [first, end] = data::Shard{world().rank(), 2}.rows(64);
+  const std::int64_t middle = (first + end) / 2;
+  std::shared_ptr<nn::Module> model = mlp(3);
+  train::DataParallel replicas(world_ptr(), *model, {.bucket_bytes = 512});
+  backward(cross_entropy((*model)(data.x.slice(first, middle)), data.y.slice(first, middle)));
+  {
+    train::GradientSync sync(replicas);
+    backward(cross_entropy((*model)(data.x.slice(middle, end)), data.y.slice(middle, end)));
+    sync.finish();
+  }
+  // The reference: the four quarters accumulated in one process, halved.
+  std::shared_ptr<nn::Module> one = mlp(3);
+  for (int quarter = 0; quarter < 4; ++quarter) {
+    const std::int64_t a = quarter * 16, b = a + 16;
+    backward(cross_entropy((*one)(data.x.slice(a, b)), data.y.slice(a, b)));
+  }
+  halve_gradients(one->parameters());
+  for (std::size_t i = 0; i < one->parameters().size(); ++i)
+    check_close(model->parameters()[i].grad(), one->parameters()[i].grad(), 4 * dtype_eps(DType::F32), 1e-7);
+
+  std::shared_ptr<nn::Module> twice = mlp(3);
+  train::DataParallel twice_replicas(world_ptr(), *twice, {.bucket_bytes = 512});
+  train::GradientSync sync(twice_replicas);
+  backward(cross_entropy((*twice)(data.x.slice(first, end)), data.y.slice(first, end)));
+  check_error([&] { backward(cross_entropy((*twice)(data.x.slice(first, end)), data.y.slice(first, end))); },
+              "a second backward inside one GradientSync");
+}
+
+TEST_CASE("dist: the replicas start from rank 0's weights, f32 masters included, whatever each rank initialised") {
+  const Examples data = examples();
+  const auto [first, end] = data::Shard{world().rank(), 2}.rows(64);
+  train::Trainer replica(mlp(world().rank() == 0 ? 3 : 4), {.recipe = amp::Recipe::parse("float16_master"),
+                                                            .optimizer = {.name = "sgd", .lr = 0.05, .momentum = 0.9},
+                                                            .process_group = world_ptr()});
+  CHECK(same_on_every_rank(replica.model().parameters()));
+  for (int step = 0; step < 3; ++step) replica.step(data.x.slice(first, end), data.y.slice(first, end));
+  std::vector<Tensor> masters;
+  for (std::size_t i = 0; i < replica.optimizer().parameters().size(); ++i)
+    masters.push_back(replica.optimizer().master(i));
+  CHECK(same_on_every_rank(masters));
+  CHECK(same_on_every_rank(replica.model().parameters()));
+}
+
 TEST_CASE("dist: f16 and bf16 on the wire send half the bytes; the mean stays within one rounding of the wire dtype") {
   const Examples data = examples();
   const auto [first, end] = data::Shard{world().rank(), 2}.rows(64);

@@ -95,6 +95,9 @@ void DataParallel::ready(const Tensor& leaf) {
   auto found = where_.find(leaf.id());
   if (found == where_.end()) return;  // a leaf that is not one of the model's parameters
   Bucket& bucket = buckets_[found->second.first];
+  MG_CHECK(!bucket.work, "{}: a second backward inside one GradientSync (parameter {} {} got another gradient after "
+           "its bucket was sent); to accumulate micro-batches, run their backward passes without a GradientSync and "
+           "open one around the last backward only", kName, leaf.shape(), leaf.dtype());
   if (++bucket.ready == bucket.parameters.size()) {
     launch(bucket);
     ++stats_.launched_during_backward;

@@ -28,6 +28,10 @@
 //   taken in f32 at each step of the engine's reduction and rounded to the wire dtype.
 // - The loss scaler needs no help from here: GradScaler reduces found_inf across the same group
 //   (amp/grad_scaler.h), so every rank skips the same steps and keeps the same scale.
+// Gradient accumulation: run the backward passes of the first micro-batches without a GradientSync
+// (their gradients add up in .grad, nothing is sent) and open one around the last backward only: its
+// buckets then carry the sums (PyTorch's no_sync()). A second backward inside one GradientSync is an
+// error.
 // Every rank must build its DataParallel with the same parameters, and run the same backward passes.
 #pragma once
 

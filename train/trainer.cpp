@@ -39,13 +39,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
 namespace {
 
 // Step 1 of the setup: the recipe's dtype, then the device (before the optimizer, whose state lives
-// beside the parameters). Returns the parameters to optimize.
-std::vector<Tensor> prepared_parameters(nn::Module& model, const TrainerOptions& options) {
+// beside the parameters); data-parallel, then rank 0's weights on every rank. Returns the replicas'
+// synchronisation (null in one process).
+std::unique_ptr<DataParallel> prepare(nn::Module& model, const TrainerOptions& options) {
   MG_CHECK(options.loss_multiplier > 0.0 && std::isfinite(options.loss_multiplier), "train::Trainer: "
            "loss_multiplier must be finite and > 0, got {}", options.loss_multiplier);
   model.to(options.recipe.parameter_dtype);
   model.to(options.device);
-  return model.parameters();
+  if (!options.process_group) return nullptr;
+  return std::make_unique<DataParallel>(options.process_group, model, options.data_parallel);
 }
 
 }  // namespace
@@ -53,12 +55,10 @@ std::vector<Tensor> prepared_parameters(nn::Module& model, const TrainerOptions&
 Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
     : options_(std::move(options)),
       model_(std::move(model)),
-      optimizer_(make_optimizer(options_.optimizer, prepared_parameters(*model_, options_),
-                                options_.recipe.master_weights)),
+      data_parallel_(prepare(*model_, options_)),
+      optimizer_(make_optimizer(options_.optimizer, model_->parameters(), options_.recipe.master_weights)),
       scaler_(options_.recipe.make_scaler(options_.scaler)),
       monitor_(scaler_, options_.monitor) {
-  if (!options_.process_group) return;
-  data_parallel_ = std::make_unique<DataParallel>(options_.process_group, *model_, options_.data_parallel);
   scaler_.set_process_group(options_.process_group);
 }
 

@@ -12,6 +12,7 @@
 //
 // The setup, in the order it must happen:
 //   1. the model's parameters take the recipe's dtype (f16 for float16_master), then move to the device;
+//      data-parallel, rank 0's parameters and buffers are then broadcast to every rank;
 //   2. the optimizer is built over them, with f32 masters where the recipe keeps them;
 //   3. the GradScaler the recipe asks for (dynamic, static S, or disabled), and its ScaleMonitor.
 // One step (step()):
@@ -129,10 +130,12 @@ class Trainer {
 
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
+  // Built before the optimizer: its broadcast of rank 0's weights must come before the f32 masters
+  // are copied from them.
+  std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::GradScaler scaler_;
   amp::ScaleMonitor monitor_;  // watches scaler_ (declared after it, so built after and destroyed before it)
-  std::unique_ptr<DataParallel> data_parallel_;
 };
 
 }  // namespace mg::train
