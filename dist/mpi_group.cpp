@@ -15,6 +15,7 @@
 
 #include "core/scalar_types.h"
 #include "dist/backends.h"
+#include "kernels/elementwise.h"
 
 namespace mg::dist::detail {
 
@@ -62,7 +63,7 @@ MPI_Datatype mpi_type(DType dtype) {
 MPI_Op mpi_op(DType dtype, ReduceOp op) {
   if (dtype == DType::F16) return f16_sum;
   if (dtype == DType::BF16) return bf16_sum;
-  return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;  // Avg: the sum, divided when it is done
 }
 
 int element_count(const Tensor& tensor, const char* collective) {
@@ -71,26 +72,38 @@ int element_count(const Tensor& tensor, const char* collective) {
   return static_cast<int>(tensor.numel());
 }
 
-// A nonblocking all-reduce. It keeps the tensor (and so its storage) alive until waited for.
+// A nonblocking all-reduce. It keeps the tensor (and so its storage) alive until waited for, and
+// divides an average's sum by the ranks once it is done.
 class MpiWork : public Work {
  public:
-  MpiWork(Tensor tensor, MPI_Request request) : tensor_(std::move(tensor)), request_(request) {}
+  MpiWork(Tensor tensor, MPI_Request request, double divide_by)
+      : tensor_(std::move(tensor)), request_(request), divide_by_(divide_by) {}
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
   bool test() override {
-    if (request_ == MPI_REQUEST_NULL) return true;
-    int done = 0;
-    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    return done != 0;
+    if (request_ != MPI_REQUEST_NULL) {
+      int done = 0;
+      check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) return false;
+    }
+    finish();
+    return true;
   }
   void wait() override {
     if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+    finish();
   }
 
  private:
+  void finish() {
+    if (divide_by_ == 0.0) return;
+    kernels::unary(kernels::UnaryOp::MulScalar, tensor_, tensor_, {.a = 1.0 / divide_by_});
+    divide_by_ = 0.0;
+  }
   Tensor tensor_;
   MPI_Request request_;
+  double divide_by_;  // 0: nothing to divide (a sum, a max, or an average already divided)
 };
 
 class MpiGroup : public ProcessGroup {
@@ -110,7 +123,7 @@ class MpiGroup : public ProcessGroup {
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), element_count(tensor, "all_reduce"),
                              mpi_type(tensor.dtype()), mpi_op(tensor.dtype(), op), MPI_COMM_WORLD, &request),
               "MPI_Iallreduce");
-    return std::make_unique<MpiWork>(tensor, request);
+    return std::make_unique<MpiWork>(tensor, request, op == ReduceOp::Avg ? static_cast<double>(size_) : 0.0);
   }
 
   void broadcast(Tensor& tensor, int root) override {

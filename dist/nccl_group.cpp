@@ -35,6 +35,15 @@ ncclDataType_t nccl_type(DType dtype) {
   return ncclFloat32;
 }
 
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;  // NCCL 2.10 and later
+    case ReduceOp::Max: return ncclMax;
+  }
+  return ncclSum;
+}
+
 // Queued on the stream: later work on it runs after the collective, which is all a step needs.
 class StreamOrderedWork : public Work {
  public:
@@ -64,7 +73,7 @@ class NcclGroup : public ProcessGroup {
     check_tensor("all_reduce", tensor, op);
     cuda::DeviceGuard guard(device_.index);
     check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                             nccl_type(tensor.dtype()), op == ReduceOp::Sum ? ncclSum : ncclMax, comm_,
+                             nccl_type(tensor.dtype()), nccl_op(op), comm_,
                              cuda::stream(device_.index)),
                "ncclAllReduce");
     return std::make_unique<StreamOrderedWork>();

@@ -12,7 +12,7 @@ namespace mg::dist {
 
 namespace {
 
-const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
 
 // The first of the launcher's variables that is set: Open MPI's, then the PMI ones of MPICH and Slurm.
 int environment_number(std::initializer_list<const char*> names, int fallback) {
@@ -32,6 +32,8 @@ void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, Re
                tensor.dtype() == DType::I32,
            "dist::{}: {} of a {} tensor {} is not supported; the max is kept for f32, f64 and i32 flags (cast "
            "to f32 first)", collective, op_name(op), tensor.dtype(), tensor.shape());
+  MG_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()), "dist::{}: the avg of an {} tensor {} would not be a "
+           "whole number; sum it, or cast it to f32 first", collective, tensor.dtype(), tensor.shape());
 }
 
 bool available() {

@@ -35,7 +35,8 @@
 
 namespace mg::dist {
 
-enum class ReduceOp : std::uint8_t { Sum, Max };
+// Sum and Avg (the sum times 1 / size, rounded once more; floating dtypes) and Max (f32, f64, i32).
+enum class ReduceOp : std::uint8_t { Sum, Avg, Max };
 
 // An operation in flight. wait() returns when the result is in the tensor (on a GPU: when it is
 // queued before any later work on the stream); test() lets the engine progress and says whether it
@@ -55,7 +56,7 @@ class ProcessGroup {
   virtual const char* backend() const = 0;  // "mpi" or "nccl"
   virtual Device device() const = 0;        // where its tensors must be
 
-  // In place on every rank: `tensor` becomes the elementwise sum or max over the ranks.
+  // In place on every rank: `tensor` becomes the elementwise sum, mean or max over the ranks.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) { all_reduce_async(tensor, op)->wait(); }
   virtual std::unique_ptr<Work> all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank's `tensor` takes root's values.
