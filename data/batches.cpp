@@ -101,8 +101,11 @@ DataLoader::DataLoader(Tensor inputs, Tensor labels, DataLoaderOptions options)
   check_shard(options_.shard, op);
   const std::int64_t last = size_ % options_.batch_size;  // rows of the last, smaller batch (0: none)
   const std::int64_t fewest = options_.drop_last || last == 0 ? options_.batch_size : last;
+  MG_CHECK(options_.batch_size >= options_.shard.count, "{}: a batch of {} rows cannot be shared by {} ranks (one row "
+           "each at least); use a batch of at least {}", op, options_.batch_size, options_.shard.count,
+           options_.shard.count);
   MG_CHECK(fewest >= options_.shard.count, "{}: a batch of {} rows cannot be shared by {} ranks (one row each at "
-           "least); {} rows in batches of {} leave a last batch of {}. Use a larger batch, another number of examples, "
+           "least): {} rows in batches of {} leave a last batch of {}. Use another batch size or number of examples, "
            "or drop_last", op, fewest, options_.shard.count, size_, options_.batch_size, last);
   order_.resize(static_cast<std::size_t>(size_));
   start_epoch(0);
