@@ -23,14 +23,12 @@ using namespace mg::testing;
 
 namespace {
 
-dist::ProcessGroup& world() {
-  static std::shared_ptr<dist::ProcessGroup> group = dist::init_process_group(Device::cpu());
-  return *group;
-}
+// The group of mpirun's ranks, made once; world_ptr() shares it with what keeps a handle.
 std::shared_ptr<dist::ProcessGroup> world_ptr() {
-  world();
-  return dist::init_process_group(Device::cpu());  // the same world, a second handle
+  static std::shared_ptr<dist::ProcessGroup> group = dist::init_process_group(Device::cpu());
+  return group;
 }
+dist::ProcessGroup& world() { return *world_ptr(); }
 
 std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
   std::vector<std::vector<unsigned char>> all;
