@@ -2,6 +2,9 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/factory.h"
 
 namespace mg {
@@ -34,6 +37,17 @@ double state_value(const StateDict& state, const std::string& key, const std::st
            "{}: entry '{}' must hold one number, got shape {}", owner, key,
            it->second.defined() ? it->second.shape() : Shape{});
   return it->second.item();
+}
+
+std::int64_t state_whole_number(const StateDict& state, const std::string& key, const std::string& owner,
+                                std::int64_t low, std::int64_t high) {
+  const double value = state_value(state, key, owner);
+  const double highest = std::min(static_cast<double>(high), 0x1p53);
+  // Written so that NaN fails every comparison and so is refused.
+  MG_CHECK(value == std::trunc(value) && value >= static_cast<double>(low) && value <= highest,
+           "{}: entry '{}' must be a whole number from {} to {}, got {}; the file is damaged or was edited", owner,
+           key, low, static_cast<std::int64_t>(highest), value);
+  return static_cast<std::int64_t>(value);
 }
 
 StateDict state_subset(const StateDict& state, const std::string& prefix) {

@@ -7,6 +7,7 @@
 // "optimizer.state.3.exp_avg"), as in PyTorch.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -28,6 +29,12 @@ std::map<std::string, double> state_numbers(const StateDict& state, const std::s
 // The value of the 0-d (or one-element) tensor under `key`; an mg::Error naming `owner` (for example
 // "optim::SGD::load_state_dict") and the key when it is missing or holds more than one element.
 double state_value(const StateDict& state, const std::string& key, const std::string& owner);
+// The same number, required to be a whole number in [low, high] (and at most 2^53, the last integer
+// an f64 holds exactly): every count, position, size and seed read from a file goes through here,
+// since NaN, 1e300, -3 or 2.5 turned into an integer unchecked would run a loop for ever, run it
+// backwards or silently drop the fraction. An mg::Error names `owner`, the key, the range and the value.
+std::int64_t state_whole_number(const StateDict& state, const std::string& key, const std::string& owner,
+                                std::int64_t low, std::int64_t high);
 // The entries whose keys start with `prefix`, with the prefix removed ("model." -> "0.weight").
 StateDict state_subset(const StateDict& state, const std::string& prefix);
 // Adds every entry of `part` to `into` under `prefix` + key.

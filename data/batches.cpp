@@ -42,19 +42,10 @@ void put_seed(StateDict& state, std::uint64_t seed) {
   state["seed_low"] = state_scalar(static_cast<double>(seed & 0xffffffffu));
 }
 
-// The whole number under `key`, required to lie in [low, high].
-std::int64_t state_integer(const StateDict& state, const std::string& key, const std::string& owner, double low,
-                           double high) {
-  const double value = state_value(state, key, owner);
-  MG_CHECK(value == std::trunc(value) && value >= low && value <= high,
-           "{}: entry '{}' must be a whole number in [{}, {}], got {}", owner, key, low, high, value);
-  return static_cast<std::int64_t>(value);
-}
-
 std::uint64_t get_seed(const StateDict& state, const std::string& owner) {
-  constexpr double kMaxHalf = 4294967295.0;
-  const auto high = static_cast<std::uint64_t>(state_integer(state, "seed_high", owner, 0, kMaxHalf));
-  const auto low = static_cast<std::uint64_t>(state_integer(state, "seed_low", owner, 0, kMaxHalf));
+  constexpr std::int64_t kMaxHalf = 0xffffffff;
+  const auto high = static_cast<std::uint64_t>(state_whole_number(state, "seed_high", owner, 0, kMaxHalf));
+  const auto low = static_cast<std::uint64_t>(state_whole_number(state, "seed_low", owner, 0, kMaxHalf));
   return (high << 32) | low;
 }
 
@@ -155,9 +146,9 @@ void DataLoader::load_state_dict(const StateDict& state) {
   check_same(state, "batch_size", static_cast<double>(options_.batch_size), owner);
   check_same(state, "shuffle", options_.shuffle ? 1.0 : 0.0, owner);
   check_same(state, "drop_last", options_.drop_last ? 1.0 : 0.0, owner);
-  const std::int64_t epoch = state_integer(state, "epoch", owner, 0, 9007199254740992.0);
+  const std::int64_t epoch = state_whole_number(state, "epoch", owner, 0, std::int64_t{1} << 53);
   const std::int64_t batch_index =
-      state_integer(state, "batch_index", owner, 0, static_cast<double>(batches_per_epoch_));
+      state_whole_number(state, "batch_index", owner, 0, batches_per_epoch_);
   options_.seed = get_seed(state, owner);
   start_epoch(epoch);
   batch_index_ = batch_index;
@@ -230,7 +221,7 @@ void TextBatcher::load_state_dict(const StateDict& state) {
   check_same(state, "size", static_cast<double>(tokens_.numel()), owner);
   check_same(state, "batch_size", static_cast<double>(batch_size_), owner);
   check_same(state, "context", static_cast<double>(context_), owner);
-  const std::int64_t step = state_integer(state, "step", owner, 0, 9007199254740992.0);
+  const std::int64_t step = state_whole_number(state, "step", owner, 0, std::int64_t{1} << 53);
   seed_ = get_seed(state, owner);
   step_ = step;
 }

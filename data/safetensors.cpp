@@ -4,6 +4,7 @@
 #include "data/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,6 +112,33 @@ void sync_directory_of(const std::string& path) {
   ::close(fd);
 }
 
+// A save killed mid-way (SIGKILL, a power cut) leaves its temporary file "NAME.tmp.PID.N" behind;
+// the file at NAME is whole, old or new. The next save to NAME removes the leftovers of processes
+// that no longer exist. One whose process is alive may be a save in progress and is left alone.
+void remove_leftovers_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    // What follows the prefix must be "PID.N", both decimal.
+    const std::string rest = name.substr(prefix.size());
+    const std::size_t dot = rest.find('.');
+    auto decimal = [](std::string_view digits) {
+      return !digits.empty() && digits.size() < 10 &&
+             std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dot == std::string::npos || !decimal(rest.substr(0, dot)) || !decimal(rest.substr(dot + 1))) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;  // another save may be removing it at the same moment
+    fs::remove(entry.path(), ignored);
+  }
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const StateDict& tensors,
@@ -119,6 +147,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
 
   // A name no other save can be using, even another thread of this process saving to the same path;
   // O_EXCL refuses to reuse a leftover file of that name.
+  remove_leftovers_of(path);
   static std::atomic<std::uint64_t> saves{0};
   const std::string temp_path = fmt::format("{}.tmp.{}.{}", path, ::getpid(), saves++);
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -151,6 +180,58 @@ namespace {
 
 using json = nlohmann::json;
 
+// A valid header nests 3 levels (the header object, an entry, its shape or data_offsets). The bound
+// leaves room to report a wrong value as such ("shape [[2]] is not an array of sizes") while keeping
+// the recursion of anything that walks the parsed tree (dump(), which builds error messages) shallow:
+// a header nested 100,000 levels deep would overflow the stack.
+constexpr int kMaxHeaderDepth = 8;
+
+// Untrusted text in an error message is cut to this many characters: a message must stay a line,
+// whatever a file holds.
+constexpr std::size_t kMaxQuoted = 48;
+
+// More dims than any model uses; the bound also keeps a shape in a message short.
+constexpr std::size_t kMaxDims = 64;
+
+std::string cut(std::string text) {
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + fmt::format("... ({} bytes)", text.size());
+  return text;
+}
+
+// The parser's own message quotes the text it last read, which can be any length.
+std::string cut_message(std::string text) {
+  constexpr std::size_t kMaxMessage = 240;
+  if (text.size() > kMaxMessage) text = text.substr(0, kMaxMessage) + "...";
+  return text;
+}
+
+// A JSON value of the header as it appears in a message: its text, cut.
+std::string quoted(const json& value) { return cut(value.dump(-1, ' ', false, json::error_handler_t::replace)); }
+
+// Refuses a header whose brackets nest deeper than kMaxHeaderDepth, before the parser builds a tree
+// of it. Brackets inside strings do not count; an escaped quote does not end a string.
+void check_nesting(const std::string& path, const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      MG_CHECK(++depth <= kMaxHeaderDepth, "data::load_safetensors: {}: the header nests brackets deeper than {} "
+               "levels (at byte {}); a safetensors header nests 3, so the file is corrupt or hostile", path,
+               kMaxHeaderDepth, i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 // One tensor as the header describes it, validated on its own (its place among the others is
 // checked by check_tiling).
 struct Entry {
@@ -161,12 +242,13 @@ struct Entry {
 };
 
 Entry parse_entry(const std::string& path, const std::string& name, const json& value, std::uint64_t buffer_size) {
-  const std::string where = fmt::format("data::load_safetensors: {}: tensor '{}'", path, name);
+  const std::string where = fmt::format("data::load_safetensors: {}: tensor '{}'", path, cut(name));
   MG_CHECK(value.is_object(), "{} is a JSON {}, not an object with dtype, shape and data_offsets", where,
            value.type_name());
   for (const auto& field : value.items())
     MG_CHECK(field.key() == "dtype" || field.key() == "shape" || field.key() == "data_offsets",
-             "{} has an unknown field '{}'; an entry holds exactly dtype, shape and data_offsets", where, field.key());
+             "{} has an unknown field '{}'; an entry holds exactly dtype, shape and data_offsets", where,
+             cut(field.key()));
   for (const char* field : {"dtype", "shape", "data_offsets"})
     MG_CHECK(value.contains(field), "{} has no '{}' field", where, field);
 
@@ -174,29 +256,31 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   const json& dtype = value["dtype"];
   std::optional<DType> known = dtype.is_string() ? dtype_from_file_name(dtype.get<std::string>()) : std::nullopt;
   MG_CHECK(known.has_value(), "{} has dtype {}, which mixgrad cannot hold; it holds \"F32\", \"F16\", \"BF16\", "
-           "\"F64\" and \"I32\"{}", where, dtype.dump(),
+           "\"F64\" and \"I32\"{}", where, quoted(dtype),
            dtype == "I64" ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))" : "");
   entry.dtype = *known;
 
   // Sizes below 2^63 fit a Shape; the running product must too, or the element count is meaningless.
   const json& shape = value["shape"];
-  MG_CHECK(shape.is_array(), "{} has shape {}, not an array of sizes", where, shape.dump());
+  MG_CHECK(shape.is_array(), "{} has shape {}, not an array of sizes", where, quoted(shape));
+  MG_CHECK(shape.size() <= kMaxDims, "{} has {} dims, more than the {} mixgrad reads", where, shape.size(),
+           kMaxDims);
   std::int64_t numel = 1;
   for (const json& size : shape) {
     MG_CHECK(size.is_number_unsigned() && size.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
-             "{} has shape {}: every size must be a non-negative integer below 2^63", where, shape.dump());
+             "{} has shape {}: every size must be a non-negative integer below 2^63", where, quoted(shape));
     entry.shape.push_back(size.get<std::int64_t>());
     MG_CHECK(!__builtin_mul_overflow(numel, entry.shape.back(), &numel),
-             "{} has shape {}, whose number of elements overflows 64 bits", where, shape.dump());
+             "{} has shape {}, whose number of elements overflows 64 bits", where, quoted(shape));
   }
   std::int64_t nbytes = 0;
   MG_CHECK(!__builtin_mul_overflow(numel, static_cast<std::int64_t>(dtype_size(entry.dtype)), &nbytes),
-           "{} has shape {} of {}, whose size in bytes overflows 64 bits", where, shape.dump(), dtype.dump());
+           "{} has shape {} of {}, whose size in bytes overflows 64 bits", where, quoted(shape), quoted(dtype));
 
   const json& offsets = value["data_offsets"];
   MG_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                offsets[1].is_number_unsigned(),
-           "{} has data_offsets {}, not two non-negative integers [begin, end]", where, offsets.dump());
+           "{} has data_offsets {}, not two non-negative integers [begin, end]", where, quoted(offsets));
   entry.begin = offsets[0].get<std::uint64_t>();
   entry.end = offsets[1].get<std::uint64_t>();
   MG_CHECK(entry.begin <= entry.end, "{} has data_offsets [{}, {}], which end before they begin", where, entry.begin,
@@ -215,7 +299,7 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   std::map<std::string, std::string> metadata;
   for (const auto& item : value.items()) {
     MG_CHECK(item.value().is_string(), "data::load_safetensors: {}: metadata '{}' is {}, not a string; the format "
-             "allows only strings there", path, item.key(), item.value().dump());
+             "allows only strings there", path, cut(item.key()), quoted(item.value()));
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
   return metadata;
@@ -231,11 +315,11 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, std::uin
   const Entry* previous = nullptr;
   for (const Entry& entry : entries) {
     MG_CHECK(entry.begin >= covered, "data::load_safetensors: {}: tensors '{}' (data_offsets [{}, {}]) and '{}' "
-             "(data_offsets [{}, {}]) overlap in the data buffer", path, previous ? previous->name : "",
-             previous ? previous->begin : 0, covered, entry.name, entry.begin, entry.end);
+             "(data_offsets [{}, {}]) overlap in the data buffer", path, cut(previous ? previous->name : ""),
+             previous ? previous->begin : 0, covered, cut(entry.name), entry.begin, entry.end);
     MG_CHECK(entry.begin == covered, "data::load_safetensors: {}: bytes [{}, {}) of the data buffer belong to no "
              "tensor (a hole before '{}'); the tensors must cover the buffer exactly", path, covered, entry.begin,
-             entry.name);
+             cut(entry.name));
     covered = entry.end;
     previous = &entry;
   }
@@ -270,11 +354,15 @@ SafetensorsFile load_safetensors(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(header_length));
   MG_CHECK(in.gcount() == static_cast<std::streamsize>(header_length), "data::load_safetensors: {}: reading the "
            "{}-byte header stopped after {} bytes", path, header_length, in.gcount());
+  check_nesting(path, text);
   json header;
   try {
     header = json::parse(text);
-  } catch (const json::parse_error& parse_error) {
-    throw Error(fmt::format("data::load_safetensors: {}: the header is not valid JSON: {}", path, parse_error.what()));
+  } catch (const json::exception& error) {
+    // Every failure of the parser, not only a syntax error: a number outside double's range
+    // ({"a":1e999}) is an out_of_range, and must not escape as anything but an mg::Error.
+    throw Error(fmt::format("data::load_safetensors: {}: the header is not valid JSON: {}", path,
+                            cut_message(error.what())));
   }
   MG_CHECK(header.is_object(), "data::load_safetensors: {}: the header is a JSON {}, not an object of tensor name -> "
            "entry", path, header.type_name());
@@ -294,7 +382,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     const auto nbytes = static_cast<std::streamsize>(entry.end - entry.begin);
     in.read(static_cast<char*>(tensor.data_ptr()), nbytes);
     MG_CHECK(in.gcount() == nbytes, "data::load_safetensors: {}: reading tensor '{}' stopped after {} of {} bytes; "
-             "did the file change while it was read?", path, entry.name, in.gcount(), nbytes);
+             "did the file change while it was read?", path, cut(entry.name), in.gcount(), nbytes);
     file.tensors.emplace(entry.name, std::move(tensor));
   }
   return file;

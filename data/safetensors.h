@@ -39,7 +39,9 @@ namespace mg::data {
 // Guarantees: the save is atomic. The bytes go to a temporary file beside `path` (in the same
 // directory, so the rename stays within one file system), which is flushed to the disk (fsync) and
 // then renamed over `path`. A crash or an error at any point leaves the previous file at `path`
-// whole, and an error removes the temporary file before it propagates.
+// whole, and an error removes the temporary file before it propagates. A process killed mid-save
+// (SIGKILL) cannot remove its temporary file, "PATH.tmp.PID.N"; the next save to `path` removes those
+// whose process no longer exists (or delete them by hand: they are never read).
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
@@ -54,7 +56,9 @@ struct SafetensorsFile {
 // that are non-negative integers; data_offsets [begin, end] inside the data buffer with
 // end - begin = numel x the dtype's size), and the buffer as a whole: the tensors tile it exactly,
 // with no overlap, no hole and no trailing byte. Any failure is an mg::Error naming the file, the
-// tensor and what is wrong with it.
+// tensor and what is wrong with it. The file is untrusted input: a header nesting brackets deeper
+// than 8 levels or holding a number outside double's range is refused the same way, and names and
+// values are cut to a few dozen characters in the messages (fuzz/safetensors.cpp fuzzes this reader).
 SafetensorsFile load_safetensors(const std::string& path);
 
 // For code that loads a checkpoint into existing tensors (a model's parameters, an optimizer's

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -16,9 +18,6 @@
 namespace mg::optim {
 
 namespace {
-
-// Step counts are saved as f64, exact for integers up to 2^53.
-bool is_count(double value) { return value >= 0.0 && value <= 0x1p53 && value == std::floor(value); }
 
 // "state.12.exp_avg" with prefix "state." -> {12, "exp_avg"}; nothing if the key has another form.
 struct IndexedKey {
@@ -310,8 +309,7 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
   }
 
   // 2. The step count and the groups.
-  const double steps = state_value(state, "step_count", owner);
-  MG_CHECK(is_count(steps), "{}: step_count must be a whole number >= 0, got {}", owner, steps);
+  const std::int64_t steps = state_whole_number(state, "step_count", owner, 0, std::int64_t{1} << 53);
   std::vector<Group> groups = groups_;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::string prefix = fmt::format("group.{}.", g);
@@ -349,8 +347,11 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
       MG_CHECK(it != saved.end(), "{}: parameter {} has state but no entry 'state.{}.{}'", owner, i, i, entry.name);
       const Tensor& value = it->second;
       if (entry.kind == StateKind::Count) {
-        MG_CHECK(value.numel() == 1 && is_count(value.item()), "{}: entry 'state.{}.{}' must hold one whole number "
-                 ">= 0, got shape {}", owner, i, entry.name, value.shape());
+        // A per-parameter count lives in an i32 tensor (the fused kernels read it on the device).
+        MG_CHECK(value.numel() == 1, "{}: entry 'state.{}.{}' must hold one number, got shape {}", owner, i,
+                 entry.name, value.shape());
+        state_whole_number(state, fmt::format("state.{}.{}", i, entry.name), owner, 0,
+                           std::numeric_limits<std::int32_t>::max());
         continue;
       }
       MG_CHECK(value.shape() == p.shape() && value.dtype() == dtype,
@@ -364,7 +365,7 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
 
   // 4. Nothing can fail from here on. Each parameter with a master becomes round(master).
   NoGradGuard no_grad;
-  step_count_ = static_cast<std::int64_t>(steps);
+  step_count_ = steps;
   unread_steps_ = 0;
   unread_skips_ = Tensor();
   groups_ = std::move(groups);

@@ -11,32 +11,19 @@
 #include <sstream>
 
 #include "data/safetensors.h"
+#include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
+using mg::testing::Run;
 using mg::testing::TempDir;
+using mg::testing::run_command;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = 0;
-  std::string output;  // stdout and stderr together
-};
-
-Run mixgrad(const std::string& arguments) {
-  const std::string command = fmt::format("{} {} 2>&1", MG_CLI_PATH, arguments);
-  Run run;
-  std::FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  INFO("command: " << command << "\noutput:\n" << run.output);
-  return run;
-}
+Run mixgrad(const std::string& arguments) { return run_command(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
 
 // A small, quick run of the MLP on the first 512 training images.
 const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";
@@ -287,4 +274,48 @@ TEST_CASE("--device cuda --tf32 runs the f32 GEMMs in TF32") {
   const double f32 = first_loss("", "f32"), tf32 = first_loss(" --tf32", "tf32");
   CHECK(tf32 != f32);  // the first forward already multiplies TF32-rounded operands
   CHECK(tf32 == doctest::Approx(f32).epsilon(1e-2));  // 2^-11 per operand, summed over a few hundred products
+}
+
+// Found by editing real checkpoints: every number `--resume` reads is checked before it is used. An
+// unchecked NaN, 1e300 or -1e18 step hung the program (the loop started near INT64_MIN), -3 trained
+// extra steps and 2.5 was cut to 2 without a word.
+TEST_CASE("a resume whose step was edited is refused, naming the entry and the value") {
+  TempDir tmp;
+  REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 2 --save {}", tmp / "run.safetensors")).status == 0);
+  const data::SafetensorsFile saved = data::load_safetensors(tmp / "run.safetensors");
+  for (double step : {std::nan(""), 1e300, -1e18, -3.0, 2.5, 1e16}) {
+    INFO("extra.step = " << step);
+    StateDict edited = saved.tensors;
+    edited["extra.step"] = state_scalar(step);
+    data::save_safetensors(tmp / "edited.safetensors", edited, saved.metadata);
+    Run run = mixgrad(kSmallRun + fmt::format(" --steps 4 --resume {}", tmp / "edited.safetensors"));
+    CHECK(run.status == 1);
+    CHECK(run.output.find("entry 'step' must be a whole number from 0 to") != std::string::npos);
+  }
+  // A data loader's position is checked the same way.
+  StateDict edited = saved.tensors;
+  edited["extra.data.batch_index"] = state_scalar(-1);
+  data::save_safetensors(tmp / "edited.safetensors", edited, saved.metadata);
+  Run run = mixgrad(kSmallRun + fmt::format(" --steps 4 --resume {}", tmp / "edited.safetensors"));
+  CHECK(run.status == 1);
+  CHECK(run.output.find("entry 'batch_index' must be a whole number from 0 to 8, got -1") != std::string::npos);
+}
+
+// A file that cannot be written is an error, not a silent exit 0 (an ofstream fails quietly).
+TEST_CASE("--log and --summary on a full disk fail with status 1 and name the file") {
+  Run log = mixgrad(kSmallRun + " --steps 1 --log /dev/full");
+  CHECK(log.status == 1);
+  CHECK(log.output.find("writing /dev/full failed") != std::string::npos);
+  Run summary = mixgrad(kSmallRun + " --steps 1 --summary /dev/full");
+  CHECK(summary.status == 1);
+  CHECK(summary.output.find("the summary (--summary): writing /dev/full failed") != std::string::npos);
+}
+
+TEST_CASE("a negative --seed is refused rather than wrapped to 2^64 - 1") {
+  for (const char* command : {"train --seed -1", "repro --seed -5"}) {
+    Run run = mixgrad(command);
+    CHECK(run.status == 1);
+    CHECK(run.output.find("is not allowed: give a whole number from 0 to 18446744073709551615") != std::string::npos);
+  }
+  CHECK(mixgrad(kSmallRun + " --steps 1 --seed 18446744073709551615").status == 0);
 }

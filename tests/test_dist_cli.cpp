@@ -12,31 +12,22 @@
 #include <fstream>
 
 #include "data/safetensors.h"
+#include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
+using mg::testing::Run;
 using mg::testing::TempDir;
+using mg::testing::run_command;
 
 namespace {
-
-struct Run {
-  int status = 0;
-  std::string output;  // stdout and stderr together
-};
 
 Run shell(const std::string& command) {
   // Open MPI refuses root unless told; CI's containers run as root.
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  Run run;
-  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return run_command(command);
 }
 
 Run mixgrad(const std::string& arguments) { return shell(fmt::format("{} {}", MG_CLI_PATH, arguments)); }

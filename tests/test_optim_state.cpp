@@ -106,7 +106,7 @@ TEST_CASE("load_state_dict: every malformed state is refused before anything cha
   };
   refused([](StateDict& s) { s.erase("step_count"); }, "optim::SGD::load_state_dict: the state has no entry 'step_count'");
   refused([](StateDict& s) { s.erase("group.0.lr"); }, "no entry 'group.0.lr'");
-  refused([](StateDict& s) { s["step_count"] = state_scalar(1.5); }, "step_count must be a whole number >= 0");
+  refused([](StateDict& s) { s["step_count"] = state_scalar(1.5); }, "entry 'step_count' must be a whole number from 0 to 9007199254740992, got 1.5");
   refused([](StateDict& s) { s["group.0.lr"] = state_scalar(-1.0); }, "group 0 has lr -1");
   refused([](StateDict& s) { s["state.0.momentum_buffer"] = f64({1, 2, 3}, {3}, false); },
           "entry 'state.0.momentum_buffer' is [3] f64, but parameter 0 is [2] f64");

@@ -11,10 +11,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "dist/process_group.h"
 #include "tools/repro/repro.h"
 #include "tools/train.h"
@@ -61,9 +61,7 @@ int main(int argc, char** argv) {
     mg::tools::finalize(options);
     const mg::tools::TrainSummary summary = mg::tools::train(options);
     if (!options.summary.empty() && summary.rank == 0) {
-      std::ofstream file(options.summary);
-      MG_CHECK(file.good(), "mixgrad train: cannot write the summary to {}", options.summary);
-      file << summary.to_json();
+      mg::write_file(options.summary, summary.to_json(), "mixgrad train: the summary (--summary)");
     }
     if (summary.rank == 0) fmt::print("{}\n", summary.to_line());
   } catch (const mg::Error& error) {

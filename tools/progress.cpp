@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace mg::tools {
 
@@ -66,13 +67,21 @@ MetricsLog::MetricsLog(const std::string& path, bool append) {
   if (path.empty()) return;
   file_.open(path, append ? std::ios::app : std::ios::trunc);
   MG_CHECK(file_.is_open(), "mixgrad train: cannot open the log file {} for writing", path);
+  path_ = path;
   if (!append || file_.tellp() == 0) file_ << "step,loss,lr,scale,skipped,seconds\n";
+  file_.flush();  // a file that cannot be written (a full disk, /dev/full) stops the run before its first step
+  check_written(file_, path_, kOp);
 }
 
 void MetricsLog::write(const StepRecord& r) {
   if (!file_.is_open()) return;
   file_ << fmt::format("{},{:.9g},{:.9g},{:.9g},{},{:.6f}\n", r.step, without_nan_sign(r.loss), r.lr, r.scale,
                        r.skipped ? 1 : 0, r.seconds);
+  check_written(file_, path_, kOp);  // a full disk stops the run at the first row that cannot be kept
+}
+
+void MetricsLog::close() {
+  if (file_.is_open()) close_checked(file_, path_, kOp);
 }
 
 }  // namespace mg::tools

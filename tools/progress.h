@@ -48,10 +48,13 @@ class Progress {
 class MetricsLog {
  public:
   MetricsLog(const std::string& path, bool append);
-  void write(const StepRecord& record);
+  void write(const StepRecord& record);  // throws when the row cannot be written
+  void close();                          // flushes the last rows; throws when they cannot be written
   bool enabled() const { return file_.is_open(); }
 
  private:
+  static constexpr const char* kOp = "mixgrad train: the step log (--log)";
+  std::string path_;
   std::ofstream file_;
 };
 

@@ -183,10 +183,18 @@ TrainSummary train(const TrainOptions& o) {
     for (const auto& [key, value] : identity)
       MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
                key, loaded.metadata[key], value);
-    step = static_cast<std::int64_t>(state_value(loaded.extra, "step", "mixgrad train --resume"));
+    // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
+    // must not become a loop that runs for ever, backwards or from a truncated count.
+    const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", o.resume);
+    step = state_whole_number(loaded.extra, "step", owner, 0, std::int64_t{1} << 53);
     task.load_data_state(state_subset(loaded.extra, "data."));
-    if (loaded.extra.count("recent_losses"))  // absent from checkpoints written before it was kept
-      for (double value : loaded.extra.at("recent_losses").to_vector<double>()) recent_losses.push_back(value);
+    if (loaded.extra.count("recent_losses")) {  // absent from checkpoints written before it was kept
+      const Tensor& losses = loaded.extra.at("recent_losses");
+      MG_CHECK(losses.dim() == 1 && losses.numel() <= static_cast<std::int64_t>(kFinalLossSteps),
+               "{}: entry 'recent_losses' must be 1-D with at most {} losses, got shape {}", owner, kFinalLossSteps,
+               losses.shape());
+      for (double value : losses.to_vector<double>()) recent_losses.push_back(value);
+    }
     MG_CHECK(step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume, step, total);
   }
 
@@ -230,6 +238,7 @@ TrainSummary train(const TrainOptions& o) {
     progress.update(record, global_items, trainer.monitor().skipped_steps());
   }
   progress.finish();
+  log.close();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
   summary.steps = step;

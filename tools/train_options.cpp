@@ -11,36 +11,9 @@
 #include "core/error.h"
 #include "core/warning.h"
 #include "kernels/threads.h"
+#include "tools/flag_checks.h"
 
 namespace mg::tools {
-
-namespace {
-
-// Value checks whose message names the value and what is allowed (CLI11 puts the flag in front:
-// "--lr: -1 is not allowed: ..."); main() prints it as one `error:` line and exits 1.
-CLI::Validator whole_number_in(std::int64_t least, std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
-  return CLI::Validator(
-      [least, most](std::string& text) -> std::string {
-        std::int64_t value = 0;
-        if (CLI::detail::lexical_cast(text, value) && value >= least && value <= most) return "";
-        if (most == std::numeric_limits<std::int64_t>::max())
-          return fmt::format("{} is not allowed: give a whole number >= {}", text, least);
-        return fmt::format("{} is not allowed: give a whole number from {} to {}", text, least, most);
-      },
-      "INT");
-}
-
-CLI::Validator finite_number_in(double low, double high, const std::string& allowed) {
-  return CLI::Validator(
-      [low, high, allowed](std::string& text) -> std::string {
-        double value = 0;
-        if (CLI::detail::lexical_cast(text, value) && std::isfinite(value) && value >= low && value <= high) return "";
-        return fmt::format("{} is not allowed: give {}", text, allowed);
-      },
-      "FLOAT");
-}
-
-}  // namespace
 
 void add_train_flags(CLI::App& c, TrainOptions& o) {
   // A flag given twice takes its last value, so a script's defaults can be overridden by the
@@ -78,7 +51,8 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->check(finite_number_in(0, std::numeric_limits<double>::max(), "a finite learning rate >= 0"));
   c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
       ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))->capture_default_str();
-  c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")->capture_default_str();
+  c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")->check(seed_value())
+      ->capture_default_str();
   c.add_option("--subset", o.subset, "Train on the first N examples only (characters, for text)")
       ->check(whole_number_in(1));
   c.add_option("--text-file", o.text_file, "Text: train on this plain-text file instead of the King James Bible")

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace mg::tools::repro {
 
@@ -260,6 +261,7 @@ std::string Report::write_csv(const std::string& name, const std::vector<std::st
   };
   line(header);
   for (const auto& row : rows) line(row);
+  close_checked(file, path.string(), "mixgrad repro");
   return name;
 }
 
@@ -279,12 +281,9 @@ void Report::make_plot(const Plot& plot) {
         }
       data << "\n\n";
     }
+    close_checked(data, (dir / (plot.name + ".dat")).string(), "mixgrad repro");
   }
-  {
-    std::ofstream script(dir / (plot.name + ".gp"));
-    MG_CHECK(script.good(), "mixgrad repro: cannot write {}.gp in {}", plot.name, directory_);
-    script << gnuplot_script(plot, points);
-  }
+  write_file((dir / (plot.name + ".gp")).string(), gnuplot_script(plot, points), "mixgrad repro");
   if (!have_gnuplot_) return;
   const std::string command = fmt::format("cd {} && gnuplot {} >{} 2>&1", shell_quoted(directory_),
                                           shell_quoted(plot.name + ".gp"), shell_quoted(plot.name + ".gnuplot.log"));
@@ -331,9 +330,7 @@ std::string Report::write(const std::string& preamble) const {
     }
   }
   const fs::path path = fs::path(directory_) / "report.md";
-  std::ofstream file(path);
-  MG_CHECK(file.good(), "mixgrad repro: cannot write {}", path.string());
-  file << md;
+  write_file(path.string(), md, "mixgrad repro");
   return path.string();
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "tools/flag_checks.h"
 #include "tools/repro/e1_parity.h"
 #include "tools/repro/e2_master_weights.h"
 #include "tools/repro/e3_histograms.h"
@@ -45,7 +46,7 @@ void add_repro_flags(CLI::App& c, ReproOptions& o) {
   c.add_option("--out", o.out, "Directory of the report (report.md, CSVs, plots); created if missing")
       ->capture_default_str();
   c.add_option("--seed", o.seed, "Seed of every run's initialization and data order (shared by the variants)")
-      ->capture_default_str();
+      ->check(seed_value())->capture_default_str();
   c.add_flag("--quiet", o.quiet, "No progress lines, only the report's path");
 }
 
