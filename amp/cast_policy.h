@@ -34,13 +34,15 @@ enum class Op : std::uint8_t {
   // f32
   Exp, Log, Pow, RDiv, Softmax, LogSoftmax, CrossEntropy, BinaryCrossEntropyWithLogits, MseLoss, Sum, Mean,
   LayerNorm, BatchNorm,
+  LogSumExp, Var, Std,
   // promote
   Add, Sub, Mul, Div, Where, Cat, Stack,
+  Maximum, Minimum,
   // banned
   BinaryCrossEntropy,
   // input dtype
-  Neg, Sqrt, Abs, Clamp, Tanh, Sigmoid, Relu, Gelu, Max, Argmax, Embedding, MaxPool2d, AvgPool2d, Im2col,
-  Dropout, Cast, ToDevice, BroadcastTo, SumTo, Reshape, Permute, Transpose, Slice, Clone,
+  Neg, Sqrt, Abs, Clamp, Tanh, Sigmoid, Relu, Gelu, Silu, LeakyRelu, Max, Argmax, Min, Argmin, Embedding,
+  MaxPool2d, AvgPool2d, Dropout, Cast, ToDevice, BroadcastTo, SumTo, Reshape, Permute, Transpose, Slice, Clone,
 };
 
 namespace amp {
@@ -59,8 +61,8 @@ inline constexpr std::array kOps{
     // lower precision: the matrix products
     OpRow{Op::MatMul, "matmul", LowerPrecision, "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)"},
     OpRow{Op::Linear, "linear", LowerPrecision, "x W^T + b, one GEMM with the bias in its epilogue: the bias is cast too, so the output stays low precision"},
-    OpRow{Op::LstmRecurrence, "lstm_recurrence", LowerPrecision, "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside"},
-    OpRow{Op::Conv2d, "conv2d", LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d)"},
+    OpRow{Op::LstmRecurrence, "lstm_recurrence", LowerPrecision, "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside. Unlike PyTorch's LSTM (f16 out) it returns h and c in f32, the dtype of nn::LSTM's f32 state: a cell state carried over hundreds of steps stays f32 between steps, as cuDNN keeps it inside, and each f16 GEMM casts its own operand"},
+    OpRow{Op::Conv2d, "conv2d", LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d); the bias, and each pixel's window gradients, add up in f32 before the one rounding"},
     // f32: range, long sums, cancellation
     OpRow{Op::Exp, "exp", Float32, "exp(x) overflows f16 for x > 11.1"},
     OpRow{Op::Log, "log", Float32, "log near 0 needs the small inputs f16 flushes to zero"},
@@ -72,9 +74,12 @@ inline constexpr std::array kOps{
     OpRow{Op::BinaryCrossEntropyWithLogits, "binary_cross_entropy_with_logits", Float32, "logs and a mean over the batch"},
     OpRow{Op::MseLoss, "mse_loss", Float32, "squares overflow f16 above 256 and the mean sums many terms"},
     OpRow{Op::Sum, "sum", Float32, "a long sum: f16 loses everything below 2^-11 of the running total"},
-    OpRow{Op::Mean, "mean", Float32, "a long sum, then a division"},
+    OpRow{Op::Mean, "mean", Float32, "a long sum, then a division. Unlike PyTorch's autocast (mean is on none of its lists: f16 in, f32 sum inside, f16 out) it returns f32: a mean is mostly a loss or a statistic, and rounding it to f16 would cost 2^-11 of it before the f32 ops that use it"},
     OpRow{Op::LayerNorm, "layer_norm", Float32, "mean and variance of a row: a sum of squares with cancellation"},
-    OpRow{Op::BatchNorm, "batch_norm", Float32, "batch statistics: sums of squares over the batch"},
+    OpRow{Op::BatchNorm, "batch_norm", Float32, "batch statistics: sums of squares over the batch. Unlike PyTorch's autocast (batch_norm is on none of its lists: cuDNN takes and returns f16) it returns f32, as layer_norm does in both: it is made of f32 ops, not one fused kernel that could round its output, and the next GEMM casts it to f16 anyway"},
+    OpRow{Op::LogSumExp, "logsumexp", Float32, "a sum of exponentials, as softmax's"},
+    OpRow{Op::Var, "var", Float32, "a sum of squares after subtracting the mean: squares overflow f16 above 256, and cancellation"},
+    OpRow{Op::Std, "std", Float32, "the square root of var, computed as var is"},
     // promote: combining tensors of both kinds
     OpRow{Op::Add, "add", Promote, "f32 + f16 (a residual connection) must not round the f32 side"},
     OpRow{Op::Sub, "sub", Promote, "as add"},
@@ -83,6 +88,8 @@ inline constexpr std::array kOps{
     OpRow{Op::Where, "where", Promote, "the two branches must share one dtype (the mask is never cast)"},
     OpRow{Op::Cat, "cat", Promote, "the pieces must share one dtype"},
     OpRow{Op::Stack, "stack", Promote, "the pieces must share one dtype"},
+    OpRow{Op::Maximum, "maximum", Promote, "as add: picks a value of either input, so both must share one dtype"},
+    OpRow{Op::Minimum, "minimum", Promote, "as maximum"},
     // banned: unsafe in f16, with a safe form
     OpRow{Op::BinaryCrossEntropy, "binary_cross_entropy", Banned, "log of probabilities near 0 or 1 is lost in f16; use mg::binary_cross_entropy_with_logits on the logits instead (stable, and computed in f32)"},
     // input dtype: safe in f16 (bounded, or exact), or moving data without arithmetic
@@ -94,12 +101,15 @@ inline constexpr std::array kOps{
     OpRow{Op::Sigmoid, "sigmoid", InputDtype, "bounded by 1, computed in f32 and rounded once"},
     OpRow{Op::Relu, "relu", InputDtype, "selects values, computes none"},
     OpRow{Op::Gelu, "gelu", InputDtype, "close to x or to 0, computed in f32 and rounded once"},
+    OpRow{Op::Silu, "silu", InputDtype, "close to x or to 0, computed in f32 and rounded once (as gelu)"},
+    OpRow{Op::LeakyRelu, "leaky_relu", InputDtype, "x or a small multiple of it, computed in f32 and rounded once"},
     OpRow{Op::Max, "max", InputDtype, "selects a value, sums none"},
     OpRow{Op::Argmax, "argmax", InputDtype, "an index: no arithmetic on the values"},
+    OpRow{Op::Min, "min", InputDtype, "selects a value, sums none"},
+    OpRow{Op::Argmin, "argmin", InputDtype, "an index: no arithmetic on the values"},
     OpRow{Op::Embedding, "embedding", InputDtype, "a row lookup: the table's dtype is the output's"},
     OpRow{Op::MaxPool2d, "max_pool2d", InputDtype, "selects a value, sums none"},
     OpRow{Op::AvgPool2d, "avg_pool2d", InputDtype, "a mean of a few neighbours, accumulated in f32"},
-    OpRow{Op::Im2col, "im2col", InputDtype, "copies image patches (conv2d's first step)"},
     OpRow{Op::Dropout, "dropout", InputDtype, "zeroes or scales each value, computed in f32"},
     OpRow{Op::Cast, "cast", InputDtype, "it is the cast: autocast inserts it"},
     OpRow{Op::ToDevice, "to_device", InputDtype, "moves data, computes none"},

@@ -1,4 +1,5 @@
-// Elementwise ops of two tensors, with NumPy broadcasting, forward and backward side by side.
+// Elementwise ops of two tensors, with NumPy broadcasting, forward and backward side by side:
+// arithmetic, pow, maximum / minimum, where.
 //
 // Broadcasting in backward: an input that was repeated to the output's shape receives the sum of
 // the gradient over the repeated dims (sum_to), so every gradient has its input's shape.
@@ -36,6 +37,19 @@ Tensor ternary_grad(TernaryOp kind, const Tensor& g, const Tensor& y, const Tens
 // The gradient for input i, reduced to its shape, or nothing when input i needs none.
 Tensor grad_for(const std::vector<bool>& needs_grad, std::size_t i, const Shape& shape, auto&& compute) {
   return needs_grad[i] ? sum_to(compute(), shape) : Tensor();
+}
+
+// Each input gets the share of g its *Grad functor gives: all of it where it was picked, half on a tie
+// (PyTorch's rule). The functor is symmetric: b's share is the same formula with a and b swapped.
+// Saves both inputs.
+Tensor pick_larger_or_smaller(Op op, BinaryOp kind, TernaryOp grad_kind, const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = autocast_inputs(op, a_in, b_in);
+  Tensor out = binary_forward(kind, op, a, b);
+  record(op, {a, b}, out, [a = Saved(a), b = Saved(b), grad_kind](const Tensor& g, const auto& needs) {
+    return Grads{grad_for(needs, 0, a.get().shape(), [&] { return ternary_grad(grad_kind, g, a, b); }),
+                 grad_for(needs, 1, b.get().shape(), [&] { return ternary_grad(grad_kind, g, b, a); })};
+  });
+  return out;
 }
 
 }  // namespace
@@ -92,6 +106,14 @@ Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
                  [&] { return ternary_grad(TernaryOp::PowExponentGrad, g, base, exponent); })};
   });
   return out;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return pick_larger_or_smaller(Op::Maximum, BinaryOp::Maximum, TernaryOp::MaximumGrad, a, b);
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return pick_larger_or_smaller(Op::Minimum, BinaryOp::Minimum, TernaryOp::MinimumGrad, a, b);
 }
 
 // The gradient flows to a where the mask selects a, to b elsewhere.

@@ -2,33 +2,58 @@
 //
 //   x      [N, C, H, W]              weight [O, C, KH, KW]          bias [O]
 //   cols = im2col(x)                 [N * OH * OW, C * KH * KW]     every input window as a row
-//   rows = cols W^T + bias           [N * OH * OW, O]               mg::linear: one GEMM
+//   rows = cols W^T + bias           [N * OH * OW, O]               one GEMM, the bias in its epilogue
 //   y    = rows as [N, OH, OW, O] permuted to [N, O, OH, OW]
 //
-// Only im2col needs a backward of its own (col2im, its adjoint); the GEMM, the bias and the permute
-// reuse linear's and permute's. So under autocast the GEMM runs in f16 with f32 accumulation and the
-// saved `cols` are f16: half the bytes of f32. (They are KH * KW times the input's size: the price
-// of doing convolution as one GEMM, paid back by GEMM speed.)
+// Backward of the GEMM step, with dy = d rows [N * OH * OW, O]:
+//   dcols = dy W               [N * OH * OW, C * KH * KW]   in f32 (f64 for f64), never rounded to f16
+//   dx    = col2im(dcols)      [N, C, H, W]                 a pixel's window shares summed in f32, rounded once
+//   dW    = dy^T cols          [O, C * KH * KW]             (TN: no transposed copy)
+//   db    = dy summed over the rows                         (in f32, rounded once: mg::sum_to)
+// So under autocast (or on f16/bf16 inputs) y and dx are each rounded once, as a direct convolution
+// with f32 accumulation rounds them: the bias is added to the f32 sum, and each window's share of dx
+// stays f32 until col2im has added them up (an f16 dcols would round every share, then their sum).
+// The GEMM runs in f16 with f32 accumulation and saves the f16 `cols`: half the bytes of f32. (They
+// are KH * KW times the input's size: the price of doing convolution as one GEMM, paid back by GEMM
+// speed.) The permute reuses permute's backward.
 #include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
 #include "kernels/conv.h"
+#include "kernels/gemm.h"
 
 namespace mg {
 
 namespace {
 
-// The windows of x as rows: [N * OH * OW, C * KH * KW]. Exact in every dtype.
-Tensor im2col(const Tensor& x, const kernels::Window2d& window) {
-  Tensor cols = Tensor::empty({window.batch * window.out_h() * window.out_w(),
-                               window.channels * window.kernel_h * window.kernel_w}, check::like(x));
-  kernels::im2col(x, window, cols);
-  record(Op::Im2col, {x}, cols, [window, shape = x.shape()](const Tensor& g, const auto&) {
-    Tensor dx = Tensor::empty(shape, check::like(g));
-    kernels::col2im(g, window, dx);  // sums every window's share of each pixel, in f32
-    return Grads{dx};
-  });
-  return cols;
+// rows = im2col(x) W^T + bias as one recorded op, weight viewed as [O, C * KH * KW]: [N * OH * OW, O].
+// Saves cols and the weight (under autocast the f16/bf16 copies).
+Tensor convolution_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::Window2d& window) {
+  const std::int64_t out_channels = weight.size(0), taps = weight.size(1);
+  const std::int64_t positions = window.batch * window.out_h() * window.out_w();
+  Tensor cols = Tensor::empty({positions, taps}, check::like(x));
+  kernels::im2col(x, window, cols);  // exact in every dtype
+  Tensor rows = Tensor::empty({positions, out_channels}, check::like(x));
+  kernels::gemm(cols, weight, rows, {.m = positions, .n = out_channels, .k = taps, .transpose_b = true},
+                {.bias = bias});
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  record(Op::Conv2d, inputs, rows,
+         [cols = Saved(cols), weight = Saved(weight), window, x_shape = x.shape(), positions, out_channels,
+          taps](const Tensor& dy, const auto& needs) {
+           Grads grads(needs.size());
+           if (needs[0]) {
+             const DType compute = dy.dtype() == DType::F64 ? DType::F64 : DType::F32;
+             Tensor dcols = Tensor::empty({positions, taps}, {.dtype = compute, .device = dy.device()});
+             kernels::gemm(dy, weight, dcols, {.m = positions, .n = taps, .k = out_channels});
+             grads[0] = Tensor::empty(x_shape, check::like(dy));
+             kernels::col2im(dcols, window, grads[0]);
+           }
+           if (needs[1]) grads[1] = matmul(dy, cols, {.transpose_a = true});
+           if (needs.size() == 3 && needs[2]) grads[2] = sum_to(dy, {out_channels});
+           return grads;
+         });
+  return rows;
 }
 
 }  // namespace
@@ -45,13 +70,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   MG_CHECK(!bias_in.defined() || bias_in.shape() == Shape{out_channels}, "{}: the bias must be [{}], got {}", op,
            out_channels, bias_in.shape());
   auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);
-  check::same_device(op, {x, weight});
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  check::same_device(op, inputs);
   check::floating(op, x);
   check::same_dtype(op, x, weight);
   if (bias.defined()) check::same_dtype(op, x, bias);
 
-  Tensor cols = im2col(x, window);                                                    // [N*OH*OW, C*KH*KW]
-  Tensor rows = linear(cols, reshape(weight, {out_channels, -1}), bias);              // [N*OH*OW, O]
+  Tensor rows = convolution_rows(x, reshape(weight, {out_channels, -1}), bias, window);  // [N*OH*OW, O]
   Tensor channels_last = reshape(rows, {window.batch, window.out_h() * window.out_w(), out_channels});
   return reshape(permute(channels_last, {0, 2, 1}), {window.batch, out_channels, window.out_h(), window.out_w()});
 }

@@ -1,11 +1,13 @@
 // Losses, computed in f32 (f64 for f64) whatever the input dtype. cross_entropy is one fused op
 // (log-softmax, pick the label, reduce); mse_loss is derived from cast, sub, mul and mean, so it
 // needs no backward of its own.
+#include <algorithm>
 #include <limits>
 
 #include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
+#include "core/factory.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
@@ -30,10 +32,36 @@ std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64
   return counted;
 }
 
+// Label smoothing, as PyTorch's: (1 - s) times the plain loss plus s times each counted row's mean
+// over the classes of -log p, which is lse - mean(x); ignored rows add nothing, and Mean divides by
+// the counted rows. Made of recorded f32 (f64) ops around the fused loss, so it needs no backward:
+// dlogits = softmax - (1 - s) onehot - s / classes, times each row's weight.
+Tensor smoothed_cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions options) {
+  constexpr Op op = Op::CrossEntropy;
+  const Tensor logits = autocast_input(op, logits_in);
+  check::floating(op, logits);
+  const double smoothing = options.label_smoothing;
+  options.label_smoothing = 0.0;
+  const Tensor x = cast(logits, logits.dtype() == DType::F64 ? DType::F64 : DType::F32);
+  const Tensor plain = cross_entropy(x, labels, options);  // checks the shapes and the labels
+  std::vector<double> counted;  // 1 for a row whose label is not ignored
+  for (std::int32_t label : labels.to_vector<std::int32_t>()) counted.push_back(label != options.ignore_index ? 1 : 0);
+  const double count = std::count(counted.begin(), counted.end(), 1.0);
+  const Tensor mask = from_vector(counted, {x.size(0)}, check::like(x));
+  const Tensor uniform_part = where(mask, sub(logsumexp(x, {1}), mean(x, 1)), zeros({}, check::like(x)));
+  Tensor reduced = uniform_part;
+  if (options.reduction == Reduction::Sum) reduced = sum(uniform_part);
+  if (options.reduction == Reduction::Mean) reduced = div(sum(uniform_part), count);  // no rows counted: NaN
+  return cast(add(mul(plain, 1.0 - smoothing), mul(reduced, smoothing)), logits.dtype());
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions options) {
   constexpr Op op = Op::CrossEntropy;
+  MG_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
+           "{}: label_smoothing must be in [0, 1], got {}", op, options.label_smoothing);
+  if (options.label_smoothing > 0.0) return smoothed_cross_entropy(logits_in, labels, options);
   const Tensor logits = autocast_input(op, logits_in);
   check::same_device(op, {logits, labels});
   check::floating(op, logits);
@@ -51,12 +79,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   const std::int64_t rows = logits.size(0);
   const std::int64_t counted = count_labels(labels, logits.size(1), options.ignore_index);
 
-  // Per-row losses and log-sum-exps in the compute dtype (f32; f64 for f64).
+  // Per-row losses, and each row's max and log-sum-exp of x - max, in the compute dtype (f32; f64 for f64).
   const DType compute = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
   TensorOptions compute_options{.dtype = compute, .device = logits.device()};
   Tensor row_loss = Tensor::empty({rows}, compute_options);
-  Tensor lse = Tensor::empty({rows}, compute_options);
-  kernels::cross_entropy(logits, labels, options.ignore_index, row_loss, lse);
+  Tensor row_stats = Tensor::empty({rows, 2}, compute_options);
+  kernels::cross_entropy(logits, labels, options.ignore_index, row_loss, row_stats);
 
   // The reduction, still in the compute dtype; the result is rounded once into the logits' dtype.
   const Reduction reduction = options.reduction;
@@ -70,9 +98,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   Tensor loss = Tensor::empty(reduced.shape(), check::like(logits));
   kernels::cast(reduced, loss);
 
-  // Saves the logits, labels and per-row log-sum-exp; the softmax is rebuilt in backward.
+  // Saves the logits, labels and per-row statistics; the softmax is rebuilt in backward.
   record(op, {logits, labels}, loss,
-         [logits = Saved(logits), labels = Saved(labels), lse, scale, rows, compute_options,
+         [logits = Saved(logits), labels = Saved(labels), row_stats, scale, rows, compute_options,
           ignore = options.ignore_index](const Tensor& g, const auto&) {
            // Each row's weight: g[r] (None), or the scalar g times 1 (Sum) or 1/count (Mean).
            Tensor g_compute = Tensor::empty(g.shape(), compute_options);
@@ -80,7 +108,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
            Tensor row_weight = Tensor::empty({rows}, compute_options);
            kernels::unary(kernels::UnaryOp::MulScalar, g_compute, row_weight, {scale});
            Tensor dlogits = Tensor::empty(logits.get().shape(), check::like(logits));
-           kernels::cross_entropy_backward(logits, labels, lse, row_weight, ignore, dlogits);
+           kernels::cross_entropy_backward(logits, labels, row_stats, row_weight, ignore, dlogits);
            return Grads{dlogits, Tensor()};
          });
   return loss;

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -27,6 +29,11 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& base, const Tensor& exponent);  // the base's gradient needs base > 0 where exponent varies
+// The larger (smaller) of a and b, elementwise with broadcasting: NaN where either is NaN, and a on
+// ties. Backward as PyTorch's: the input that was picked gets g, and on a tie each gets g / 2 (where
+// either is NaN, both get g). Gradients in the inputs' dtype, summed over broadcast dims in f32.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
 // mask ? a : b, elementwise with broadcasting; the mask is i32 or floating (any dtype but f64 unless
 // the values are f64), non-zero selects a. The mask gets no gradient and autocast never casts it.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
@@ -42,6 +49,9 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);   // gradient 0 at 0
 Tensor gelu(const Tensor& x);   // exact (erf) form
+Tensor silu(const Tensor& x);   // x * sigmoid(x) ("swish"), computed in f32 and rounded once
+// x where x > 0, negative_slope * x elsewhere; the gradient is negative_slope at 0, as PyTorch's.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 
 // ---- scalar arithmetic (autograd/unary.cpp); the scalar is rounded like any value in f32 math
 Tensor add(const Tensor& x, double scalar);
@@ -57,9 +67,16 @@ struct MatmulOptions {
   bool transpose_a = false;  // use a^T: a is stored [k, m] (or [batch, k, m])
   bool transpose_b = false;  // use b^T: b is stored [n, k] (or [batch, n, k]); nn::Linear's weight
 };
-// [m, k] x [k, n] -> [m, n];  [batch, m, k] x [batch, k, n] -> [batch, m, n];
-// [batch, m, k] x [k, n] -> [batch, m, n] (a shared right operand, e.g. a weight applied per step).
-// Transposes are layout flags of the GEMM, never copies; backward uses the same flags.
+// PyTorch's torch.matmul:
+//   [m, k] x [k, n] -> [m, n];  [batch, m, k] x [batch, k, n] -> [batch, m, n];
+//   [..., m, k] x [k, n] -> [..., m, n] (a shared right operand: one GEMM over all rows, no copies);
+//   [k] x [k] -> [] (a dot product), [m, k] x [k] -> [m], [k] x [k, n] -> [n]: a 1-D left operand is
+//   a row [1, k] and a 1-D right one a column [k, 1], and that dim is dropped from the result;
+//   otherwise the dims before the last two are batch dims, broadcast as NumPy does: [1, m, k] x
+//   [b, k, n] -> [b, m, n], [b, h, m, k] x [b, h, k, n] -> [b, h, m, n]. An operand repeated along a
+//   broadcast batch dim is copied that many times (broadcast_to), and its gradient summed back in f32.
+// Transposes are layout flags of the GEMM for the last two dims, never copies; backward uses the
+// same flags; a 1-D operand takes no transpose flag.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
 // x W^T + b, PyTorch's layout: x [rows, in] or [batch, rows, in], weight [out, in], bias [out] or
 // undefined. One op for autocast (lower precision, bias included), so a layer's output, and what the
@@ -122,11 +139,63 @@ Tensor sum(const Tensor& x);  // of everything: a scalar (shape {})
 Tensor sum(const Tensor& x, std::int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim = false);
-Tensor max(const Tensor& x);  // the gradient goes to the first maximum
+// max over everything: its gradient is shared evenly by every element equal to the max (by every NaN
+// when the max is NaN), g / count rounded once, as PyTorch's x.max(). Along a dim it goes to the
+// first maximum of each line (NaN counting as the largest), as PyTorch's x.max(dim).
+Tensor max(const Tensor& x);
 Tensor max(const Tensor& x, std::int64_t dim, bool keepdim = false);
 // Position of the first maximum (i32; not differentiable). argmax(x) indexes the flattened tensor.
 Tensor argmax(const Tensor& x);
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// torch.max(x, dim): the values of max(x, dim, keepdim), with the same gradient (to the first
+// maximum of each line, NaN counting as the largest), and their positions along dim (i32, those of
+// argmax). auto [values, indices] = max_with_indices(x, 1);
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
+};
+ValuesIndices max_with_indices(const Tensor& x, std::int64_t dim, bool keepdim = false);
+
+// ---- reductions built from the ones above (autograd/reduce_dims.cpp); only std has a backward of its own
+// The mirror images of max and argmax: min(x) = -max(-x), so ties and NaN behave as they do there.
+Tensor min(const Tensor& x);
+Tensor min(const Tensor& x, std::int64_t dim, bool keepdim = false);
+ValuesIndices min_with_indices(const Tensor& x, std::int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x);
+Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim = false);
+// Over several dims: `dims` in any order, each at most once, negative allowed; an empty list means
+// every dim (PyTorch's dim=[]). One accumulation in f32 (f64 for f64) and one rounding, as along one
+// dim: the reduced dims are brought together (a reshape where they are adjacent, else a permute, a
+// copy) and reduced as one. A braced list always picks these (sum(x, {}) is sum over every dim, never
+// sum(x, 0)): the initializer_list forms forward here.
+Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
+inline Tensor sum(const Tensor& x, std::initializer_list<std::int64_t> dims, bool keepdim = false) {
+  return sum(x, std::vector<std::int64_t>(dims), keepdim);
+}
+inline Tensor mean(const Tensor& x, std::initializer_list<std::int64_t> dims, bool keepdim = false) {
+  return mean(x, std::vector<std::int64_t>(dims), keepdim);
+}
+// log(sum(exp(x))) over dims (empty: every dim), shifted by the max so that nothing overflows: a
+// line of -inf gives -inf, one holding +inf gives +inf, one holding NaN gives NaN. Math in f32 (f64
+// for f64), the result rounded once into x's dtype; a reduction over no elements gives -inf. The
+// gradient is softmax(x) along dims (NaN on a line that is all -inf or holds +inf, as PyTorch's).
+Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
+struct VarianceOptions {
+  // Divides the sum of squared deviations by max(0, N - correction), N the count of reduced elements:
+  // 1 is the unbiased (sample) variance, 0 the population one. N - correction <= 0 gives inf (NaN
+  // where every deviation is 0), as PyTorch does.
+  double correction = 1.0;
+  bool keepdim = false;
+};
+// The variance over dims (empty: every dim; at least one element). Math in f32 (f64 for f64) from
+// the deviations from the mean (no sum-of-squares cancellation), rounded once into x's dtype; its
+// gradient 2 (x - mean) / (N - correction) g comes through the ops it is made of.
+Tensor var(const Tensor& x, const std::vector<std::int64_t>& dims = {}, VarianceOptions options = {});
+// sqrt(var(x, dims, options)), rounded once. Backward (its own): g (x - mean) / ((N - correction) std),
+// and 0 where std is 0 (a constant line), as PyTorch's, instead of 0 / 0. Call it mg::std: after
+// `using namespace mg`, a bare std(...) is ambiguous with namespace std (as torch::std is).
+Tensor std(const Tensor& x, const std::vector<std::int64_t>& dims = {}, VarianceOptions options = {});
 
 // ---- softmax and losses (autograd/softmax.cpp, autograd/loss.cpp)
 Tensor softmax(const Tensor& x, std::int64_t dim);
@@ -136,10 +205,15 @@ enum class Reduction { Mean, Sum, None };
 struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;  // Mean divides by the rows whose label is not ignored
   std::int64_t ignore_index = -100;       // rows with this label contribute nothing
+  // In [0, 1]: the target is (1 - label_smoothing) on the label plus label_smoothing / classes on
+  // every class, so a row's loss is (1 - s) (-log p[label]) + s mean over classes of (-log p).
+  double label_smoothing = 0.0;
 };
 // logits [rows, classes] (any floating dtype) and labels i32 [rows] in [0, classes). The loss has
 // the logits' dtype: a scalar, or [rows] for Reduction::None. All math in f32 (f64 for f64). Ignored
-// rows get a zero gradient; a mean over zero counted rows is NaN, as in PyTorch.
+// rows get a zero gradient; a mean over zero counted rows is NaN, as in PyTorch. With label
+// smoothing the loss is built from recorded f32 ops around the fused one (no backward of its own):
+// dlogits = softmax - (1 - s) onehot - s / classes, times the row's weight.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyOptions options = {});
 // mean (or sum) of (prediction - target)^2; shapes must match exactly.
 Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::Mean);
@@ -170,8 +244,10 @@ void cast_storage_(const Tensor& leaf, DType dtype);
 // nn::Module::to(Device) uses it.
 void move_storage_(const Tensor& leaf, Device device);
 // Rows of weight [num_embeddings, dim] picked by i32 indices of any shape: [..., dim].
-// The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights).
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// The weight's gradient sums the rows of every occurrence (in f32 for f16/bf16 weights), in the
+// weight's dtype. The row padding_idx (negative: from the end, as PyTorch's), if given, is looked up
+// like any other but gets no gradient: its gradient row is 0.
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx = std::nullopt);
 
 // ---- recurrences (autograd/lstm.cpp)
 // The LSTM recurrence over a whole sequence as one op, as cuDNN fuses it: for t = 0 .. T-1

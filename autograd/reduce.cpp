@@ -1,4 +1,4 @@
-// Reductions: sum, mean, max (and argmax), over everything or along one dim.
+// Reductions: sum, mean, max (and argmax, max_with_indices), over everything or along one dim.
 // They accumulate in f32 (f64 for f64) and round once into the input's dtype (kernels/reduce.h).
 #include "autograd/autocast.h"
 #include "autograd/check.h"
@@ -46,7 +46,7 @@ Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, Op op) {
 }
 
 // The gradient of a max goes to the position of the first maximum (saved as i32 indices).
-Tensor max_along(const Tensor& x_in, const Plan& plan, Op op) {
+ValuesIndices max_along(const Tensor& x_in, const Plan& plan, Op op) {
   const Tensor x = autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
@@ -55,6 +55,20 @@ Tensor max_along(const Tensor& x_in, const Plan& plan, Op op) {
                                                                                          const auto&) {
     Tensor dx = Tensor::empty(x_shape, check::like(g));
     kernels::scatter_along_dim(g, indices, view, dx);
+    return Grads{dx};
+  });
+  return {out, indices};
+}
+
+// The max of every element. Its gradient is shared evenly by the elements equal to it (by the NaNs,
+// when it is NaN), as PyTorch's x.max() shares it: saves x and the max.
+Tensor max_of_all(const Tensor& x_in) {
+  const Tensor x = autocast_input(Op::Max, x_in);
+  Tensor out = Tensor::empty({}, check::like(x));
+  kernels::reduce(ReduceOp::Max, x, plan_all(x).view, out);
+  record(Op::Max, {x}, out, [x = Saved(x), out = Saved(out)](const Tensor& g, const auto&) {
+    Tensor dx = Tensor::empty(x.get().shape(), check::like(g));
+    kernels::share_among_ties(g, x, out, dx);
     return Grads{dx};
   });
   return out;
@@ -96,10 +110,12 @@ Tensor mean(const Tensor& x, std::int64_t dim, bool keepdim) {
 Tensor max(const Tensor& x) {
   check::floating(Op::Max, x);
   check::not_empty(Op::Max, x);
-  return max_along(x, plan_all(x), Op::Max);
+  return max_of_all(x);
 }
 
-Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
+Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) { return max_with_indices(x, dim, keepdim).values; }
+
+ValuesIndices max_with_indices(const Tensor& x, std::int64_t dim, bool keepdim) {
   check::floating(Op::Max, x);
   Plan plan = plan_dim(x, dim, keepdim, Op::Max);
   MG_CHECK(plan.view.n > 0, "{}: dim {} of shape {} is empty; the max of nothing is undefined", Op::Max, dim,

@@ -2,6 +2,8 @@
 //
 // Each backward is one fused kernel call (kernels/functors.h, the *Grad functors) or one op, and
 // each op names what it saves: the input x or the output y, whichever the derivative needs.
+#include <cmath>
+
 #include "autograd/autocast.h"
 #include "autograd/check.h"
 #include "autograd/ops.h"
@@ -107,6 +109,21 @@ Tensor gelu(const Tensor& x_in) {
   const Tensor x = autocast_input(Op::Gelu, x_in);  // dy = (Phi(x) + x phi(x)) dx: saves x
   Tensor y = unary_forward(UnaryOp::Gelu, Op::Gelu, x);
   record_fused(Op::Gelu, x, y, BinaryOp::GeluGrad, x);
+  return y;
+}
+
+Tensor silu(const Tensor& x_in) {
+  const Tensor x = autocast_input(Op::Silu, x_in);  // dy = s (1 + x (1 - s)) dx with s = sigmoid(x): saves x
+  Tensor y = unary_forward(UnaryOp::Silu, Op::Silu, x);
+  record_fused(Op::Silu, x, y, BinaryOp::SiluGrad, x);
+  return y;
+}
+
+Tensor leaky_relu(const Tensor& x_in, double negative_slope) {
+  const Tensor x = autocast_input(Op::LeakyRelu, x_in);  // dy = dx where x > 0, slope dx elsewhere: saves x
+  MG_CHECK(std::isfinite(negative_slope), "{}: negative_slope must be finite, got {}", Op::LeakyRelu, negative_slope);
+  Tensor y = unary_forward(UnaryOp::LeakyRelu, Op::LeakyRelu, x, {negative_slope});
+  record_fused(Op::LeakyRelu, x, y, BinaryOp::LeakyReluGrad, x, {negative_slope});
   return y;
 }
 

@@ -10,7 +10,9 @@
 //
 // col2im is its adjoint (the gradient of im2col): dx = 0; dx[n, c, ih, iw] += dcols[(n, oh, ow), (c, kh, kw)]
 // for every window position that read (ih, iw). An input pixel is read by up to kernel_h * kernel_w
-// windows, so the sums are accumulated in f32 (f64 for f64) and rounded once.
+// windows, so the sums are accumulated in f32 (f64 for f64) and rounded once. dcols has dx's dtype,
+// or f32 for an f16/bf16 dx: conv2d passes its f32 GEMM result, so no window's share is rounded to
+// f16 before the sum.
 #pragma once
 
 #include "core/tensor.h"

@@ -102,13 +102,13 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shap
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
-                   Tensor& lse) {
-  MG_ROUTE(loss, cross_entropy, logits, labels, ignore_index, loss, lse);
+                   Tensor& row_stats) {
+  MG_ROUTE(loss, cross_entropy, logits, labels, ignore_index, loss, row_stats);
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
-  MG_ROUTE(dlogits, cross_entropy_backward, logits, labels, lse, row_weight, ignore_index, dlogits);
+  MG_ROUTE(dlogits, cross_entropy_backward, logits, labels, row_stats, row_weight, ignore_index, dlogits);
 }
 
 void copy_between_devices(const Tensor& src, Tensor& dst) {
@@ -138,6 +138,10 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
 
 void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out) {
   MG_ROUTE(out, scatter_along_dim, values, indices, shape, out);
+}
+
+void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx) {
+  MG_ROUTE(dx, share_among_ties, g, x, max, dx);
 }
 
 void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,

@@ -14,14 +14,16 @@
 namespace mg::kernels {
 
 enum class UnaryOp : std::uint8_t {
-  Copy, Neg, Exp, Log, Sqrt, Abs, Tanh, Sigmoid, Relu, Gelu,
+  Copy, Neg, Exp, Log, Sqrt, Abs, Tanh, Sigmoid, Relu, Gelu, Silu,
   AddScalar, MulScalar, DivScalar, PowScalar, RDivScalar, Clamp,  // use Scalars::a (and b for Clamp)
+  LeakyRelu,                                                      // Scalars::a: the negative slope
 };
 
 enum class BinaryOp : std::uint8_t {
-  Add, Sub, Mul, Div, Pow,
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
   // backward formulas (kernels/functors.h): first input the gradient, second the saved tensor
-  ReluGrad, AbsGrad, TanhGrad, SigmoidGrad, SqrtGrad, GeluGrad, ClampGrad, PowScalarGrad,
+  ReluGrad, AbsGrad, TanhGrad, SigmoidGrad, SqrtGrad, GeluGrad, SiluGrad, ClampGrad, PowScalarGrad,
+  LeakyReluGrad,  // Scalars::a: the negative slope
 };
 
 enum class TernaryOp : std::uint8_t {
@@ -29,6 +31,8 @@ enum class TernaryOp : std::uint8_t {
   DivisorGrad,      // (g, quotient, divisor): the divisor's gradient of div and rdiv
   PowBaseGrad,      // (g, base, exponent)
   PowExponentGrad,  // (g, base, exponent)
+  MaximumGrad,      // (g, x, y): x's share of g in maximum(x, y); swap x and y for y's
+  MinimumGrad,      // (g, x, y): the same for minimum
 };
 
 // The scalar operands of the *Scalar ops: `a` is the scalar (the exponent of PowScalar); Clamp and

@@ -59,6 +59,15 @@ struct RDivScalar {
   double a;
   template <class C> MG_HOST_DEVICE C operator()(C x) const { return C(a) / x; }
 };
+// x * sigmoid(x) (SiLU, "swish"), in one expression so that f16 is rounded once.
+struct Silu {
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x / (C(1) + std::exp(-x)); }
+};
+// x for x > 0, a * x otherwise (a: the negative slope); NaN stays NaN.
+struct LeakyRelu {
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C x) const { return x > C(0) ? x : x * C(a); }
+};
 // min(max(x, a), b); NaN stays NaN.
 struct Clamp {
   double a, b;
@@ -71,6 +80,13 @@ struct Sub { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { re
 struct Mul { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a * b; } };
 struct Div { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return a / b; } };
 struct Pow { template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return std::pow(a, b); } };
+// The larger (smaller) of a and b; NaN if either is NaN; a on ties, so maximum(-0, +0) is -0 (as PyTorch).
+struct Maximum {
+  template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return (a < b || b != b) ? b : a; }
+};
+struct Minimum {
+  template <class C> MG_HOST_DEVICE C operator()(C a, C b) const { return (a > b || b != b) ? b : a; }
+};
 
 // ---- backward formulas: dx = f(g, saved)
 struct ReluGrad {  // saved x: the gradient passes where x > 0 or x is NaN (0 at the kink, as PyTorch)
@@ -96,6 +112,16 @@ struct GeluGrad {  // saved x: g * (Phi(x) + x * phi(x))
     C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
     return g * (cdf + x * pdf);
   }
+};
+struct SiluGrad {  // saved x: g * s * (1 + x * (1 - s)) with s = sigmoid(x)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
+    C s = C(1) / (C(1) + std::exp(-x));
+    return g * s * (C(1) + x * (C(1) - s));
+  }
+};
+struct LeakyReluGrad {  // saved x: g where x > 0, a * g elsewhere (at 0 too, as PyTorch)
+  double a;
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : g * C(a); }
 };
 struct ClampGrad {  // saved x: the gradient passes where a <= x <= b
   double a, b;
@@ -127,6 +153,20 @@ struct PowBaseGrad {
 struct PowExponentGrad {
   template <class C> MG_HOST_DEVICE C operator()(C g, C base, C exponent) const {
     return (base == C(0) && exponent >= C(0)) ? C(0) : g * std::pow(base, exponent) * std::log(base);
+  }
+};
+
+// The share of g that goes to x in maximum(x, y): all of it where x wins, none where y wins, half on a
+// tie; where either is NaN neither wins, so both get all of it (PyTorch's formula, NaN case included).
+// The other input's share is the same functor with x and y swapped.
+struct MaximumGrad {
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x, C y) const {
+    return x == y ? g * C(0.5) : (x < y ? C(0) : g);
+  }
+};
+struct MinimumGrad {  // as MaximumGrad, for minimum(x, y)
+  template <class C> MG_HOST_DEVICE C operator()(C g, C x, C y) const {
+    return x == y ? g * C(0.5) : (x > y ? C(0) : g);
   }
 };
 

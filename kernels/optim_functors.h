@@ -110,18 +110,28 @@ struct SgdUpdate {
 // adam / adamw: state[0] = m, state[1] = v. Built from the hyper-parameters on the host; at_step(t)
 // adds the bias corrections of update t (1 for the first), computed in f64 and rounded to C once:
 // the kernels call it where they read the parameter's step count (on a GPU, on the device).
+//
+// Rounded as torch.optim.Adam / AdamW (1.13, single-tensor, CPU) round them, so that an f32 update is
+// PyTorch's bit for bit (tests/test_optim_adam.cpp):
+//   - every constant is a Python double rounded once to C: 1 - beta1 and 1 - beta2 are computed in
+//     f64 first (1 - 0.999f in f32 is 0.00100001693, which would scale every v by 1.0000169), as are
+//     AdamW's 1 - lr * weight_decay (product and difference each rounded, as Python does) and the
+//     bias corrections;
+//   - PyTorch's kernels fuse `a + alpha * b` (add_ with alpha, addcmul_) into one fma, after rounding
+//     the product they read from mul_: m = fma(g, 1 - beta1, m * beta1) and
+//     v = fma((1 - beta2) * g, g, v * beta2), the L2 term g = fma(p, weight_decay, g).
 template <class C>
 struct AdamUpdate {
   C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
-  C decay_factor;  // AdamW's 1 - lr * weight_decay, in f64 then rounded to C (PyTorch: a Python scalar)
+  C decay_factor;  // AdamW's 1 - lr * weight_decay
   C step_size;     // lr / (1 - beta1^step)
   C bias2_sqrt;    // sqrt(1 - beta2^step)
   double lr, beta1_f64, beta2_f64;  // what at_step needs in f64
   bool decoupled;
 
   explicit AdamUpdate(const AdamHyper& h)
-      : beta1(C(h.beta1)), one_minus_beta1(C(1) - C(h.beta1)), beta2(C(h.beta2)), one_minus_beta2(C(1) - C(h.beta2)),
-        eps(C(h.eps)), weight_decay(C(h.weight_decay)), decay_factor(C(std::fma(-h.lr, h.weight_decay, 1.0))),
+      : beta1(C(h.beta1)), one_minus_beta1(C(1.0 - h.beta1)), beta2(C(h.beta2)), one_minus_beta2(C(1.0 - h.beta2)),
+        eps(C(h.eps)), weight_decay(C(h.weight_decay)), decay_factor(C(1.0 - rounded_product(h.lr, h.weight_decay))),
         step_size(C(0)), bias2_sqrt(C(1)), lr(h.lr), beta1_f64(h.beta1), beta2_f64(h.beta2),
         decoupled(h.decoupled_weight_decay) {}
 
@@ -138,16 +148,24 @@ struct AdamUpdate {
   // Updates p, m and v for the gradient g; returns whether p was meant to change.
   MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {
     const C decayed = decoupled ? exact::mul(p, decay_factor) : p;
-    if (!decoupled) g = exact::fma(weight_decay, p, g);
+    if (!decoupled) g = exact::fma(p, weight_decay, g);
     C& m = state[0];
     C& v = state[1];
-    m = exact::fma(beta1, m, exact::mul(one_minus_beta1, g));
-    v = exact::fma(beta2, v, exact::mul(exact::mul(one_minus_beta2, g), g));
+    m = exact::fma(g, one_minus_beta1, exact::mul(m, beta1));
+    v = exact::fma(exact::mul(one_minus_beta2, g), g, exact::mul(v, beta2));
     const C denominator = exact::add(exact::div(exact::sqrt(v), bias2_sqrt), eps);
     const C change = exact::div(exact::mul(step_size, m), denominator);
     const bool changed = change != C(0) || decayed != p;
     p = exact::sub(decayed, change);
     return changed;
+  }
+
+ private:
+  // a * b rounded to f64 on its own: the host compiler may not fuse it into the subtraction that
+  // follows (-march=native contracts a * b + c into an fma wherever it can see both).
+  static double rounded_product(double a, double b) {
+    volatile double product = a * b;
+    return product;
   }
 };
 

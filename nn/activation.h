@@ -18,6 +18,22 @@ class GELU : public Module {  // the exact (erf) form
   std::string type_name() const override { return "GELU"; }
 };
 
+class SiLU : public Module {  // x * sigmoid(x)
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SiLU"; }
+};
+
+class LeakyReLU : public Module {  // x where x > 0, negative_slope * x elsewhere
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope_(negative_slope) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override;
+
+ private:
+  double negative_slope_;
+};
+
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) override;

@@ -121,7 +121,7 @@ TEST_CASE("cuda max_pool2d and avg_pool2d: forward and backward match the CPU bi
   }
 }
 
-TEST_CASE("cuda im2col copies exactly; col2im sums each pixel's columns in the CPU's order") {
+TEST_CASE("cuda im2col copies exactly; col2im sums each pixel's columns (f32 or dx's dtype) in the CPU's order") {
   if (!have_gpu()) return;
   for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::I32}) {
     for (const Window2d& w : kWindows) {
@@ -136,11 +136,14 @@ TEST_CASE("cuda im2col copies exactly; col2im sums each pixel's columns in the C
       check_exact(cols_gpu, cols);
       if (dtype == DType::I32) continue;  // col2im is for gradients: floating only
 
-      const Tensor dcols = uniform_values(cols_shape, dtype, -1.0, 1.0, 62);
-      Tensor dx = cpu_empty(input_shape(w), dtype), dx_gpu = poisoned(input_shape(w), dtype);
-      kernels::cpu::col2im(dcols, w, dx);
-      kernels::cuda::col2im(gpu(dcols), w, dx_gpu);
-      check_exact(dx_gpu, dx);
+      // dcols in dx's dtype, and in f32 (conv2d's f32 window gradients into an f16/bf16 dx).
+      for (DType cols_dtype : {dtype, DType::F32}) {
+        const Tensor dcols = uniform_values(cols_shape, cols_dtype, -1.0, 1.0, 62);
+        Tensor dx = cpu_empty(input_shape(w), dtype), dx_gpu = poisoned(input_shape(w), dtype);
+        kernels::cpu::col2im(dcols, w, dx);
+        kernels::cuda::col2im(gpu(dcols), w, dx_gpu);
+        check_exact(dx_gpu, dx);
+      }
     }
   }
 }

@@ -116,6 +116,8 @@ std::vector<OpCase> op_cases() {
       {"sigmoid", {m}, [](const Inputs& x) { return sigmoid(x[0]); }, 2},
       {"relu", {m}, [](const Inputs& x) { return relu(x[0]); }, 1},
       {"gelu", {m}, [](const Inputs& x) { return gelu(x[0]); }, 2},
+      {"silu", {m}, [](const Inputs& x) { return silu(x[0]); }, 2},
+      {"leaky_relu", {m}, [](const Inputs& x) { return leaky_relu(x[0], 0.2); }, 1},
       {"clamp", {m}, [](const Inputs& x) { return clamp(x[0], -0.5, 0.75); }, 1},
       {"scalar ops", {m}, [](const Inputs& x) { return rdiv(3.0, add(mul(x[0], 1.5), 5.0)); }, 3},
       {"pow scalar", {m}, [](const Inputs& x) { return pow(x[0], 2.5); }, 2, 0.1, 3.0},
@@ -125,6 +127,9 @@ std::vector<OpCase> op_cases() {
       {"mul scalar tensor", {{5, 9}, {}}, [](const Inputs& x) { return mul(x[0], x[1]); }, 1},
       {"div rank 4", {{2, 1, 3, 4}, {5, 1, 4}}, [](const Inputs& x) { return div(x[0], x[1]); }, 2, 0.5, 2.0},
       {"pow", {{4, 6}, {4, 6}}, [](const Inputs& x) { return pow(x[0], x[1]); }, 3, 0.5, 2.0},
+      {"maximum", {{5, 9}, {9}}, [](const Inputs& x) { return maximum(x[0], x[1]); }, 1},
+      {"minimum column", {{5, 9}, {5, 1}}, [](const Inputs& x) { return minimum(x[0], x[1]); }, 1},
+      {"maximum ties", {{5, 9}}, [](const Inputs& x) { return maximum(x[0], relu(x[0])); }, 1},
       {"where", {{6, 5}, {6, 5}}, [](const Inputs& x) { return where(relu(x[0]), x[0], x[1]); }, 1},
       // an i32 mask (0 or 1: relu of [-2, 2) truncated), broadcast along the rows: read as its own type
       {"where i32 mask", {{6, 1}, {6, 5}, {6, 5}},
@@ -136,6 +141,8 @@ std::vector<OpCase> op_cases() {
       {"matmul TN", {{40, 17}, {40, 9}},
        [](const Inputs& x) { return matmul(x[0], x[1], {.transpose_a = true}); }, 8},
       {"batched matmul", {{3, 5, 16}, {3, 16, 7}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
+      {"matmul broadcast batch", {{1, 5, 16}, {3, 16, 7}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
+      {"matmul vector", {{5, 16}, {16}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
       {"linear 784 to 10", {{8, 784}, {10, 784}, {10}},
        [](const Inputs& x) { return linear(x[0], x[1], x[2]); }, 16, -0.1, 0.1},
       // reductions
@@ -144,6 +151,11 @@ std::vector<OpCase> op_cases() {
       {"mean dim 1", {m}, [](const Inputs& x) { return mean(x[0], 1, true); }, 8},
       {"max dim 1", {m}, [](const Inputs& x) { return max(x[0], 1); }, 1},
       {"max dim 1 of 3 (inner > 1)", {{5, 3, 4}}, [](const Inputs& x) { return max(x[0], 1); }, 1},
+      {"min dim 0", {m}, [](const Inputs& x) { return min(x[0], 0); }, 1},
+      {"sum dims 0 and 2", {{5, 3, 4}}, [](const Inputs& x) { return sum(x[0], {0, 2}); }, 8},
+      {"logsumexp dim 1", {m}, [](const Inputs& x) { return logsumexp(x[0], {1}); }, 8},
+      {"var dims 0 and 2", {{5, 3, 4}}, [](const Inputs& x) { return var(x[0], {0, 2}); }, 8},
+      {"std dim 1", {m}, [](const Inputs& x) { return mg::std(x[0], {1}, {.keepdim = true}); }, 8},
       // softmax and losses (f32 math inside)
       {"softmax", {{6, 11}}, [](const Inputs& x) { return softmax(x[0], -1); }, 4},
       {"log_softmax dim 0", {{6, 11}}, [](const Inputs& x) { return log_softmax(x[0], 0); }, 4},
@@ -230,6 +242,14 @@ TEST_CASE("embedding, dropout and the LSTM recurrence on a GPU match the CPU") {
     backward(sum(cast(cpu_rows, DType::F32)), {.keep_tape = true});  // the GPU graph is on the tape too
     backward(sum(cast(gpu_rows, DType::F32)));
     compare("embedding gradient", gpu_table.grad(), table.grad(), dtype, 1);
+    // With padding_idx 3 (used three times): its gradient row is 0 on both devices.
+    table.zero_grad();
+    gpu_table.zero_grad();
+    Tensor cpu_padded = embedding(table, tokens, 3), gpu_padded = embedding(gpu_table, tokens.to(Device::cuda()), 3);
+    backward(sum(cast(cpu_padded, DType::F32)), {.keep_tape = true});
+    backward(sum(cast(gpu_padded, DType::F32)));
+    compare("embedding gradient with padding_idx", gpu_table.grad(), table.grad(), dtype, 1);
+    CHECK(gpu_table.grad().to(Device::cpu()).to_vector<double>()[3 * 6] == 0.0);
 
     const std::int64_t T = 5, B = 3, H = 8;
     Inputs cpu_in{uniform({T, B, 4 * H}, -1.0, 1.0, generator).to(dtype), uniform({4 * H, H}, -0.5, 0.5, generator).to(dtype),

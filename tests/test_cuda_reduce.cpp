@@ -112,7 +112,7 @@ TEST_CASE("cuda softmax and log_softmax: forward and backward, every launch path
   }
 }
 
-TEST_CASE("cuda cross_entropy: loss and logsumexp per row, gradient per logit, ignore_index rows") {
+TEST_CASE("cuda cross_entropy: loss and row statistics per row, gradient per logit, ignore_index rows") {
   if (!have_gpu()) return;
   const std::int64_t ignore_index = -100;
   const std::int64_t sizes[][2] = {{37, 129}, {3, 5000}, {5, 1}};
@@ -125,23 +125,24 @@ TEST_CASE("cuda cross_entropy: loss and logsumexp per row, gradient per logit, i
       std::vector<double> label_values = randint(0, classes, {rows}, generator).to_vector<double>();
       label_values[0] = label_values[static_cast<std::size_t>(rows / 2)] = static_cast<double>(ignore_index);
       const Tensor labels = from_vector(label_values, {rows}, {.dtype = DType::I32});
-      Tensor loss = cpu_empty({rows}, DType::F32), lse = cpu_empty({rows}, DType::F32);
-      Tensor loss_gpu = poisoned({rows}, DType::F32), lse_gpu = poisoned({rows}, DType::F32);
-      kernels::cpu::cross_entropy(logits, labels, ignore_index, loss, lse);
-      kernels::cuda::cross_entropy(gpu(logits), gpu(labels), ignore_index, loss_gpu, lse_gpu);
-      // lse = max + log(sum): off by the sum's reorder(classes) + 3 eps (expf), logf's ulp (|log_sum| < 16:
-      // 8 eps) and the roundings of lse and of the loss lse - x (|lse| < 16: 4 eps each); absolute, all f32.
-      // Ignored rows are exactly 0 on both.
-      check_near(lse_gpu, lse, 0.0, (reorder(classes) + 19.0) * kEps32);
-      check_near(loss_gpu, loss, 0.0, (reorder(classes) + 19.0) * kEps32);
+      Tensor loss = cpu_empty({rows}, DType::F32), stats = cpu_empty({rows, 2}, DType::F32);
+      Tensor loss_gpu = poisoned({rows}, DType::F32), stats_gpu = poisoned({rows, 2}, DType::F32);
+      kernels::cpu::cross_entropy(logits, labels, ignore_index, loss, stats);
+      kernels::cuda::cross_entropy(gpu(logits), gpu(labels), ignore_index, loss_gpu, stats_gpu);
+      // The max is the same value on both. log_sum: off by the sum's reorder(classes) + 3 eps (expf) and
+      // logf's ulp (|log_sum| < 16: 8 eps); the loss log_sum - (x - max) one more rounding (|loss| < 32:
+      // 4 eps); absolute, all f32. Ignored rows are exactly 0 on both.
+      check_near(stats_gpu, stats, 0.0, (reorder(classes) + 11.0) * kEps32);
+      check_near(loss_gpu, loss, 0.0, (reorder(classes) + 15.0) * kEps32);
       CHECK(loss_gpu.to(Device::cpu()).to_vector<double>()[0] == 0.0);
 
-      // Backward from the CPU's lse on both, so only the kernel is compared: x - lse is the same on both,
-      // p = expf(it) <= 1 differs by 3 ulp, and p - [c == label] and the product with |w| < 1.5 round once each.
+      // Backward from the CPU's statistics on both, so only the kernel is compared: (x - max) - log_sum is
+      // the same on both, p = expf(it) <= 1 differs by 3 ulp, and p - [c == label] and the product with
+      // |w| < 1.5 round once each.
       const Tensor row_weight = uniform_values({rows}, DType::F32, 0.5, 1.5, 33);
       Tensor dlogits = cpu_empty({rows, classes}, dtype), dlogits_gpu = poisoned({rows, classes}, dtype);
-      kernels::cpu::cross_entropy_backward(logits, labels, lse, row_weight, ignore_index, dlogits);
-      kernels::cuda::cross_entropy_backward(gpu(logits), gpu(labels), gpu(lse), gpu(row_weight), ignore_index,
+      kernels::cpu::cross_entropy_backward(logits, labels, stats, row_weight, ignore_index, dlogits);
+      kernels::cuda::cross_entropy_backward(gpu(logits), gpu(labels), gpu(stats), gpu(row_weight), ignore_index,
                                             dlogits_gpu);
       check_near(dlogits_gpu, dlogits, 4.0, 1.5 * 4.0 * kEps32);
     }

@@ -2,7 +2,9 @@
 // i32 indices of any shape. Forward values against hand-picked rows (bit-exact in f16/bf16), the
 // backward that sums the rows of repeated indices (by hand and by f64 gradcheck), f16/bf16 weight
 // gradients that accumulate in f32 (counts a running f16/bf16 sum could never reach), and bad
-// indices, dtypes and shapes throwing errors that name mg::embedding and the offending value.
+// indices, dtypes and shapes throwing errors that name mg::embedding and the offending value;
+// padding_idx (no gradient for its row) in the op and in nn::Embedding (a zero row at the start).
+#include <algorithm>
 #include <vector>
 
 #include "tests/testing.h"
@@ -98,4 +100,46 @@ TEST_CASE("embedding: bad indices, dtypes and shapes") {
   const std::size_t nodes = tape_size();
   check_error([&] { embedding(p, indices_of({2}, {1})); }, "mg::embedding: index 2");
   CHECK(tape_size() == nodes);
+}
+
+TEST_CASE("embedding: padding_idx is looked up but gets no gradient, as PyTorch's") {
+  Tensor w = random_f64({4, 2}, -1, 1, 5);
+  const std::vector<double> rows = w.to_vector<double>();
+  Tensor e = embedding(w, indices_of({1, 0, 1, 3}, {4}), 1);
+  check_values(e, {rows[2], rows[3], rows[0], rows[1], rows[2], rows[3], rows[6], rows[7]}, 0, 0);
+  backward(sum(e));
+  check_values(w.grad(), {1, 1, 0, 0, 0, 0, 1, 1}, 0, 0);  // row 1 was used twice, and gets 0
+  // Negative: from the end (-1 is row 3); the f16 path and a padding row never used.
+  Tensor h = ones({4, 2}, {.dtype = DType::F16, .requires_grad = true});
+  backward(sum(embedding(h, indices_of({3, 3, 0}, {3}), -1)));
+  CHECK(h.grad().dtype() == DType::F16);
+  check_values(h.grad(), {1, 1, 0, 0, 0, 0, 0, 0}, 0, 0);
+  // The other rows' gradients are those without padding_idx (which gradcheck verifies above).
+  const Tensor idx = indices_of({0, 2, 2, 1}, {2, 2}), upstream = random_f64({2, 2, 4}, -1, 1, 6, false);
+  Tensor padded = random_f64({3, 4}, -1, 1, 7), plain = padded.detach().clone().set_requires_grad(true);
+  backward(sum(mul(embedding(padded, idx, 2), upstream)));
+  backward(sum(mul(embedding(plain, idx), upstream)));
+  std::vector<double> expected = plain.grad().to_vector<double>();
+  std::fill(expected.begin() + 8, expected.end(), 0.0);  // row 2
+  check_values(padded.grad(), expected, 0, 0);
+  check_error([] { embedding(ones({4, 3}), indices_of({0}, {1}), 4); },
+              "mg::embedding: padding_idx 4 is out of range for 4 embeddings (valid: -4..3");
+  check_error([] { embedding(ones({4, 3}), indices_of({0}, {1}), -5); }, "mg::embedding: padding_idx -5");
+}
+
+TEST_CASE("nn::Embedding: padding_idx starts as a zero row and stays without gradient") {
+  Generator generator(3);
+  nn::Embedding plain(5, 3, generator);
+  Generator same_seed(3);
+  nn::Embedding padded(5, 3, {.padding_idx = -2}, same_seed);  // row 3
+  CHECK(padded.type_name() == "Embedding(5, 3, padding_idx=3)");
+  CHECK(plain.type_name() == "Embedding(5, 3)");
+  const std::vector<double> before = plain.weight.to_vector<double>(), rows = padded.weight.to_vector<double>();
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    INFO("element " << i);
+    CHECK(rows[i] == (i / 3 == 3 ? 0.0 : before[i]));  // the same draws, with row 3 zeroed
+  }
+  backward(sum(padded(indices_of({3, 1, 3}, {3}))));
+  check_values(padded.weight.grad(), {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0);
+  check_error([] { nn::Embedding(5, 3, {.padding_idx = 5}); }, "nn::Embedding: padding_idx 5 is out of range");
 }

@@ -1,5 +1,6 @@
 // matmul (autograd/matmul.cpp, kernels/cpu/gemm.cpp): 2-D, batched 3-D and 3-D x 2-D products in
-// all four transpose layouts, odd sizes (1, 7, 17, [5,784]x[784,10]) and k = 0. Forward values are
+// all four transpose layouts, odd sizes (1, 7, 17, [5,784]x[784,10]) and k = 0; PyTorch's 1-D
+// operands and broadcast batch dims (against loops over the broadcast batch). Forward values are
 // checked against hand-computed numbers and plain f64 loops, gradients with f64 gradchecks for every
 // layout, f16/bf16 against an f64 reference built from the rounded operands (exact products, f32
 // accumulation, one rounding on store), and bad shapes/dtypes against errors naming mg::matmul.
@@ -214,10 +215,13 @@ TEST_CASE("matmul: bad shapes, dtypes and layouts") {
   check_error([] { matmul(ones({2, 3}), ones({4, 5})); },
               "mg::matmul: inner dimensions differ: [2, 3] has k = 3 but [4, 5]");
   check_error([] { matmul(ones({2, 3}), ones({4, 3}), {.transpose_a = true}); }, "mg::matmul: inner dimensions differ");
-  check_error([] { matmul(ones({2, 3, 4}), ones({3, 4, 5})); }, "mg::matmul: batch sizes differ");
-  check_error([] { matmul(ones({3}), ones({3})); }, "mg::matmul: supports");
-  check_error([] { matmul(ones({2, 3}), ones({2, 3, 4})); }, "mg::matmul: supports");
-  check_error([] { matmul(ones({1, 2, 3, 4}), ones({1, 2, 4, 3})); }, "mg::matmul: supports");
+  check_error([] { matmul(ones({2, 3, 4}), ones({3, 4, 5})); },
+              "mg::matmul: batch sizes differ and do not broadcast: [2, 3, 4] and [3, 4, 5]");
+  check_error([] { matmul(ones({2, 5, 3, 4}), ones({3, 4, 5})); }, "mg::matmul: batch sizes differ");
+  check_error([] { matmul(ones({3}), ones({4})); }, "mg::matmul: inner dimensions differ: [3] has k = 3 but [4]");
+  check_error([] { matmul(ones({2, 3}), ones({2})); }, "mg::matmul: inner dimensions differ");
+  check_error([] { matmul(ones({3}), ones({3}), {.transpose_a = true}); }, "mg::matmul: a 1-D operand takes no transpose");
+  check_error([] { matmul(ones({}), ones({3})); }, "mg::matmul: needs operands of at least one dim");
   check_error([] { matmul(ones({2, 3, 4}), ones({4, 5}), {.transpose_a = true}); }, "mg::matmul");
   check_error([] { matmul(ones({2, 3, 4}), ones({5, 6})); }, "mg::matmul: inner dimensions differ");
   check_error([] { matmul(ones({2, 3}), ones({3, 2}, {.dtype = DType::F16})); },
@@ -261,4 +265,101 @@ TEST_CASE("gemm_widened_b: B widened once gives the bits of gemm, for f16, bf16 
     kernels::gemm_widened_b(a, b, widened, got, shape);
     CHECK(got.to_vector<float>() == expected.to_vector<float>());
   }
+}
+
+namespace {
+
+// [..., m, k] x [..., k, n] (NN) by loops over the broadcast batch: batch dims aligned at the right,
+// a size-1 (or missing) dim repeated.
+std::vector<double> broadcast_reference(const Tensor& a, const Tensor& b, Shape& batch) {
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  batch = broadcast_shapes(ab, bb, "test");
+  const std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  // The matrix of operand `x_batch` that batch element `t` reads.
+  auto offset = [&](const Shape& x_batch, std::int64_t t) {
+    std::int64_t index = 0, stride = 1;
+    for (std::size_t i = 0; i < batch.size(); ++i) {  // from the right
+      const std::int64_t coordinate = t % batch[batch.size() - 1 - i];
+      t /= batch[batch.size() - 1 - i];
+      if (i >= x_batch.size()) continue;
+      const std::int64_t size = x_batch[x_batch.size() - 1 - i];
+      if (size > 1) index += coordinate * stride;
+      stride *= size;
+    }
+    return index;
+  };
+  std::vector<double> c;
+  for (std::int64_t t = 0; t < numel(batch); ++t) {
+    const double* A = av.data() + offset(ab, t) * m * k;
+    const double* B = bv.data() + offset(bb, t) * k * n;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (std::int64_t p = 0; p < k; ++p) sum += A[i * k + p] * B[p * n + j];
+        c.push_back(sum);
+      }
+    }
+  }
+  return c;
+}
+
+Tensor random_operand(const Shape& shape, std::uint64_t seed) { return random_f64(shape, -1, 1, seed); }
+
+}  // namespace
+
+TEST_CASE("matmul: 1-D operands as torch.matmul: dot, matrix-vector, vector-matrix, batched") {
+  const Tensor v = f64({1, 2, 3}, {3}, false), m = f64({1, 0, -1, 2, 1, 0}, {2, 3}, false);
+  const Tensor dot = matmul(v, v);
+  CHECK(dot.shape() == Shape{});
+  CHECK(dot.item() == 14.0);
+  const Tensor mv = matmul(m, v);  // [2, 3] x [3] -> [2]
+  CHECK(mv.shape() == Shape{2});
+  check_values(mv, {-2, 4}, 0, 0);
+  const Tensor vm = matmul(f64({1, -1}, {2}, false), m);  // [2] x [2, 3] -> [3]
+  CHECK(vm.shape() == Shape{3});
+  check_values(vm, {-1, -1, -1}, 0, 0);
+  check_values(matmul(m, m, {.transpose_b = true}), {2, 2, 2, 5}, 0, 0);  // m m^T
+  const Tensor batched = matmul(f64({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 3}, false), v);  // -> [2, 2]
+  CHECK(batched.shape() == Shape{2, 2});
+  check_values(batched, {14, 32, 50, 68}, 0, 0);
+  const Tensor row_times_batch = matmul(f64({1, -1}, {2}, false), f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2}, false));
+  CHECK(row_times_batch.shape() == Shape{2, 2});  // [2] x [2, 2, 2] -> [2, 2]
+  check_values(row_times_batch, {-2, -2, -2, -2}, 0, 0);
+  auto product = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  check_gradients("matmul [3] x [3]", product, {random_operand({3}, 1), random_operand({3}, 2)});
+  check_gradients("matmul [2, 3] x [3]", product, {random_operand({2, 3}, 3), random_operand({3}, 4)});
+  check_gradients("matmul [3] x [3, 4]", product, {random_operand({3}, 5), random_operand({3, 4}, 6)});
+  check_gradients("matmul [2, 2, 3] x [3]", product, {random_operand({2, 2, 3}, 7), random_operand({3}, 8)});
+  check_gradients("matmul [3] x [2, 3, 4]", product, {random_operand({3}, 9), random_operand({2, 3, 4}, 10)});
+}
+
+TEST_CASE("matmul: batch dims broadcast as torch.matmul, against loops; gradients summed back") {
+  struct Case { Shape a, b; };
+  for (const Case& c : {Case{{1, 2, 3}, {4, 3, 5}}, Case{{4, 2, 3}, {1, 3, 5}}, Case{{2, 3}, {4, 3, 5}},
+                        Case{{2, 1, 2, 3}, {3, 3, 5}}, Case{{2, 3, 2, 3}, {2, 3, 3, 5}}, Case{{2, 3, 2, 3}, {3, 5}},
+                        Case{{3, 1, 2, 3}, {1, 4, 3, 2}}}) {
+    INFO("a " << fmt::format("{}", c.a) << ", b " << fmt::format("{}", c.b));
+    const Tensor a = random_operand(c.a, 11), b = random_operand(c.b, 12);
+    Shape batch;
+    const std::vector<double> expected = broadcast_reference(a, b, batch);
+    const Tensor got = matmul(a, b);
+    Shape shape = batch;
+    shape.insert(shape.end(), {a.size(-2), b.size(-1)});
+    CHECK(got.shape() == shape);
+    check_values(got, expected, 1e-14, 1e-14);
+    check_gradients("matmul broadcast", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, {a, b});
+  }
+  // Transposes still apply to the last two dims: [1, k, m]^T x [b, n, k]^T.
+  const Tensor a = random_operand({1, 3, 2}, 13), b = random_operand({4, 5, 3}, 14);
+  const Tensor nn_form = matmul(transpose(a, 1, 2), transpose(b, 1, 2));
+  check_close(matmul(a, b, {.transpose_a = true, .transpose_b = true}), nn_form, 1e-14, 1e-14);
+  check_gradients("matmul broadcast TT",
+                  [](const std::vector<Tensor>& in) { return matmul(in[0], in[1], {.transpose_a = true, .transpose_b = true}); },
+                  {a, b});
+  // f16 operands: exact products, f32 sums, one rounding, whichever operand is repeated.
+  const Tensor ah = random_f64({1, 4, 64}, -1, 1, 15, false).to(DType::F16), bh = random_f64({3, 64, 2}, -1, 1, 16, false).to(DType::F16);
+  Shape batch;
+  const std::vector<double> expected = broadcast_reference(ah, bh, batch);
+  check_values(matmul(ah, bh), expected, tolerance(DType::F16, 0.5), 65 * 0x1p-24 * 64);
 }

@@ -1,8 +1,9 @@
 // layer_norm, batch_norm (autograd/norm.cpp) and dropout (autograd/dropout.cpp). Forward values are
 // checked against hand-computed numbers and plain f64 loops, gradients with f64 gradchecks (train and
 // evaluation mode, [N, C] and [N, C, H, W]), the running statistics against a hand computation
-// (momentum 0.1, unbiased variance), the dtypes under autocast and on f16 directly, dropout's mask
-// (seeding, rate, exact scaling, gradient, one rounding in f16), and bad input against errors.
+// (momentum 0.1, unbiased variance), the f32 statistics of 10^5 values within log2(n) eps (pairwise
+// sums), the dtypes under autocast and on f16 directly, dropout's mask (seeding, rate, exact
+// scaling, gradient, one rounding in f16), and bad input against errors.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -119,6 +120,34 @@ TEST_CASE("batch_norm: training and evaluation match f64 loops on [N, C] and [N,
     check_values(running_mean, expected_mean, 1e-12, 1e-12);
     check_values(running_var, expected_var, 1e-12, 1e-12);
   }
+}
+
+TEST_CASE("layer_norm and batch_norm: statistics of 10^5 f32 values are summed pairwise (log2(n) eps)") {
+  // x = 10 + u, u uniform in [0, 1): mean 10.5, standard deviation 0.29, so an error d in the mean
+  // moves every y by d / 0.29. The mean's error is within log2(n) eps of mean |x| when the sums are
+  // pairwise (test_ops_reduce); a running sum of 10^5 terms drifts ~sqrt(n) times further. The
+  // variance is a mean of squares of the centred values (its own log2(n) eps), and the reciprocal
+  // square root, the product and the stores a few more eps of |y|. layer_norm's sum runs along a
+  // contiguous row, batch_norm's down the batch (dim 0 of [N, C]: the strided path).
+  const std::int64_t n = 100000;
+  const double eps = dtype_eps(DType::F32), levels = std::log2(static_cast<double>(n));
+  Generator generator(21);
+  const Tensor u = uniform({n, 2}, 0.0, 1.0, generator);
+  const Tensor x = add(u, 10.0);  // f32 values; the references read them exactly
+  auto check_normalized = [&](const Tensor& y, const std::vector<double>& expected, double sigma) {
+    const double bound = (levels * 10.5 / sigma + (levels + 8) * max_abs(expected)) * eps;
+    const std::vector<double> got = y.to_vector<double>();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - expected[i]));
+    INFO("worst error " << worst / eps << " eps, bound " << bound / eps << " eps");
+    CHECK(worst <= bound);
+  };
+  const BatchNormReference batch = reference_batch_norm(x, {}, {}, {}, {}, 1e-5);
+  check_normalized(batch_norm(x, {}, {}, {}, {}), batch.y,
+                   std::sqrt(std::min(batch.unbiased_var[0], batch.unbiased_var[1])));
+  const Tensor rows = transpose(x, 0, 1);  // [2, n]
+  const std::vector<double> layer = reference_layer_norm(rows, {}, {}, 1e-5);
+  check_normalized(layer_norm(rows), layer, std::sqrt(std::min(batch.unbiased_var[0], batch.unbiased_var[1])));
 }
 
 TEST_CASE("batch_norm: gradcheck in training and evaluation mode") {

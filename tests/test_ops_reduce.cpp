@@ -2,7 +2,8 @@
 // (autograd/broadcast.cpp): sum, mean, max over everything and along a dim (keepdim true/false,
 // negative dims), argmax, sum_to and broadcast_to. Values against hand-computed numbers and f64
 // loops, gradients with f64 gradchecks, max's first-maximum and NaN rules, f16/bf16 sums that
-// accumulate in f32, and bad dims/dtypes/empty inputs throwing errors that name the op.
+// accumulate in f32, and bad dims/dtypes/empty inputs throwing errors that name the op. On every
+// device of the build: f32 sums of 10^6 values within log2(n) eps, and max's ties sharing the gradient.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -140,6 +141,41 @@ TEST_CASE("sum: f16 and bf16 accumulate in f32 and round once") {
   }
 }
 
+TEST_CASE("sum and mean of a million f32 values: within log2(n) eps of the f64 sum, in both layouts") {
+  // Pairwise (blocked) summation rounds each term into about log2(n) partial sums, so its error is
+  // within log2(n) units of eps/2 of sum |x| (Higham, Accuracy and Stability, section 4.2); a
+  // sequential sum's bound is n such units, and with terms alike its errors all point one way (a
+  // running f32 sum of 10^6 copies of 0.1f is off by 1%). The bound checked, log2(n) eps sum |x|, is
+  // twice the pairwise bound (leaves of 16 sequential terms, and the tree's levels). Each term is an
+  // f32 value, so the f64 sums of the same values are exact to 2^-52 relative.
+  const std::int64_t n = 1000000;
+  const double bound = std::log2(static_cast<double>(n)) * dtype_eps(DType::F32);
+  Generator generator(11);
+  const Tensor tenth = full({n}, 0.1), random = uniform({n}, 0.0, 1.0, generator);
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda());
+  for (Device device : devices) {
+    for (const auto& [name, values] : {std::pair{"10^6 copies of 0.1f", tenth}, {"uniform [0, 1)", random}}) {
+      INFO(fmt::format("{} on {}", name, device));
+      const double exact = line_sum(values.to_vector<double>());  // every term >= 0: sum |x| = sum x
+      auto check_sum = [&](const Tensor& got, double expected, const char* what) {
+        for (double v : got.to_vector<double>()) {
+          INFO(std::string(what) << ": " << v << " vs f64 " << expected << ", relative error " << std::fabs(v - expected) / expected
+                    << " (bound " << bound << ")");
+          CHECK(std::fabs(v - expected) <= bound * expected);
+        }
+      };
+      const Tensor x = values.to(device);
+      check_sum(sum(x), exact, "sum, contiguous");
+      check_sum(mean(x), exact / static_cast<double>(n), "mean, contiguous");
+      // The same terms down dim 0 of [n, 3]: the strided path, three columns at once.
+      const Tensor columns = broadcast_to(reshape(values, {n, 1}), {n, 3}).to(device);
+      check_sum(sum(columns, 0), exact, "sum along dim 0");
+      check_sum(mean(columns, 0), exact / static_cast<double>(n), "mean along dim 0");
+    }
+  }
+}
+
 TEST_CASE("mean: everything and along dims, gradcheck and bad input") {
   Tensor x = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
   CHECK(mean(x).item() == 3.5);
@@ -184,19 +220,49 @@ TEST_CASE("max: everything and along dims, gradcheck and bad input") {
   check_error([] { max(tensor({1, 2}, {.dtype = DType::I32})); }, "mg::max: needs a floating-point tensor");
 }
 
-TEST_CASE("max: the gradient goes to the first maximum on ties") {
+TEST_CASE("max: along a dim the gradient goes to the first maximum on ties") {
   Tensor x = f64({1, 3, 3, 2, 2, 0}, {2, 3});
   backward(sum(max(x, 1)));  // contiguous rows
   check_values(x.grad(), {0, 1, 0, 1, 0, 0});
   Tensor y = f64({5, 1, 5, 2}, {2, 2});
   backward(sum(max(y, 0)));  // strided columns
   check_values(y.grad(), {1, 0, 0, 1});
-  Tensor z = f64({1, 3, 0, 3}, {4});
-  backward(max(z));
-  check_values(z.grad(), {0, 1, 0, 0});
   Tensor w = f64({2, 7, 7, 7, 1, 1}, {1, 3, 2});  // a middle dim with ties in both columns
   backward(sum(max(w, 1)));
   check_values(w.grad(), {0, 1, 1, 0, 0, 0});
+}
+
+TEST_CASE("max: over everything the gradient is shared evenly by the ties, as in PyTorch") {
+  // torch 1.13: x.max().backward(g) gives every element equal to the max g / (number of them), rounded
+  // once into x's dtype; if the max is NaN, the NaNs share it. (-0 and +0 are equal: both share.)
+  // On every device of the build.
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda());
+  for (Device device : devices) {
+    for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
+      if (device.is_cuda() && dtype == DType::F64) continue;  // no f64 on a GPU
+      INFO(dtype_name(dtype) << " on " << fmt::format("{}", device));
+      auto gradient_of_max = [&](const std::vector<double>& values, double g) {
+        Tensor x = from_vector(values, {static_cast<std::int64_t>(values.size())}, {.dtype = dtype, .device = device});
+        x.set_requires_grad(true);
+        Tensor m = max(x);
+        backward(m, full({}, g, {.dtype = dtype, .device = device}));
+        CHECK(x.grad().dtype() == dtype);
+        return x.grad().to(Device::cpu());
+      };
+      const double third = from_vector({2.0 / 3.0}, {1}, {.dtype = dtype}).item();  // 2/3 rounded once
+      check_values(gradient_of_max({1, 3, 3, 2, 3}, 2.0), {0, third, third, 0, third}, 0, 0);
+      check_values(gradient_of_max({1, 3, 0, 2}, 2.0), {0, 2, 0, 0}, 0, 0);  // one maximum takes it all
+      check_values(gradient_of_max({1, kNaN, 3, kNaN}, 1.0), {0, 0.5, 0, 0.5}, 0, 0);
+      check_values(gradient_of_max({-0.0, 0.0, -1}, 1.0), {0.5, 0.5, 0}, 0, 0);
+    }
+  }
+  // Ties over more than one block of the CPU's reduction, and an f64 gradcheck away from ties.
+  Tensor ones_everywhere = ones({100000}).set_requires_grad(true);
+  backward(max(ones_everywhere));
+  check_values(sum(ones_everywhere.grad()), {1.0}, 1e-6);
+  check_values(max(ones_everywhere.grad()), {1.0 / 100000}, dtype_eps(DType::F32));
+  check_gradients("max", [](const std::vector<Tensor>& in) { return max(in[0]); }, {f64({1, 4, 2}, {3})});
 }
 
 TEST_CASE("max: NaN propagates, and the first NaN is the argmax") {

@@ -3,6 +3,7 @@
 // (autograd/loss.cpp): cross_entropy with Reduction Mean/Sum/None and ignore_index (a mean over only
 // ignored rows is NaN), and mse_loss. Forward values against hand-computed numbers and f64 loops,
 // f64 gradchecks, f16/bf16 against an f64 reference of the rounded inputs, and bad input errors.
+// Rows holding +inf, NaN or only -inf give PyTorch's results, on every device of the build.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -109,6 +110,48 @@ TEST_CASE("softmax: huge logits stay finite, forward and backward") {
     check_values(x.grad(), {-2, 1, 1, -0.5, -0.5, 1}, 0, tolerance(dtype, 2));
     Tensor logits = from_vector({1000, -1000, -1000, 1000}, {2, 2}, {.dtype = dtype});
     check_values(cross_entropy(logits, labels_of({1, 1}), {.reduction = Reduction::None}), {2000, 0}, 0, 0);
+  }
+}
+
+TEST_CASE("softmax and log_softmax: +inf or NaN, or only -inf, make the whole row NaN, as in PyTorch") {
+  // torch.softmax / torch.log_softmax (1.13) of each row, and the gradient for dy = [0.5, -1, 2]: a
+  // -inf alone gets probability 0; any other non-finite row is NaN everywhere, forward and backward.
+  // Along dim 1 (contiguous rows) and along dim 0 of the transpose (rows `inner` apart), on every device.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> rows{1, inf, 2, 1, nan, 2, -inf, 0, 1, -inf, -inf, -inf, -inf, inf, 0};
+  const std::vector<double> dy_row{0.5, -1, 2};
+  const std::vector<double> all_nan(3, nan);
+  // Row 2, [-inf, 0, 1], printed by torch in f32.
+  const std::vector<double> softmax_torch{0, 0.2689414322376251, 0.7310585975646973};
+  const std::vector<double> softmax_grad_torch{0, -0.5898358225822449, 0.5898357629776001};
+  const std::vector<double> log_softmax_torch{-inf, -1.31326162815094, -0.31326165795326233};
+  const std::vector<double> log_softmax_grad_torch{0.5, -1.403412103652954, 0.9034121036529541};
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda());
+  for (Device device : devices) {
+    for (bool log : {false, true}) {
+      for (std::int64_t dim : {1, 0}) {
+        INFO(fmt::format("{} along dim {} on {}", log ? "log_softmax" : "softmax", dim, device));
+        Tensor x = from_vector(rows, {5, 3});
+        std::vector<double> dy_values;
+        for (int r = 0; r < 5; ++r) dy_values.insert(dy_values.end(), dy_row.begin(), dy_row.end());
+        Tensor dy = from_vector(dy_values, {5, 3});
+        if (dim == 0) x = transpose(x, 0, 1), dy = transpose(dy, 0, 1);
+        x = x.to(device).set_requires_grad(true);
+        Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+        backward(y, dy.to(device));
+        Tensor y_rows = y.to(Device::cpu()), dx_rows = x.grad().to(Device::cpu());
+        if (dim == 0) y_rows = transpose(y_rows, 0, 1), dx_rows = transpose(dx_rows, 0, 1);
+        for (std::int64_t r = 0; r < 5; ++r) {
+          INFO("row " << r);
+          const bool finite = r == 2;
+          const Tensor y_r = slice(y_rows, 0, r, r + 1), dx_r = slice(dx_rows, 0, r, r + 1);
+          check_values(y_r, finite ? (log ? log_softmax_torch : softmax_torch) : all_nan, 2 * dtype_eps(DType::F32));
+          check_values(dx_r, finite ? (log ? log_softmax_grad_torch : softmax_grad_torch) : all_nan,
+                       4 * dtype_eps(DType::F32));
+        }
+      }
+    }
   }
 }
 

@@ -304,7 +304,7 @@ TEST_CASE("Adagrad: load_state_dict refuses bad state, naming the entry, and cha
   refused([](StateDict& s) { s["state.0.sum"] = ones({2}); },
           "entry 'state.0.sum' is [2] f32, but parameter 0 is [2] f64");
   refused([](StateDict& s) { s["state.0.step"] = state_scalar(2.5); },
-          "entry 'state.0.step' must hold one whole number");
+          "entry 'state.0.step' must be a whole number from 0 to 2147483647, got 2.5");
   refused([](StateDict& s) { s["state.0.master"] = zeros({2}); }, "entry 'state.0.master' is an f32 master");
   // Adam's state is not Adagrad's, and the other way round.
   Tensor v = f64({1.0, 2.0}, {2});

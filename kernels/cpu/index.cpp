@@ -1,5 +1,7 @@
-// CPU row gather and scatter-add: the embedding lookup and its gradient (kernels/index.h).
-// Run their tests: build/tests/test_ops_index.
+// CPU row gather and scatter-add: the embedding lookup and its gradient; the gradients of max
+// (kernels/index.h). Run their tests: build/tests/test_ops_index, build/tests/test_ops_reduce.
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -55,6 +57,40 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
       std::memcpy(dst + static_cast<std::size_t>(to) * element, src + static_cast<std::size_t>(from) * element, element);
     }
   }
+}
+
+void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx) {
+  visit_floating(x.dtype(), "max backward", [&](auto zero) {
+    using C = compute_t<decltype(zero)>;
+    constexpr std::int64_t kChunk = 512;
+    C g_value, max_value;
+    convert(g.data_ptr(), g.dtype(), &g_value, dtype_of<C>(), 1);
+    convert(max.data_ptr(), max.dtype(), &max_value, dtype_of<C>(), 1);
+    const bool max_is_nan = max_value != max_value;
+    auto tied = [&](C v) { return max_is_nan ? v != v : v == max_value; };
+    // First count the ties (integers: the same total in any order), then share g among them.
+    std::atomic<std::int64_t> ties{0};
+    parallel_for(x.numel(), kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
+      C buffer[kChunk];
+      std::int64_t found = 0;
+      for (std::int64_t start = begin; start < end; start += kChunk) {
+        const std::int64_t n = std::min(kChunk, end - start);
+        const C* v = values_at(x, start, n, buffer);
+        for (std::int64_t i = 0; i < n; ++i) found += tied(v[i]);
+      }
+      ties += found;
+    });
+    const C share = g_value / static_cast<C>(ties.load());  // rounded into dx's dtype on store
+    parallel_for(x.numel(), kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
+      C buffer[kChunk], out[kChunk];
+      for (std::int64_t start = begin; start < end; start += kChunk) {
+        const std::int64_t n = std::min(kChunk, end - start);
+        const C* v = values_at(x, start, n, buffer);
+        for (std::int64_t i = 0; i < n; ++i) out[i] = tied(v[i]) ? share : C(0);
+        convert(out, dtype_of<C>(), bytes_at(dx, start), dx.dtype(), n);
+      }
+    });
+  });
 }
 
 }  // namespace mg::kernels::cpu

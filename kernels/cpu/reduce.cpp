@@ -1,10 +1,16 @@
 // CPU reductions over the n of an [outer, n, inner] view: sum, mean and max (kernels/reduce.h).
 //
 // Two loops, one per memory pattern, both cut into chunks for the thread pool by the shape alone:
-//   inner == 1  the reduced elements are contiguous (a row): converted in chunks and summed into
-//               eight independent partial sums (vectorised, and more accurate than one running sum),
-//               per block of 64 Ki elements; the blocks' sums are added in order;
-//   inner > 1   rows of `inner` contiguous elements are added into an accumulator row, in order.
+//   inner == 1  the reduced elements are contiguous (a row): converted in chunks, each leaf of 128
+//               elements summed into eight lanes (vectorised) and the lanes added in order; the
+//               leaves' sums are added pairwise (PairwiseSum), per block of 64 Ki elements and then
+//               across the blocks;
+//   inner > 1   rows of `inner` contiguous elements are added into an accumulator row, 16 rows to a
+//               leaf, and the leaves' rows are added pairwise.
+// Sums are pairwise because a running sum of n terms rounds each term into up to n partial sums (a
+// running f32 sum of 10^6 copies of 0.1f is 1% off); pairwise, a term meets about log2(n) roundings,
+// so the error stays within log2(n) eps of sum |x| (PyTorch's cascade sum does the same). Every tree
+// is cut by n alone, so the result is the same on any thread count.
 // Accumulators are f32, or f64 for f64; the result is rounded once into out's dtype.
 // Run its tests: build/tests/test_ops_reduce.
 #include <algorithm>
@@ -21,10 +27,12 @@ namespace {
 
 constexpr std::int64_t kChunk = 512;
 constexpr int kLanes = 8;
+constexpr std::int64_t kLeaf = 128;      // contiguous elements summed in eight lanes: 16 additions a lane
+constexpr std::int64_t kLeafRows = 16;   // strided rows added in order before they join the pairwise sum
 // A contiguous row is reduced in blocks of kBlock elements, each into its own partial result, and
-// the partials are combined in block order: the blocks are the thread pool's chunks, and they are
-// cut by n alone, so the result is the same on any thread count. A row of at most kBlock elements is
-// one block.
+// the partials are combined in block order (pairwise, for sums): the blocks are the thread pool's
+// chunks, and they are cut by n alone, so the result is the same on any thread count. A row of at
+// most kBlock elements is one block.
 constexpr std::int64_t kBlock = 64 * 1024;
 constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
@@ -33,8 +41,53 @@ bool greater_or_nan(C value, C best) {
   return value > best || (value != value && best == best);  // the first NaN wins and stays
 }
 
-// One block's result: a sum (eight lanes, vectorised and more accurate than one running sum), or
-// the block's first maximum and where it is.
+// A pairwise sum of rows of `width` values pushed in order, kept like the carries of a binary counter:
+// the 2k-th and (2k+1)-th rows pushed are added, then pairs of those sums, and so on. total() adds the
+// partials left, the smallest (latest) first. The tree depends on the number of pushes alone.
+template <class C>
+class PairwiseSum {
+ public:
+  explicit PairwiseSum(std::int64_t width) : width_(width) {}
+
+  void push(const C* values) {
+    partials_.insert(partials_.end(), values, values + width_);
+    for (std::int64_t pushed = pushes_++; pushed & 1; pushed >>= 1) merge_last();
+  }
+  // The sum of everything pushed (width_ values, 0 when nothing was); ends the sum.
+  const C* total() {
+    if (partials_.empty()) partials_.assign(static_cast<std::size_t>(width_), C(0));
+    while (static_cast<std::int64_t>(partials_.size()) > width_) merge_last();
+    return partials_.data();
+  }
+
+ private:
+  // Adds the last partial into the one before it (earlier terms on the left).
+  void merge_last() {
+    C* last = partials_.data() + partials_.size() - width_;
+    for (std::int64_t i = 0; i < width_; ++i) last[i - width_] += last[i];
+    partials_.resize(partials_.size() - static_cast<std::size_t>(width_));
+  }
+
+  std::int64_t width_, pushes_ = 0;
+  std::vector<C> partials_;
+};
+
+// The sum of count <= kLeaf values: eight lanes (the tail goes to lane 0), then the lanes in order.
+// A row of at most kLeaf elements is one leaf, summed as this file always summed it.
+template <class C>
+C leaf_sum(const C* values, std::int64_t count) {
+  C lanes[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += values[i + l];
+  for (; i < count; ++i) lanes[0] += values[i];
+  C sum = 0;
+  for (C lane : lanes) sum += lane;
+  return sum;
+}
+
+// One block's result: a sum (pairwise over leaves of kLeaf elements), or the block's first maximum
+// and where it is.
 template <class C>
 struct Partial {
   C value = 0;
@@ -44,7 +97,7 @@ struct Partial {
 template <class C>
 Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_t begin, std::int64_t end) {
   C buffer[kChunk];
-  C lanes[kLanes] = {};
+  PairwiseSum<C> leaves(1);
   Partial<C> best;
   for (std::int64_t start = begin; start < end; start += kChunk) {
     const std::int64_t count = std::min(kChunk, end - start);
@@ -54,15 +107,13 @@ Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_
         if (best.at < 0 || greater_or_nan(buffer[i], best.value)) best = {buffer[i], start + i};
       }
     } else {
-      std::int64_t i = 0;
-      for (; i + kLanes <= count; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) lanes[l] += buffer[i + l];
-      for (; i < count; ++i) lanes[0] += buffer[i];
+      for (std::int64_t leaf = 0; leaf < count; leaf += kLeaf) {
+        const C sum = leaf_sum(buffer + leaf, std::min(kLeaf, count - leaf));
+        leaves.push(&sum);
+      }
     }
   }
-  if (!is_max) {
-    for (C lane : lanes) best.value += lane;
-  }
+  if (!is_max) best.value = *leaves.total();
   return best;
 }
 
@@ -83,7 +134,8 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
                  });
     return;
   }
-  // Long rows: every block of every row is a chunk; then each row's blocks are combined in order.
+  // Long rows: every block of every row is a chunk; then each row's blocks are combined (a block is
+  // 512 leaves, a power of two: the blocks' pairwise sum continues the blocks' own trees).
   const std::int64_t blocks = (s.n + kBlock - 1) / kBlock;
   std::vector<Partial<C>> partials(static_cast<std::size_t>(s.outer * blocks));
   parallel_for(s.outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -95,17 +147,20 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
   });
   for (std::int64_t o = 0; o < s.outer; ++o) {
     Partial<C> total = partials[static_cast<std::size_t>(o * blocks)];
-    for (std::int64_t b = 1; b < blocks; ++b) {
+    PairwiseSum<C> block_sums(1);
+    for (std::int64_t b = 0; b < blocks; ++b) {
       const Partial<C>& next = partials[static_cast<std::size_t>(o * blocks + b)];
-      if (!is_max) total.value += next.value;
-      else if (greater_or_nan(next.value, total.value)) total = next;  // ties keep the earlier block's
+      if (!is_max) block_sums.push(&next.value);
+      else if (b > 0 && greater_or_nan(next.value, total.value)) total = next;  // ties keep the earlier block's
     }
+    if (!is_max) total.value = *block_sums.total();
     store(o, total);
   }
 }
 
 // inner > 1: rows of `inner` contiguous elements are added (or compared) into an accumulator row, j
-// in order. Outputs are independent, so the pool takes slices of the accumulator row.
+// in order; sums go through a PairwiseSum every kLeafRows rows. Outputs are independent, so the pool
+// takes slices of the accumulator row.
 template <class C>
 void reduce_columns(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std::int32_t* index) {
   const auto* base = static_cast<const char*>(x.data_ptr());
@@ -121,7 +176,8 @@ void reduce_columns(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, 
         const std::int64_t count = std::min(kChunk, stop - first);
         C* out = acc + o * s.inner + first;
         std::int32_t* out_index = index ? index + o * s.inner + first : nullptr;
-        if (!is_max) std::fill(out, out + count, C(0));  // an empty sum is 0
+        PairwiseSum<C> leaves(count);
+        if (!is_max) std::fill(out, out + count, C(0));  // the running leaf
         for (std::int64_t j = 0; j < s.n; ++j) {
           convert(base + static_cast<std::size_t>((o * s.n + j) * s.inner + first) * element, x.dtype(), buffer,
                   dtype_of<C>(), count);
@@ -133,7 +189,12 @@ void reduce_columns(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, 
               if (out_index) out_index[i] = static_cast<std::int32_t>(j);
             }
           }
+          if (!is_max && (j % kLeafRows == kLeafRows - 1 || j == s.n - 1)) {
+            leaves.push(out);
+            std::fill(out, out + count, C(0));
+          }
         }
+        if (!is_max) std::copy_n(leaves.total(), count, out);  // an empty sum is 0
       }
     }
   });

@@ -44,12 +44,14 @@ struct RowAccess {
   }
 };
 
-// max and log(sum(exp(x - max))) of one row; scratch holds n values.
+// max and log(sum(exp(x - max))) of one row; scratch holds n values. A row holding +inf or NaN, or
+// only -inf, has no finite max to subtract: x - max is NaN somewhere (inf - inf, -inf + inf, NaN), so
+// the sum and every value made from it are NaN, which is PyTorch's answer for such a row. A -inf
+// beside a finite max is exp(-inf) = 0: a probability of 0, as it should be.
 template <class C>
 void row_max_logsum(const C* x, std::int64_t n, C& max, C& log_sum, C* scratch) {
   max = -std::numeric_limits<C>::infinity();
   for (std::int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
-  if (std::isinf(max)) max = 0;  // all -inf (or +inf present): keep the arithmetic defined
   for (std::int64_t j = 0; j < n; ++j) scratch[j] = x[j] - max;
   vector_math::exp(scratch, scratch, n);
   C sum = 0;
@@ -120,32 +122,34 @@ void for_each_logit_row(const Tensor& logits, Fn&& fn) {
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
-                   Tensor& lse) {
+                   Tensor& row_stats) {
   visit_compute(logits.dtype(), "cross_entropy", [&](auto zero) {
     using C = decltype(zero);
     const std::int32_t* label = labels.data<std::int32_t>();
     C* loss_out = loss.data<C>();
-    C* lse_out = lse.data<C>();
+    C* stats_out = row_stats.data<C>();
     for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>&, C* scratch) {
       C max, log_sum;
       row_max_logsum(row, logits.size(1), max, log_sum, scratch);
-      const C logsumexp = max + log_sum;
-      lse_out[r] = logsumexp;
-      loss_out[r] = label[r] == ignore_index ? C(0) : logsumexp - row[label[r]];
+      stats_out[2 * r] = max;
+      stats_out[2 * r + 1] = log_sum;
+      // -log_softmax at the label, (x - max) first: exact, where max + log_sum would round at max's scale.
+      loss_out[r] = label[r] == ignore_index ? C(0) : log_sum - (row[label[r]] - max);
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
                             const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
   visit_compute(logits.dtype(), "cross_entropy backward", [&](auto zero) {
     using C = decltype(zero);
     const std::int32_t* label = labels.data<std::int32_t>();
-    const C* lse_in = lse.data<C>();
+    const C* stats = row_stats.data<C>();
     const C* weight = row_weight.data<C>();
     for_each_logit_row<C>(logits, [&](std::int64_t r, C* row, const RowAccess<C>& access, C*) {
       const bool ignored = label[r] == ignore_index;
-      for (std::int64_t c = 0; c < logits.size(1); ++c) row[c] -= lse_in[r];
+      const C max = stats[2 * r], log_sum = stats[2 * r + 1];
+      for (std::int64_t c = 0; c < logits.size(1); ++c) row[c] = (row[c] - max) - log_sum;
       vector_math::exp(row, row, logits.size(1));  // the softmax p
       for (std::int64_t c = 0; c < logits.size(1); ++c)
         row[c] = ignored ? C(0) : weight[r] * (row[c] - (c == label[r] ? C(1) : C(0)));

@@ -2,7 +2,7 @@
 // kernels/window.h; reference: kernels/cpu/conv.cpp).
 //
 //   x, dx [batch, channels, height, width]
-//   cols  [batch * out_h * out_w, channels * kernel_h * kernel_w]
+//   cols  [batch * out_h * out_w, channels * kernel_h * kernel_w] (col2im's: dx's dtype or f32)
 //   cols[(n, oh, ow), (c, kh, kw)] = x[n, c, oh * stride_h - pad_h + kh, ow * stride_w - pad_w + kw] (0 in the padding)
 //
 // im2col moves bits (exact in every dtype). col2im, its adjoint, is a gather rather than the CPU's
@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(kBlock) im2col_kernel(const Bits* x, Geometry 
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kBlock) col2im_kernel(const T* cols, Geometry g, T* dx) {
+template <class In, class Out>
+__global__ void __launch_bounds__(kBlock) col2im_kernel(const In* cols, Geometry g, Out* dx) {
   const Window2d& w = g.w;
   const std::int64_t width = w.channels * w.kernel_h * w.kernel_w;
   for (std::int64_t t = first_index(); t < w.batch * w.channels * w.height * w.width; t += grid_stride()) {
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kBlock) col2im_kernel(const T* cols, Geometry 
         sum += to_float(cols[((n * g.out_h + oh) * g.out_w + ow) * width + (c * w.kernel_h + kh) * w.kernel_w + kw]);
       }
     }
-    dx[t] = from_float<T>(sum);
+    dx[t] = from_float<Out>(sum);
   }
 }
 
@@ -79,14 +79,19 @@ void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
 
 void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
   if (dx.numel() == 0) return;
-  MG_CHECK(cols.dtype() == dx.dtype(), "CUDA kernel col2im: cols is {} but dx is {}; they must match", cols.dtype(),
-           dx.dtype());
+  MG_CHECK(cols.dtype() == dx.dtype() || cols.dtype() == DType::F32,
+           "CUDA kernel col2im: cols is {} but dx is {}; cols must be dx's dtype or f32", cols.dtype(), dx.dtype());
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "col2im", [&](auto zero) {
-    using T = decltype(zero);
-    MG_LAUNCH(col2im_kernel, blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
-        device_ptr<T>(cols), geometry_of(window), device_ptr<T>(dx));
-    MG_CUDA_LAUNCHED();
+    using Out = decltype(zero);
+    auto launch = [&](auto* cols_values) {
+      MG_LAUNCH(col2im_kernel, blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
+          cols_values, geometry_of(window), device_ptr<Out>(dx));
+      MG_CUDA_LAUNCHED();
+    };
+    // f32 cols: conv2d's f32 window gradients, rounded once here.
+    if (cols.dtype() == DType::F32) launch(device_ptr<const float>(cols));
+    else launch(device_ptr<const Out>(cols));
   });
 }
 

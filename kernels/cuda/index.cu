@@ -4,6 +4,7 @@
 //   gather_rows        table [rows, width], indices i32 [count]      -> out [count, width]
 //   scatter_add_rows   grad [count, width], indices i32 [count]      -> grad_table [rows, width] (zeroed first)
 //   scatter_along_dim  values [outer, inner], indices i32 [outer, inner] -> out [outer, n, inner]
+//   share_among_ties   g [], x [n], max []                               -> dx [n]: g / ties where x ties max
 //
 // gather_rows and scatter_along_dim only move bits, so they are exact in every dtype.
 // scatter_add_rows adds with f32 atomicAdd: a token seen many times is summed in f32 (into an f32
@@ -18,6 +19,8 @@
 //                      then one thread per table element for the rounding pass
 //   scatter_along_dim  one thread per out element, a gather: out[o, j, i] = index[o, i] == j ? value : 0,
 //                      so out needs no separate zeroing
+//   share_among_ties   one thread per element twice: a count of the ties (integer atomicAdd into a
+//                      64-bit counter: the same total in any order), then g / ties in f32, rounded once
 //
 // Test: build/tests/test_cuda_kernels -tc='cuda gather*' -tc='cuda scatter*'. Benchmark: none of its own
 // yet; profile it inside a training step with nsys.
@@ -65,6 +68,28 @@ __global__ void __launch_bounds__(kBlock) scatter_along_dim_kernel(const Bits* v
     const std::int64_t from = o * s.inner + i;
     out[t] = index[from] == j ? values[from] : Bits{0};  // all-zero bits are 0 in every dtype
   }
+}
+
+// x[t] ties max: equal to it, or NaN where max is NaN (the CPU's rule, kernels/cpu/index.cpp).
+__device__ __forceinline__ bool ties_max(float value, float max) { return isnan(max) ? isnan(value) : value == max; }
+
+// Adds the number of elements of x that tie *max to *ties (zeroed before).
+template <class T>
+__global__ void __launch_bounds__(kBlock) count_ties_kernel(const T* x, std::int64_t n, const T* max,
+                                                            unsigned long long* ties) {
+  const float m = to_float(*max);
+  unsigned long long found = 0;
+  for (std::int64_t t = first_index(); t < n; t += grid_stride()) found += ties_max(to_float(x[t]), m);
+  if (found) atomicAdd(ties, found);
+}
+
+// dx[t] = g / ties where x[t] ties *max, else 0.
+template <class T>
+__global__ void __launch_bounds__(kBlock) share_kernel(const T* g, const T* x, std::int64_t n, const T* max,
+                                                       const unsigned long long* ties, T* dx) {
+  const float m = to_float(*max), share = to_float(*g) / static_cast<float>(*ties);
+  for (std::int64_t t = first_index(); t < n; t += grid_stride())
+    dx[t] = from_float<T>(ties_max(to_float(x[t]), m) ? share : 0.0f);
 }
 
 // Calls fn(Unit{}) with the widest unit of 16, 8, 4 or 2 bytes that divides `bytes` and aligns every pointer.
@@ -130,6 +155,25 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
     using Bits = std::conditional_t<sizeof(zero) == 2, std::uint16_t, std::uint32_t>;  // moved, never read as numbers
     MG_LAUNCH(scatter_along_dim_kernel, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
         device_ptr<Bits>(values), device_ptr<std::int32_t>(indices), s, device_ptr<Bits>(out));
+    MG_CUDA_LAUNCHED();
+  });
+}
+
+void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx) {
+  if (dx.numel() == 0) return;
+  mg::cuda::DeviceGuard guard(dx.device().index);
+  const cudaStream_t stream = stream_of(dx);
+  // Two i32 elements hold the 64-bit count (the allocator aligns every tensor to far more than 8 bytes).
+  Tensor ties = Tensor::empty({2}, {.dtype = DType::I32, .device = dx.device()});
+  MG_CUDA_CHECK(cudaMemsetAsync(ties.data_ptr(), 0, ties.nbytes(), stream));
+  auto* count = static_cast<unsigned long long*>(ties.data_ptr());
+  visit_device_floating(x.dtype(), "max backward", [&](auto zero) {
+    using T = decltype(zero);
+    MG_LAUNCH(count_ties_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)(device_ptr<T>(x), x.numel(),
+                                                                                   device_ptr<T>(max), count);
+    MG_CUDA_LAUNCHED();
+    MG_LAUNCH(share_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)(
+        device_ptr<T>(g), device_ptr<T>(x), x.numel(), device_ptr<T>(max), count, device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });
 }

@@ -12,7 +12,11 @@
 //            whole block otherwise. Threads stride the row (coalesced); the team then combines in a
 //            fixed order (xor shuffles, then the warps' results in warp order).
 //   columns  inner > 1: one thread per output walks j = 0, 1, ... in order, adjacent threads reading
-//            adjacent i (coalesced). With one part this is the CPU's order of additions, bit for bit.
+//            adjacent i (coalesced).
+// A thread's own terms are summed pairwise (ThreadSum: leaves of 16 terms in order, the leaves added
+// like the carries of a binary counter), as the CPU's are: a running sum over thousands of terms would
+// carry each term through thousands of roundings (kernels/cpu/reduce.cpp). With one part a column's
+// sum is the CPU's tree, bit for bit.
 // Few outputs over a long n would leave most of the GPU idle (the sum of a whole tensor is one row;
 // a bias gradient is [1, batch, features]), so n is then cut into `parts` chunks: pass 1 writes an f32
 // partial (and its index, for max) per (output, part), and pass 2 is the same kernel reducing those
@@ -65,6 +69,36 @@ __device__ __forceinline__ Partial combine(ReduceOp op, Partial a, Partial b) {
   return op == ReduceOp::Max ? better(a, b) : Partial{a.value + b.value, 0};
 }
 
+// One thread's pairwise sum of the terms it is handed in order: kLeafTerms terms to a leaf, added in
+// order, then the leaves pairwise (the 2k-th and (2k+1)-th leaves, then pairs of those sums, ...),
+// the CPU's PairwiseSum for one column. 40 levels hold 2^40 leaves.
+struct ThreadSum {
+  static constexpr int kLeafTerms = 16;
+  float leaf = 0.0f;
+  int in_leaf = 0, levels = 0;
+  long long leaves = 0;
+  float partial[40];
+
+  __device__ void add(float value) {
+    leaf += value;
+    if (++in_leaf == kLeafTerms) close_leaf();
+  }
+  __device__ float total() {
+    if (in_leaf > 0) close_leaf();
+    float sum = levels > 0 ? partial[levels - 1] : 0.0f;
+    for (int level = levels - 2; level >= 0; --level) sum = partial[level] + sum;
+    return sum;
+  }
+
+ private:
+  __device__ void close_leaf() {
+    partial[levels++] = leaf;
+    for (long long pushed = leaves++; pushed & 1; pushed >>= 1, --levels) partial[levels - 2] += partial[levels - 1];
+    leaf = 0.0f;
+    in_leaf = 0;
+  }
+};
+
 // Combines the partials of a team: a warp (kTeam == 32) or the whole block. Every thread gets the result.
 template <int kTeam>
 __device__ Partial team_reduce(ReduceOp op, Partial p) {
@@ -105,10 +139,16 @@ __global__ void __launch_bounds__(kBlock)
     const std::int64_t end = min(pass.length, begin + pass.chunk);
     const In* values = x + row * pass.length;
     Partial p = start(pass.op);
+    if (pass.op == ReduceOp::Max) {
 #pragma unroll 4
-    for (std::int64_t j = begin + rank; j < end; j += kTeam) {
-      const int at = x_index ? x_index[row * pass.length + j] : static_cast<int>(j);
-      p = combine(pass.op, p, {to_float(values[j]), at});
+      for (std::int64_t j = begin + rank; j < end; j += kTeam) {
+        const int at = x_index ? x_index[row * pass.length + j] : static_cast<int>(j);
+        p = combine(pass.op, p, {to_float(values[j]), at});
+      }
+    } else {
+      ThreadSum sum;
+      for (std::int64_t j = begin + rank; j < end; j += kTeam) sum.add(to_float(values[j]));
+      p.value = sum.total();
     }
     p = team_reduce<kTeam>(pass.op, p);
     if (rank == 0) emit(pass, p, item, out, out_index);
@@ -125,9 +165,15 @@ __global__ void __launch_bounds__(kBlock)
     const std::int64_t end = min(pass.length, begin + pass.chunk);
     const std::int64_t o = output / pass.inner, i = output % pass.inner;
     Partial p = start(pass.op);
-    for (std::int64_t j = begin; j < end; ++j) {
-      const std::int64_t at = (o * pass.length + j) * pass.inner + i;
-      p = combine(pass.op, p, {to_float(x[at]), x_index ? x_index[at] : static_cast<int>(j)});
+    if (pass.op == ReduceOp::Max) {
+      for (std::int64_t j = begin; j < end; ++j) {
+        const std::int64_t at = (o * pass.length + j) * pass.inner + i;
+        p = combine(pass.op, p, {to_float(x[at]), x_index ? x_index[at] : static_cast<int>(j)});
+      }
+    } else {
+      ThreadSum sum;
+      for (std::int64_t j = begin; j < end; ++j) sum.add(to_float(x[(o * pass.length + j) * pass.inner + i]));
+      p.value = sum.total();
     }
     emit(pass, p, t, out, out_index);
   }

@@ -2,11 +2,13 @@
 // kernels/cpu/softmax.cpp, whose formulas these kernels repeat in the same order).
 //
 //   softmax / log_softmax   x, y, dy, dx [outer, n, inner] (one dtype), taken along n
-//   cross_entropy           logits [rows, classes], labels i32 [rows] -> loss, lse f32 [rows]
-//   cross_entropy_backward  + lse, row_weight f32 [rows] -> dlogits [rows, classes] (logits' dtype)
+//   cross_entropy           logits [rows, classes], labels i32 [rows] -> loss f32 [rows], row_stats f32
+//                           [rows, 2] (the row's max and log(sum(exp(x - max))), kept apart)
+//   cross_entropy_backward  + row_stats, row_weight f32 [rows] -> dlogits [rows, classes] (logits' dtype)
 //
 // All math is f32 (exp of an f16 logit is exactly what overflows) with the row's max subtracted
-// before exponentiating; values are rounded once on store.
+// before exponentiating; values are rounded once on store. A row holding +inf or NaN, or only -inf,
+// comes out NaN throughout (x - max is NaN somewhere, and so is the sum), as on the CPU and in PyTorch.
 //
 // Launch geometry: 1-D grid-stride loops of 256-thread blocks over "rows" (the n elements of one
 // (o, i), `inner` apart). A team owns a row and makes three (backward: two) passes over it:
@@ -71,14 +73,12 @@ __device__ __forceinline__ void for_each_row(const ReduceShape& s, Body&& body) 
     body(Row<kTeam>{r, r / s.inner * s.n * s.inner + r % s.inner, s.n, s.inner, static_cast<int>(threadIdx.x % kTeam)});
 }
 
-// The CPU's row_max_logsum: the row's max (0 when it is infinite, to keep the arithmetic defined) and
-// log(sum(exp(x - max))).
+// The CPU's row_max_logsum: the row's max and log(sum(exp(x - max))); NaN when the max is not finite.
 template <int kTeam, class T>
 __device__ __forceinline__ void max_logsum(const T* x, const Row<kTeam>& row, float& max, float& log_sum) {
   float m = -INFINITY;
   for (std::int64_t j = row.rank; j < row.n; j += kTeam) m = fmaxf(m, to_float(x[row.at(j)]));
   m = team_max<kTeam>(m);
-  if (isinf(m)) m = 0.0f;
   float sum = 0.0f;
   for (std::int64_t j = row.rank; j < row.n; j += kTeam) sum += expf(to_float(x[row.at(j)]) - m);
   max = m;
@@ -115,33 +115,34 @@ __global__ void __launch_bounds__(kBlock)
   });
 }
 
-// loss[r] = logsumexp(x[r]) - x[r, label[r]] (0 for an ignored row); lse[r] = logsumexp(x[r]).
+// loss[r] = log_sum - (x[r, label[r]] - max) (0 for an ignored row); row_stats[r] = (max, log_sum),
+// never added into one logsumexp, which would round at the scale of max (kernels/softmax.h).
 template <class T, int kTeam>
 __global__ void __launch_bounds__(kBlock)
     cross_entropy_forward(const T* logits, const std::int32_t* labels, ReduceShape s, std::int64_t ignore_index,
-                          float* loss, float* lse) {
+                          float* loss, float* row_stats) {
   for_each_row<kTeam>(s, [&](const Row<kTeam>& row) {
     float max, log_sum;
     max_logsum(logits, row, max, log_sum);
     if (row.rank != 0) return;
     const std::int64_t r = row.id;
-    const float logsumexp = max + log_sum;
-    lse[r] = logsumexp;
+    row_stats[2 * r] = max;
+    row_stats[2 * r + 1] = log_sum;
     // An ignored label may be out of range (-100): it is never read.
-    loss[r] = labels[r] == ignore_index ? 0.0f : logsumexp - to_float(logits[row.at(labels[r])]);
+    loss[r] = labels[r] == ignore_index ? 0.0f : log_sum - (to_float(logits[row.at(labels[r])]) - max);
   });
 }
 
-// dx[r, c] = row_weight[r] * (exp(x[r, c] - lse[r]) - [c == label[r]]), 0 for an ignored row.
+// dx[r, c] = row_weight[r] * (exp((x[r, c] - max) - log_sum) - [c == label[r]]), 0 for an ignored row.
 template <class T>
 __global__ void __launch_bounds__(kBlock)
-    cross_entropy_backward_kernel(const T* logits, const std::int32_t* labels, const float* lse,
+    cross_entropy_backward_kernel(const T* logits, const std::int32_t* labels, const float* row_stats,
                                   const float* row_weight, std::int64_t rows, std::int64_t classes,
                                   std::int64_t ignore_index, T* dlogits) {
   for (std::int64_t t = first_index(); t < rows * classes; t += grid_stride()) {
     const std::int64_t r = t / classes, c = t % classes;
     const bool ignored = labels[r] == ignore_index;
-    const float p = expf(to_float(logits[t]) - lse[r]);
+    const float p = expf((to_float(logits[t]) - row_stats[2 * r]) - row_stats[2 * r + 1]);
     dlogits[t] = from_float<T>(ignored ? 0.0f : row_weight[r] * (p - (c == labels[r] ? 1.0f : 0.0f)));
   }
 }
@@ -183,7 +184,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   });
 }
 
-void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss, Tensor& lse) {
+void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                   Tensor& row_stats) {
   if (loss.numel() == 0) return;
   mg::cuda::DeviceGuard guard(loss.device().index);
   const ReduceShape s{logits.size(0), logits.size(1), 1};
@@ -192,13 +194,13 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t igno
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
       MG_LAUNCH((cross_entropy_forward<T, kTeam>), blocks, kBlock, 0, stream_of(loss))(
           device_ptr<T>(logits), device_ptr<std::int32_t>(labels), s, ignore_index, device_ptr<float>(loss),
-          device_ptr<float>(lse));
+          device_ptr<float>(row_stats));
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse, const Tensor& row_weight,
-                            std::int64_t ignore_index, Tensor& dlogits) {
+void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
+                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits) {
   if (dlogits.numel() == 0) return;
   mg::cuda::DeviceGuard guard(dlogits.device().index);
   visit_device_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
@@ -206,7 +208,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
     const std::int64_t rows = logits.size(0), classes = logits.size(1);
     MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0,
               stream_of(dlogits))(
-        device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(lse), device_ptr<float>(row_weight),
+        device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(row_stats), device_ptr<float>(row_weight),
         rows, classes, ignore_index, device_ptr<T>(dlogits));
     MG_CUDA_LAUNCHED();
   });

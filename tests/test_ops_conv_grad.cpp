@@ -1,0 +1,115 @@
+// conv2d's input gradient in f16 and bf16 (autograd/conv.cpp, kernels/cpu/conv.cpp and
+// kernels/cuda/conv.cu): dx = col2im(dy W), where each window's share dcols = dy W is an f32 GEMM
+// result and col2im adds a pixel's shares in f32, so dx is rounded once. Checked against an f64 loop
+// over the windows, on every device of the build, and by hand where rounding each share to f16 first
+// (or summing in f16) loses what one rounding keeps. Forward values and gradchecks: test_ops_conv.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tests/testing.h"
+
+using namespace mg;
+using namespace mg::testing;
+
+namespace {
+
+// dx of a convolution in f64 over the tensors' own values, and the sum of |terms| of each element
+// (the scale of the f32 accumulation's error): dx[n, c, ih, iw] = sum over the outputs (o, oh, ow)
+// whose window tap (kh, kw) reads (ih, iw) of dy[n, o, oh, ow] * w[o, c, kh, kw].
+struct InputGradient {
+  std::vector<double> dx, abs_sum;
+};
+
+InputGradient reference_input_gradient(const Tensor& dy, const Tensor& weight, const Shape& x_shape,
+                                       std::int64_t stride, std::int64_t padding) {
+  const std::vector<double> gv = dy.to_vector<double>(), wv = weight.to_vector<double>();
+  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const std::int64_t O = weight.size(0), KH = weight.size(2), KW = weight.size(3), OH = dy.size(2), OW = dy.size(3);
+  InputGradient r{std::vector<double>(static_cast<std::size_t>(N * C * H * W)),
+                  std::vector<double>(static_cast<std::size_t>(N * C * H * W))};
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < O; ++o)
+      for (std::int64_t oh = 0; oh < OH; ++oh)
+        for (std::int64_t ow = 0; ow < OW; ++ow)
+          for (std::int64_t c = 0; c < C; ++c)
+            for (std::int64_t kh = 0; kh < KH; ++kh)
+              for (std::int64_t kw = 0; kw < KW; ++kw) {
+                const std::int64_t ih = oh * stride - padding + kh, iw = ow * stride - padding + kw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const double term = gv[((n * O + o) * OH + oh) * OW + ow] * wv[((o * C + c) * KH + kh) * KW + kw];
+                const auto at = static_cast<std::size_t>(((n * C + c) * H + ih) * W + iw);
+                r.dx[at] += term;
+                r.abs_sum[at] += std::fabs(term);
+              }
+  return r;
+}
+
+struct Geometry {
+  std::int64_t batch, channels, height, width, out_channels, kernel, stride, padding;
+};
+
+}  // namespace
+
+TEST_CASE("conv2d: the f16 and bf16 input gradient is rounded once, within 0.5 ulp of the f64 sum") {
+  // The allowed error: 0.5 ulp of dx (its one rounding), the f32 accumulation of its terms
+  // (O KH KW products and sums, each within 2^-24 of sum |terms|), and for f16 half the spacing of
+  // its subnormals. Rounding each window's share to f16/bf16 before col2im adds up to KH KW / 2 ulps
+  // of the shares, beyond 0.5 ulp of their sum.
+  const std::vector<Geometry> geometries{{2, 3, 7, 6, 4, 3, 1, 1}, {1, 2, 9, 9, 5, 5, 1, 2}, {2, 2, 8, 7, 3, 3, 2, 1}};
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda());
+  std::uint64_t seed = 40;
+  for (Device device : devices) {
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      for (const Geometry& g : geometries) {
+        INFO(fmt::format("{} on {}: x [{}, {}, {}, {}], kernel {} x {}, {} out channels, stride {}, padding {}",
+                         dtype_name(dtype), device, g.batch, g.channels, g.height, g.width, g.kernel, g.kernel,
+                         g.out_channels, g.stride, g.padding));
+        const Shape x_shape{g.batch, g.channels, g.height, g.width};
+        Tensor x = uniform_in(x_shape, dtype, seed++, -1.0, 1.0).to(device).set_requires_grad(true);
+        const Tensor weight = uniform_in({g.out_channels, g.channels, g.kernel, g.kernel}, dtype, seed++, -1.0, 1.0);
+        Tensor y = conv2d(x, weight.to(device), {}, {.stride = g.stride, .padding = g.padding});
+        const Tensor dy = uniform_in(y.shape(), dtype, seed++, -1.0, 1.0);
+        backward(y, dy.to(device));
+        REQUIRE(x.grad().dtype() == dtype);
+        const InputGradient r = reference_input_gradient(dy, weight, x_shape, g.stride, g.padding);
+        const std::vector<double> got = x.grad().to(Device::cpu()).to_vector<double>();
+        const double terms = static_cast<double>(g.out_channels * g.kernel * g.kernel + 2);
+        const double atol = dtype == DType::F16 ? 0x1p-25 : 0.0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double bound = tolerance(dtype, 0.5) * std::fabs(r.dx[i]) + terms * 0x1p-24 * r.abs_sum[i] + atol;
+          INFO("element " << i << ": got " << got[i] << ", f64 " << r.dx[i] << ", error "
+                          << std::fabs(got[i] - r.dx[i]) / std::fabs(r.dx[i]) / dtype_eps(dtype) << " eps of |dx|");
+          CHECK(std::fabs(got[i] - r.dx[i]) <= bound);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d: col2im sums an f16 pixel's 9 window gradients in f32 and rounds once") {
+  // 3x3 input, 3x3 ones kernel, padding 1: pixel (i, j) is read by every output (oh, ow) within 1 of
+  // it, so its gradient is the sum of those outputs' gradients g (each g * 1 exact in f16). With
+  // g = 1 at (0, 0) and 2^-12 elsewhere, the centre gets 1 + 8 * 2^-12 = 1 + 2^-9 (an f16 value),
+  // and the corner 1 + 3 * 2^-12, which rounds to 1 + 2^-10. Summed in f16 from g(0, 0) on, each
+  // 2^-12 would be lost (half an ulp of 1 rounds to even) and both would be exactly 1.
+  Tensor x = from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}, {.dtype = DType::F16, .requires_grad = true});
+  Tensor w = ones({1, 1, 3, 3}, {.dtype = DType::F16});
+  std::vector<double> seed(9, 0x1p-12);
+  seed[0] = 1.0;
+  backward(conv2d(x, w, {}, {.padding = 1}), from_vector(seed, {1, 1, 3, 3}, {.dtype = DType::F16}));
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().dtype() == DType::F16);
+  std::vector<double> expected;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double total = 0.0;  // exact in f64
+      for (int oh = std::max(i - 1, 0); oh <= std::min(i + 1, 2); ++oh)
+        for (int ow = std::max(j - 1, 0); ow <= std::min(j + 1, 2); ++ow) total += seed[oh * 3 + ow];
+      expected.push_back(to_f16(total));
+    }
+  CHECK(expected[4] == 1.0 + 0x1p-9);
+  CHECK(expected[0] == 1.0 + 0x1p-10);
+  check_values(x.grad(), expected, 0.0, 0.0);
+}
