@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -86,6 +87,19 @@ TEST_CASE("an untrusted value or name in an error message is cut to a few dozen 
   check_refused(tmp / "name.safetensors", "nnn... (100000 bytes)");
   write_header_file(tmp / "dims.safetensors", R"({"t":{"dtype":"F32","shape":[)" + sizes + R"(],"data_offsets":[0,4]}})");
   check_refused(tmp / "dims.safetensors", "has 20001 dims, more than the 64 mixgrad reads");
+}
+
+// The inputs libFuzzer found (fuzz/regressions/safetensors/, replayed by scripts/fuzz too), here in
+// the ordinary suite: each must end in an mg::Error.
+TEST_CASE("every safetensors reproducer of fuzz/regressions is refused with an mg::Error") {
+  int files = 0;
+  const std::string folder = std::string(MG_SOURCE_DIR) + "/fuzz/regressions/safetensors";
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    INFO(entry.path().string());
+    CHECK_THROWS_AS(data::load_safetensors(entry.path().string()), Error);
+    ++files;
+  }
+  CHECK(files >= 3);
 }
 
 // A save killed with SIGKILL leaves "NAME.tmp.PID.N" behind (the file at NAME is whole). The next
