@@ -227,6 +227,9 @@ TEST_CASE("softmax, log_softmax and the losses agree with PyTorch, rows with inf
   check_family("softmax_loss");
 }
 TEST_CASE("embedding agrees with PyTorch, repeated indices included") { check_family("lookup"); }
+TEST_CASE("pow, where, the scalar forms, binary_cross_entropy and the shape ops agree with PyTorch") {
+  check_family("rest");
+}
 TEST_CASE("the ops users reach for first agree with PyTorch: logsumexp, var, std, min/max, silu, ...") {
   check_family("first_day");
 }
