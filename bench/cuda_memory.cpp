@@ -31,6 +31,7 @@
 #include "bench/machine.h"
 #include "bench/timing.h"
 #include "core/device.h"
+#include "core/factory.h"
 #include "core/tensor.h"
 #include "kernels/amp.h"
 #include "kernels/copy.h"
