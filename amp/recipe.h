@@ -19,7 +19,7 @@
 //   { Autocast region = recipe.autocast(); loss = ...; }
 //   mg::backward(scaler.scale(loss)); scaler.step(sgd); scaler.update();
 //
-// train::make_optimizer (train/setup.h) builds SGD, Adam or AdamW by name with the recipe's masters.
+// train::make_optimizer (train/trainer.h) builds SGD, Adam, AdamW or Adagrad by name with the recipe's masters.
 #pragma once
 
 #include <memory>

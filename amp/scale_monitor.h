@@ -2,8 +2,10 @@
 // PyTorch's, kept off the path of a step.
 //
 // amp::GradScaler keeps its scale and each step's inf/NaN flag on the gradients' device, so that a
-// GPU step never waits for it. A monitor reads them back after every update() (one host wait per
-// step on a GPU, which a run that prints its loss every step makes anyway) and adds:
+// GPU step never waits for it. A monitor reads them back around every update(): three reads of
+// one-element tensors (the scale before and after the update, and the step's found_inf), each a
+// host wait on a GPU, the first of which waits for the step itself (a run that prints its loss every
+// step waits there anyway); the other two find the stream idle. It adds:
 // - counters and the history of scales and skipped steps, for logs and plots;
 // - which parameters had inf/NaN gradients at the last skipped step;
 // - hysteresis (back off only after N consecutive overflowing steps, each one still skipped), a

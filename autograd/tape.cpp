@@ -254,7 +254,9 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
   try {
     leaves = walk(output, seed, options.keep_tape);
   } catch (...) {
-    empty_tape();  // partly consumed: unusable, and .grad has not been touched
+    // Partly consumed: unusable. No .grad has been touched, unless a GradReadyHook is registered:
+    // then the leaves handed over before the error keep what was added to them (README, the tape).
+    empty_tape();
     throw;
   }
   if (!options.keep_tape) empty_tape();

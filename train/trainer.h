@@ -1,6 +1,6 @@
 // Trainer: one model made ready for a precision recipe, and its training step. The one setup and
 // step that `mixgrad train` (tools/train.cpp), `mixgrad repro` (tools/repro/runner.cpp) and
-// examples/train_recipe.cpp share; examples/mlp_synthetic.cpp writes the same loop out by hand.
+// examples/fashion_mnist.cpp share; examples/mlp_synthetic.cpp writes the same loop out by hand.
 //
 //   auto model = std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}));
 //   train::Trainer trainer(model, {.recipe = amp::Recipe::parse("float16_master"),

@@ -24,10 +24,12 @@ namespace {
 constexpr std::int64_t kChunk = 256;
 constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
+// Whether the GradScaler found an inf or NaN for this step: then the update writes nothing.
+bool skipped(const FusedStep& fused) { return fused.found_inf && *fused.found_inf->data<float>() != 0.0f; }
+
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
 // tensors, and update returns whether the change it computed was non-zero (before any rounding).
 // Tensors that hold C are updated in place, so the f32 loop vectorizes and copies nothing.
-bool skipped(const FusedStep& fused) { return fused.found_inf && *fused.found_inf->data<float>() != 0.0f; }
 
 template <class C, std::size_t S, class Update>
 void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, const FusedStep& fused,

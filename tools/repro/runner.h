@@ -9,8 +9,9 @@
 //                    .steps = 400, .lr = 1e-3};
 //   RunResult result = run(config);        // result.log: one StepLog per logged step
 //
-// The loop is tools/train.cpp's: { autocast: logits = model(x); loss = cross_entropy } then
-// backward(scaler.scale(loss * loss_multiplier)); scaler.step(optimizer); scaler.update().
+// The loop is train::Trainer::step, the one `mixgrad train` (tools/train.cpp) runs too: { autocast:
+// logits = model(x); loss = cross_entropy } then backward(scaler.scale(loss * loss_multiplier));
+// scaler.step(optimizer); scaler.update().
 // Two kinds of data: Fashion-MNIST images (classification, scored by test accuracy) and a character
 // corpus (next-character prediction, the loss a mean over batch x time as the paper's bigLSTM,
 // scored by validation bits per character).
@@ -73,7 +74,7 @@ struct RunConfig {
   std::int64_t steps = 300;
   std::int64_t batch = 128;
   double lr = 0.01;        // the base rate before loss_multiplier's compensation (below)
-  // sgd, adam or adagrad (train::make_optimizer's names, default hyper-parameters but lr); anything
+  // sgd, adam, adamw or adagrad (train::make_optimizer's names, default hyper-parameters but lr); anything
   // but sgd needs loss_multiplier 1.
   std::string optimizer = "sgd";
   double momentum = 0.0;   // SGD's; 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
