@@ -125,8 +125,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   constexpr Op op = Op::Linear;
   MG_CHECK(x_in.defined() && weight_in.defined(), "{}: the input or the weight is undefined", op);
-  MG_CHECK(weight_in.dim() == 2 && (x_in.dim() == 2 || x_in.dim() == 3) && x_in.size(-1) == weight_in.size(1),
-           "{}: needs x [rows, in] or [batch, rows, in] and weight [out, in]; got {} and {}", op, x_in.shape(),
+  MG_CHECK(weight_in.dim() == 2 && x_in.dim() >= 1 && x_in.size(-1) == weight_in.size(1),
+           "{}: needs x [..., in] (any leading dims, or none) and weight [out, in]; got {} and {}", op, x_in.shape(),
            weight_in.shape());
   MG_CHECK(!bias_in.defined() || bias_in.shape() == Shape{weight_in.size(0)},
            "{}: the bias must be [out] = [{}], got {}", op, weight_in.size(0), bias_in.shape());
@@ -137,7 +137,10 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   check::floating(op, x);
   for (std::size_t i = 1; i < inputs.size(); ++i) check::same_dtype(op, x, inputs[i]);
 
-  const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / in;
+  // Every leading dim is a row of one GEMM, as in torch.nn.functional.linear: [2, 3, 5, in] is 30 rows.
+  const std::int64_t out = weight.size(0), in = weight.size(1);
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Shape y_shape = x.shape();
   y_shape.back() = out;
   Tensor y = Tensor::empty(y_shape, check::like(x));

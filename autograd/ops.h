@@ -78,8 +78,9 @@ struct MatmulOptions {
 // Transposes are layout flags of the GEMM for the last two dims, never copies; backward uses the
 // same flags; a 1-D operand takes no transpose flag.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
-// x W^T + b, PyTorch's layout: x [rows, in] or [batch, rows, in], weight [out, in], bias [out] or
-// undefined. One op for autocast (lower precision, bias included), so a layer's output, and what the
+// x W^T + b, PyTorch's layout: x [..., in] (any number of leading dims, each row multiplied alike;
+// a 1-D x [in] gives [out]), weight [out, in], bias [out] or undefined; y is x's shape with the
+// last dim out. One op for autocast (lower precision, bias included), so a layer's output, and what the
 // next op saves, stay f16 under mixed_float16 instead of being promoted to f32 by an f32 bias.
 // One GEMM (transpose_b) that adds the bias to the f32 sums before the one rounding, with its own
 // backward: dx = dy W, dW = dy^T x, db = dy summed over the rows in f32.

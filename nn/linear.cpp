@@ -17,7 +17,7 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  MG_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == weight.size(1),
+  MG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1),
            "nn::Linear({}, {}): expects input [..., {}], got {}", weight.size(1), weight.size(0), weight.size(1),
            x.defined() ? x.shape() : Shape{});
   return linear(x, weight, bias);

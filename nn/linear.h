@@ -1,5 +1,5 @@
 // Linear: y = x W^T + b, with weight [out_features, in_features] (PyTorch's layout) and bias [out].
-// x is [rows, in] or [batch, rows, in]. Under autocast the product and the bias run in f16/bf16
+// x is [..., in] (any number of leading dims, or none). Under autocast the product and bias run in f16/bf16
 // (mg::linear is on the lower-precision list) with f32 accumulation.
 //
 // Initialized as PyTorch's: weight and bias from U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with

@@ -253,6 +253,35 @@ TEST_CASE("linear: x W^T + b by hand, gradients, autocast keeps the output low p
   check_error([&] { linear(x, w, f64({1, 2}, {2})); }, "mg::linear: the bias must be [out] = [3]");
 }
 
+TEST_CASE("linear: any number of leading dims, and a 1-D input, as torch.nn.functional.linear") {
+  // x [2, 3, 5, 4] is 30 rows of 4: each output row is the same as linear of that row alone.
+  const Tensor x = random_f64({2, 3, 5, 4}, -1, 1, 11), w = random_f64({7, 4}, -1, 1, 12), b = random_f64({7}, -1, 1, 13);
+  const Tensor y = linear(x, w, b);
+  CHECK(y.shape() == Shape{2, 3, 5, 7});
+  const Tensor rows = linear(reshape(x, {30, 4}), w, b);
+  for (std::int64_t i = 0; i < y.numel(); ++i) CHECK(y.data<double>()[i] == rows.data<double>()[i]);
+  clear_tape();
+  // 1-D x [in] -> [out]: row 1 of the hand-computed case above, x = [3, 4] -> [3, 10, 9] + b.
+  const Tensor w2 = f64({1, 0, 2, 1, -1, 3}, {3, 2}), b2 = f64({0.5, -1, 2}, {3});
+  const Tensor y1 = linear(f64({3, 4}, {2}), w2, b2);
+  CHECK(y1.shape() == Shape{3});
+  check_values(y1, {3.5, 9, 11});
+  clear_tape();
+  check_gradients("linear 4-D", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                  {random_f64({2, 3, 2, 3}, -1, 1, 4), random_f64({5, 3}, -1, 1, 5), random_f64({5}, -1, 1, 6)});
+  check_gradients("linear 1-D", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+                  {random_f64({3}, -1, 1, 7), random_f64({5, 3}, -1, 1, 8), random_f64({5}, -1, 1, 9)});
+  check_gradients("linear 1-D, no bias", [](const std::vector<Tensor>& in) { return linear(in[0], in[1]); },
+                  {random_f64({3}, -1, 1, 10), random_f64({2, 3}, -1, 1, 14)});
+  // No input features: y is the bias (PyTorch: the same); no rows: an empty result.
+  const Tensor no_features = linear(f64({}, {2, 0}, false), f64({}, {3, 0}, false), f64({0.5, -1, 2}, {3}, false));
+  CHECK(no_features.shape() == Shape{2, 3});
+  check_values(no_features, {0.5, -1, 2, 0.5, -1, 2});
+  CHECK(linear(f64({}, {0, 2}, false), w2, b2).shape() == Shape{0, 3});
+  check_error([] { linear(full({}, 1.0, {.dtype = DType::F64}), f64({1, 2}, {1, 2})); },
+              "mg::linear: needs x [..., in]");
+}
+
 TEST_CASE("gemm_widened_b: B widened once gives the bits of gemm, for f16, bf16 and f32 (nothing widened)") {
   for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
     CAPTURE(dtype);
