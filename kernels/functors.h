@@ -33,9 +33,11 @@ struct Relu {  // NaN passes through (it is not < 0), as in PyTorch: a NaN is ne
   template <class C> MG_HOST_DEVICE C operator()(C x) const { return x < C(0) ? C(0) : x; }
 };
 // The exact GELU, x * Phi(x) with the normal CDF Phi (PyTorch's default, approximate="none").
+// Phi(x) = erfc(-x / sqrt 2) / 2, not (1 + erf(x / sqrt 2)) / 2, which cancels for x < -1 and leaves the
+// left tail accurate only relative to |x|. gelu(-inf) = -inf * 0 is NaN, as in PyTorch.
 struct Gelu {
   template <class C> MG_HOST_DEVICE C operator()(C x) const {
-    return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
+    return C(0.5) * x * std::erfc(-x * C(kInvSqrt2));
   }
 };
 struct AddScalar {
@@ -106,9 +108,11 @@ struct SigmoidGrad {  // saved y = sigmoid(x): g * y * (1 - y)
 struct SqrtGrad {  // saved y = sqrt(x): g / (2 y)
   template <class C> MG_HOST_DEVICE C operator()(C g, C y) const { return g / (C(2) * y); }
 };
-struct GeluGrad {  // saved x: g * (Phi(x) + x * phi(x))
+// saved x: g * (Phi(x) + x * phi(x)), Phi as in Gelu. NaN at x = NaN, and at x = +-inf, where x phi(x)
+// is inf * 0: PyTorch's value there, and never a finite one (kernels/cpu/vector_math.h, the rule).
+struct GeluGrad {
   template <class C> MG_HOST_DEVICE C operator()(C g, C x) const {
-    C cdf = C(0.5) * (C(1) + std::erf(x * C(kInvSqrt2)));
+    C cdf = C(0.5) * std::erfc(-x * C(kInvSqrt2));
     C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
     return g * (cdf + x * pdf);
   }

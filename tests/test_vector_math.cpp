@@ -1,6 +1,7 @@
 // The vectorised exp, log, tanh, sigmoid and GELU of kernels/cpu/vector_math.h against f64 over sweeps
-// of inputs: within kVectorMathUlps of the correctly rounded f32 value, the special values of the
-// scalar functors, and, once rounded to f16 and bf16, the correctly rounded value or its neighbour.
+// of inputs: each element within the function's bound in ulps of its own correctly rounded f32 value
+// (kVectorMathUlps, kTanhUlps, kGeluUlps), the special values (vector_math.h's rule), and, once
+// rounded to f16 and bf16, the correctly rounded value or its neighbour.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,6 +12,8 @@
 
 using namespace mg;
 namespace vm = mg::kernels::cpu::vector_math;
+using kernels::cpu::vector_math::kGeluUlps;
+using kernels::cpu::vector_math::kTanhUlps;
 using kernels::cpu::vector_math::kVectorMathUlps;
 
 namespace {
@@ -50,49 +53,44 @@ struct Case {
   VectorFn fn;
   Reference reference;
   double low, high;
+  double ulps;  // the bound, in ulps of each element's own value
 };
 
 std::vector<Case> cases() {
   return {
-      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -104, 89},  // through subnormal results and overflow
-      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -10, 10},
-      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-44, 1e-36},  // subnormal inputs
-      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-6, 100},
-      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 0.5, 2},  // near log(1) = 0
-      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -12, 12},
-      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -0.01, 0.01},
+      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -104, 89, kVectorMathUlps},  // through subnormal results and overflow
+      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -10, 10, kVectorMathUlps},
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-44, 1e-36, kVectorMathUlps},  // subnormal inputs
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-6, 100, kVectorMathUlps},
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 0.5, 2, kVectorMathUlps},  // near log(1) = 0
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -12, 12, kTanhUlps},
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -1, 1, kTanhUlps},  // both of its formulas
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -0.01, 0.01, kTanhUlps},
+      {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, 1e-30, 1e-20, kTanhUlps},
       // Below x = -88.7 exp(-x) overflows f32 and sigmoid is 0, as functors::Sigmoid computes it
       // (checked with the special values), not the subnormal f64 value.
-      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -88, 30},
-      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
-      // GELU's 1 + erf(x / sqrt 2) cancels for x < -1 (so does the scalar functor's): there the
-      // bound holds relative to |x| / 2 instead (the size of the two terms that cancel).
-      {"gelu", FloatFn{vm::gelu}, gelu, -1, 8},
+      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -88, 30, kVectorMathUlps},
+      {"sigmoid", FloatFn{vm::sigmoid}, [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8, kVectorMathUlps},
+      // GELU element by element, its left tail included (down to the subnormal results near x = -14),
+      // where 1 + erf(x / sqrt 2) would cancel.
+      {"gelu", FloatFn{vm::gelu}, gelu, -15, 8, kGeluUlps},
+      {"gelu", FloatFn{vm::gelu}, gelu, -1.5, 1.5, kGeluUlps},  // both of its formulas
+      {"gelu", FloatFn{vm::gelu}, gelu, -1e-3, 1e-3, kGeluUlps},
   };
 }
 
 }  // namespace
 
-TEST_CASE("vectorised exp, log, tanh, sigmoid and gelu are within kVectorMathUlps of f64 over sweeps") {
+TEST_CASE("vectorised exp, log, tanh, sigmoid and gelu: every element within its bound of f64 over sweeps") {
   for (const Case& c : cases()) {
     CAPTURE(std::string(c.name));
     CAPTURE(c.low);
     CAPTURE(c.high);
-    CHECK(worst_ulps(c.fn, c.reference, sweep(c.low, c.high, 200'001)) <= kVectorMathUlps);
+    CHECK(worst_ulps(c.fn, c.reference, sweep(c.low, c.high, 200'001)) <= c.ulps);
   }
 }
 
-TEST_CASE("vectorised gelu for x < -1: error within kVectorMathUlps of |x| / 2, like the scalar functor") {
-  const std::vector<float> x = sweep(-12, -1, 100'001);
-  std::vector<float> y(x.size());
-  vm::gelu(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double scale = std::ldexp(1.0, std::ilogb(0.5 * std::fabs(x[i])) - 23);  // an ulp of |x| / 2
-    REQUIRE(std::fabs(y[i] - gelu(x[i])) <= kVectorMathUlps * scale);
-  }
-}
-
-TEST_CASE("vectorised gelu_grad matches functors::GeluGrad within kVectorMathUlps of its terms") {
+TEST_CASE("vectorised gelu_grad is within kGeluUlps of the larger of its terms Phi(x) and x phi(x)") {
   const std::vector<float> x = sweep(-20, 20, 100'001);
   std::vector<float> g(x.size(), 0.75f), y(x.size());
   vm::gelu_grad(g.data(), x.data(), y.data(), static_cast<std::int64_t>(x.size()));
@@ -100,9 +98,11 @@ TEST_CASE("vectorised gelu_grad matches functors::GeluGrad within kVectorMathUlp
     const double xd = x[i];
     const double cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0)), pdf = std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
     const double reference = 0.75 * (cdf + xd * pdf);
-    // The sum of two terms as large as 1 and |x| phi(x): an ulp of the larger bounds the error.
-    const double scale = std::ldexp(1.0, std::ilogb(std::max(0.75, 0.75 * std::fabs(xd) * pdf)) - 23);
-    REQUIRE(std::fabs(y[i] - reference) <= kVectorMathUlps * scale);
+    // The sum of two terms, g Phi(x) and g x phi(x): an ulp of the larger bounds the error (for x < -1
+    // both are small, and 1 + erf(x / sqrt 2) would lose their digits; ilogb(0) is below -126).
+    const double larger = 0.75 * std::max(cdf, std::fabs(xd) * pdf);
+    const double scale = std::ldexp(1.0, std::max(std::ilogb(larger), -126) - 23);
+    REQUIRE(std::fabs(y[i] - reference) <= kGeluUlps * scale);
   }
   // In place (y = g), as the elementwise loop may call it.
   std::vector<float> in_place(g);
@@ -137,6 +137,32 @@ TEST_CASE("vectorised functions keep the scalar functors' special values, in pla
   CHECK(std::isnan(y[2]));
   CHECK(y[3] == 0.5f);
   CHECK(y[6] == functors::Sigmoid{}(-100.0f));  // 0: exp(100) overflows, as in the scalar functor
+  vm::tanh(x.data(), y.data(), 8);
+  CHECK(std::signbit(y[4]));  // tanh(-0) = -0
+  // GELU: NaN in, NaN out; at -inf, -inf * Phi(-inf) = -inf * 0 is NaN, as in PyTorch.
+  vm::gelu(x.data(), y.data(), 8);
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == inf);
+  CHECK(std::isnan(y[2]));
+  CHECK(y[3] == 0.0f);
+  CHECK((y[4] == 0.0f && std::signbit(y[4])));
+  CHECK(y[5] == 100.0f);
+  CHECK((y[6] == 0.0f && std::signbit(y[6])));
+  // The gradient: NaN at NaN and at +-inf (x phi(x) = inf * 0, as PyTorch), never a finite value there.
+  const std::vector<float> g(x.size(), 0.75f);
+  vm::gelu_grad(g.data(), x.data(), y.data(), 8);
+  CHECK(std::isnan(y[0]));
+  CHECK(std::isnan(y[1]));
+  CHECK(std::isnan(y[2]));
+  CHECK(y[3] == 0.375f);
+  CHECK(y[4] == 0.375f);
+  CHECK(y[5] == 0.75f);
+  CHECK(y[6] == 0.0f);
+  // NaN wherever it sits in a block, and whatever the gradient: the packet path has no fallback.
+  std::vector<float> many(300, 1.0f), grads(300, 0.0f), out(300);
+  for (std::size_t i = 0; i < many.size(); i += 7) many[i] = nan;
+  vm::gelu_grad(grads.data(), many.data(), out.data(), 300);
+  for (std::size_t i = 0; i < many.size(); ++i) CHECK(std::isnan(out[i]) == std::isnan(many[i]));
   std::vector<float> in_place(x);
   vm::exp(in_place.data(), in_place.data(), 8);
   vm::exp(x.data(), y.data(), 8);
