@@ -21,6 +21,8 @@
 //   gelu               kGeluUlps       (measured worst: 3.7, its left tail included, down to
 //                                       the subnormal results near x = -14)
 //   gelu_grad          kGeluUlps of the larger of its terms Phi(x) and x phi(x) (3.7)
+// (measured with AVX-512, and the same with AVX2; with SSE2 alone, no fused multiply-adds, as in a
+// build without MG_NATIVE: tanh 1.03, gelu 3.84).
 // So an f16 or bf16 result, rounded once from these, is the correctly rounded value or, within a few
 // f32 ulps of a rounding boundary, its neighbour. Per element on ordinary inputs (normal samples),
 // against PyTorch 1.13 (tests/parity, the "per element" rows): tanh and its gradient within twice
