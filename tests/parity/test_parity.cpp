@@ -172,7 +172,7 @@ void check_case(const data::SafetensorsFile& file, const json& c) {
   const DType dtype = parity::dtype_named(dtype_name);
   const std::vector<std::string> grads = c.at("grads");
   parity::Inputs inputs;
-  for (const std::string input : c.at("inputs")) {
+  for (const std::string& input : c.at("inputs").get<std::vector<std::string>>()) {
     Tensor value = file.tensors.at(name + ".in." + input).clone();
     if (std::find(grads.begin(), grads.end(), input) != grads.end()) value.requires_grad_();
     inputs[input] = value;
@@ -305,7 +305,7 @@ TEST_CASE("SGD, Adam, AdamW and Adagrad follow PyTorch step for step, with weigh
       optimizer->step();
       worst = std::max(worst, error_ulps(p, file.tensors.at(fmt::format("{}.param.{}", name, step)), DType::F32));
       const StateDict state = optimizer->state_dict();
-      for (const std::string key : c.at("state")) {
+      for (const std::string& key : c.at("state").get<std::vector<std::string>>()) {
         INFO("state " << key);
         REQUIRE(state.count("state.0." + key) == 1);
         worst = std::max(worst, error_ulps(state.at("state.0." + key),
