@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
 #include <utility>
 #ifdef MG_WITH_OPENBLAS
 #include <cblas.h>
@@ -78,10 +79,12 @@ std::optional<VectorWidth> openblas_kernel_width(std::string_view core) {
   return std::nullopt;
 }
 
-GemmChoice choose_gemm(const GemmChoiceInputs& in) {
-  // 1. The user's word, when given (an empty MG_GEMM counts as unset, as `MG_GEMM= cmd` means).
-  if (in.mg_gemm && !in.mg_gemm->empty()) {
-    const std::string& value = *in.mg_gemm;
+namespace {
+
+// The library rule of blas_choice.h; `value` is MG_GEMM's library, or empty.
+std::pair<GemmLibrary, std::string> choose_library(const GemmChoiceInputs& in, const std::string& value) {
+  // 1. The user's word, when given.
+  if (!value.empty()) {
     if (value == "eigen") return {GemmLibrary::Eigen, fmt::format("{} (MG_GEMM=eigen)", eigen_line(in))};
     MG_CHECK(value == "openblas",
              "MG_GEMM={}: unknown GEMM library; allowed values are eigen and openblas (or leave MG_GEMM unset "
@@ -119,6 +122,85 @@ GemmChoice choose_gemm(const GemmChoiceInputs& in) {
                                              vector_width_name(*kernel_width))};
 }
 
+
+// MG_GEMM's kernel names (blas_choice.h), and what each sets.
+struct KernelWord {
+  std::string_view word;
+  std::optional<MicroKernelId> f32, f16, bf16;  // nullopt: leaves that dtype's choice alone
+  bool widen = false;                           // sets f16 and bf16 to "widen"
+};
+const std::array<KernelWord, 5> kKernelWords{{
+    {"avx512-bf16-dot", std::nullopt, std::nullopt, MicroKernelId::Avx512Bf16Dot},
+    {"avx512-fma", MicroKernelId::Avx512Fma, MicroKernelId::Avx512Fma, MicroKernelId::Avx512Fma},
+    {"avx2-fma", MicroKernelId::Avx2Fma, MicroKernelId::Avx2Fma, MicroKernelId::Avx2Fma},
+    {"model", MicroKernelId::ModelFma, MicroKernelId::ModelFma, MicroKernelId::ModelBf16Dot},
+    {"widen", std::nullopt, std::nullopt, std::nullopt, true},
+}};
+
+std::string kernel_name(std::optional<MicroKernelId> id, std::string_view otherwise) {
+  return std::string(id ? microkernel_name(*id) : otherwise);
+}
+
+std::string runnable_words(const MicroCpu& cpu) {
+  std::string words;
+  for (const KernelWord& kernel : kKernelWords) {
+    const std::optional<MicroKernelId> id = kernel.bf16 ? kernel.bf16 : kernel.f16;
+    if (id && !cpu_runs(cpu, *id)) continue;
+    words += words.empty() ? "" : ", ";
+    words += kernel.word;
+  }
+  return words;
+}
+
+}  // namespace
+
+GemmChoice choose_gemm(const GemmChoiceInputs& in) {
+  // MG_GEMM: a library and kernels, comma-separated (an empty MG_GEMM counts as unset, as `MG_GEMM= cmd` means).
+  std::string library;
+  std::vector<const KernelWord*> kernels;
+  if (in.mg_gemm) {
+    std::string_view rest = *in.mg_gemm;
+    while (!rest.empty()) {
+      const std::string_view word = rest.substr(0, rest.find(','));
+      rest.remove_prefix(std::min(rest.size(), word.size() + 1));
+      const auto known = std::ranges::find(kKernelWords, word, &KernelWord::word);
+      if (known != kKernelWords.end()) {
+        kernels.push_back(&*known);
+        continue;
+      }
+      MG_CHECK(library.empty() && (word == "eigen" || word == "openblas"),
+               "MG_GEMM={}: '{}' is neither a GEMM library (eigen, openblas; one at most) nor a microkernel "
+               "(avx512-bf16-dot, avx512-fma, avx2-fma, model, widen); e.g. MG_GEMM=openblas,model, or leave "
+               "MG_GEMM unset and mixgrad chooses",
+               *in.mg_gemm, word);
+      library = word;
+    }
+  }
+  GemmChoice choice;
+  std::tie(choice.library, choice.description) = choose_library(in, library);
+  // The microkernels: the widest this CPU runs, then the user's words in order.
+  const MicroCpu& cpu = in.micro;
+  const std::optional<MicroKernelId> fma = cpu.avx512f    ? std::optional(MicroKernelId::Avx512Fma)
+                                           : cpu.avx2_fma ? std::optional(MicroKernelId::Avx2Fma)
+                                                          : std::nullopt;
+  choice.f16 = fma;
+  choice.bf16 = cpu.avx512_bf16 ? std::optional(MicroKernelId::Avx512Bf16Dot) : fma;
+  for (const KernelWord* kernel : kernels) {
+    for (std::optional<MicroKernelId> id : {kernel->f32, kernel->f16, kernel->bf16})
+      MG_CHECK(!id || cpu_runs(cpu, *id),
+               "MG_GEMM={}: this CPU lacks the instructions of the {} microkernel; kernels it runs: {}",
+               *in.mg_gemm, kernel->word, runnable_words(cpu));
+    if (kernel->widen) choice.f16 = choice.bf16 = std::nullopt;
+    if (kernel->f32) choice.f32 = kernel->f32;
+    if (kernel->f16) choice.f16 = kernel->f16;
+    if (kernel->bf16) choice.bf16 = kernel->bf16;
+  }
+  choice.microkernels = fmt::format("f16 {}, bf16 {}{}", kernel_name(choice.f16, "widen"),
+                                    kernel_name(choice.bf16, "widen"),
+                                    choice.f32 ? ", f32 " + kernel_name(choice.f32, "") : "");
+  return choice;
+}
+
 GemmChoiceInputs gemm_choice_inputs() {
   GemmChoiceInputs in;
   if (const char* mg_gemm = std::getenv("MG_GEMM")) in.mg_gemm = mg_gemm;
@@ -139,6 +221,7 @@ GemmChoiceInputs gemm_choice_inputs() {
 #else
   in.cpu = {.x86 = false};
 #endif
+  in.micro = micro_cpu();
 #if defined(EIGEN_VECTORIZE_AVX512)
   in.eigen_width = VectorWidth::Avx512;
 #elif defined(EIGEN_VECTORIZE_AVX2)
@@ -159,7 +242,10 @@ const GemmChoice& gemm_choice() {
   return choice;
 }
 
-std::string gemm_backend() { return gemm_choice().description; }
+std::string gemm_backend() {
+  const GemmChoice& choice = gemm_choice();
+  return fmt::format("{}; microkernels: {}", choice.description, choice.microkernels);
+}
 
 std::string cpu_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");

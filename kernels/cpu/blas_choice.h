@@ -1,4 +1,6 @@
-// Which library multiplies f32/f64 matrices on the CPU, OpenBLAS or Eigen: decided once per process.
+// What multiplies matrices on the CPU, decided once per process: which library multiplies f32/f64
+// matrices, OpenBLAS or Eigen (the rule below), and which of mixgrad's own microkernels multiplies
+// f16 and bf16 ones (kernels/cpu/microkernel.h; the rule at the end).
 //
 // Why a decision at all: OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's family and
 // model numbers when the library loads. On a CPU it does not know (seen: a VM whose CPU calls itself
@@ -34,6 +36,18 @@
 // know (a newer OpenBLAS): in a -march=native build that costs about the equal-width difference
 // above, and gemm_backend() says what happened.
 //
+// The microkernels for f16 and bf16 (and f32 when asked), rule choose_gemm also applies:
+//   bf16: avx512-bf16-dot where the CPU has AVX512_BF16, else avx512-fma, else avx2-fma, else "widen";
+//   f16:  avx512-fma, else avx2-fma, else "widen";
+//   f32:  the library above.
+// "widen" is the path without a microkernel: both operands widened to f32 in a pass of their own and
+// multiplied by the library. MG_GEMM takes, besides a library, comma-separated, a kernel that replaces
+// the choice for every dtype it can multiply (a later one wins for the dtypes both can):
+//   avx512-bf16-dot (bf16), avx512-fma and avx2-fma (f32, f16, bf16), model (the instruction models
+//   of microkernel.h, scalar code that runs anywhere: model-bf16-dot for bf16, model-fma for f32 and
+//   f16), widen (f16, bf16).
+// e.g. MG_GEMM=openblas,model. A kernel this CPU cannot run is an mg::Error naming those it can.
+//
 // Tests: build/tests/test_gemm_choice. Benchmarks print the choice in their header (bench/machine.h).
 #pragma once
 
@@ -42,6 +56,7 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/cpu/microkernel.h"
 #include "kernels/gemm.h"  // GemmLibrary
 
 namespace mg::kernels::cpu {
@@ -65,6 +80,7 @@ struct GemmChoiceInputs {
   std::string openblas_core;           // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
   std::string openblas_version;        // "0.3.21"
   CpuFeatures cpu;
+  MicroCpu micro;                      // the instructions of the microkernels (micro_cpu())
   VectorWidth eigen_width = VectorWidth::Sse;  // what Eigen was compiled for (EIGEN_VECTORIZE_*)
   std::string eigen_version;                   // "3.4.0"
 };
@@ -75,6 +91,10 @@ struct GemmChoice {
   // "Eigen 3.4.0 AVX-512 (OpenBLAS 0.3.21 would run its generic Prescott kernels on this AVX-512
   // CPU; MG_GEMM=openblas forces it)".
   std::string description;
+  // The microkernel of each low-precision dtype (and of f32 when MG_GEMM names one), or nullopt for
+  // "widen" (f16, bf16) and the library (f32).
+  std::optional<MicroKernelId> f32, f16, bf16;
+  std::string microkernels;  // "f16 avx512-fma, bf16 avx512-bf16-dot"
 };
 
 // The vector width of an x86 OpenBLAS core's GEMM kernels (names as openblas_get_corename() gives

@@ -8,11 +8,15 @@
 // CPU, and on par on an AVX-512 Xeon; with its generic ones a training step takes ~4x as long
 // (docs/results/cpu-bench.md). The cores share a product as tiles of C cut by its shape alone
 // (plan_tiles), each tile one single-threaded GEMM, so results never depend on the thread count.
-// f16 and bf16 follow the Tensor Core contract: the operands are converted to f32 in one vectorised
-// pass (F16C for f16), multiplied and accumulated in f32 by the f32 GEMM (OpenBLAS's or Eigen's), and the result rounded once on
-// store. A product of two f16 (or bf16) values is exact in f32, so this is the same arithmetic as
-// the hardware's, up to the order of the f32 additions. The epilogue (bias, activation) is applied to
-// the f32 (f64) result before that one rounding, with the functors the CUDA epilogue calls. With
+// f16 and bf16 follow the Tensor Core contract on mixgrad's own microkernels (kernels/cpu/
+// gemm_packed.h): packing widens f16 with F16C (or interleaves bf16 pairs for AVX512_BF16's
+// vdpbf16ps), the products are accumulated in f32, and the result is rounded once on store, with the
+// epilogue fused into that store. A product of two f16 (or bf16) values is exact in f32, so this is
+// the same arithmetic as the hardware's, up to the order of the f32 additions (and, for vdpbf16ps,
+// subnormals: kernels/cpu/microkernel.h). Which microkernel runs is kernels/cpu/blas_choice.h's
+// choice; on a CPU with none of them (or MG_GEMM=widen) both operands are converted to f32 in one
+// vectorised pass and multiplied by the f32 GEMM. The epilogue (bias, activation) is applied to
+// the f32 (f64) result before the one rounding, with the functors the CUDA epilogue calls. With
 // Accumulation::F16 (kernels/gemm.h) an f16 GEMM keeps its running sums in f16 instead: E7 of
 // `mixgrad repro` shows what that costs. Eigen::half matrices are never multiplied
 // directly: Eigen's half GEMM emulates every operation and is ~400x slower.
@@ -34,8 +38,10 @@
 #include "core/error.h"
 #include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/compute_type.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/functors.h"
+#include "kernels/threads.h"
 #include "kernels/gemm.h"
 
 namespace mg::kernels {
@@ -232,6 +238,25 @@ void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
   }
 }
 
+// op(A) or op(B) as the packed GEMM reads it (kernels/cpu/gemm_packed.h): the lines of op(A) are its m
+// rows, those of op(B) its n columns; each is k long. item: the product of the batch.
+GemmOperand operand(const Tensor& t, std::int64_t item, std::int64_t lines, std::int64_t k, bool line_major) {
+  const auto* matrix = static_cast<const std::byte*>(t.data_ptr()) +
+                       item * lines * k * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  return line_major ? GemmOperand{matrix, t.dtype(), k, 1} : GemmOperand{matrix, t.dtype(), 1, lines};
+}
+
+// The microkernel that multiplies operands of this dtype in this process, or nullptr for the library
+// (f32, f64) or "widen" (kernels/cpu/blas_choice.h).
+const MicroKernel* chosen_microkernel(DType dtype) {
+  const GemmChoice& choice = gemm_choice();
+  const std::optional<MicroKernelId> id = dtype == DType::F16    ? choice.f16
+                                          : dtype == DType::BF16 ? choice.bf16
+                                          : dtype == DType::F32  ? choice.f32
+                                                                 : std::nullopt;
+  return id ? microkernel(*id) : nullptr;
+}
+
 // The GEMM on `library`, with B's f32 values taken from b_widened when it is defined (else widened
 // here, like A).
 void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c,
@@ -252,10 +277,15 @@ void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tenso
     apply_epilogue(c.data<double>(), s, epilogue);
     return;
   }
-  // f32, f16 and bf16 all multiply in f32; only the conversions at either end differ.
+  const bool accumulate_in_f16 = a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16;
+  if (const MicroKernel* kernel = chosen_microkernel(a.dtype()); kernel && !accumulate_in_f16) {
+    gemm_packed(*kernel, a, b, c, s, epilogue);
+    return;
+  }
+  // "widen": f32, f16 and bf16 all multiply in f32 on the library; only the conversions at either end differ.
   Tensor a32 = widened<float>(a), b32 = b_widened.defined() ? b_widened : widened<float>(b);
   Tensor c32 = c.dtype() == DType::F32 ? c : Tensor::empty(c.shape(), {.dtype = DType::F32});
-  if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16)
+  if (accumulate_in_f16)
     gemm_accumulate_in_f16(a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
   else
     gemm_batched(library, a32.data<float>(), b32.data<float>(), c32.data<float>(), s);
@@ -263,14 +293,73 @@ void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tenso
   if (c32.dtype() != c.dtype()) convert_parallel(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
 }
 
+
+// How the packed GEMM cuts a product for the thread pool: into as few tiles as keep every thread busy,
+// along C's longer side (so that the operand every tile packs again is the smaller one), in whole
+// micro-panels. Unlike plan_tiles, the cut may follow the thread count: every element of C is the same
+// chain of operations whatever tile holds it (kernels/cpu/microkernel.h), so no cut changes a bit, and
+// fewer tiles pack the shared operand fewer times (with plan_tiles' 64-column tiles a 1024^3 product
+// packed A 16 times and ran at half the microkernel's speed).
+struct PackedPlan {
+  bool cut_rows;
+  std::int64_t parts;  // tiles per product
+  Chunks cut;          // those tiles, in micro-panels of the cut side
+  int panel;           // MR or NR
+
+  Tile tile(const GemmShape& s, std::int64_t part) const {
+    const std::int64_t side = cut_rows ? s.m : s.n;
+    const std::int64_t begin = std::min(side, cut.begin(part) * panel), end = std::min(side, cut.end(part) * panel);
+    return cut_rows ? Tile{begin, end, 0, s.n} : Tile{0, s.m, begin, end};
+  }
+};
+
+PackedPlan plan_packed(const MicroKernel& kernel, const GemmShape& s) {
+  const bool cut_rows = s.m > s.n;
+  const int panel = cut_rows ? kernel.mr : kernel.nr;
+  const std::int64_t panels = std::max<std::int64_t>(1, ((cut_rows ? s.m : s.n) + panel - 1) / panel);
+  const std::int64_t flops = 2 * s.m * s.n * std::max<std::int64_t>(1, s.k);
+  const std::int64_t wanted = (num_threads() + s.batch - 1) / s.batch;  // tiles per product to fill the pool
+  const std::int64_t parts = std::clamp<std::int64_t>(std::min(wanted, flops / kMinTileFlops), 1, panels);
+  return {cut_rows, parts, Chunks{panels, parts}, panel};
+}
+
 }  // namespace
+
+// Every tile of every product of the batch, in parallel.
+void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
+                 const GemmEpilogue& epilogue) {
+  assert(kernel.arith == MicroArith::Fma ? a.dtype() != DType::F64 : a.dtype() == DType::BF16);
+  assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
+  if (c.numel() == 0) return;
+  const Tensor bias = epilogue.bias.defined() ? widened<float>(epilogue.bias) : Tensor();  // exact
+  const PackedPlan plan = plan_packed(kernel, s);
+  parallel_for(s.batch * plan.parts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t i = item / plan.parts;
+      const PackedGemm gemm{
+          .kernel = &kernel,
+          .a = operand(a, i, s.m, s.k, !s.transpose_a),  // A is [m, k], or [k, m] when transposed
+          .b = operand(b, i, s.n, s.k, s.transpose_b),   // B is [k, n], or [n, k] when transposed
+          .k = s.k,
+          .c = static_cast<std::byte*>(c.data_ptr()) + i * s.m * s.n * static_cast<std::int64_t>(dtype_size(c.dtype())),
+          .c_dtype = c.dtype(),
+          .ldc = s.n,
+          .bias = bias.defined() ? bias.data<float>() : nullptr,
+          .activation = epilogue.activation};
+      const Tile tile = plan.tile(s, item % plan.parts);
+      packed_gemm_tile(gemm, tile.row0, tile.row1, tile.col0, tile.col1);
+    }
+  });
+}
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
   gemm_on(gemm_choice().library, a, b, c, s, epilogue);
 }
 
 Tensor widen_gemm_operand(const Tensor& b) {
-  return b.dtype() == DType::F16 || b.dtype() == DType::BF16 ? widened<float>(b) : Tensor();
+  // A microkernel widens as it packs: nothing to keep.
+  if (b.dtype() != DType::F16 && b.dtype() != DType::BF16) return Tensor();
+  return chosen_microkernel(b.dtype()) ? Tensor() : widened<float>(b);
 }
 
 void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& s) {

@@ -1,0 +1,221 @@
+// mixgrad's own CPU GEMM around a microkernel: the blocking, the packing and the epilogue described in
+// kernels/cpu/gemm_packed.h. Tests: build/tests/test_gemm_packed. Benchmark: build/bench/matmul.
+#include "kernels/cpu/gemm_packed.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cstring>
+#include <vector>
+
+#include "core/convert.h"
+#include "kernels/functors.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+// Cache blocking (the header's KC, MC and NC), for this project's AMD EPYC (Zen 4: 32 KiB L1d, 1 MiB
+// L2 per core). KC steps of k of one micro-panel of B (48 KiB in f32, 32 KiB in bf16 pairs) stream
+// through L1 for every micro-panel of A; A's block (MC x KC: 180 KiB f32) stays in L2; B's block
+// (KC x NC: 1.5 MiB f32, 1 MiB bf16) in L2 and L3. KC is even, so a pair of k never straddles two
+// blocks. Any other values give the same bits, only at another speed (measured with bench/matmul:
+// these are within noise of the best of the dozen tried; bf16 prefers the longer KC).
+constexpr std::int64_t kBlockKFma = 384;
+constexpr std::int64_t kBlockKPairs = 512;
+constexpr std::int64_t kBlockRows = 120;
+constexpr std::int64_t kBlockCols = 1024;
+constexpr int kMaxTile = 12 * 32;  // the largest MR x NR of microkernel.h
+
+// This thread's packed blocks and partial sums, reused from one GEMM to the next so that their pages
+// are touched once (a fresh page costs ~10 us).
+struct Scratch {
+  std::vector<float> a, b;                      // FMA panels (f32)
+  std::vector<std::uint32_t> a_pairs, b_pairs;  // Bf16Dot panels (bf16 pairs)
+  std::vector<float> partial;                   // C's f32 sums between blocks of k (f16/bf16 output)
+  std::vector<float> line;                      // one line of an operand, widened, while it is packed
+};
+thread_local Scratch scratch;
+
+template <class T>
+T* reserve(std::vector<T>& buffer, std::int64_t count) {
+  if (buffer.size() < static_cast<std::size_t>(count)) buffer.resize(static_cast<std::size_t>(count));
+  return buffer.data();
+}
+
+const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k) {
+  return static_cast<const std::byte*>(x.data) + (line * x.line_stride + k * x.k_stride) * static_cast<std::int64_t>(dtype_size(x.dtype));
+}
+
+// n values of a run of x as f32: loops the compiler vectorises for f32 and bf16 (a shift), F16C for f16
+// (core/convert.h).
+void widen_run(const std::byte* src, DType dtype, float* dst, std::int64_t n) {
+  if (dtype == DType::F32) {
+    std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(n));
+  } else if (dtype == DType::BF16) {
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(std::uint32_t{bits[i]} << 16);
+  } else {
+    convert(src, dtype, dst, DType::F32, n);
+  }
+}
+
+// Packs `lines` lines of x (from line0), over k in [k0, k0 + kc), as one FMA micro-panel: out[k][width]
+// in f32, zero past the last line. Converts as it copies (core/convert.h: F16C for f16).
+void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
+              float* out, std::vector<float>& line_buffer) {
+  if (lines < width)
+    for (std::int64_t k = 0; k < kc; ++k) std::fill(out + k * width + lines, out + (k + 1) * width, 0.0f);
+  if (x.line_stride == 1) {  // the lines are contiguous at each k: one conversion per k
+    for (std::int64_t k = 0; k < kc; ++k) widen_run(element(x, line0, k0 + k), x.dtype, out + k * width, lines);
+    return;
+  }
+  // Each line is contiguous along k (or strided): widen the line, then lay it down across the panel.
+  float* values = reserve(line_buffer, kc);
+  for (std::int64_t line = 0; line < lines; ++line) {
+    if (x.k_stride == 1) widen_run(element(x, line0 + line, k0), x.dtype, values, kc);
+    else
+      for (std::int64_t k = 0; k < kc; ++k) convert(element(x, line0 + line, k0 + k), x.dtype, values + k, DType::F32, 1);
+    for (std::int64_t k = 0; k < kc; ++k) out[k * width + line] = values[k];
+  }
+}
+
+// Packs the same lines as one Bf16Dot micro-panel: out[s][width] holds, for each line, the bf16 bits of
+// k0 + 2s in the low half of a 32-bit word and of k0 + 2s + 1 in the high half (the order of memory).
+// Zero past the last line, and in the high half of the last pair when kc is odd.
+void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
+                     int width, std::uint32_t* out) {
+  assert(x.dtype == DType::BF16);
+  const std::int64_t steps = (kc + 1) / 2, whole = kc / 2;
+  const auto* bits = static_cast<const std::uint16_t*>(x.data);
+  if (lines < width)
+    for (std::int64_t s = 0; s < steps; ++s) std::fill(out + s * width + lines, out + (s + 1) * width, 0u);
+  if (x.line_stride == 1) {  // contiguous lines: interleave two rows of k, a vector loop
+    for (std::int64_t s = 0; s < whole; ++s) {
+      const std::uint16_t* even = bits + line0 + (k0 + 2 * s) * x.k_stride;
+      const std::uint16_t* odd = even + x.k_stride;
+      for (std::int64_t line = 0; line < lines; ++line)
+        out[s * width + line] = std::uint32_t{even[line]} | std::uint32_t{odd[line]} << 16;
+    }
+  } else {
+    for (std::int64_t line = 0; line < lines; ++line) {
+      const std::uint16_t* values = bits + (line0 + line) * x.line_stride + k0 * x.k_stride;
+      for (std::int64_t s = 0; s < whole; ++s)
+        out[s * width + line] =
+            std::uint32_t{values[2 * s * x.k_stride]} | std::uint32_t{values[(2 * s + 1) * x.k_stride]} << 16;
+    }
+  }
+  if (whole < steps)
+    for (std::int64_t line = 0; line < lines; ++line)
+      out[whole * width + line] = *reinterpret_cast<const std::uint16_t*>(element(x, line0 + line, k0 + kc - 1));
+}
+
+// The rows x cols corner of an f32 tile (row stride `width`) stored into C at (i, j): the epilogue
+// applied to the f32 values, then one rounding into C's dtype (a vectorised conversion per row).
+template <class Activation>
+void store_rows(const float* tile, int width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j,
+                Activation activation) {
+  alignas(64) float row[32];
+  const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
+  for (int r = 0; r < rows; ++r) {
+    const float* sums = tile + r * width;
+    if (g.bias)
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[j + col]);
+    else
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col]);
+    convert(row, DType::F32, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, g.c_dtype, cols);
+  }
+}
+
+void store_result(const float* tile, int width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j) {
+  switch (g.activation) {
+    case Activation::None:
+      if (!g.bias) {  // nothing to apply: round straight from the tile
+        const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
+        for (int r = 0; r < rows; ++r)
+          convert(tile + r * width, DType::F32, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, g.c_dtype, cols);
+        return;
+      }
+      return store_rows(tile, width, rows, cols, g, i, j, functors::Copy{});
+    case Activation::Relu: return store_rows(tile, width, rows, cols, g, i, j, functors::Relu{});
+    case Activation::Gelu: return store_rows(tile, width, rows, cols, g, i, j, functors::Gelu{});
+  }
+}
+
+}  // namespace
+
+void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1) {
+  const MicroKernel& kernel = *g.kernel;
+  const int mr = kernel.mr, nr = kernel.nr;
+  assert(mr * nr <= kMaxTile && nr <= 32);
+  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
+  const std::int64_t block_k = pairs ? kBlockKPairs : kBlockKFma;
+  const std::int64_t block_rows = std::max<std::int64_t>(mr, kBlockRows / mr * mr);
+  const std::int64_t block_cols = std::max<std::int64_t>(nr, kBlockCols / nr * nr);
+  Scratch& s = scratch;
+  // Between blocks of k, C's f32 sums live in C itself when it is f32, else in this thread's buffer.
+  const bool c_holds_sums = g.c_dtype == DType::F32;
+  // An f32 C with no epilogue is also the kernel's output: the last block stores straight into it.
+  const bool direct = c_holds_sums && !g.bias && g.activation == Activation::None;
+  // Its rows are padded by 16 floats: rows 4 KiB apart would share one set of the L1 cache.
+  const std::int64_t partial_ld = block_cols + 16;
+  float* partial = g.k > block_k && !c_holds_sums ? reserve(s.partial, (row1 - row0) * partial_ld) : nullptr;
+  alignas(64) float tile[kMaxTile];
+
+  for (std::int64_t jc = col0; jc < col1; jc += block_cols) {
+    const std::int64_t nc = std::min(block_cols, col1 - jc);
+    // The f32 sum of C's element (i, j) between blocks of k.
+    const auto sum_at = [&](std::int64_t i, std::int64_t j) -> std::pair<float*, std::int64_t> {
+      if (c_holds_sums) return {static_cast<float*>(g.c) + i * g.ldc + j, g.ldc};
+      if (partial) return {partial + (i - row0) * partial_ld + (j - jc), partial_ld};
+      return {nullptr, 0};  // one block of k: no sums kept between blocks
+    };
+    for (std::int64_t pc = 0; pc == 0 || pc < g.k; pc += block_k) {  // k = 0 still stores the epilogue of 0
+      const std::int64_t kc = std::min(block_k, g.k - pc), steps = pairs ? (kc + 1) / 2 : kc;
+      const bool first = pc == 0, last = pc + block_k >= g.k;
+      const std::int64_t b_panel = steps * nr, a_panel = steps * mr;  // elements (or pairs) per micro-panel
+      float* b_f32 = pairs ? nullptr : reserve(s.b, (nc + nr - 1) / nr * b_panel);
+      std::uint32_t* b_pairs = pairs ? reserve(s.b_pairs, (nc + nr - 1) / nr * b_panel) : nullptr;
+      for (std::int64_t j = 0, panel = 0; j < nc; j += nr, ++panel) {
+        const std::int64_t lines = std::min<std::int64_t>(nr, nc - j);
+        if (pairs) pack_bf16_pairs(g.b, jc + j, lines, pc, kc, nr, b_pairs + panel * b_panel);
+        else pack_f32(g.b, jc + j, lines, pc, kc, nr, b_f32 + panel * b_panel, s.line);
+      }
+      for (std::int64_t ic = row0; ic < row1; ic += block_rows) {
+        const std::int64_t mc = std::min(block_rows, row1 - ic);
+        float* a_f32 = pairs ? nullptr : reserve(s.a, (mc + mr - 1) / mr * a_panel);
+        std::uint32_t* a_pairs = pairs ? reserve(s.a_pairs, (mc + mr - 1) / mr * a_panel) : nullptr;
+        for (std::int64_t i = 0, panel = 0; i < mc; i += mr, ++panel) {
+          const std::int64_t lines = std::min<std::int64_t>(mr, mc - i);
+          if (pairs) pack_bf16_pairs(g.a, ic + i, lines, pc, kc, mr, a_pairs + panel * a_panel);
+          else pack_f32(g.a, ic + i, lines, pc, kc, mr, a_f32 + panel * a_panel, s.line);
+        }
+        for (std::int64_t j = 0; j < nc; j += nr) {
+          const int cols = static_cast<int>(std::min<std::int64_t>(nr, nc - j));
+          const void* b_micro = pairs ? static_cast<const void*>(b_pairs + j / nr * b_panel) : b_f32 + j / nr * b_panel;
+          for (std::int64_t i = 0; i < mc; i += mr) {
+            const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - i));
+            const void* a_micro = pairs ? static_cast<const void*>(a_pairs + i / mr * a_panel) : a_f32 + i / mr * a_panel;
+            const auto [sums, ld] = sum_at(ic + i, jc + j);
+            if (rows == mr && cols == nr && (!last || direct)) {  // the kernel adds into the sums in place
+              kernel.run(steps, a_micro, b_micro, sums, ld, !first);
+              continue;
+            }
+            // An edge tile, or the last block of k of a tile with an epilogue or a low-precision C:
+            // through the tile buffer.
+            if (!first)
+              for (int r = 0; r < rows; ++r) std::memcpy(tile + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
+            kernel.run(steps, a_micro, b_micro, tile, nr, !first);
+            if (last) {
+              store_result(tile, nr, rows, cols, g, ic + i, jc + j);
+            } else {
+              for (int r = 0; r < rows; ++r) std::memcpy(sums + r * ld, tile + r * nr, sizeof(float) * static_cast<std::size_t>(cols));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mg::kernels::cpu
