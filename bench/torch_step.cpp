@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -14,6 +15,27 @@ namespace bench {
 namespace {
 
 namespace tnn = torch::nn;
+
+// CPU autocast to bf16 for one scope, when `enabled`: what torch.autocast("cpu", dtype=torch.bfloat16)
+// does in Python (its cast cache is cleared when the region ends, as there).
+class AutocastBf16 {
+ public:
+  explicit AutocastBf16(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+  ~AutocastBf16() {
+    if (!enabled_) return;
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+  }
+  AutocastBf16(const AutocastBf16&) = delete;
+  AutocastBf16& operator=(const AutocastBf16&) = delete;
+
+ private:
+  bool enabled_;
+};
 
 tnn::Sequential make_model(const std::string& name) {
   if (name == "mlp")
@@ -28,20 +50,26 @@ tnn::Sequential make_model(const std::string& name) {
 
 class Step final : public TorchStep {
  public:
-  Step(const std::string& name, std::int64_t batch)
-      : model_(make_model(name)),
+  Step(const std::string& name, std::int64_t batch, bool autocast)
+      : autocast_(autocast),
+        model_(make_model(name)),
         optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)),
         x_(name == "conv" ? torch::randn({batch, 32, 14, 14}).requires_grad_(true) : torch::randn({batch, 1, 28, 28})),
         labels_(torch::randint(0, 10, {batch}, torch::kLong)) {}
 
   void step() override {
     optimizer_.zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x_), labels_);
+    torch::Tensor loss;
+    {
+      AutocastBf16 region(autocast_);
+      loss = torch::nn::functional::cross_entropy(model_->forward(x_), labels_);
+    }
     loss.backward();
     optimizer_.step();
   }
 
  private:
+  bool autocast_;
   tnn::Sequential model_;
   torch::optim::SGD optimizer_;
   torch::Tensor x_, labels_;
@@ -115,19 +143,25 @@ TORCH_MODULE(TinyGpt);
 template <class Model>
 class TextStep final : public TorchStep {
  public:
-  explicit TextStep(std::int64_t batch)
-      : optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)),
+  TextStep(std::int64_t batch, bool autocast)
+      : autocast_(autocast),
+        optimizer_(model_->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9)),
         x_(torch::randint(0, kVocab, {batch, kContext}, torch::kLong)),
         labels_(torch::randint(0, kVocab, {batch * kContext}, torch::kLong)) {}
 
   void step() override {
     optimizer_.zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x_).view({-1, kVocab}), labels_);
+    torch::Tensor loss;
+    {
+      AutocastBf16 region(autocast_);
+      loss = torch::nn::functional::cross_entropy(model_->forward(x_).view({-1, kVocab}), labels_);
+    }
     loss.backward();
     optimizer_.step();
   }
 
  private:
+  bool autocast_;
   Model model_;
   torch::optim::SGD optimizer_;
   torch::Tensor x_, labels_;
@@ -135,11 +169,18 @@ class TextStep final : public TorchStep {
 
 }  // namespace
 
-std::unique_ptr<TorchStep> make_torch_step(const std::string& model, std::int64_t batch) {
+std::unique_ptr<TorchStep> make_torch_step(const std::string& model, std::int64_t batch, bool autocast_bf16) {
   torch::manual_seed(0);
-  if (model == "lstm") return std::make_unique<TextStep<CharLstm>>(batch);
-  if (model == "gpt") return std::make_unique<TextStep<TinyGpt>>(batch);
-  return std::make_unique<Step>(model, batch);
+  if (model == "lstm") return std::make_unique<TextStep<CharLstm>>(batch, autocast_bf16);
+  if (model == "gpt") return std::make_unique<TextStep<TinyGpt>>(batch, autocast_bf16);
+  return std::make_unique<Step>(model, batch, autocast_bf16);
+}
+
+std::function<void()> make_torch_matmul(const std::string& dtype, std::int64_t n) {
+  torch::manual_seed(0);
+  const auto type = dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  const torch::Tensor a = torch::randn({n, n}).to(type), b = torch::randn({n, n}).to(type);
+  return [a, b] { torch::Tensor c = torch::matmul(a, b); };
 }
 
 std::string configure_torch(int threads) {

@@ -1,9 +1,9 @@
 // bench/train_step: one training step (forward, cross_entropy, backward, SGD with momentum) of the
-// 784-256-256-10 MLP at batch 128 and 512 and of the 2-conv CNN at batch 128, in mixgrad (fp32 and
-// mixed_float16) and, when built against libtorch, in libtorch (fp32), side by side in one run.
-// With --device cuda the same steps run on the GPU, in fp32, mixed_float16 and mixed_bfloat16, with
-// a GEMM-bound MLP (4096 wide, batch 8192) added, and the peak GPU memory of each step is reported
-// (its peer is PyTorch eager AMP: bench/torch_gpu_step.py, same models and batches).
+// 784-256-256-10 MLP at batch 128 and 512 and of the 2-conv CNN at batch 128, in mixgrad (fp32,
+// mixed_float16 and mixed_bfloat16) and, when built against libtorch, in libtorch (fp32, and
+// autocast to bf16 as torch.autocast("cpu") does), side by side in one run. With --device cuda the
+// same steps run on the GPU, with a GEMM-bound MLP (4096 wide, batch 8192) added (its peer is
+// PyTorch eager AMP: bench/torch_gpu_step.py, same models and batches).
 //
 //   build/bench/train_step                     mixgrad only (always built)
 //   build/bench/train_step_vs_torch            with libtorch (built when CMake finds Torch)
@@ -12,10 +12,11 @@
 //
 // The variants of one model are interleaved in every repetition so that a noisy machine slows them
 // alike; each warms up for 5 steps, then the median of --steps timed steps (default 50) is
-// reported with the ratios the issue sets targets for: mixgrad fp32 / libtorch fp32 and mixgrad
-// mixed_float16 / mixgrad fp32. Also reported: minor page faults per step over the second half of
+// reported with the ratios the targets are set for: mixgrad fp32 / libtorch fp32, each mixed recipe /
+// mixgrad fp32, and mixgrad mixed_bfloat16 / libtorch bf16 autocast. Also reported: the peak bytes
+// mixgrad's caching allocator handed out during one step (on the CPU or the GPU), and minor page faults per step over the second half of
 // the timed steps (0 once the caching allocator holds every buffer a step needs; the CNN's
-// mixed_float16 step still grows its cache by a few hundred pages in its first ~10 steps) and the bytes of activations saved for
+// mixed_float16 step still grows its cache by a few hundred pages in its first ~10 steps), and the bytes of activations saved for
 // backward after one forward pass (autograd/tape.h, saved_tensor_bytes). Threads: --threads N (default
 // MG_NUM_THREADS, else every core) sets mixgrad's pool (mg::set_num_threads) and libtorch's intra-op
 // threads alike.
@@ -118,12 +119,9 @@ class MixgradStep {
   Tensor x_, labels_;
 };
 
-// Peak bytes the caching allocator handed out on the GPU during `step` (0 on the CPU).
-std::size_t peak_device_bytes(Device device, const std::function<std::size_t()>& step) {
-  if (device.is_cpu()) {
-    step();
-    return 0;
-  }
+// Peak bytes the caching allocator of `device` handed out during `step`: the memory a training step
+// needs at its fullest moment (weights, activations, gradients, optimizer state and workspaces).
+std::size_t peak_bytes(Device device, const std::function<std::size_t()>& step) {
   Allocator& allocator = allocator_for(device);
   allocator.reset_peak_on(device);
   step();
@@ -136,7 +134,7 @@ struct Variant {
   std::vector<double> ms;
   std::int64_t faults = 0;
   std::size_t saved_bytes = 0;
-  std::size_t peak_bytes = 0;  // on a GPU
+  std::size_t peak_bytes = 0;  // mixgrad's: its allocator's peak during one step
 };
 
 void run(const std::string& model, std::int64_t batch, int steps, Device device) {
@@ -146,21 +144,22 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     variants.back().name = std::move(name);
     variants.back().step = std::move(step);
   };
-  std::vector<std::string> recipes{"fp32", "mixed_float16"};
-  if (device.is_cuda()) recipes.push_back("mixed_bfloat16");
+  const std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16"};
   for (const std::string& recipe : recipes) {
     auto trainer = std::make_shared<MixgradStep>(model, recipe, batch, device);
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
   }
 #ifdef MG_BENCH_TORCH
   if (device.is_cpu() && model != "wide") {
-    std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch);
+    std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch, false);
     add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
+    std::shared_ptr<bench::TorchStep> autocast = bench::make_torch_step(model, batch, true);
+    add("libtorch bf16 autocast", [autocast] { autocast->step(); return std::size_t{0}; });
   }
 #endif
   for (Variant& v : variants) {
     for (int i = 0; i < 5; ++i) v.saved_bytes = v.step();
-    v.peak_bytes = peak_device_bytes(device, v.step);
+    v.peak_bytes = v.name.starts_with("mixgrad") ? peak_bytes(device, v.step) : 0;
   }
   for (int i = 0; i < steps; ++i)
     for (Variant& v : variants) {
@@ -172,23 +171,32 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     }
 
   fmt::print("\n{} batch {} on {} ({} timed steps each, median)\n", model, batch, device, steps);
-  fmt::print("  {:<22} {:>10} {:>14} {:>16} {:>14}\n", "variant", "ms/step", "faults/step*", "saved activations",
-             "peak GPU MiB");
-  for (const Variant& v : variants)
-    fmt::print("  {:<22} {:>10.3f} {:>14.2f} {:>16} {:>14}\n", v.name, bench::median(v.ms),
+  fmt::print("  {:<24} {:>10} {:>14} {:>18} {:>10}\n", "variant", "ms/step", "faults/step*", "saved activations",
+             "peak MiB");
+  for (const Variant& v : variants) {
+    const bool ours = v.name.starts_with("mixgrad");
+    fmt::print("  {:<24} {:>10.3f} {:>14.2f} {:>18} {:>10}\n", v.name, bench::median(v.ms),
                static_cast<double>(v.faults) / std::max(1, steps / 2),
-               v.name.starts_with("mixgrad") ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-",
-               device.is_cuda() ? fmt::format("{:.1f}", v.peak_bytes / 1048576.0) : "-");
+               ours ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-",
+               ours ? fmt::format("{:.1f}", v.peak_bytes / 1048576.0) : "-");
+  }
   const double fp32 = bench::median(variants[0].ms);
   for (std::size_t i = 1; i < variants.size() && variants[i].name.starts_with("mixgrad"); ++i)
-    fmt::print("  {} / fp32 (mixgrad): {:.3f}x time, {:.3f}x saved activations{}\n", variants[i].name.substr(8),
-               bench::median(variants[i].ms) / fp32,
+    fmt::print("  {} / fp32 (mixgrad): {:.3f}x time, {:.3f}x saved activations, {:.3f}x peak memory\n",
+               variants[i].name.substr(8), bench::median(variants[i].ms) / fp32,
                static_cast<double>(variants[i].saved_bytes) / static_cast<double>(variants[0].saved_bytes),
-               device.is_cuda() ? fmt::format(", {:.3f}x peak memory", static_cast<double>(variants[i].peak_bytes) /
-                                                                       static_cast<double>(variants[0].peak_bytes))
-                                : "");
-  if (variants.back().name == "libtorch fp32")
-    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / bench::median(variants.back().ms));
+               static_cast<double>(variants[i].peak_bytes) / static_cast<double>(variants[0].peak_bytes));
+  const auto median_of = [&variants](const std::string& name) {
+    const auto found = std::ranges::find(variants, name, &Variant::name);
+    return found == variants.end() ? 0.0 : bench::median(found->ms);
+  };
+  if (median_of("libtorch fp32") > 0.0) {
+    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / median_of("libtorch fp32"));
+    fmt::print("  mixgrad mixed_bfloat16 / libtorch bf16 autocast: {:.3f}x\n",
+               median_of("mixgrad mixed_bfloat16") / median_of("libtorch bf16 autocast"));
+    fmt::print("  libtorch bf16 autocast / libtorch fp32: {:.3f}x\n",
+               median_of("libtorch bf16 autocast") / median_of("libtorch fp32"));
+  }
   fmt::print("  * minor page faults per step over the second half of the timed steps\n");
 }
 

@@ -143,13 +143,78 @@ TEST_CASE("gemm choice: a bad MG_GEMM is an error naming the variable, the value
 
 TEST_CASE("gemm choice: this process's choice is the rule applied to its inputs") {
   const GemmChoiceInputs in = kernels::cpu::gemm_choice_inputs();
-  if (in.mg_gemm && !in.mg_gemm->empty() && *in.mg_gemm != "eigen" && *in.mg_gemm != "openblas") {
+  kernels::cpu::GemmChoice expected;
+  try {
+    expected = choose_gemm(in);
+  } catch (const Error&) {  // a bad MG_GEMM in this process's environment
     check_error([] { kernels::cpu::gemm_backend(); }, "MG_GEMM=");
     return;
   }
   MESSAGE("this process: OpenBLAS core '" << in.openblas_core << "', GEMM: " << kernels::cpu::gemm_backend());
-  CHECK(kernels::cpu::gemm_backend() == choose_gemm(in).description);
-  CHECK(kernels::cpu::gemm_choice().library == choose_gemm(in).library);
+  CHECK(kernels::cpu::gemm_backend() == expected.description + "; microkernels: " + expected.microkernels);
+  CHECK(kernels::cpu::gemm_choice().library == expected.library);
+  CHECK(kernels::cpu::gemm_choice().f16 == expected.f16);
+  CHECK(kernels::cpu::gemm_choice().bf16 == expected.bf16);
+}
+
+namespace {
+
+const kernels::cpu::MicroCpu kAllMicro{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true};
+const kernels::cpu::MicroCpu kAvx512NoBf16{.avx2_fma = true, .avx512f = true};
+const kernels::cpu::MicroCpu kAvx2Micro{.avx2_fma = true};
+
+GemmChoiceInputs on(kernels::cpu::MicroCpu micro, const std::string& mg_gemm = "") {
+  GemmChoiceInputs in = inputs("SkylakeX", kAvx512Cpu);
+  in.micro = micro;
+  if (!mg_gemm.empty()) in.mg_gemm = mg_gemm;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("gemm choice: f16 and bf16 run on the widest microkernel the CPU has; f32 stays on the library") {
+  using kernels::cpu::MicroKernelId;
+  const auto all = choose_gemm(on(kAllMicro));
+  CHECK(all.bf16 == MicroKernelId::Avx512Bf16Dot);
+  CHECK(all.f16 == MicroKernelId::Avx512Fma);
+  CHECK_FALSE(all.f32.has_value());
+  CHECK(all.library == GemmLibrary::OpenBlas);
+  CHECK(all.microkernels == "f16 avx512-fma, bf16 avx512-bf16-dot");
+  const auto no_bf16 = choose_gemm(on(kAvx512NoBf16));
+  CHECK(no_bf16.bf16 == MicroKernelId::Avx512Fma);  // bf16 widened by a shift as it is packed
+  const auto avx2 = choose_gemm(on(kAvx2Micro));
+  CHECK(avx2.f16 == MicroKernelId::Avx2Fma);
+  CHECK(avx2.bf16 == MicroKernelId::Avx2Fma);
+  const auto none = choose_gemm(on({}));
+  CHECK_FALSE(none.f16.has_value());
+  CHECK_FALSE(none.bf16.has_value());
+  CHECK(none.microkernels == "f16 widen, bf16 widen");
+}
+
+TEST_CASE("gemm choice: MG_GEMM names a library and microkernels, comma-separated; a later kernel wins") {
+  using kernels::cpu::MicroKernelId;
+  const auto model = choose_gemm(on(kAllMicro, "model"));
+  CHECK(model.f32 == MicroKernelId::ModelFma);
+  CHECK(model.f16 == MicroKernelId::ModelFma);
+  CHECK(model.bf16 == MicroKernelId::ModelBf16Dot);
+  CHECK(model.microkernels == "f16 model-fma, bf16 model-bf16-dot, f32 model-fma");
+  const auto eigen_model = choose_gemm(on(kAllMicro, "eigen,model"));
+  CHECK(eigen_model.library == GemmLibrary::Eigen);
+  CHECK(eigen_model.bf16 == MicroKernelId::ModelBf16Dot);
+  const auto fma_then_dot = choose_gemm(on(kAllMicro, "avx512-fma,avx512-bf16-dot"));
+  CHECK(fma_then_dot.f32 == MicroKernelId::Avx512Fma);
+  CHECK(fma_then_dot.f16 == MicroKernelId::Avx512Fma);
+  CHECK(fma_then_dot.bf16 == MicroKernelId::Avx512Bf16Dot);
+  const auto widen = choose_gemm(on(kAllMicro, "widen"));
+  CHECK_FALSE(widen.f16.has_value());
+  CHECK_FALSE(widen.bf16.has_value());
+  CHECK(choose_gemm(on(kAvx2Micro, "avx2-fma")).f32 == MicroKernelId::Avx2Fma);
+  // A kernel the CPU cannot run is an error naming those it can; so are two libraries.
+  check_choice_error(on(kAvx2Micro, "avx512-bf16-dot"),
+                     {"MG_GEMM=avx512-bf16-dot", "lacks the instructions of the avx512-bf16-dot microkernel",
+                      "kernels it runs: avx2-fma, model, widen"});
+  check_choice_error(on(kAllMicro, "eigen,openblas"), {"MG_GEMM=eigen,openblas", "'openblas'", "one at most"});
+  check_choice_error(on(kAllMicro, "model,fast"), {"'fast'", "avx512-bf16-dot, avx512-fma, avx2-fma, model"});
 }
 
 namespace {

@@ -169,9 +169,9 @@ GemmChoice choose_gemm(const GemmChoiceInputs& in) {
         continue;
       }
       MG_CHECK(library.empty() && (word == "eigen" || word == "openblas"),
-               "MG_GEMM={}: '{}' is neither a GEMM library (eigen, openblas; one at most) nor a microkernel "
-               "(avx512-bf16-dot, avx512-fma, avx2-fma, model, widen); e.g. MG_GEMM=openblas,model, or leave "
-               "MG_GEMM unset and mixgrad chooses",
+               "MG_GEMM={}: '{}' is not one of the allowed values; allowed values are eigen and openblas (the "
+               "f32/f64 library, one at most) and the microkernels avx512-bf16-dot, avx512-fma, avx2-fma, model "
+               "and widen, comma-separated (e.g. MG_GEMM=openblas,model); or leave MG_GEMM unset and mixgrad chooses",
                *in.mg_gemm, word);
       library = word;
     }
