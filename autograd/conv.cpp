@@ -1,4 +1,15 @@
-// conv2d: a convolution as im2col + one GEMM (+ bias), then a permute back to channels-first.
+// conv2d: a convolution, on one of two paths.
+//
+// On the CPU, where a GEMM microkernel runs for the dtype (kernels/conv.h, conv2d_implicit), as
+// implicit GEMMs that read each window straight from the image and write channels-first:
+//   y  = conv2d_forward(x, W, bias)        [N, O, OH, OW]   each element one f32 sum + bias, rounded once
+//   dx = conv2d_input_grad(dy, W)          [N, C, H, W]     likewise (the adjoint window), rounded once
+//   dW = conv2d_weight_grad(dy, x)         [O, C, KH, KW]   summed over every image in f32, rounded once
+//   db = dy summed over N, OH, OW                           (in f32, rounded once: mg::sum_to)
+// Saved for backward: x and W (under autocast their f16/bf16 copies), no window matrix at all.
+//
+// Elsewhere (the GPU, f64, strides > 1), as im2col + one GEMM (+ bias), then a permute back to
+// channels-first:
 //
 //   x      [N, C, H, W]              weight [O, C, KH, KW]          bias [O]
 //   cols = im2col(x)                 [N * OH * OW, C * KH * KW]     every input window as a row
@@ -56,6 +67,30 @@ Tensor convolution_rows(const Tensor& x, const Tensor& weight, const Tensor& bia
   return rows;
 }
 
+// y = x * W + bias on the implicit path (the top of this file), recorded as one op. Saves x and W.
+Tensor convolution_implicit(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::Window2d& window) {
+  const std::int64_t out_channels = weight.size(0);
+  Tensor y = Tensor::empty({window.batch, out_channels, window.out_h(), window.out_w()}, check::like(x));
+  kernels::conv2d_forward(x, weight, bias, window, y);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  record(Op::Conv2d, inputs, y,
+         [x = Saved(x), weight = Saved(weight), window, out_channels](const Tensor& dy, const auto& needs) {
+           Grads grads(needs.size());
+           if (needs[0]) {
+             grads[0] = Tensor::empty(x.get().shape(), check::like(dy));
+             kernels::conv2d_input_grad(dy, weight, window, grads[0]);
+           }
+           if (needs[1]) {
+             grads[1] = Tensor::empty(weight.get().shape(), check::like(dy));
+             kernels::conv2d_weight_grad(dy, x, window, grads[1]);
+           }
+           if (needs.size() == 3 && needs[2]) grads[2] = reshape(sum_to(dy, {out_channels, 1, 1}), {out_channels});
+           return grads;
+         });
+  return y;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
@@ -77,6 +112,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   check::same_dtype(op, x, weight);
   if (bias.defined()) check::same_dtype(op, x, bias);
 
+  if (kernels::conv2d_implicit(x, window)) return convolution_implicit(x, weight, bias, window);
   Tensor rows = convolution_rows(x, reshape(weight, {out_channels, -1}), bias, window);  // [N*OH*OW, O]
   Tensor channels_last = reshape(rows, {window.batch, window.out_h() * window.out_w(), out_channels});
   return reshape(permute(channels_last, {0, 2, 1}), {window.batch, out_channels, window.out_h(), window.out_w()});

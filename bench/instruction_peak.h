@@ -35,9 +35,10 @@ __attribute__((target("avx512f"))) inline float fma_loop() {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_fmadd_ps(a, b, acc[i]);
     asm volatile("" : "+v"(a));  // the compiler may not fold the loop away
   }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kAccumulators; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return _mm512_reduce_add_ps(sum);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  for (int i = 1; i < kAccumulators; ++i) _mm512_store_ps(lanes, _mm512_add_ps(_mm512_load_ps(lanes), acc[i]));
+  return lanes[0];
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline float dot_loop() {
@@ -50,9 +51,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline float dot
     for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], reinterpret_cast<__m512bh>(a), b);
     asm volatile("" : "+v"(a));
   }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kAccumulators; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return _mm512_reduce_add_ps(sum);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  for (int i = 1; i < kAccumulators; ++i) _mm512_store_ps(lanes, _mm512_add_ps(_mm512_load_ps(lanes), acc[i]));
+  return lanes[0];
 }
 
 template <class Loop>

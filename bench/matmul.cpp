@@ -1,38 +1,60 @@
-// bench/matmul: GFLOP/s of mixgrad's matmul beside a raw Eigen product of the same size, in one run.
+// bench/matmul: GFLOP/s of mixgrad's CPU GEMMs at f32, f16 and bf16, beside libtorch's in one run.
 //
 //   build/bench/matmul                    sizes 256 512 1024 2048 (square m = n = k)
 //   build/bench/matmul 512 1024           chosen sizes
+//   build/bench/matmul_vs_torch           with libtorch's f32 and bf16 matmul (built when CMake finds Torch)
+//   MG_NUM_THREADS=1 build/bench/matmul   one core: the figures to read against the instruction peak
 //
-// Three variants per size, interleaved in every repetition so that a noisy machine slows them alike:
-//   eigen f32      C.noalias() = A * B on preallocated row-major Eigen matrices (the peer)
-//   mixgrad f32    mg::matmul on f32 tensors (checks, output from the caching allocator, and the GEMM
-//                  kernels/cpu/blas_choice.h picked: OpenBLAS or Eigen, named in the header)
-//   mixgrad f16    mg::matmul on f16 tensors (operands converted to f32 with F16C, f32 GEMM,
-//                  result rounded to f16: the Tensor Core contract)
-// Each runs twice to warm up, then enough repetitions for ~0.5 s; the median time is reported.
-// Threads: mixgrad's pool at its default (every core; the raw Eigen product runs on one);
-// MG_NUM_THREADS=1 gives per-core figures.
-#include <Eigen/Core>
-
+// Variants per size, interleaved in every repetition so that a noisy machine slows them alike:
+//   f32 library    mg::matmul on f32 tensors: OpenBLAS or Eigen, as kernels/cpu/blas_choice.h picked
+//   f32 own        the same product on mixgrad's FMA microkernel (kernels/cpu/gemm_packed.h)
+//   f16, bf16      mg::matmul on f16/bf16 tensors: the microkernels the choice names (header line)
+//   torch f32, torch bf16   torch::matmul (oneDNN's bf16 kernels), in matmul_vs_torch only
+// Each runs twice to warm up, then enough repetitions for ~0.5 s; the median time is reported. The
+// header also measures the peak of one core's instructions (bench/instruction_peak.h), and each
+// microkernel GEMM is given as a share of the peak of its instruction (on one thread).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "bench/instruction_peak.h"
 #include "bench/machine.h"
 #include "bench/timing.h"
+#include "kernels/cpu/blas_choice.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "mixgrad.h"
+#ifdef MG_BENCH_TORCH
+#include "bench/torch_step.h"
+#endif
 
 namespace {
 
 using bench::Clock;
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using namespace mg::kernels::cpu;
 
 double seconds(const std::function<void()>& fn) {
   auto start = Clock::now();
   fn();
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Variant {
+  std::string name;
+  std::function<void()> run;
+  double peak = 0.0;  // GFLOP/s of the instruction it runs on (one core), 0 when not a microkernel
+  std::vector<double> times;
+};
+
+// The peak of the instruction a microkernel runs on, scaled to the thread count.
+double peak_of(const std::optional<MicroKernelId>& id, const bench::InstructionPeak& peak) {
+  if (!id) return 0.0;
+  const double threads = mg::num_threads();
+  if (*id == MicroKernelId::Avx512Bf16Dot) return peak.bf16_dot * threads;
+  if (*id == MicroKernelId::Avx512Fma) return peak.fma * threads;
+  return 0.0;  // AVX2 and the models: no measured peak
 }
 
 }  // namespace
@@ -46,33 +68,51 @@ int main(int argc, char** argv) try {
   }
   mg::NoGradGuard no_grad;
   fmt::print("{}\n", bench::machine_lines());
-  fmt::print("{:>6} {:>13} {:>13} {:>8} {:>13} {:>8}   (GFLOP/s, median of n runs)\n", "n", "eigen f32",
-             "mixgrad f32", "vs eigen", "mixgrad f16", "vs f32");
+  const bench::InstructionPeak peak = bench::measure_instruction_peak();
+  fmt::print("instruction peak, one core: f32 FMA (zmm) {:.1f} GFLOP/s, bf16 vdpbf16ps (zmm) {:.1f} GFLOP/s{}\n", peak.fma,
+             peak.bf16_dot, peak.bf16_dot > 0 ? fmt::format(" ({:.2f}x)", peak.bf16_dot / peak.fma) : "");
+  fmt::print("threads: {} (MG_NUM_THREADS)\n", mg::num_threads());
+#ifdef MG_BENCH_TORCH
+  fmt::print("peer: {}\n", bench::configure_torch(mg::num_threads()));
+#endif
+  const GemmChoice& choice = gemm_choice();
+  const MicroKernel* own_f32 = microkernel(micro_cpu().avx512f ? MicroKernelId::Avx512Fma : MicroKernelId::Avx2Fma);
+
   for (std::int64_t n : sizes) {
     mg::Generator generator(0);
-    mg::Tensor a = mg::randn({n, n}, generator), b = mg::randn({n, n}, generator);
-    mg::Tensor a16 = a.to(mg::DType::F16), b16 = b.to(mg::DType::F16);
-    RowMajor ea = Eigen::Map<const RowMajor>(a.data<float>(), n, n);
-    RowMajor eb = Eigen::Map<const RowMajor>(b.data<float>(), n, n);
-    RowMajor ec(n, n);
-
-    std::vector<std::function<void()>> variants{
-        [&] { ec.noalias() = ea * eb; },
-        [&] { mg::matmul(a, b); },
-        [&] { mg::matmul(a16, b16); },
+    const mg::Tensor a = mg::randn({n, n}, generator), b = mg::randn({n, n}, generator);
+    const mg::Tensor a16 = a.to(mg::DType::F16), b16 = b.to(mg::DType::F16);
+    const mg::Tensor abf = a.to(mg::DType::BF16), bbf = b.to(mg::DType::BF16);
+    mg::Tensor own_c = mg::Tensor::empty({n, n});
+    std::vector<Variant> variants{
+        {"f32 library", [&] { mg::matmul(a, b); }, 0.0, {}},
+        {"f16", [&] { mg::matmul(a16, b16); }, peak_of(choice.f16, peak), {}},
+        {"bf16", [&] { mg::matmul(abf, bbf); }, peak_of(choice.bf16, peak), {}},
     };
-    std::vector<std::vector<double>> times(variants.size());
-    for (auto& variant : variants) variant(), variant();  // warm-up: caches, allocator, page faults
+    if (own_f32)
+      variants.insert(variants.begin() + 1, {"f32 own", [&] { gemm_packed(*own_f32, a, b, own_c, {.m = n, .n = n, .k = n}); },
+                                             peak_of(own_f32->id, peak), {}});
+#ifdef MG_BENCH_TORCH
+    variants.push_back({"torch f32", bench::make_torch_matmul("f32", n), 0.0, {}});
+    variants.push_back({"torch bf16", bench::make_torch_matmul("bf16", n), 0.0, {}});
+#endif
+    for (Variant& variant : variants) variant.run(), variant.run();  // warm-up: caches, allocator, page faults
     const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     const int reps = std::clamp(static_cast<int>(0.5 / (flops / 100e9)), 5, 200);
     for (int r = 0; r < reps; ++r)
-      for (std::size_t v = 0; v < variants.size(); ++v) times[v].push_back(seconds(variants[v]));
+      for (Variant& variant : variants) variant.times.push_back(seconds(variant.run));
 
-    double eigen = flops / bench::median(times[0]) / 1e9;
-    double f32 = flops / bench::median(times[1]) / 1e9;
-    double f16 = flops / bench::median(times[2]) / 1e9;
-    fmt::print("{:>6} {:>13.1f} {:>13.1f} {:>7.1f}% {:>13.1f} {:>7.1f}%   n = {}\n", n, eigen, f32,
-               100.0 * f32 / eigen, f16, 100.0 * f16 / f32, reps);
+    fmt::print("\nn = {} ({} repetitions, median)\n", n, reps);
+    double f32_library = 0.0, bf16 = 0.0;
+    for (const Variant& variant : variants) {
+      const double gflops = flops / bench::median(variant.times) / 1e9;
+      if (variant.name == "f32 library") f32_library = gflops;
+      if (variant.name == "bf16") bf16 = gflops;
+      fmt::print("  {:<12} {:>8.1f} GFLOP/s {:>7.2f}x f32 library{}\n", variant.name, gflops,
+                 f32_library > 0 ? gflops / f32_library : 0.0,
+                 variant.peak > 0 ? fmt::format("   {:.0f}% of its instruction's peak", 100.0 * gflops / variant.peak) : "");
+      if (variant.name == "torch bf16") fmt::print("  bf16 / torch bf16: {:.2f}x\n", bf16 / gflops);
+    }
   }
   return 0;
 } catch (const mg::Error& error) {

@@ -23,9 +23,27 @@ namespace mg::kernels {
 void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
 void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
 
+// Convolution as implicit GEMMs, channels-first in and out (CPU: kernels/cpu/conv_gemm.cpp): each
+// window is read from the image as the GEMM packs it, so no im2col matrix is made, and y, dx and dW
+// are each one f32 sum per element rounded once into their dtype.
+//   conv2d_implicit(x, window)   whether the three below run for x (its device, its dtype's microkernel,
+//                                the window: stride 1 and padding below the kernel); else im2col
+//   conv2d_forward               y [N, O, OH, OW] = x * weight [O, C, KH, KW] + bias [O] (or none)
+//   conv2d_input_grad            dx [N, C, H, W] from dy [N, O, OH, OW]
+//   conv2d_weight_grad           dW [O, C, KH, KW] from dy and x
+// All tensors contiguous, weight, dy, y, dx and dW of x's dtype (bias: x's or f32).
+bool conv2d_implicit(const Tensor& x, const Window2d& window);
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y);
+void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx);
+void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
+
 namespace cpu {
 void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
 void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
+bool conv2d_implicit(const Tensor& x, const Window2d& window);
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y);
+void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx);
+void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.

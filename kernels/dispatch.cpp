@@ -162,6 +162,25 @@ void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
   MG_ROUTE(dx, col2im, cols, window, dx);
 }
 
+bool conv2d_implicit(const Tensor& x, const Window2d& window) {
+  return x.device().is_cpu() && cpu::conv2d_implicit(x, window);  // the GPU convolves through im2col
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y) {
+  MG_CHECK(y.device().is_cpu(), "kernel conv2d_forward: runs on the CPU only (kernels::conv2d_implicit says where)");
+  cpu::conv2d_forward(x, weight, bias, window, y);
+}
+
+void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx) {
+  MG_CHECK(dx.device().is_cpu(), "kernel conv2d_input_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
+  cpu::conv2d_input_grad(dy, weight, window, dx);
+}
+
+void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw) {
+  MG_CHECK(dw.device().is_cpu(), "kernel conv2d_weight_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
+  cpu::conv2d_weight_grad(dy, x, window, dw);
+}
+
 void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax) {
   MG_ROUTE(out, max_pool2d, x, window, out, argmax);
 }

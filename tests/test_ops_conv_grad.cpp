@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/conv.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -112,4 +113,49 @@ TEST_CASE("conv2d: col2im sums an f16 pixel's 9 window gradients in f32 and roun
   CHECK(expected[4] == 1.0 + 0x1p-9);
   CHECK(expected[0] == 1.0 + 0x1p-10);
   check_values(x.grad(), expected, 0.0, 0.0);
+}
+
+TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f32 sum each, rounded once") {
+  // dW[o, c, kh, kw] = sum over (n, oh, ow) of dy[n, o, oh, ow] x[n, c, ih, iw]: N OH OW terms in one f32
+  // sum (on the CPU's implicit path, kernels/conv.h, or the im2col GEMM elsewhere), then one rounding.
+  // The f64 reference, and its sum of |terms|, come from the f64 convolution (gradchecked in
+  // test_ops_conv) of the same rounded values: dW of (x, dy), and of (|x|, |dy|).
+  const std::vector<Geometry> geometries{{3, 3, 9, 8, 4, 3, 1, 1}, {2, 5, 14, 14, 6, 3, 1, 1}, {2, 2, 8, 7, 3, 3, 2, 1}};
+  std::uint64_t seed = 70;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (const Geometry& g : geometries) {
+      const Conv2dOptions o{.stride = g.stride, .padding = g.padding};
+      const Tensor x = uniform_in({g.batch, g.channels, g.height, g.width}, dtype, seed++, -1.0, 1.0);
+      Tensor weight = uniform_in({g.out_channels, g.channels, g.kernel, g.kernel}, dtype, seed++, -1.0, 1.0);
+      Tensor bias = uniform_in({g.out_channels}, dtype, seed++, -1.0, 1.0);
+      weight.set_requires_grad(true);
+      bias.set_requires_grad(true);
+      Tensor y = conv2d(x, weight, bias, o);
+      const Tensor dy = uniform_in(y.shape(), dtype, seed++, -1.0, 1.0);
+      backward(y, dy);
+      INFO(fmt::format("{}: x [{}, {}, {}, {}], {} out channels, stride {}, padding {}, implicit GEMM {}", dtype_name(dtype),
+                       g.batch, g.channels, g.height, g.width, g.out_channels, g.stride, g.padding,
+                       kernels::conv2d_implicit(x, {.batch = g.batch, .channels = g.channels, .height = g.height,
+                                                    .width = g.width, .kernel_h = g.kernel, .kernel_w = g.kernel,
+                                                    .stride_h = g.stride, .stride_w = g.stride, .pad_h = g.padding,
+                                                    .pad_w = g.padding})));
+      REQUIRE(weight.grad().dtype() == dtype);
+      const auto f64_grads = [&](const Tensor& x64, const Tensor& dy64) {
+        Tensor w64 = weight.detach().to(DType::F64).set_requires_grad(true);
+        Tensor b64 = bias.detach().to(DType::F64).set_requires_grad(true);
+        backward(conv2d(x64, w64, b64, o), dy64);
+        return std::pair{w64.grad().to_vector<double>(), b64.grad().to_vector<double>()};
+      };
+      const auto [dw, db] = f64_grads(x.to(DType::F64), dy.to(DType::F64));
+      const auto [dw_abs, db_abs] = f64_grads(abs(x.to(DType::F64)), abs(dy.to(DType::F64)));
+      const double terms = static_cast<double>(g.batch * y.size(2) * y.size(3) + 2);
+      const auto check = [&](const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& scale) {
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          INFO("element " << i << ": got " << got[i] << ", f64 " << want[i]);
+          CHECK(std::fabs(got[i] - want[i]) <= tolerance(dtype, 0.5) * std::fabs(want[i]) + terms * 0x1p-24 * scale[i]);
+        }
+      };
+      check(weight.grad().to_vector<double>(), dw, dw_abs);
+      check(bias.grad().to_vector<double>(), db, db_abs);
+    }
 }

@@ -246,17 +246,6 @@ GemmOperand operand(const Tensor& t, std::int64_t item, std::int64_t lines, std:
   return line_major ? GemmOperand{matrix, t.dtype(), k, 1} : GemmOperand{matrix, t.dtype(), 1, lines};
 }
 
-// The microkernel that multiplies operands of this dtype in this process, or nullptr for the library
-// (f32, f64) or "widen" (kernels/cpu/blas_choice.h).
-const MicroKernel* chosen_microkernel(DType dtype) {
-  const GemmChoice& choice = gemm_choice();
-  const std::optional<MicroKernelId> id = dtype == DType::F16    ? choice.f16
-                                          : dtype == DType::BF16 ? choice.bf16
-                                          : dtype == DType::F32  ? choice.f32
-                                                                 : std::nullopt;
-  return id ? microkernel(*id) : nullptr;
-}
-
 // The GEMM on `library`, with B's f32 values taken from b_widened when it is defined (else widened
 // here, like A).
 void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c,
@@ -278,7 +267,7 @@ void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tenso
     return;
   }
   const bool accumulate_in_f16 = a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16;
-  if (const MicroKernel* kernel = chosen_microkernel(a.dtype()); kernel && !accumulate_in_f16) {
+  if (const MicroKernel* kernel = gemm_microkernel(a.dtype()); kernel && !accumulate_in_f16) {
     gemm_packed(*kernel, a, b, c, s, epilogue);
     return;
   }
@@ -352,6 +341,21 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
   });
 }
 
+const MicroKernel* gemm_microkernel(DType dtype) {
+  const GemmChoice& choice = gemm_choice();
+  const std::optional<MicroKernelId> id = dtype == DType::F16    ? choice.f16
+                                          : dtype == DType::BF16 ? choice.bf16
+                                          : dtype == DType::F32  ? choice.f32
+                                                                 : std::nullopt;
+  return id ? microkernel(*id) : nullptr;
+}
+
+const MicroKernel* convolution_microkernel(DType dtype) {
+  if (dtype != DType::F32 || gemm_choice().f32) return gemm_microkernel(dtype);
+  const MicroCpu& cpu = micro_cpu();  // f32: the FMA kernel, unless MG_GEMM named one
+  return cpu.avx512f ? microkernel(MicroKernelId::Avx512Fma) : cpu.avx2_fma ? microkernel(MicroKernelId::Avx2Fma) : nullptr;
+}
+
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
   gemm_on(gemm_choice().library, a, b, c, s, epilogue);
 }
@@ -359,7 +363,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const
 Tensor widen_gemm_operand(const Tensor& b) {
   // A microkernel widens as it packs: nothing to keep.
   if (b.dtype() != DType::F16 && b.dtype() != DType::BF16) return Tensor();
-  return chosen_microkernel(b.dtype()) ? Tensor() : widened<float>(b);
+  return gemm_microkernel(b.dtype()) ? Tensor() : widened<float>(b);
 }
 
 void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& s) {

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/convert.h"
@@ -34,6 +35,7 @@ struct Scratch {
   std::vector<std::uint32_t> a_pairs, b_pairs;  // Bf16Dot panels (bf16 pairs)
   std::vector<float> partial;                   // C's f32 sums between blocks of k (f16/bf16 output)
   std::vector<float> line;                      // one line of an operand, widened, while it is packed
+  std::vector<std::uint16_t> raw, raw_line;     // gathered f16/bf16 bits of a window or runs operand
 };
 thread_local Scratch scratch;
 
@@ -60,10 +62,105 @@ void widen_run(const std::byte* src, DType dtype, float* dst, std::int64_t n) {
   }
 }
 
+// count values of one row of an image from column iw0 on (stride 1), zeros where the columns fall in
+// the padding: one clamped copy.
+template <class Bits>
+void copy_clamped(const Bits* row, std::int64_t width, std::int64_t iw0, std::int64_t count, Bits* out) {
+  const std::int64_t begin = std::clamp<std::int64_t>(-iw0, 0, count), end = std::clamp<std::int64_t>(width - iw0, 0, count);
+  // Plain loops, not std::copy: runs are a few elements long, shorter than a call to memmove.
+  for (std::int64_t i = 0; i < begin; ++i) out[i] = Bits{0};
+  for (std::int64_t i = begin; i < end; ++i) out[i] = row[iw0 + i];
+  for (std::int64_t i = std::max(begin, end); i < count; ++i) out[i] = Bits{0};
+}
+
+// The kc values of one line of a runs or window operand whose k runs contiguously through memory
+// (runs: a line of dy over its images; window with positions along k: one tap over every position),
+// from k0 on, into values[0, kc): contiguous copies, one per run or output row.
+template <class Bits>
+void line_along_k(const GemmOperand& x, std::int64_t line, std::int64_t k0, std::int64_t kc, Bits* values) {
+  const auto* data = static_cast<const Bits*>(x.data);
+  if (!x.window) {  // runs of k_run elements
+    assert(x.k_stride == 1);
+    for (std::int64_t k = 0; k < kc;) {
+      const std::int64_t run = (k0 + k) / x.k_run, within = (k0 + k) % x.k_run, count = std::min(kc - k, x.k_run - within);
+      const Bits* from = data + line * x.line_stride + run * x.k_run_stride + within;
+      for (std::int64_t i = 0; i < count; ++i) values[k + i] = from[i];
+      k += count;
+    }
+    return;
+  }
+  const Window2d& w = *x.window;
+  const std::int64_t out_w = w.out_w(), positions = w.out_h() * out_w, taps_per_channel = w.kernel_h * w.kernel_w;
+  const std::int64_t c = line / taps_per_channel, kh = line % taps_per_channel / w.kernel_w, kw = line % w.kernel_w;
+  std::int64_t n = k0 / positions, oh = k0 % positions / out_w, ow = k0 % out_w;
+  for (std::int64_t k = 0; k < kc;) {  // one output row (n, oh) at a time
+    const std::int64_t count = std::min(kc - k, out_w - ow), ih = oh - w.pad_h + kh;
+    if (ih < 0 || ih >= w.height) std::fill(values + k, values + k + count, Bits{0});
+    else copy_clamped(data + ((n * w.channels + c) * w.height + ih) * w.width, w.width, ow - w.pad_w + kw, count, values + k);
+    k += count;
+    ow = 0;
+    if (++oh == w.out_h()) oh = 0, ++n;
+  }
+}
+
+// The elements (line0 + l, k0 + k), l < lines, k < kc, of a runs or window operand (gemm_packed.h) as
+// they are stored, into raw[k * width + l]; 0 past `lines`. Bits is the element's type as stored
+// (uint16_t for f16 and bf16 bits, float for f32): gathering moves values without converting them.
+// Windows have stride 1 (kernels/conv.h's conv2d_implicit), so along a row of output positions the
+// input is contiguous too: every value is moved by a run copy, never found by a division.
+template <class Bits>
+void gather(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
+            Bits* raw, std::vector<Bits>& line_buffer) {
+  for (std::int64_t k = 0; k < kc; ++k) std::fill(raw + k * width + lines, raw + (k + 1) * width, Bits{0});
+  if (!x.window || x.positions_along_k) {  // each line contiguous along k: copy it, then lay it across the panel
+    Bits* values = reserve(line_buffer, kc);
+    for (std::int64_t l = 0; l < lines; ++l) {
+      line_along_k(x, line0 + l, k0, kc, values);
+      for (std::int64_t k = 0; k < kc; ++k) raw[k * width + l] = values[k];
+    }
+    return;
+  }
+  // Lines are the positions of one image, k its taps: at each tap the panel's positions are runs
+  // along output rows, each a contiguous run of the input row it reads.
+  const Window2d& w = *x.window;
+  const auto* image = static_cast<const Bits*>(x.data) + x.image * w.channels * w.height * w.width;
+  const std::int64_t out_w = w.out_w(), taps_per_channel = w.kernel_h * w.kernel_w;
+  struct Run {
+    std::int64_t first_line, count, oh, ow;
+  };
+  Run runs[32];  // the panel's positions cut at the ends of output rows; the same at every tap
+  int run_count = 0;
+  for (std::int64_t l = 0; l < lines; ++run_count) {
+    const std::int64_t p = line0 + l, ow = p % out_w;
+    runs[run_count] = {l, std::min(lines - l, out_w - ow), p / out_w, ow};
+    l += runs[run_count].count;
+  }
+  std::int64_t c = k0 / taps_per_channel, kh = k0 % taps_per_channel / w.kernel_w, kw = k0 % w.kernel_w;
+  for (std::int64_t k = 0; k < kc; ++k) {
+    const Bits* plane = image + c * w.height * w.width;
+    for (const Run& run : std::span(runs, static_cast<std::size_t>(run_count))) {
+      const std::int64_t ih = run.oh - w.pad_h + kh;
+      Bits* out = raw + k * width + run.first_line;
+      if (ih < 0 || ih >= w.height) std::fill(out, out + run.count, Bits{0});
+      else copy_clamped(plane + ih * w.width, w.width, run.ow - w.pad_w + kw, run.count, out);
+    }
+    if (++kw == w.kernel_w && (kw = 0, ++kh == w.kernel_h)) kh = 0, ++c;
+  }
+}
+
 // Packs `lines` lines of x (from line0), over k in [k0, k0 + kc), as one FMA micro-panel: out[k][width]
 // in f32, zero past the last line. Converts as it copies (core/convert.h: F16C for f16).
 void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
-              float* out, std::vector<float>& line_buffer) {
+              float* out, std::vector<float>& line_buffer, std::vector<std::uint16_t>& raw_buffer,
+              std::vector<std::uint16_t>& raw_line_buffer) {
+  if (x.window || x.k_run > 0) {  // gather the bits, then widen them in place, one k at a time
+    if (x.dtype == DType::F32) return gather(x, line0, lines, k0, kc, width, out, line_buffer);
+    std::uint16_t* raw = reserve(raw_buffer, kc * width);
+    gather(x, line0, lines, k0, kc, width, raw, raw_line_buffer);
+    for (std::int64_t k = 0; k < kc; ++k)
+      widen_run(reinterpret_cast<const std::byte*>(raw + k * width), x.dtype, out + k * width, width);
+    return;
+  }
   if (lines < width)
     for (std::int64_t k = 0; k < kc; ++k) std::fill(out + k * width + lines, out + (k + 1) * width, 0.0f);
   if (x.line_stride == 1) {  // the lines are contiguous at each k: one conversion per k
@@ -84,8 +181,18 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
 // k0 + 2s in the low half of a 32-bit word and of k0 + 2s + 1 in the high half (the order of memory).
 // Zero past the last line, and in the high half of the last pair when kc is odd.
 void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
-                     int width, std::uint32_t* out) {
+                     int width, std::uint32_t* out, std::vector<std::uint16_t>& raw_buffer,
+                     std::vector<std::uint16_t>& raw_line_buffer) {
   assert(x.dtype == DType::BF16);
+  if (x.window || x.k_run > 0) {  // gather the bits, then interleave pairs of k
+    std::uint16_t* raw = reserve(raw_buffer, (kc + 1) * width);
+    gather(x, line0, lines, k0, kc, width, raw, raw_line_buffer);
+    if (kc % 2) std::fill(raw + kc * width, raw + (kc + 1) * width, std::uint16_t{0});
+    for (std::int64_t s = 0; s < (kc + 1) / 2; ++s)
+      for (int l = 0; l < width; ++l)
+        out[s * width + l] = std::uint32_t{raw[2 * s * width + l]} | std::uint32_t{raw[(2 * s + 1) * width + l]} << 16;
+    return;
+  }
   const std::int64_t steps = (kc + 1) / 2, whole = kc / 2;
   const auto* bits = static_cast<const std::uint16_t*>(x.data);
   if (lines < width)
@@ -119,7 +226,9 @@ void store_rows(const float* tile, int width, int rows, int cols, const PackedGe
   const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
   for (int r = 0; r < rows; ++r) {
     const float* sums = tile + r * width;
-    if (g.bias)
+    if (g.bias && g.bias_per_row)
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[i + r]);
+    else if (g.bias)
       for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[j + col]);
     else
       for (int col = 0; col < cols; ++col) row[col] = activation(sums[col]);
@@ -178,8 +287,8 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
       std::uint32_t* b_pairs = pairs ? reserve(s.b_pairs, (nc + nr - 1) / nr * b_panel) : nullptr;
       for (std::int64_t j = 0, panel = 0; j < nc; j += nr, ++panel) {
         const std::int64_t lines = std::min<std::int64_t>(nr, nc - j);
-        if (pairs) pack_bf16_pairs(g.b, jc + j, lines, pc, kc, nr, b_pairs + panel * b_panel);
-        else pack_f32(g.b, jc + j, lines, pc, kc, nr, b_f32 + panel * b_panel, s.line);
+        if (pairs) pack_bf16_pairs(g.b, jc + j, lines, pc, kc, nr, b_pairs + panel * b_panel, s.raw, s.raw_line);
+        else pack_f32(g.b, jc + j, lines, pc, kc, nr, b_f32 + panel * b_panel, s.line, s.raw, s.raw_line);
       }
       for (std::int64_t ic = row0; ic < row1; ic += block_rows) {
         const std::int64_t mc = std::min(block_rows, row1 - ic);
@@ -187,8 +296,8 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
         std::uint32_t* a_pairs = pairs ? reserve(s.a_pairs, (mc + mr - 1) / mr * a_panel) : nullptr;
         for (std::int64_t i = 0, panel = 0; i < mc; i += mr, ++panel) {
           const std::int64_t lines = std::min<std::int64_t>(mr, mc - i);
-          if (pairs) pack_bf16_pairs(g.a, ic + i, lines, pc, kc, mr, a_pairs + panel * a_panel);
-          else pack_f32(g.a, ic + i, lines, pc, kc, mr, a_f32 + panel * a_panel, s.line);
+          if (pairs) pack_bf16_pairs(g.a, ic + i, lines, pc, kc, mr, a_pairs + panel * a_panel, s.raw, s.raw_line);
+          else pack_f32(g.a, ic + i, lines, pc, kc, mr, a_f32 + panel * a_panel, s.line, s.raw, s.raw_line);
         }
         for (std::int64_t j = 0; j < nc; j += nr) {
           const int cols = static_cast<int>(std::min<std::int64_t>(nr, nc - j));

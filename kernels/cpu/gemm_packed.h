@@ -30,15 +30,29 @@
 #include "core/tensor.h"
 #include "kernels/cpu/microkernel.h"
 #include "kernels/gemm.h"
+#include "kernels/window.h"
 
 namespace mg::kernels::cpu {
 
-// A matrix operand as the GEMM reads it: element (line, k) at data + (line * line_stride + k * k_stride)
-// elements. For op(A) the lines are its rows, for op(B) its columns.
+// A matrix operand as the GEMM reads it. For op(A) the lines are its rows, for op(B) its columns; both
+// are k long. Three ways to find element (line, k):
+//   strided   data + line * line_stride + k * k_stride                       (a tensor, either layout)
+//   runs      as strided, with k cut into runs of k_run elements whose starts are k_run_stride apart:
+//             data + line * line_stride + (k / k_run) * k_run_stride + (k % k_run) * k_stride
+//             (a convolution's dy [N, O, OH * OW] read as [O, N * OH * OW])
+//   window    the implicit im2col of a convolution (kernels/conv.h) over data [N, C, H, W]: a position
+//             (n, oh, ow) and a tap (c, kh, kw) give x[n, c, oh * stride_h - pad_h + kh, ow * stride_w -
+//             pad_w + kw], 0 in the padding. With positions_along_k the lines are taps and k runs over
+//             the positions of every image; else the lines are the positions of image `image` and k the taps.
+// Packing gathers windows straight from the image: no im2col matrix is ever written.
 struct GemmOperand {
   const void* data = nullptr;
   DType dtype = DType::F32;  // f32, f16 or bf16 (bf16 only, for a Bf16Dot kernel)
   std::int64_t line_stride = 0, k_stride = 0;
+  std::int64_t k_run = 0, k_run_stride = 0;  // runs (k_run > 0)
+  const Window2d* window = nullptr;          // window (non-null)
+  bool positions_along_k = false;
+  std::int64_t image = 0;
 };
 
 // One rectangle of C = act(op(A) op(B) + bias): rows [row0, row1), columns [col0, col1).
@@ -49,7 +63,8 @@ struct PackedGemm {
   void* c = nullptr;            // C's element (0, 0); f32, f16 or bf16
   DType c_dtype = DType::F32;
   std::int64_t ldc = 0;         // elements from one row of C to the next
-  const float* bias = nullptr;  // n values, or nullptr
+  const float* bias = nullptr;  // n values (one per column), or m with bias_per_row; or nullptr
+  bool bias_per_row = false;    // a convolution's [O, OH * OW] output: one bias per output channel
   Activation activation = Activation::None;
 };
 
@@ -58,6 +73,13 @@ struct PackedGemm {
 // what kernels::gemm requires, and a kernel whose arithmetic takes a's dtype (Bf16Dot: bf16 only).
 void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
                  const GemmEpilogue& epilogue = {});
+
+// The microkernel that multiplies operands of this dtype in this process (kernels/cpu/blas_choice.h),
+// or nullptr for the library (f32 unless MG_GEMM names a kernel, f64) and "widen".
+const MicroKernel* gemm_microkernel(DType dtype);
+// The same for a convolution (kernels/cpu/conv_gemm.cpp), which runs on a microkernel in f32 too (the
+// FMA kernel of this CPU): nullptr where none runs (f64, "widen", a CPU without AVX2).
+const MicroKernel* convolution_microkernel(DType dtype);
 
 // Computes rows [row0, row1) x columns [col0, col1) of C on the calling thread.
 void packed_gemm_tile(const PackedGemm& gemm, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1);
