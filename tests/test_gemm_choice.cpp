@@ -33,7 +33,7 @@ const CpuFeatures kAvxCpu{.avx = true};
 GemmChoiceInputs inputs(const std::string& core, CpuFeatures cpu,
                         VectorWidth eigen_width = VectorWidth::Avx512) {
   return {.mg_gemm = std::nullopt, .have_openblas = true, .openblas_core = core, .openblas_version = "0.3.21",
-          .cpu = cpu, .eigen_width = eigen_width, .eigen_version = "3.4.0"};
+          .cpu = cpu, .micro = {}, .eigen_width = eigen_width, .eigen_version = "3.4.0"};
 }
 
 GemmChoiceInputs with_mg_gemm(GemmChoiceInputs in, const std::string& value) {

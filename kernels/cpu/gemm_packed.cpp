@@ -8,6 +8,9 @@
 #include <cstring>
 #include <span>
 #include <vector>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "core/convert.h"
 #include "kernels/functors.h"
@@ -50,15 +53,24 @@ const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k
 }
 
 // n values of a run of x as f32: loops the compiler vectorises for f32 and bf16 (a shift), F16C for f16
-// (core/convert.h).
+// inline where the build targets it (runs are often only MR or NR long: a call to convert() per run
+// cost more than the widening), else core/convert.h.
 void widen_run(const std::byte* src, DType dtype, float* dst, std::int64_t n) {
   if (dtype == DType::F32) {
-    std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(n));
+    const auto* values = reinterpret_cast<const float*>(src);
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = values[i];
   } else if (dtype == DType::BF16) {
     const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
     for (std::int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(std::uint32_t{bits[i]} << 16);
   } else {
+#if defined(__F16C__)
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src) + i / 8)));
+    if (i < n) convert(src + 2 * i, dtype, dst + i, DType::F32, n - i);
+#else
     convert(src, dtype, dst, DType::F32, n);
+#endif
   }
 }
 

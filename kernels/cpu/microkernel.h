@@ -21,7 +21,7 @@
 //   - round to nearest even, whatever MXCSR says;
 //   - subnormal inputs, the accumulator's included, are read as zero (DAZ), and a subnormal result is
 //     written as zero of the same sign (FTZ).
-// The last rule departs from mixgrad's "subnormals kept" (DESIGN.md): a bf16 operand below 2^-126, or a
+// The last rule departs from mixgrad's "subnormals kept" (README.md): a bf16 operand below 2^-126, or a
 // partial sum that falls there, counts as zero. bf16 has f32's exponent range, so these are values
 // 2^100 times smaller than any a loss scale produces; an f16 GEMM (Fma) keeps every subnormal, and the
 // GPU's bf16 Tensor Cores keep them too (docs/cpu-gemm.md compares the paths). tests/test_microkernel
