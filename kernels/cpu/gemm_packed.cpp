@@ -160,6 +160,31 @@ void gather(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::i
   }
 }
 
+// n f32 values rounded into C's dtype (to nearest even, NaN kept quiet, subnormals kept: core/convert.h's
+// rules), inline for the same reason as widen_run: C is stored one tile row of at most 32 at a time.
+void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
+  if (dtype == DType::F32) {
+    auto* out = reinterpret_cast<float*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = src[i];
+  } else if (dtype == DType::BF16) {
+    auto* out = reinterpret_cast<std::uint16_t*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto bits = std::bit_cast<std::uint32_t>(src[i]);
+      const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+      out[i] = static_cast<std::uint16_t>(nan ? (bits >> 16) | 0x0040u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    }
+  } else {
+#if defined(__F16C__)
+    std::int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst) + i / 8, _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) convert(src + i, DType::F32, dst + 2 * i, dtype, n - i);
+#else
+    convert(src, DType::F32, dst, dtype, n);
+#endif
+  }
+}
+
 // Packs `lines` lines of x (from line0), over k in [k0, k0 + kc), as one FMA micro-panel: out[k][width]
 // in f32, zero past the last line. Converts as it copies (core/convert.h: F16C for f16).
 void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
@@ -244,7 +269,7 @@ void store_rows(const float* tile, int width, int rows, int cols, const PackedGe
       for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[j + col]);
     else
       for (int col = 0; col < cols; ++col) row[col] = activation(sums[col]);
-    convert(row, DType::F32, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, g.c_dtype, cols);
+    narrow_run(row, g.c_dtype, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, cols);
   }
 }
 
@@ -254,7 +279,7 @@ void store_result(const float* tile, int width, int rows, int cols, const Packed
       if (!g.bias) {  // nothing to apply: round straight from the tile
         const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
         for (int r = 0; r < rows; ++r)
-          convert(tile + r * width, DType::F32, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, g.c_dtype, cols);
+          narrow_run(tile + r * width, g.c_dtype, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, cols);
         return;
       }
       return store_rows(tile, width, rows, cols, g, i, j, functors::Copy{});
