@@ -27,7 +27,7 @@ void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
 // window is read from the image as the GEMM packs it, so no im2col matrix is made, and y, dx and dW
 // are each one f32 sum per element rounded once into their dtype.
 //   conv2d_implicit(x, window)   whether the three below run for x (its device, its dtype's microkernel,
-//                                the window: stride 1 and padding below the kernel); else im2col
+//                                the window's stride 1); else im2col
 //   conv2d_forward               y [N, O, OH, OW] = x * weight [O, C, KH, KW] + bias [O] (or none)
 //   conv2d_input_grad            dx [N, C, H, W] from dy [N, O, OH, OW]
 //   conv2d_weight_grad           dW [O, C, KH, KW] from dy and x

@@ -5,16 +5,18 @@
 //
 //   forward   y[n]  [O, P]   = W [O, T]  x  im2col(x[n])^T [T, P]   + bias per row   one product per image
 //   dW        dW    [O, T]   = dy [O, N * P] x im2col(x) [N * P, T]                   k runs over every image
-//   dx        dx[n] [C, H W] = W' [C, O KH KW] x im2col'(dy[n])^T                    stride 1 only:
-//             a convolution of dy with the weight flipped and transposed (W'[c, o, kh, kw] =
-//             W[o, c, KH-1-kh, KW-1-kw]) and padding K-1-pad, the adjoint of the forward window.
+//   dx        shares [T, P] = W^T [T, O] x dy[n] [O, P]   in f32, one image at a time (a few hundred
+//             KiB, in cache), then each pixel's window shares added in f32 (col2im) and rounded once
 //
-// Every output element is one f32 sum in a fixed order, rounded once into its dtype (the microkernel
-// contract): dx is not rounded per window share, as col2im's f32 sums were not either.
+// y and dW are each one f32 sum per element in a fixed order, rounded once into their dtype (the
+// microkernel contract); dx is f32 shares summed in f32 and rounded once, as col2im's always were.
 // Threads: the images of a batch (forward, dx), the columns of dW.
 // Tests: build/tests/test_ops_conv, build/tests/test_ops_conv_grad (against f64 references and the
 // im2col path). Benchmark: build/bench/train_step conv:128 cnn:128.
 #include <algorithm>
+#include <vector>
+
+#include "core/convert.h"
 
 #include "kernels/conv.h"
 #include "kernels/cpu/compute_type.h"
@@ -56,12 +58,32 @@ void convolve(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, 
   });
 }
 
+// sum[c, ih, iw] += shares[(c, kh, kw), (oh, ow)] over every window of one image that reads (ih, iw):
+// col2im (kernels/conv.h) for one image, its shares f32 and laid out [taps, positions], so that each
+// tap adds a row of shares into a row of pixels (stride 1: neighbouring outputs, neighbouring pixels).
+void add_window_shares(const float* shares, const Window2d& w, float* sum) {
+  const std::int64_t out_h = w.out_h(), out_w = w.out_w();
+  for (std::int64_t c = 0; c < w.channels; ++c)
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw, shares += out_h * out_w) {
+        const std::int64_t iw0 = kw - w.pad_w;  // the pixel column output column 0 reads at this tap
+        const std::int64_t first = std::clamp<std::int64_t>(-iw0, 0, out_w), last = std::clamp<std::int64_t>(w.width - iw0, 0, out_w);
+        for (std::int64_t oh = 0; oh < out_h; ++oh) {
+          const std::int64_t ih = oh - w.pad_h + kh;
+          if (ih < 0 || ih >= w.height) continue;
+          float* pixels = sum + (c * w.height + ih) * w.width + iw0;
+          const float* row = shares + oh * out_w;
+          for (std::int64_t ow = first; ow < last; ++ow) pixels[ow] += row[ow];
+        }
+      }
+}
+
 }  // namespace
 
 bool conv2d_implicit(const Tensor& x, const Window2d& w) {
-  // dx needs the transposed window to fit: stride 1, padding at most K - 1.
-  return convolution_microkernel(x.dtype()) != nullptr && w.stride_h == 1 && w.stride_w == 1 && w.pad_h < w.kernel_h &&
-         w.pad_w < w.kernel_w;
+  // The window operands copy runs of an input row: stride 1, where neighbouring outputs read
+  // neighbouring pixels.
+  return convolution_microkernel(x.dtype()) != nullptr && w.stride_h == 1 && w.stride_w == 1;
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, Tensor& y) {
@@ -72,21 +94,28 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w, Tensor& dx) {
   if (dx.numel() == 0) return;
-  const std::int64_t out_channels = weight.size(0), kernel = w.kernel_h * w.kernel_w;
-  // W'[c, o, kh, kw] = W[o, c, KH-1-kh, KW-1-kw]: a copy of the (small) weight, bits moved as they are.
-  Tensor flipped = Tensor::empty({w.channels, out_channels * kernel}, {.dtype = weight.dtype()});
-  const std::size_t size = dtype_size(weight.dtype());
-  const auto* from = static_cast<const std::byte*>(weight.data_ptr());
-  auto* to = static_cast<std::byte*>(flipped.data_ptr());
-  for (std::int64_t o = 0; o < out_channels; ++o)
-    for (std::int64_t c = 0; c < w.channels; ++c)
-      for (std::int64_t tap = 0; tap < kernel; ++tap)
-        std::copy_n(from + ((o * w.channels + c) * kernel + kernel - 1 - tap) * size, size,
-                    to + ((c * out_channels + o) * kernel + tap) * size);
-  const Window2d transposed{.batch = w.batch, .channels = out_channels, .height = w.out_h(), .width = w.out_w(),
-                            .kernel_h = w.kernel_h, .kernel_w = w.kernel_w, .stride_h = 1, .stride_w = 1,
-                            .pad_h = w.kernel_h - 1 - w.pad_h, .pad_w = w.kernel_w - 1 - w.pad_w};
-  convolve(*convolution_microkernel(dy.dtype()), dy, flipped, nullptr, transposed, dx);
+  const MicroKernel& kernel = *convolution_microkernel(dy.dtype());
+  const std::int64_t out_channels = weight.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
+  const std::int64_t positions = w.out_h() * w.out_w(), image = w.channels * w.height * w.width;
+  parallel_for(w.batch, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> shares(static_cast<std::size_t>(positions * taps)), sum(static_cast<std::size_t>(image));
+    for (std::int64_t n = begin; n < end; ++n) {
+      // The windows' shares of image n, in f32: W^T [T, O] x dy[n] [O, P] (both packed from their own layout).
+      PackedGemm gemm{.kernel = &kernel,
+                      .a = {.data = weight.data_ptr(), .dtype = weight.dtype(), .line_stride = 1, .k_stride = taps},
+                      .b = {.data = image_bytes(dy, n * out_channels * positions), .dtype = dy.dtype(), .line_stride = 1,
+                            .k_stride = positions},
+                      .k = out_channels,
+                      .c = shares.data(),
+                      .c_dtype = DType::F32,
+                      .ldc = positions};
+      packed_gemm_tile(gemm, 0, taps, 0, positions);
+      // Each pixel's shares added in f32 (the windows in order), then rounded once into dx.
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      add_window_shares(shares.data(), w, sum.data());
+      convert(sum.data(), DType::F32, const_cast<std::byte*>(image_bytes(dx, n * image)), dx.dtype(), image);
+    }
+  });
 }
 
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& w, Tensor& dw) {

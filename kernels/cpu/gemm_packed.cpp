@@ -185,6 +185,53 @@ void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
   }
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+// 8 values of x from p as f32 in a register: F16C for f16, a shift for bf16.
+inline __m256 load_8(const std::byte* p, DType dtype) {
+  if (dtype == DType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (dtype == DType::F16) return _mm256_cvtph_ps(halves);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+}
+
+// The FMA panel of lines that are contiguous along k (op(A) untransposed, op(B) transposed): blocks of
+// 8 lines x 8 k, widened in registers and transposed with shuffles, so each store writes 8 values of
+// one k. Returns how many lines it packed (a multiple of 8); the caller packs the rest, and any k
+// past the last multiple of 8 of these lines.
+std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0,
+                                 std::int64_t kc, int width, float* out) {
+  const std::int64_t blocked_lines = lines / 8 * 8, blocked_k = kc / 8 * 8;
+  for (std::int64_t l = 0; l < blocked_lines; l += 8) {
+    for (std::int64_t k = 0; k < blocked_k; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = load_8(element(x, line0 + l + i, k0 + k), x.dtype);
+      // The 8 x 8 transpose: interleave pairs of rows, then quads, then swap 128-bit halves.
+      __m256 t[8];
+      for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; ++j) {
+          r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+          r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+      // r[0..3] now hold k = (0, 4), (2, 6), (1, 5), (3, 7) of the first four lines, one k per 128-bit
+      // half, and r[4..7] the same of the last four: joining halves gives each k's 8 lines.
+      static constexpr int kOrder[4] = {0, 2, 1, 3};
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(out + (k + q) * width + l, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x20));
+        _mm256_storeu_ps(out + (k + q + 4) * width + l, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x31));
+      }
+    }
+    for (std::int64_t k = blocked_k; k < kc; ++k)
+      for (int i = 0; i < 8; ++i) {
+        float value;
+        widen_run(element(x, line0 + l + i, k0 + k), x.dtype, &value, 1);
+        out[k * width + l + i] = value;
+      }
+  }
+  return blocked_lines;
+}
+#endif
+
 // Packs `lines` lines of x (from line0), over k in [k0, k0 + kc), as one FMA micro-panel: out[k][width]
 // in f32, zero past the last line. Converts as it copies (core/convert.h: F16C for f16).
 void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
@@ -204,9 +251,14 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
     for (std::int64_t k = 0; k < kc; ++k) widen_run(element(x, line0, k0 + k), x.dtype, out + k * width, lines);
     return;
   }
-  // Each line is contiguous along k (or strided): widen the line, then lay it down across the panel.
+  std::int64_t first_line = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  // Lines contiguous along k: 8 lines x 8 k at a time, widened in registers and transposed.
+  if (x.k_stride == 1) first_line = pack_transposed_8x8(x, line0, lines, k0, kc, width, out);
+#endif
+  // Each remaining line is contiguous along k (or strided): widen the line, then lay it down across the panel.
   float* values = reserve(line_buffer, kc);
-  for (std::int64_t line = 0; line < lines; ++line) {
+  for (std::int64_t line = first_line; line < lines; ++line) {
     if (x.k_stride == 1) widen_run(element(x, line0 + line, k0), x.dtype, values, kc);
     else
       for (std::int64_t k = 0; k < kc; ++k) convert(element(x, line0 + line, k0 + k), x.dtype, values + k, DType::F32, 1);

@@ -88,11 +88,14 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
                         "mixed_bfloat16 (V5, bf16 GEMMs on {}) {:.2f}x fp32. ",
                         choice.f16 ? kernels::cpu::microkernel_name(*choice.f16) : "widen", master.speed,
                         choice.bf16 ? kernels::cpu::microkernel_name(*choice.bf16) : "widen", bf16.speed);
+    // Faster beyond the run-to-run noise of a step time on a shared 2-core machine (a few percent).
     if (bf16_dot)
-      text += bf16.speed >= 1.2 ? "Faster: **reproduced on this CPU** with bf16, whose dot-product instruction does "
-                                  "twice the multiply-adds of an f32 FMA (the paper's 2-8x is a GPU figure). "
-                                : "**Not reproduced on this CPU**: the bf16 dot-product instruction runs, but the "
-                                  "step's other work (casts, packing, the ops that stay in f32) eats its gain. ";
+      text += bf16.speed >= 1.05
+                  ? "Faster: **reproduced in direction on this CPU** with bf16, whose dot-product instruction does "
+                    "twice the multiply-adds of an f32 FMA; not in size (the paper's 2-8x is a GPU figure for the "
+                    "arithmetic alone, and a step also casts, packs and runs the ops that stay in f32). "
+                  : "**Not reproduced on this CPU**: the bf16 dot-product instruction runs, but the step's other "
+                    "work (casts, packing, the ops that stay in f32) eats its gain. ";
     else
       text += "**Not measurable on this CPU**: it has no low-precision dot-product instruction (AVX512_BF16), so "
               "f16 and bf16 multiply at the f32 rate and can only save bytes (the paper's 2-8x is a GPU figure). ";
@@ -175,7 +178,8 @@ Section e6_section(const E6Result& r, Report& report) {
                         "master copies, optimizer state, the batch; zero_grad has dropped the gradients) just before "
                         "the forward pass, the activations the forward pass added (what the tape keeps for backward), "
                         "and the peak over the training steps (with the gradients and transient workspace; on a CPU "
-                        "that includes f16 operands widened to f32 for the GEMM). {}",
+                        "the GEMMs' packed panels are per-thread buffers outside the allocator, a few MiB per "
+                        "thread). {}",
                         o.cnn.channels1, o.cnn.channels2, o.cnn.hidden, o.steps, o.momentum, o.lr, o.batch,
                         o.train_examples, o.test_examples, o.device,
                         o.large ? fmt::format("Larger models: CNN conv{}-conv{}-{} at batch {} ({} steps); tiny GPT "

@@ -173,7 +173,7 @@ struct RunResult {
   // has dropped and backward brings back (they are in peak_bytes) ...
   std::size_t state_bytes = 0;
   // ... and what the forward pass added to it: the activations the tape keeps for backward. Unlike
-  // peak_bytes, no transient workspace is in it (on a CPU, f16 operands widened to f32 for the GEMM).
+  // peak_bytes, no transient workspace is in it.
   std::size_t activation_bytes = 0;
   GradientHistograms histograms{};  // empty unless record_histograms
 };
