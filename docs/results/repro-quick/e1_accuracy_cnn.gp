@@ -18,7 +18,7 @@ set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
 set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
-set yrange [77.2875:87.4625]
+set yrange [77.2375:87.4125]
 plot "e1_accuracy_cnn.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e1_accuracy_cnn.dat" index 0 using ($1-4.2):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \

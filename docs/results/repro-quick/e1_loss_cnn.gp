@@ -19,7 +19,7 @@ set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set logscale y 10
-set yrange [0.136581435:2.77778698]
+set yrange [0.142899707:2.77121974]
 set ytics (0.2, 0.5, 1, 2)
 plot "e1_loss_cnn.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e1_loss_cnn.dat" index 0 every 5::0 using 1:2 with points ls 1 notitle, \

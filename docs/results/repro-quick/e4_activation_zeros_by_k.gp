@@ -19,7 +19,7 @@ set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set xtics ("0" 0, "8" 8, "12" 12, "14" 14, "16" 16) noenhanced
-set yrange [14.9795446:101.993486]
+set yrange [14.9827661:101.993332]
 plot "e4_activation_zeros_by_k.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e4_activation_zeros_by_k.dat" index 0 using ($1-0.224):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \

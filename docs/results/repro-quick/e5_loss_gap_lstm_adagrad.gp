@@ -18,7 +18,7 @@ set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
 set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
-set yrange [-0.0211376607:0.00819236636]
+set yrange [-0.0205002308:0.00758891106]
 plot "e5_loss_gap_lstm_adagrad.dat" index 0 using 1:2 with lines ls 3 notitle, \
      "e5_loss_gap_lstm_adagrad.dat" index 0 every 6::0 using 1:2 with points ls 3 notitle, \
      keyentry with linespoints ls 3 title "V2 float16_master", \

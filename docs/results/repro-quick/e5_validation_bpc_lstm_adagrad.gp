@@ -18,7 +18,7 @@ set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
 set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
-set yrange [2.42998758:2.7807422]
+set yrange [2.42859996:2.78080812]
 plot "e5_validation_bpc_lstm_adagrad.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e5_validation_bpc_lstm_adagrad.dat" index 0 using ($1-3.5):2 with points ls 1 notitle, \
      keyentry with linespoints ls 1 title "V0 fp32", \
