@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "bench/instruction_peak.h"
 #include "bench/machine.h"
 #include "bench/timing.h"
@@ -61,6 +63,15 @@ double peak_of(const std::optional<MicroKernelId>& id, const bench::InstructionP
 
 // The whole body is a try block: an mg::Error (a bad MG_GEMM) ends the run with its message and status 1.
 int main(int argc, char** argv) try {
+#ifdef MG_BENCH_TORCH
+  // As bench/train_step: libtorch's OpenMP threads spin after each of its products and would steal the
+  // cores of mixgrad's next one (measured: mixgrad's bf16 GEMM at 512 on 2 threads ran at 185 GFLOP/s
+  // beside spinning threads, 359 alone), so the benchmark starts itself again with idle threads asleep.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
+#endif
   std::vector<std::int64_t> sizes{256, 512, 1024, 2048};
   if (argc > 1) {
     sizes.clear();

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,41 @@ class MixgradStep {
     }
   }
 
+  // Where one step's memory goes, from the caching allocator of the device (bytes held by live
+  // tensors): what is held before the forward pass (weights, master copies, optimizer state, the
+  // batch), what the forward pass adds (activations, and the loss), the peak inside forward, the
+  // peak inside backward and what it leaves (the gradients), and the peak of the optimizer's step.
+  struct Memory {
+    std::size_t state = 0, after_forward = 0, forward_peak = 0, backward_peak = 0, after_backward = 0, update_peak = 0;
+  };
+  // baseline: the bytes held before this trainer was made (other variants' tensors), left out of every
+  // figure.
+  Memory memory(std::size_t baseline) {
+    Allocator& allocator = allocator_for(device_);
+    const auto held = [&] { return allocator.stats_on(device_).allocated_bytes - baseline; };
+    const auto peak = [&] { return allocator.stats_on(device_).peak_allocated_bytes - baseline; };
+    Memory m;
+    optimizer_->zero_grad();
+    m.state = held();
+    allocator.reset_peak_on(device_);
+    Tensor loss;
+    {
+      Autocast region = recipe_.autocast();
+      loss = cast(train::mean_loss(train::Loss::CrossEntropy, (*model_)(x_), labels_), DType::F32);
+    }
+    m.after_forward = held();
+    m.forward_peak = peak();
+    allocator.reset_peak_on(device_);
+    backward(scaler_.scale(loss));
+    m.backward_peak = peak();
+    m.after_backward = held();
+    allocator.reset_peak_on(device_);
+    scaler_.step(*optimizer_);
+    scaler_.update();
+    m.update_peak = peak();
+    return m;
+  }
+
   // Returns the bytes saved for backward by the forward pass.
   std::size_t step() {
     optimizer_->zero_grad();
@@ -119,22 +155,14 @@ class MixgradStep {
   Tensor x_, labels_;
 };
 
-// Peak bytes the caching allocator of `device` handed out during `step`: the memory a training step
-// needs at its fullest moment (weights, activations, gradients, optimizer state and workspaces).
-std::size_t peak_bytes(Device device, const std::function<std::size_t()>& step) {
-  Allocator& allocator = allocator_for(device);
-  allocator.reset_peak_on(device);
-  step();
-  return allocator.stats_on(device).peak_allocated_bytes;
-}
-
 struct Variant {
   std::string name;
   std::function<std::size_t()> step;
   std::vector<double> ms;
   std::int64_t faults = 0;
   std::size_t saved_bytes = 0;
-  std::size_t peak_bytes = 0;  // mixgrad's: its allocator's peak during one step
+  std::size_t peak_bytes = 0;  // mixgrad's: the most bytes its step held at once (memory, below)
+  std::optional<MixgradStep::Memory> memory;  // mixgrad's: where that peak comes from
 };
 
 void run(const std::string& model, std::int64_t batch, int steps, Device device) {
@@ -146,8 +174,15 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
   };
   const std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16"};
   for (const std::string& recipe : recipes) {
+    // Its memory, measured before the next variant's tensors exist: the bytes held before it was
+    // made are the earlier variants', and stay as they are while it steps.
+    const std::size_t baseline = allocator_for(device).stats_on(device).allocated_bytes;
     auto trainer = std::make_shared<MixgradStep>(model, recipe, batch, device);
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
+    variants.back().step();  // once, so that the optimizer's state exists, then the breakdown
+    const MixgradStep::Memory m = trainer->memory(baseline);
+    variants.back().memory = m;
+    variants.back().peak_bytes = std::max({m.forward_peak, m.backward_peak, m.update_peak});
   }
 #ifdef MG_BENCH_TORCH
   if (device.is_cpu() && model != "wide") {
@@ -159,7 +194,6 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
 #endif
   for (Variant& v : variants) {
     for (int i = 0; i < 5; ++i) v.saved_bytes = v.step();
-    v.peak_bytes = v.name.starts_with("mixgrad") ? peak_bytes(device, v.step) : 0;
   }
   for (int i = 0; i < steps; ++i)
     for (Variant& v : variants) {
@@ -186,6 +220,17 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
                variants[i].name.substr(8), bench::median(variants[i].ms) / fp32,
                static_cast<double>(variants[i].saved_bytes) / static_cast<double>(variants[0].saved_bytes),
                static_cast<double>(variants[i].peak_bytes) / static_cast<double>(variants[0].peak_bytes));
+  fmt::print("  memory of one step, MiB (the allocator's bytes held; peaks are the highest held within each phase)\n");
+  fmt::print("  {:<24} {:>8} {:>14} {:>13} {:>14} {:>15} {:>13}\n", "variant", "state", "+ activations", "forward peak",
+             "backward peak", "after backward", "update peak");
+  for (const Variant& v : variants) {
+    if (!v.memory) continue;
+    const auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
+    const MixgradStep::Memory& m = *v.memory;
+    fmt::print("  {:<24} {:>8.2f} {:>14.2f} {:>13.2f} {:>14.2f} {:>15.2f} {:>13.2f}\n", v.name, mib(m.state),
+               mib(m.after_forward - m.state), mib(m.forward_peak), mib(m.backward_peak), mib(m.after_backward),
+               mib(m.update_peak));
+  }
   const auto median_of = [&variants](const std::string& name) {
     const auto found = std::ranges::find(variants, name, &Variant::name);
     return found == variants.end() ? 0.0 : bench::median(found->ms);

@@ -194,38 +194,49 @@ inline __m256 load_8(const std::byte* p, DType dtype) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
 }
 
-// The FMA panel of lines that are contiguous along k (op(A) untransposed, op(B) transposed): blocks of
-// 8 lines x 8 k, widened in registers and transposed with shuffles, so each store writes 8 values of
-// one k. Returns how many lines it packed (a multiple of 8); the caller packs the rest, and any k
-// past the last multiple of 8 of these lines.
+// out[k][l] = row l's value k, for 8 rows of 8 32-bit values given in registers: the 8 x 8 transpose
+// (interleave pairs of rows, then quads, then join 128-bit halves), stored at out + k * width.
+inline void store_transposed_8x8(__m256 r[8], float* out, int width) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  // r[0..3] now hold values (0, 4), (2, 6), (1, 5), (3, 7) of the first four rows, one per 128-bit half,
+  // and r[4..7] the same of the last four: joining halves gives each value's 8 rows.
+  static constexpr int kOrder[4] = {0, 2, 1, 3};
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_ps(out + q * width, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x20));
+    _mm256_storeu_ps(out + (q + 4) * width, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x31));
+  }
+}
+
+// The panel of lines that are contiguous along k (op(A) untransposed, op(B) transposed), in blocks of
+// 8 lines x 8 steps, loaded into registers and transposed, so each store writes 8 lines of one step.
+// A step is one k widened to f32 (FMA panels) or one pair of k as its 32 raw bits (dot panels).
+// Returns how many lines it packed (a multiple of 8); the caller packs the rest of the lines, and this
+// packs the steps past the last multiple of 8 one value at a time.
+template <bool Pairs>
 std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0,
                                  std::int64_t kc, int width, float* out) {
-  const std::int64_t blocked_lines = lines / 8 * 8, blocked_k = kc / 8 * 8;
+  const std::int64_t steps = Pairs ? kc / 2 : kc;  // whole steps (an odd last k is the caller's)
+  const std::int64_t blocked_lines = lines / 8 * 8, blocked_steps = steps / 8 * 8;
+  const auto load = [&](std::int64_t line, std::int64_t step) {
+    if constexpr (Pairs) return _mm256_loadu_ps(reinterpret_cast<const float*>(element(x, line, k0 + 2 * step)));
+    else return load_8(element(x, line, k0 + step), x.dtype);
+  };
   for (std::int64_t l = 0; l < blocked_lines; l += 8) {
-    for (std::int64_t k = 0; k < blocked_k; k += 8) {
+    for (std::int64_t step = 0; step < blocked_steps; step += 8) {
       __m256 r[8];
-      for (int i = 0; i < 8; ++i) r[i] = load_8(element(x, line0 + l + i, k0 + k), x.dtype);
-      // The 8 x 8 transpose: interleave pairs of rows, then quads, then swap 128-bit halves.
-      __m256 t[8];
-      for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      for (int i = 0; i < 8; i += 4)
-        for (int j = 0; j < 2; ++j) {
-          r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
-          r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        }
-      // r[0..3] now hold k = (0, 4), (2, 6), (1, 5), (3, 7) of the first four lines, one k per 128-bit
-      // half, and r[4..7] the same of the last four: joining halves gives each k's 8 lines.
-      static constexpr int kOrder[4] = {0, 2, 1, 3};
-      for (int q = 0; q < 4; ++q) {
-        _mm256_storeu_ps(out + (k + q) * width + l, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x20));
-        _mm256_storeu_ps(out + (k + q + 4) * width + l, _mm256_permute2f128_ps(r[kOrder[q]], r[4 + kOrder[q]], 0x31));
-      }
+      for (int i = 0; i < 8; ++i) r[i] = load(line0 + l + i, step);
+      store_transposed_8x8(r, out + step * width + l, width);
     }
-    for (std::int64_t k = blocked_k; k < kc; ++k)
+    for (std::int64_t step = blocked_steps; step < steps; ++step)
       for (int i = 0; i < 8; ++i) {
-        float value;
-        widen_run(element(x, line0 + l + i, k0 + k), x.dtype, &value, 1);
-        out[k * width + l + i] = value;
+        if constexpr (Pairs) std::memcpy(out + step * width + l + i, element(x, line0 + l + i, k0 + 2 * step), 4);
+        else widen_run(element(x, line0 + l + i, k0 + step), x.dtype, out + step * width + l + i, 1);
       }
   }
   return blocked_lines;
@@ -254,7 +265,7 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   std::int64_t first_line = 0;
 #if defined(__AVX2__) && defined(__F16C__)
   // Lines contiguous along k: 8 lines x 8 k at a time, widened in registers and transposed.
-  if (x.k_stride == 1) first_line = pack_transposed_8x8(x, line0, lines, k0, kc, width, out);
+  if (x.k_stride == 1) first_line = pack_transposed_8x8<false>(x, line0, lines, k0, kc, width, out);
 #endif
   // Each remaining line is contiguous along k (or strided): widen the line, then lay it down across the panel.
   float* values = reserve(line_buffer, kc);
@@ -294,7 +305,12 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
         out[s * width + line] = std::uint32_t{even[line]} | std::uint32_t{odd[line]} << 16;
     }
   } else {
-    for (std::int64_t line = 0; line < lines; ++line) {
+    std::int64_t first_line = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+    // Lines contiguous along k: each pair is one 32-bit word already; transpose 8 x 8 blocks of them.
+    if (x.k_stride == 1) first_line = pack_transposed_8x8<true>(x, line0, lines, k0, kc, width, reinterpret_cast<float*>(out));
+#endif
+    for (std::int64_t line = first_line; line < lines; ++line) {
       const std::uint16_t* values = bits + (line0 + line) * x.line_stride + k0 * x.k_stride;
       for (std::int64_t s = 0; s < whole; ++s)
         out[s * width + line] =
@@ -309,7 +325,7 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
 // The rows x cols corner of an f32 tile (row stride `width`) stored into C at (i, j): the epilogue
 // applied to the f32 values, then one rounding into C's dtype (a vectorised conversion per row).
 template <class Activation>
-void store_rows(const float* tile, int width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j,
+void store_rows(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j,
                 Activation activation) {
   alignas(64) float row[32];
   const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
@@ -325,7 +341,7 @@ void store_rows(const float* tile, int width, int rows, int cols, const PackedGe
   }
 }
 
-void store_result(const float* tile, int width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j) {
+void store_result(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j) {
   switch (g.activation) {
     case Activation::None:
       if (!g.bias) {  // nothing to apply: round straight from the tile
@@ -347,8 +363,14 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
   const int mr = kernel.mr, nr = kernel.nr;
   assert(mr * nr <= kMaxTile && nr <= 32);
   const bool pairs = kernel.arith == MicroArith::Bf16Dot;
-  const std::int64_t block_k = pairs ? kBlockKPairs : kBlockKFma;
-  const std::int64_t block_rows = std::max<std::int64_t>(mr, kBlockRows / mr * mr);
+  // k in as few blocks as KC allows, all of one even size (784 is two blocks of 392, not 384, 384 and
+  // a last one of 16 that would pay a block's overheads for 2% of the work); likewise the rows.
+  const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma, k_blocks = std::max<std::int64_t>(1, (g.k + max_k - 1) / max_k);
+  const std::int64_t block_k = std::max<std::int64_t>(2, ((g.k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
+  // Rows in whole micro-panels: 128 rows are 72 + 56 (one partial panel), not 64 + 64 (two).
+  const std::int64_t row_panels = (row1 - row0 + mr - 1) / mr, max_panels = std::max<std::int64_t>(1, kBlockRows / mr);
+  const std::int64_t row_blocks = std::max<std::int64_t>(1, (row_panels + max_panels - 1) / max_panels);
+  const std::int64_t block_rows = std::max<std::int64_t>(1, (row_panels + row_blocks - 1) / row_blocks) * mr;
   const std::int64_t block_cols = std::max<std::int64_t>(nr, kBlockCols / nr * nr);
   Scratch& s = scratch;
   // Between blocks of k, C's f32 sums live in C itself when it is f32, else in this thread's buffer.
@@ -395,12 +417,13 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
             const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - i));
             const void* a_micro = pairs ? static_cast<const void*>(a_pairs + i / mr * a_panel) : a_f32 + i / mr * a_panel;
             const auto [sums, ld] = sum_at(ic + i, jc + j);
-            if (rows == mr && cols == nr && (!last || direct)) {  // the kernel adds into the sums in place
+            if (rows == mr && cols == nr && sums) {  // a whole tile: the kernel adds into the sums in place
               kernel.run(steps, a_micro, b_micro, sums, ld, !first);
+              if (last && !direct) store_result(sums, ld, rows, cols, g, ic + i, jc + j);
               continue;
             }
-            // An edge tile, or the last block of k of a tile with an epilogue or a low-precision C:
-            // through the tile buffer.
+            // An edge tile, or a whole one whose k is one block and whose C is not f32: through the
+            // tile buffer.
             if (!first)
               for (int r = 0; r < rows; ++r) std::memcpy(tile + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
             kernel.run(steps, a_micro, b_micro, tile, nr, !first);
