@@ -18,7 +18,7 @@ set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
 set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
 set xrange [-0.6:6.6]
 set xtics ("V0 fp32" 0, "V1 float16_pure" 1, "V2 float16_master" 2, "V3 float16_master_S1024" 3, "V4 float16_dynamic" 4, "V5 mixed_bfloat16" 5, "V6 bfloat16_pure" 6) noenhanced rotate by 30 right
-set yrange [0:1.25413303]
+set yrange [0:1.17992626]
 set boxwidth 0.72
 set style fill solid 0.5 border rgb "black"
 plot "e6_speed.dat" index 0 using ($1+0):2 with boxes ls 1 dt 1 title "CNN"
