@@ -1,0 +1,34 @@
+// Packing for mixgrad's CPU GEMM (kernels/cpu/gemm_packed.h): copies one micro-panel of op(A) or op(B)
+// (a GemmOperand: strided, runs or window) into the layout its microkernel reads (microkernel.h),
+// converting as it copies, so that no widened copy of an operand is ever made:
+//
+//   pack_f32          out[k][width]   f32: f32 copied, f16 widened by F16C, bf16 by a shift
+//   pack_bf16_pairs   out[s][width]   bf16 pairs (k0 + 2s low, k0 + 2s + 1 high): for vdpbf16ps
+//
+// Lines past `lines` and a missing last k of a pair are zero. Layouts contiguous along the lines are
+// copied a run at a time; layouts contiguous along k are transposed 8 x 8 in AVX2 registers; window
+// and runs operands (convolution) are gathered by row runs of the image. The implementation:
+// kernels/cpu/gemm_pack.cpp. Tests: build/tests/test_gemm_packed (every layout, edge and operand kind).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gemm_packed.h"
+
+namespace mg::kernels::cpu {
+
+// A thread's working memory for packing, reused from one panel to the next.
+struct PackBuffers {
+  std::vector<float> line;                   // one line of an operand, widened
+  std::vector<std::uint16_t> raw, raw_line;  // gathered f16/bf16 bits of a window or runs operand
+};
+
+// `lines` lines of x from line0, over k in [k0, k0 + kc), as one FMA micro-panel of `width` lines.
+void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
+              float* out, PackBuffers& buffers);
+// The same lines as one Bf16Dot micro-panel; x must hold bf16.
+void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
+                     int width, std::uint32_t* out, PackBuffers& buffers);
+
+}  // namespace mg::kernels::cpu
