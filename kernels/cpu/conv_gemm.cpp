@@ -11,13 +11,12 @@
 // y and dW are each one f32 sum per element in a fixed order, rounded once into their dtype (the
 // microkernel contract); dx is f32 shares summed in f32 and rounded once, as col2im's always were.
 // Threads: the images of a batch (forward, dx), the columns of dW.
-// Tests: build/tests/test_ops_conv, build/tests/test_ops_conv_grad (against f64 references and the
-// im2col path). Benchmark: build/bench/train_step conv:128 cnn:128.
+// Tests: build/tests/test_ops_conv (forward against f64 loops), build/tests/test_ops_conv_grad (dx, dW
+// and db against f64 references). Benchmark: build/bench/train_step conv:128 cnn:128.
 #include <algorithm>
 #include <vector>
 
 #include "core/convert.h"
-
 #include "kernels/conv.h"
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/gemm_packed.h"
@@ -31,11 +30,11 @@ const std::byte* image_bytes(const Tensor& t, std::int64_t offset) {
   return static_cast<const std::byte*>(t.data_ptr()) + offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
 
-// out[n] = weight [rows, T] x im2col(x[n])^T (+ bias per row), for every image n of `window`, rows =
-// out.size(1): the forward convolution, and dx as the convolution of dy.
+// out[n] = weight [O, T] x im2col(x[n])^T (+ bias per row), for every image n of `window`: the forward
+// convolution.
 void convolve(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, const float* bias, const Window2d& w,
               Tensor& out) {
-  const std::int64_t rows = weight.size(0), taps = w.channels * w.kernel_h * w.kernel_w, positions = w.out_h() * w.out_w();
+  const std::int64_t rows = weight.size(0) /* O */, taps = w.channels * w.kernel_h * w.kernel_w, positions = w.out_h() * w.out_w();
   // Whole images per thread; a batch smaller than the pool is also cut along positions.
   const std::int64_t parts = std::clamp<std::int64_t>((num_threads() + w.batch - 1) / w.batch, 1,
                                                       (positions + kernel.nr - 1) / kernel.nr);
