@@ -37,9 +37,11 @@
 // above, and gemm_backend() says what happened.
 //
 // The microkernels for f16 and bf16 (and f32 when asked), rule choose_gemm also applies:
-//   bf16: avx512-bf16-dot where the CPU has AVX512_BF16, else avx512-fma, else avx2-fma, else "widen";
-//   f16:  avx512-fma, else avx2-fma, else "widen";
+//   bf16: avx512-bf16-dot where the CPU has AVX512_BF16, else avx512-fma, else "widen";
+//   f16:  avx512-fma, else "widen";
 //   f32:  the library above.
+// (avx2-fma runs only when MG_GEMM names it: on an AVX2 CPU it was slower than widening for
+// OpenBLAS's AVX2 kernels, blas_choice.cpp.)
 // "widen" is the path without a microkernel: both operands widened to f32 in a pass of their own and
 // multiplied by the library. MG_GEMM takes, besides a library, comma-separated, a kernel that replaces
 // the choice for every dtype it can multiply (a later one wins for the dtypes both can):

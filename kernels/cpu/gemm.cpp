@@ -352,8 +352,9 @@ const MicroKernel* gemm_microkernel(DType dtype) {
 
 const MicroKernel* convolution_microkernel(DType dtype) {
   if (dtype != DType::F32 || gemm_choice().f32) return gemm_microkernel(dtype);
-  const MicroCpu& cpu = micro_cpu();  // f32: the FMA kernel, unless MG_GEMM named one
-  return cpu.avx512f ? microkernel(MicroKernelId::Avx512Fma) : cpu.avx2_fma ? microkernel(MicroKernelId::Avx2Fma) : nullptr;
+  // f32: AVX-512's FMA kernel, unless MG_GEMM named one; without AVX-512, im2col and the library
+  // (the choice of blas_choice.cpp, for the same measured reason).
+  return micro_cpu().avx512f ? microkernel(MicroKernelId::Avx512Fma) : nullptr;
 }
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {

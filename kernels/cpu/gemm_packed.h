@@ -77,8 +77,9 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
 // The microkernel that multiplies operands of this dtype in this process (kernels/cpu/blas_choice.h),
 // or nullptr for the library (f32 unless MG_GEMM names a kernel, f64) and "widen".
 const MicroKernel* gemm_microkernel(DType dtype);
-// The same for a convolution (kernels/cpu/conv_gemm.cpp), which runs on a microkernel in f32 too (the
-// FMA kernel of this CPU): nullptr where none runs (f64, "widen", a CPU without AVX2).
+// The same for a convolution (kernels/cpu/conv_gemm.cpp), which runs on a microkernel in f32 too
+// (AVX-512's FMA kernel): nullptr where none runs (f64, "widen", a CPU without AVX-512 unless MG_GEMM
+// names a kernel).
 const MicroKernel* convolution_microkernel(DType dtype);
 
 // Computes rows [row0, row1) x columns [col0, col1) of C on the calling thread.
