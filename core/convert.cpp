@@ -55,18 +55,9 @@ void f16_to_f32(const half* src, float* dst, std::int64_t count) {
   detail::f16_to_f32_portable(src + i, dst + i, count - i);
 }
 
-// bf16 is the top half of an f32: round to nearest even by adding 0x7FFF plus the lowest kept bit,
-// then truncate. NaN is kept quiet explicitly (the add could otherwise carry it into inf).
-// Written branch-free so the compiler vectorises it.
 void f32_to_bf16(const float* src, bfloat16* dst, std::int64_t count) {
   auto* out = reinterpret_cast<std::uint16_t*>(dst);
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, src + i, 4);
-    std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    out[i] = static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x0040u) : rounded);
-  }
+  for (std::int64_t i = 0; i < count; ++i) out[i] = detail::f32_to_bf16_bits(src[i]);
 }
 
 void bf16_to_f32(const bfloat16* src, float* dst, std::int64_t count) {

@@ -8,6 +8,7 @@
 // CPU that has them); otherwise a portable loop gives bit-identical results.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -28,6 +29,15 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 double load_as_double(const void* data, DType dtype, std::int64_t i);
 
 namespace detail {
+// f32 to bf16 bits, to nearest even: bf16 is the top half of an f32, so add 0x7FFF plus the lowest kept
+// bit, then truncate; NaN is kept quiet explicitly (the add could carry it into inf). Branch-free, so
+// a loop over it vectorises (convert() and the CPU GEMM's store both use it).
+inline std::uint16_t f32_to_bf16_bits(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<std::uint16_t>(nan ? (bits >> 16) | 0x0040u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
 // The portable paths, kept callable so tests can prove the F16C path gives the same bits.
 void f32_to_f16_portable(const float* src, half* dst, std::int64_t count);
 void f16_to_f32_portable(const half* src, float* dst, std::int64_t count);

@@ -26,10 +26,6 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-const std::byte* image_bytes(const Tensor& t, std::int64_t offset) {
-  return static_cast<const std::byte*>(t.data_ptr()) + offset * static_cast<std::int64_t>(dtype_size(t.dtype()));
-}
-
 // out[n] = weight [O, T] x im2col(x[n])^T (+ bias per row), for every image n of `window`: the forward
 // convolution.
 void convolve(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, const float* bias, const Window2d& w,
@@ -46,7 +42,7 @@ void convolve(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, 
                       .a = {.data = weight.data_ptr(), .dtype = weight.dtype(), .line_stride = taps, .k_stride = 1},
                       .b = {.data = x.data_ptr(), .dtype = x.dtype(), .window = &w, .image = n},
                       .k = taps,
-                      .c = const_cast<std::byte*>(image_bytes(out, n * rows * positions)),
+                      .c = bytes_at(out, n * rows * positions),
                       .c_dtype = out.dtype(),
                       .ldc = positions,
                       .bias = bias,
@@ -102,7 +98,7 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
       // The windows' shares of image n, in f32: W^T [T, O] x dy[n] [O, P] (both packed from their own layout).
       PackedGemm gemm{.kernel = &kernel,
                       .a = {.data = weight.data_ptr(), .dtype = weight.dtype(), .line_stride = 1, .k_stride = taps},
-                      .b = {.data = image_bytes(dy, n * out_channels * positions), .dtype = dy.dtype(), .line_stride = 1,
+                      .b = {.data = bytes_at(dy, n * out_channels * positions), .dtype = dy.dtype(), .line_stride = 1,
                             .k_stride = positions},
                       .k = out_channels,
                       .c = shares.data(),
@@ -112,7 +108,7 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
       // Each pixel's shares added in f32 (the windows in order), then rounded once into dx.
       std::fill(sum.begin(), sum.end(), 0.0f);
       add_window_shares(shares.data(), w, sum.data());
-      convert(sum.data(), DType::F32, const_cast<std::byte*>(image_bytes(dx, n * image)), dx.dtype(), image);
+      convert(sum.data(), DType::F32, bytes_at(dx, n * image), dx.dtype(), image);
     }
   });
 }

@@ -241,8 +241,7 @@ void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
 // op(A) or op(B) as the packed GEMM reads it (kernels/cpu/gemm_packed.h): the lines of op(A) are its m
 // rows, those of op(B) its n columns; each is k long. item: the product of the batch.
 GemmOperand operand(const Tensor& t, std::int64_t item, std::int64_t lines, std::int64_t k, bool line_major) {
-  const auto* matrix = static_cast<const std::byte*>(t.data_ptr()) +
-                       item * lines * k * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  const char* matrix = bytes_at(t, item * lines * k);
   return line_major ? GemmOperand{matrix, t.dtype(), k, 1} : GemmOperand{matrix, t.dtype(), 1, lines};
 }
 
@@ -330,7 +329,7 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
           .a = operand(a, i, s.m, s.k, !s.transpose_a),  // A is [m, k], or [k, m] when transposed
           .b = operand(b, i, s.n, s.k, s.transpose_b),   // B is [k, n], or [n, k] when transposed
           .k = s.k,
-          .c = static_cast<std::byte*>(c.data_ptr()) + i * s.m * s.n * static_cast<std::int64_t>(dtype_size(c.dtype())),
+          .c = bytes_at(c, i * s.m * s.n),
           .c_dtype = c.dtype(),
           .ldc = s.n,
           .bias = bias.defined() ? bias.data<float>() : nullptr,

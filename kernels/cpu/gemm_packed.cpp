@@ -4,7 +4,6 @@
 #include "kernels/cpu/gemm_packed.h"
 
 #include <algorithm>
-#include <bit>
 #include <cassert>
 #include <cstring>
 #include <vector>
@@ -55,11 +54,7 @@ void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = src[i];
   } else if (dtype == DType::BF16) {
     auto* out = reinterpret_cast<std::uint16_t*>(dst);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto bits = std::bit_cast<std::uint32_t>(src[i]);
-      const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-      out[i] = static_cast<std::uint16_t>(nan ? (bits >> 16) | 0x0040u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-    }
+    for (std::int64_t i = 0; i < n; ++i) out[i] = detail::f32_to_bf16_bits(src[i]);
   } else {
 #if defined(__F16C__)
     std::int64_t i = 0;
@@ -106,6 +101,27 @@ void store_result(const float* tile, std::int64_t width, int rows, int cols, con
   }
 }
 
+// Both panel layouts take 4 bytes an entry: an f32 (FMA) or a pair of bf16 (Bf16Dot).
+constexpr std::int64_t kPanelEntry = 4;
+static_assert(sizeof(float) == kPanelEntry && sizeof(std::uint32_t) == kPanelEntry);
+
+// Lines [line0, line0 + count) of x over k in [k0, k0 + kc), packed (gemm_pack.h) as consecutive
+// micro-panels of `width` lines and `panel_size` entries each, into this thread's buffer for the
+// kernel's layout; returns the first panel.
+const std::byte* pack_block(const GemmOperand& x, bool pairs, std::int64_t line0, std::int64_t count, std::int64_t k0,
+                            std::int64_t kc, int width, std::int64_t panel_size, std::vector<float>& f32_buffer,
+                            std::vector<std::uint32_t>& pair_buffer, PackBuffers& packing) {
+  const std::int64_t panels = (count + width - 1) / width;
+  float* f32 = pairs ? nullptr : reserve(f32_buffer, panels * panel_size);
+  std::uint32_t* words = pairs ? reserve(pair_buffer, panels * panel_size) : nullptr;
+  for (std::int64_t p = 0; p < panels; ++p) {
+    const std::int64_t lines = std::min<std::int64_t>(width, count - p * width);
+    if (pairs) pack_bf16_pairs(x, line0 + p * width, lines, k0, kc, width, words + p * panel_size, packing);
+    else pack_f32(x, line0 + p * width, lines, k0, kc, width, f32 + p * panel_size, packing);
+  }
+  return pairs ? reinterpret_cast<const std::byte*>(words) : reinterpret_cast<const std::byte*>(f32);
+}
+
 }  // namespace
 
 void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1) {
@@ -144,28 +160,16 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
       const std::int64_t kc = std::min(block_k, g.k - pc), steps = pairs ? (kc + 1) / 2 : kc;
       const bool first = pc == 0, last = pc + block_k >= g.k;
       const std::int64_t b_panel = steps * nr, a_panel = steps * mr;  // elements (or pairs) per micro-panel
-      float* b_f32 = pairs ? nullptr : reserve(s.b, (nc + nr - 1) / nr * b_panel);
-      std::uint32_t* b_pairs = pairs ? reserve(s.b_pairs, (nc + nr - 1) / nr * b_panel) : nullptr;
-      for (std::int64_t j = 0, panel = 0; j < nc; j += nr, ++panel) {
-        const std::int64_t lines = std::min<std::int64_t>(nr, nc - j);
-        if (pairs) pack_bf16_pairs(g.b, jc + j, lines, pc, kc, nr, b_pairs + panel * b_panel, s.packing);
-        else pack_f32(g.b, jc + j, lines, pc, kc, nr, b_f32 + panel * b_panel, s.packing);
-      }
+      const std::byte* b_block = pack_block(g.b, pairs, jc, nc, pc, kc, nr, b_panel, s.b, s.b_pairs, s.packing);
       for (std::int64_t ic = row0; ic < row1; ic += block_rows) {
         const std::int64_t mc = std::min(block_rows, row1 - ic);
-        float* a_f32 = pairs ? nullptr : reserve(s.a, (mc + mr - 1) / mr * a_panel);
-        std::uint32_t* a_pairs = pairs ? reserve(s.a_pairs, (mc + mr - 1) / mr * a_panel) : nullptr;
-        for (std::int64_t i = 0, panel = 0; i < mc; i += mr, ++panel) {
-          const std::int64_t lines = std::min<std::int64_t>(mr, mc - i);
-          if (pairs) pack_bf16_pairs(g.a, ic + i, lines, pc, kc, mr, a_pairs + panel * a_panel, s.packing);
-          else pack_f32(g.a, ic + i, lines, pc, kc, mr, a_f32 + panel * a_panel, s.packing);
-        }
+        const std::byte* a_block = pack_block(g.a, pairs, ic, mc, pc, kc, mr, a_panel, s.a, s.a_pairs, s.packing);
         for (std::int64_t j = 0; j < nc; j += nr) {
           const int cols = static_cast<int>(std::min<std::int64_t>(nr, nc - j));
-          const void* b_micro = pairs ? static_cast<const void*>(b_pairs + j / nr * b_panel) : b_f32 + j / nr * b_panel;
+          const std::byte* b_micro = b_block + j / nr * b_panel * kPanelEntry;
           for (std::int64_t i = 0; i < mc; i += mr) {
             const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - i));
-            const void* a_micro = pairs ? static_cast<const void*>(a_pairs + i / mr * a_panel) : a_f32 + i / mr * a_panel;
+            const std::byte* a_micro = a_block + i / mr * a_panel * kPanelEntry;
             const auto [sums, ld] = sum_at(ic + i, jc + j);
             if (rows == mr && cols == nr && sums) {  // a whole tile: the kernel adds into the sums in place
               kernel.run(steps, a_micro, b_micro, sums, ld, !first);
