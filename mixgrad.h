@@ -2,7 +2,8 @@
 #pragma once
 
 #include "autograd/autocast.h"
-#include "amp/cast_policy.h"
+#include "amp/cast_policy.h"  // the old spellings mg::amp::kOps, ... (aliases)
+#include "autograd/cast_policy.h"
 #include "amp/diagnostics.h"
 #include "amp/grad_scaler.h"
 #include "amp/memory_report.h"

@@ -78,8 +78,8 @@ bool autocast_enabled() { return state.enabled; }
 DType autocast_dtype() { return state.dtype; }
 DType last_autocast_dtype() { return state.last_region; }
 
-void autocast_inputs(amp::CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
-  using enum amp::CastPolicy;
+void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
+  using enum CastPolicy;
   if (!state.enabled || policy == InputDtype) return;
   MG_CHECK(policy != Banned, "{} is banned under mg::Autocast. (If its inputs are known to be safe, run it inside "
            "mg::Autocast(dtype, /*enabled=*/false).)", op_name);
@@ -103,9 +103,9 @@ void autocast_inputs(amp::CastPolicy policy, const char* op_name, std::vector<Te
 
 void autocast_inputs(Op op, std::vector<Tensor>& inputs) {
   if (!state.enabled) return;
-  MG_CHECK(amp::policy_of(op) != amp::CastPolicy::Banned, "{} is banned under mg::Autocast: {}. (If its inputs are "
-           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)", op, amp::row(op).reason);
-  autocast_inputs(amp::policy_of(op), qualified_name(op), inputs);
+  MG_CHECK(cast_policy(op) != CastPolicy::Banned, "{} is banned under mg::Autocast: {}. (If its inputs are "
+           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)", op, op_row(op).reason);
+  autocast_inputs(cast_policy(op), qualified_name(op), inputs);
 }
 
 Tensor autocast_input(Op op, const Tensor& x) {

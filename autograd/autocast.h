@@ -1,5 +1,5 @@
 // Autocast: inside a region, each op casts its inputs to the dtype its row of the cast-policy table
-// names (amp/cast_policy.h), so matmuls run in f16/bf16 while softmax and losses stay in f32. This
+// names (autograd/cast_policy.h), so matmuls run in f16/bf16 while softmax and losses stay in f32. This
 // is how mixgrad carries out the paper's third technique (section 3.3): f16 products accumulated in
 // f32, and the ops that need f32's range or long sums kept in f32.
 //
@@ -30,7 +30,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "amp/cast_policy.h"
+#include "autograd/cast_policy.h"
 #include "core/tensor.h"
 
 namespace mg {
@@ -52,11 +52,11 @@ bool autocast_enabled();  // is this thread inside an enabled region?
 DType autocast_dtype();   // the innermost region's dtype (F16 outside any region)
 DType last_autocast_dtype();  // the dtype of this thread's most recent enabled region (F16 before any)
 
-// What an op calls first: its inputs, cast per the op's row of amp::kOps. Outside a region the inputs
+// What an op calls first: its inputs, cast per the op's row of kOps. Outside a region the inputs
 // come back unchanged. Throws mg::Error for a banned op or mixed f16/bf16.
 void autocast_inputs(Op op, std::vector<Tensor>& inputs);
 // The same for a user's own op, which has no row: it names its policy (and its name, for errors).
-void autocast_inputs(amp::CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs);
+void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs);
 // One tensor: const Tensor x = autocast_input(Op::Exp, x_in);
 Tensor autocast_input(Op op, const Tensor& x);
 // A fixed number of tensors: auto [a, b] = autocast_inputs(Op::MatMul, a_in, b_in);

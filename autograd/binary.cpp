@@ -27,7 +27,7 @@ Tensor binary_forward(BinaryOp kind, Op op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// A fused backward formula of three tensors (kernels/functors.h), computed at g's shape and rounded once.
+// A fused backward formula of three tensors (kernels/pointwise.h), computed at g's shape and rounded once.
 Tensor ternary_grad(TernaryOp kind, const Tensor& g, const Tensor& y, const Tensor& z) {
   Tensor out = Tensor::empty(g.shape(), check::like(g));
   kernels::ternary(kind, g, y, z, out);

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "amp/cast_policy.h"
+#include "autograd/cast_policy.h"
 #include "core/tensor.h"
 #include "kernels/window.h"
 

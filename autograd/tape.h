@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/cast_policy.h"
+#include "autograd/cast_policy.h"
 #include "core/tensor.h"
 
 namespace mg {

@@ -1,5 +1,5 @@
 // MG_HOST_DEVICE marks a function that both the C++ compiler and nvcc's device pass compile: the
-// scalar math written once for the CPU loops and the CUDA kernels (kernels/functors.h, core/philox.h).
+// scalar math written once for the CPU loops and the CUDA kernels (kernels/pointwise.h, core/philox.h).
 #pragma once
 
 #ifdef __CUDACC__

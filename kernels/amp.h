@@ -22,9 +22,14 @@
 //           (f32 [1]) on one device. If found_inf != 0: scale *= backoff_factor, tracker = 0.
 //           Otherwise tracker += 1, and when it reaches growth_interval: scale *= growth_factor
 //           (kept only while the result is finite), tracker = 0. Products in f64, rounded to f32.
+//           With a ScaleRule's limits (amp::ScaleMonitorOptions), also: an overflow backs off only
+//           when it makes `hysteresis` in a row (counted in overflow_streak, i32 [1]; each one is
+//           still a skipped step and resets the tracker), the backoff stops at min_scale, and a
+//           growth that would pass max_scale is not made. So the whole policy runs on the device.
 // Tests: build/tests/test_amp_scaler, build/tests/test_cuda_amp.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -39,37 +44,54 @@ void find_non_finite(const std::vector<Tensor>& src, const Tensor& factor, Tenso
 void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, std::int64_t growth_interval);
 
+// The rule of update_scale: PyTorch's three numbers, and the limits mixgrad adds.
+struct ScaleRule {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+  std::int64_t hysteresis = 1;  // consecutive overflows per backoff
+  double min_scale = 0.0;       // the backoff stops here
+  double max_scale = FLT_MAX;   // growth stops before passing this
+};
+// The same with limits: overflow_streak is i32 [1] beside the scale (undefined when hysteresis is 1).
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule);
+
 // The backends: dst empty means find_non_finite (check only).
 namespace cpu {
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval);
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule);
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
 namespace cuda {
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval);
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule);
 }  // namespace cuda
 
 // One update_scale step on the values themselves, written once for the CPU kernel and the CUDA
 // thread that runs it (so both round the f64 product to f32 the same way).
-MG_HOST_DEVICE inline void update_scale_step(float& scale, std::int32_t& growth_tracker, bool found_inf,
-                                             double growth_factor, double backoff_factor,
-                                             std::int64_t growth_interval) {
+MG_HOST_DEVICE inline void update_scale_step(float& scale, std::int32_t& growth_tracker, std::int32_t& overflow_streak,
+                                             bool found_inf, const ScaleRule& rule) {
   if (found_inf) {
-    scale = static_cast<float>(scale * backoff_factor);
     growth_tracker = 0;
+    if (++overflow_streak < rule.hysteresis) return;  // not yet: this overflow only counts towards the streak
+    overflow_streak = 0;
+    const float backed_off = static_cast<float>(scale * rule.backoff_factor);
+    scale = backed_off < rule.min_scale ? static_cast<float>(rule.min_scale) : backed_off;
     return;
   }
+  overflow_streak = 0;
   const std::int64_t successful = std::int64_t{growth_tracker} + 1;
-  if (successful != growth_interval) {
+  if (successful != rule.growth_interval) {
     growth_tracker = static_cast<std::int32_t>(successful);
     return;
   }
-  const float grown = static_cast<float>(scale * growth_factor);
-  if (std::isfinite(grown)) scale = grown;  // an inf scale would turn every gradient into inf or NaN
+  const float grown = static_cast<float>(scale * rule.growth_factor);
+  // an inf scale would turn every gradient into inf or NaN; past the cap, the scale stays
+  if (std::isfinite(grown) && grown <= rule.max_scale) scale = grown;
   growth_tracker = 0;
 }
 

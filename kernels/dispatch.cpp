@@ -68,8 +68,12 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars) {
   MG_ROUTE(out, unary, op, x, out, scalars);
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars) {
-  MG_ROUTE(out, binary, op, a, b, out, scalars);
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars) {
+  MG_ROUTE(dx, unary_grad, op, g, saved, dx, scalars);
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  MG_ROUTE(out, binary, op, a, b, out);
 }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
@@ -261,8 +265,8 @@ void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tenso
   MG_ROUTE(keep, dropout_mask, seed, first_block, p, keep);
 }
 
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval) {
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule) {
   MG_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() && scale.numel() == 1 &&
                scale.dtype() == DType::F32 && growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I32 &&
                found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
@@ -270,7 +274,17 @@ void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf
   MG_CHECK(growth_tracker.device() == scale.device() && found_inf.device() == scale.device(),
            "kernel update_scale: scale ({}), growth_tracker ({}) and found_inf ({}) must be on one device",
            scale.device(), growth_tracker.device(), found_inf.device());
-  MG_ROUTE(scale, update_scale, scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
+  MG_CHECK(rule.hysteresis == 1 || (overflow_streak.defined() && overflow_streak.numel() == 1 &&
+                                    overflow_streak.dtype() == DType::I32 && overflow_streak.device() == scale.device()),
+           "kernel update_scale: hysteresis {} needs overflow_streak, i32 [1] on {}", rule.hysteresis, scale.device());
+  MG_ROUTE(scale, update_scale, scale, growth_tracker, overflow_streak, found_inf, rule);
+}
+
+void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                  double backoff_factor, std::int64_t growth_interval) {
+  Tensor no_streak;
+  update_scale(scale, growth_tracker, no_streak, found_inf,
+               {.growth_factor = growth_factor, .backoff_factor = backoff_factor, .growth_interval = growth_interval});
 }
 
 // On the CPU the kernels add to the caller's count directly: nothing to clear or read.

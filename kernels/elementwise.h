@@ -10,21 +10,20 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/pointwise.h"
 
 namespace mg::kernels {
 
+// One enumerator per unit of kernels/pointwise.h: the differentiable ops, then tensor-scalar arithmetic.
+#define MG_UNARY_ENUMERATOR(Unit, ...) Unit,
 enum class UnaryOp : std::uint8_t {
-  Copy, Neg, Exp, Log, Sqrt, Abs, Tanh, Sigmoid, Relu, Gelu, Silu,
-  AddScalar, MulScalar, DivScalar, PowScalar, RDivScalar, Clamp,  // use Scalars::a (and b for Clamp)
-  LeakyRelu,                                                      // Scalars::a: the negative slope
+  MG_POINTWISE_OPS(MG_UNARY_ENUMERATOR)
+  MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_ENUMERATOR)
+  MG_SCALAR_OPS(MG_UNARY_ENUMERATOR)
 };
+#undef MG_UNARY_ENUMERATOR
 
-enum class BinaryOp : std::uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  // backward formulas (kernels/functors.h): first input the gradient, second the saved tensor
-  ReluGrad, AbsGrad, TanhGrad, SigmoidGrad, SqrtGrad, GeluGrad, SiluGrad, ClampGrad, PowScalarGrad,
-  LeakyReluGrad,  // Scalars::a: the negative slope
-};
+enum class BinaryOp : std::uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
 
 enum class TernaryOp : std::uint8_t {
   Where,            // (mask, a, b): mask != 0 ? a : b
@@ -35,27 +34,33 @@ enum class TernaryOp : std::uint8_t {
   MinimumGrad,      // (g, x, y): the same for minimum
 };
 
-// The scalar operands of the *Scalar ops: `a` is the scalar (the exponent of PowScalar); Clamp and
-// ClampGrad take their bounds as a = min and b = max.
+// The scalar operands of the *Scalar ops: `a` is the scalar (the exponent of PowScalar); Clamp
+// takes its bounds as a = min and b = max, LeakyRelu its negative slope as a.
 struct Scalars {
   double a = 0.0;
   double b = 0.0;
 };
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars = {});
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars = {});
+// A unit's backward, dx = grad(g, saved) (kernels/pointwise.h): `saved` is what the unit's `saves`
+// names (x or y; for Saves::Nothing, pass g). g, saved and dx have one shape and dtype. Refused for
+// a UnaryOp whose unit has no backward of this form (Copy, AddScalar, ..., RDivScalar).
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars = {});
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 
 namespace cpu {
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars);
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 }  // namespace cpu
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
 namespace cuda {
 void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars scalars);
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
 }  // namespace cuda
 

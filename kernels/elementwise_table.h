@@ -1,43 +1,63 @@
-// Which functor (kernels/functors.h) computes each elementwise op: the one table from the op enums
-// of kernels/elementwise.h to the math, shared by the CPU loop and the CUDA kernels.
+// Which functor (kernels/pointwise.h) computes each elementwise op: the one table from the op enums
+// of kernels/elementwise.h to the math, shared by the CPU loop and the CUDA kernels. The unary rows
+// are made from the lists MG_POINTWISE_OPS and MG_SCALAR_OPS, so a new unit needs no line here.
 //
 //   visit_unary(UnaryOp::Exp, scalars, [&](auto functor, const char* name) { ... functor(x) ... });
 //
 // calls the lambda with the functor (carrying the op's scalars) and the op's name for messages.
 #pragma once
 
+#include "core/error.h"
 #include "kernels/elementwise.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 
 namespace mg::kernels {
 
+// A unit with its scalars: Clamp{min, max}, LeakyRelu{slope}, MulScalar{a}, Exp{}.
+template <class Unit>
+constexpr Unit with_scalars(Scalars s) {
+  if constexpr (requires { Unit{s.a, s.b}; }) return Unit{s.a, s.b};
+  else if constexpr (requires { Unit{s.a}; }) return Unit{s.a};
+  else return Unit{};
+}
+
 template <class Fn>
 void visit_unary(UnaryOp op, Scalars s, Fn&& fn) {
-  namespace f = functors;
   switch (op) {
-    case UnaryOp::Copy: return fn(f::Copy{}, "copy");
-    case UnaryOp::Neg: return fn(f::Neg{}, "neg");
-    case UnaryOp::Exp: return fn(f::Exp{}, "exp");
-    case UnaryOp::Log: return fn(f::Log{}, "log");
-    case UnaryOp::Sqrt: return fn(f::Sqrt{}, "sqrt");
-    case UnaryOp::Abs: return fn(f::Abs{}, "abs");
-    case UnaryOp::Tanh: return fn(f::Tanh{}, "tanh");
-    case UnaryOp::Sigmoid: return fn(f::Sigmoid{}, "sigmoid");
-    case UnaryOp::Relu: return fn(f::Relu{}, "relu");
-    case UnaryOp::Gelu: return fn(f::Gelu{}, "gelu");
-    case UnaryOp::Silu: return fn(f::Silu{}, "silu");
-    case UnaryOp::AddScalar: return fn(f::AddScalar{s.a}, "add");
-    case UnaryOp::MulScalar: return fn(f::MulScalar{s.a}, "mul");
-    case UnaryOp::DivScalar: return fn(f::DivScalar{s.a}, "div");
-    case UnaryOp::PowScalar: return fn(f::PowScalar{s.a}, "pow");
-    case UnaryOp::RDivScalar: return fn(f::RDivScalar{s.a}, "div");
-    case UnaryOp::Clamp: return fn(f::Clamp{s.a, s.b}, "clamp");
-    case UnaryOp::LeakyRelu: return fn(f::LeakyRelu{s.a}, "leaky_relu");
+#define MG_UNARY_CASE(Unit, name, ...) \
+  case UnaryOp::Unit: return fn(with_scalars<functors::Unit>(s), #name);
+    MG_POINTWISE_OPS(MG_UNARY_CASE)
+    MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_CASE)
+    MG_SCALAR_OPS(MG_UNARY_CASE)
+#undef MG_UNARY_CASE
+  }
+}
+
+// A unit's backward as a functor of (g, saved), functors::Backward<functors::Silu>, named "silu
+// backward". A UnaryOp whose unit has no `grad` (Copy, AddScalar, ...) is an error.
+template <class Unit, class Fn>
+void visit_backward(Unit unit, const char* name, Fn&& fn) {
+  if constexpr (requires(float g) { unit.grad(g, g); }) {
+    fn(functors::Backward<Unit>{unit}, name);
+  } else {
+    throw Error(fmt::format("mg::kernels::unary_grad: {} has no backward formula of (g, saved)", name));
   }
 }
 
 template <class Fn>
-void visit_binary(BinaryOp op, Scalars s, Fn&& fn) {
+void visit_unary_grad(UnaryOp op, Scalars s, Fn&& fn) {
+  switch (op) {
+#define MG_UNARY_GRAD_CASE(Unit, name, ...) \
+  case UnaryOp::Unit: return visit_backward(with_scalars<functors::Unit>(s), #name " backward", fn);
+    MG_POINTWISE_OPS(MG_UNARY_GRAD_CASE)
+    MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_GRAD_CASE)
+    MG_SCALAR_OPS(MG_UNARY_GRAD_CASE)
+#undef MG_UNARY_GRAD_CASE
+  }
+}
+
+template <class Fn>
+void visit_binary(BinaryOp op, Fn&& fn) {
   namespace f = functors;
   switch (op) {
     case BinaryOp::Add: return fn(f::Add{}, "add");
@@ -47,16 +67,6 @@ void visit_binary(BinaryOp op, Scalars s, Fn&& fn) {
     case BinaryOp::Pow: return fn(f::Pow{}, "pow");
     case BinaryOp::Maximum: return fn(f::Maximum{}, "maximum");
     case BinaryOp::Minimum: return fn(f::Minimum{}, "minimum");
-    case BinaryOp::ReluGrad: return fn(f::ReluGrad{}, "relu backward");
-    case BinaryOp::AbsGrad: return fn(f::AbsGrad{}, "abs backward");
-    case BinaryOp::TanhGrad: return fn(f::TanhGrad{}, "tanh backward");
-    case BinaryOp::SigmoidGrad: return fn(f::SigmoidGrad{}, "sigmoid backward");
-    case BinaryOp::SqrtGrad: return fn(f::SqrtGrad{}, "sqrt backward");
-    case BinaryOp::GeluGrad: return fn(f::GeluGrad{}, "gelu backward");
-    case BinaryOp::SiluGrad: return fn(f::SiluGrad{}, "silu backward");
-    case BinaryOp::ClampGrad: return fn(f::ClampGrad{s.a, s.b}, "clamp backward");
-    case BinaryOp::PowScalarGrad: return fn(f::PowScalarGrad{s.a}, "pow backward");
-    case BinaryOp::LeakyReluGrad: return fn(f::LeakyReluGrad{s.a}, "leaky_relu backward");
   }
 }
 

@@ -31,7 +31,7 @@ struct GemmShape {
 };
 
 // What the epilogue applies after the product; the default is none (C = op(A) op(B)).
-enum class Activation : std::uint8_t { None, Relu, Gelu };  // Gelu: the exact erf GELU, as kernels/functors.h
+enum class Activation : std::uint8_t { None, Relu, Gelu };  // Gelu: the exact erf GELU, as kernels/pointwise.h
 struct GemmEpilogue {
   Tensor bias;  // undefined (no bias), or [n] in C's dtype or f32, on C's device: added to every row
   Activation activation = Activation::None;

@@ -1,4 +1,4 @@
-// The op table (amp/cast_policy.h): every row has a name and a reason; every row names a real op,
+// The op table (autograd/cast_policy.h): every row has a name and a reason; every row names a real op,
 // which records under that name and casts its inputs as the row says; a user's own op names its policy.
 #include <functional>
 #include <map>
@@ -12,8 +12,6 @@ using namespace mg;
 using namespace mg::testing;
 
 namespace {
-
-using amp::CastPolicy;
 
 // What the ops did while alive: each op's name, and the dtypes the casts produced.
 struct OpLog : OpObserver {
@@ -117,8 +115,8 @@ const std::set<Op> kComposite{Op::MseLoss, Op::LayerNorm, Op::BatchNorm, Op::Arg
 TEST_CASE("policy: one row per op, each with a name and a reason") {
   std::set<std::string> names;
   std::vector<bool> seen(5, false);
-  for (std::size_t i = 0; i < amp::kOps.size(); ++i) {
-    const amp::OpRow& row = amp::kOps[i];
+  for (std::size_t i = 0; i < kOps.size(); ++i) {
+    const OpRow& row = kOps[i];
     INFO("row " << i << " (" << std::string(row.name) << ")");
     CHECK(static_cast<std::size_t>(row.op) == i);
     CHECK(std::string(row.name).size() > 0);
@@ -128,14 +126,14 @@ TEST_CASE("policy: one row per op, each with a name and a reason") {
     seen[static_cast<std::size_t>(row.policy)] = true;
   }
   for (bool policy_used : seen) CHECK(policy_used);
-  CHECK(amp::policy_of(Op::MatMul) == CastPolicy::LowerPrecision);
-  CHECK(amp::policy_of(Op::Softmax) == CastPolicy::Float32);
-  CHECK(amp::policy_of(Op::Add) == CastPolicy::Promote);
-  CHECK(amp::policy_of(Op::BinaryCrossEntropy) == CastPolicy::Banned);
-  CHECK(amp::policy_of(Op::BinaryCrossEntropyWithLogits) == CastPolicy::Float32);
-  CHECK(amp::policy_of(Op::Tanh) == CastPolicy::InputDtype);
-  CHECK(amp::policy_name(CastPolicy::LowerPrecision) == "lower_precision");
-  CHECK(amp::policy_name(CastPolicy::InputDtype) == "input_dtype");
+  CHECK(cast_policy(Op::MatMul) == CastPolicy::LowerPrecision);
+  CHECK(cast_policy(Op::Softmax) == CastPolicy::Float32);
+  CHECK(cast_policy(Op::Add) == CastPolicy::Promote);
+  CHECK(cast_policy(Op::BinaryCrossEntropy) == CastPolicy::Banned);
+  CHECK(cast_policy(Op::BinaryCrossEntropyWithLogits) == CastPolicy::Float32);
+  CHECK(cast_policy(Op::Tanh) == CastPolicy::InputDtype);
+  CHECK(policy_name(CastPolicy::LowerPrecision) == "lower_precision");
+  CHECK(policy_name(CastPolicy::InputDtype) == "input_dtype");
   CHECK(fmt::format("{}", Op::LogSoftmax) == "mg::log_softmax");
 }
 
@@ -144,9 +142,9 @@ TEST_CASE("policy: one row per op, each with a name and a reason") {
 // once had, fails here).
 TEST_CASE("policy: every row names a real op that casts as its row says") {
   const auto calls = calls_of_every_op();
-  CHECK(calls.size() == amp::kOps.size());  // a new op needs a call here
-  for (const amp::OpRow& row : amp::kOps) {
-    INFO("op " << std::string(row.name) << ", policy " << amp::policy_name(row.policy));
+  CHECK(calls.size() == kOps.size());  // a new op needs a call here
+  for (const OpRow& row : kOps) {
+    INFO("op " << std::string(row.name) << ", policy " << policy_name(row.policy));
     auto call = calls.find(row.op);
     REQUIRE(call != calls.end());
     Autocast autocast(DType::F16);

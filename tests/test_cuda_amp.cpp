@@ -244,15 +244,39 @@ TEST_CASE("update_scale (GPU): the CPU's scale and tracker after every step") {
       INFO("growth " << growth << ", backoff " << backoff << ", step " << step);
       const Tensor found_cpu = full({1}, script[step] == 'c' ? 0.0 : 1.0), found_gpu = gpu(found_cpu);
       kernels::update_scale(scale_cpu, tracker_cpu, found_cpu, growth, backoff, 3);
-      kernels::cuda::update_scale(scale_gpu, tracker_gpu, found_gpu, growth, backoff, 3);
+      Tensor no_streak;
+      kernels::cuda::update_scale(scale_gpu, tracker_gpu, no_streak, found_gpu,
+                                  {.growth_factor = growth, .backoff_factor = backoff, .growth_interval = 3});
       check_identical(scale_gpu, scale_cpu, "scale");
       check_identical(tracker_gpu, tracker_cpu, "growth tracker");
     }
   }
   Tensor huge = gpu(full({1}, 0x1p127)), tracker = gpu(zeros({1}, {.dtype = DType::I32}));
-  kernels::cuda::update_scale(huge, tracker, gpu(zeros({1})), 2.0, 0.5, 1);
+  Tensor no_streak;
+  kernels::cuda::update_scale(huge, tracker, no_streak, gpu(zeros({1})), {.growth_interval = 1});
   CHECK(huge.to(Device::cpu()).item() == 0x1p127);  // inf would be the next scale: kept instead
   CHECK(tracker.to(Device::cpu()).item() == 0.0);
+}
+
+// The limits amp::ScaleMonitor sets (hysteresis 2, a floor, a cap), on both devices, step by step.
+TEST_CASE("update_scale with limits (GPU): the CPU's scale, tracker and streak after every step") {
+  if (!have_gpu()) return;
+  const kernels::ScaleRule rule{.growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 2, .hysteresis = 2,
+                                .min_scale = 4096.0, .max_scale = 65536.0};
+  Tensor scale_cpu = full({1}, 16384.0), tracker_cpu = zeros({1}, {.dtype = DType::I32});
+  Tensor streak_cpu = zeros({1}, {.dtype = DType::I32});
+  Tensor scale_gpu = gpu(scale_cpu), tracker_gpu = gpu(tracker_cpu), streak_gpu = gpu(streak_cpu);
+  const std::string script = "cccccciiciiiiiiii";  // grows to the cap, then backs off every second overflow
+  for (std::size_t step = 0; step < script.size(); ++step) {
+    INFO("step " << step);
+    const Tensor found_cpu = full({1}, script[step] == 'c' ? 0.0 : 1.0), found_gpu = gpu(found_cpu);
+    kernels::update_scale(scale_cpu, tracker_cpu, streak_cpu, found_cpu, rule);
+    kernels::cuda::update_scale(scale_gpu, tracker_gpu, streak_gpu, found_gpu, rule);
+    check_identical(scale_gpu, scale_cpu, "scale");
+    check_identical(tracker_gpu, tracker_cpu, "growth tracker");
+    check_identical(streak_gpu, streak_cpu, "overflow streak");
+  }
+  CHECK(scale_cpu.item() == 4096.0);  // the floor, after the backoffs
 }
 
 TEST_CASE("sgd, adam and adagrad (GPU): bit for bit the CPU's, lost-update counts included") {

@@ -16,7 +16,7 @@
 #include "core/convert.h"
 #include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/gemm_packed.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "kernels/threads.h"
 #include "tests/testing.h"
 

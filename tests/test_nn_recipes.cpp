@@ -24,7 +24,7 @@ using namespace mg::testing;
 
 namespace {
 
-// Which dtype a module's output has under a recipe, by the cast lists (amp/cast_policy.h).
+// Which dtype a module's output has under a recipe, by the cast lists (autograd/cast_policy.h).
 enum class Output {
   Gemm,        // ends in linear/conv2d (lower-precision list): the autocast dtype (f32 under fp32)
   Float32,     // ends in an f32 residual stream or an LSTM's f32 state: f32 always

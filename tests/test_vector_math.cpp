@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "kernels/cpu/vector_math.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "tests/testing.h"
 
 using namespace mg;

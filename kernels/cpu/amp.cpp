@@ -80,10 +80,12 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, con
   if (non_finite) *found_inf.data<float>() = 1.0f;
 }
 
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval) {
-  update_scale_step(*scale.data<float>(), *growth_tracker.data<std::int32_t>(), *found_inf.data<float>() != 0.0f,
-                    growth_factor, backoff_factor, growth_interval);
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule) {
+  std::int32_t no_streak = 0;  // hysteresis 1 needs no count
+  update_scale_step(*scale.data<float>(), *growth_tracker.data<std::int32_t>(),
+                    overflow_streak.defined() ? *overflow_streak.data<std::int32_t>() : no_streak,
+                    *found_inf.data<float>() != 0.0f, rule);
 }
 
 }  // namespace mg::kernels::cpu

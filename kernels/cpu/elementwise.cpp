@@ -53,7 +53,7 @@ bool vectorised(const F&, const std::array<const C*, N>& x, C* y, std::int64_t c
     if constexpr (std::is_same_v<F, functors::Sigmoid>) return vector_math::sigmoid(x[0], y, count), true;
     if constexpr (std::is_same_v<F, functors::Gelu>) return vector_math::gelu(x[0], y, count), true;
   }
-  if constexpr (std::is_same_v<C, float> && N == 2 && std::is_same_v<F, functors::GeluGrad>)
+  if constexpr (std::is_same_v<C, float> && N == 2 && std::is_same_v<F, functors::Backward<functors::Gelu>>)
     return vector_math::gelu_grad(x[0], x[1], y, count), true;
   return false;
 }
@@ -149,8 +149,12 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars s) {
   visit_unary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 1>{&x}, f, name); });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars s) {
-  visit_binary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 2>{&a, &b}, f, name); });
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars s) {
+  visit_unary_grad(op, s, [&](auto f, const char* name) { run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name); });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  visit_binary(op, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 2>{&a, &b}, f, name); });
 }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {

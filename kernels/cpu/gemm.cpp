@@ -40,7 +40,7 @@
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "kernels/threads.h"
 #include "kernels/gemm.h"
 

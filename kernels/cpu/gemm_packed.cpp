@@ -13,7 +13,7 @@
 
 #include "core/convert.h"
 #include "kernels/cpu/gemm_pack.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 
 namespace mg::kernels::cpu {
 

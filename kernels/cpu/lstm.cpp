@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/compute_type.h"
 #include "kernels/cpu/vector_math.h"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "kernels/lstm.h"
 
 namespace mg::kernels::cpu {
@@ -80,11 +80,11 @@ void cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, co
         const C i = act[j], f = act[H + j], g = act[2 * H + j], o = act[3 * H + j];
         const C tc = tanh_c[static_cast<std::size_t>(j)];
         const C dh = dh_rec[k] + d_out[j];
-        const C dc = dcc[k] + d_out[H + j] + functors::TanhGrad{}(dh * o, tc);
-        dg[j] = functors::SigmoidGrad{}(dc * g, i);
-        dg[H + j] = functors::SigmoidGrad{}(dc * cp[k], f);
-        dg[2 * H + j] = functors::TanhGrad{}(dc * i, g);
-        dg[3 * H + j] = functors::SigmoidGrad{}(dh * tc, o);
+        const C dc = dcc[k] + d_out[H + j] + functors::Tanh{}.grad(dh * o, tc);
+        dg[j] = functors::Sigmoid{}.grad(dc * g, i);
+        dg[H + j] = functors::Sigmoid{}.grad(dc * cp[k], f);
+        dg[2 * H + j] = functors::Tanh{}.grad(dc * i, g);
+        dg[3 * H + j] = functors::Sigmoid{}.grad(dh * tc, o);
         dcc[k] = dc * f;
       }
       for (std::int64_t j = 0; j < 4 * H; ++j) chunk_db[j] += dg[j];

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 
 // GCC 12.1-12.2 reports "'__Y' is used uninitialized" inside its own AVX-512 intrinsics (pmin, pfloor,
 // pcast, the shift) where the packet code below inlines them: GCC bug 105593, by design there (fixed

@@ -1,5 +1,5 @@
 // exp, log, tanh, sigmoid and the exact GELU over arrays of floats at vector speed: the CPU's fast
-// path for the scalar functors of kernels/functors.h, which stay the definition (and what f64 and
+// path for the scalar functors of kernels/pointwise.h, which stay the definition (and what f64 and
 // the CUDA kernels compute).
 //
 // Why: libm's expf/tanhf/erff are scalar calls, 3-10 ns per element; a char-LSTM step spent about a
@@ -41,7 +41,7 @@
 
 #include <cstdint>
 
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 
 namespace mg::kernels::cpu::vector_math {
 
@@ -54,7 +54,7 @@ void log(const float* x, float* y, std::int64_t n);
 void tanh(const float* x, float* y, std::int64_t n);
 void sigmoid(const float* x, float* y, std::int64_t n);  // 1 / (1 + exp(-x))
 void gelu(const float* x, float* y, std::int64_t n);     // x * Phi(x) = x/2 * erfc(-x / sqrt 2)
-// dx = g * (Phi(x) + x * phi(x)): functors::GeluGrad over arrays (g may be y).
+// dx = g * (Phi(x) + x * phi(x)): functors::Gelu::grad over arrays (g may be y).
 void gelu_grad(const float* g, const float* x, float* y, std::int64_t n);
 
 // The f64 forms (f64 is for checks, not speed): the scalar functors over the array, so a kernel

@@ -113,9 +113,11 @@ __global__ void __launch_bounds__(kThreads)
   if (non_finite) *found_inf = 1.0f;  // every writer stores the same value: no atomics needed
 }
 
-__global__ void update_scale_kernel(float* scale, std::int32_t* growth_tracker, const float* found_inf,
-                                    double growth_factor, double backoff_factor, std::int64_t growth_interval) {
-  update_scale_step(*scale, *growth_tracker, *found_inf != 0.0f, growth_factor, backoff_factor, growth_interval);
+// overflow_streak is null when the rule's hysteresis is 1.
+__global__ void update_scale_kernel(float* scale, std::int32_t* growth_tracker, std::int32_t* overflow_streak,
+                                    const float* found_inf, ScaleRule rule) {
+  std::int32_t no_streak = 0;
+  update_scale_step(*scale, *growth_tracker, overflow_streak ? *overflow_streak : no_streak, *found_inf != 0.0f, rule);
 }
 
 }  // namespace
@@ -155,12 +157,13 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, con
   launch();
 }
 
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval) {
+void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                  const ScaleRule& rule) {
   mg::cuda::DeviceGuard guard(scale.device().index);
   MG_LAUNCH(update_scale_kernel, 1, 1, 0, stream_of(scale))(
-      device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker), device_ptr<const float>(found_inf),
-      growth_factor, backoff_factor, growth_interval);
+      device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker),
+      overflow_streak.defined() ? device_ptr<std::int32_t>(overflow_streak) : nullptr, device_ptr<const float>(found_inf),
+      rule);
   MG_CUDA_LAUNCHED();
 }
 

@@ -1,5 +1,5 @@
 // CUDA elementwise kernels: out = f(inputs...) with NumPy broadcasting, for one, two or three
-// inputs (kernels/elementwise.h). The math is the functors of kernels/functors.h, the same ones the
+// inputs (kernels/elementwise.h). The math is the functors of kernels/pointwise.h, the same ones the
 // CPU loop calls, in f32 and rounded once on store, so CPU and GPU agree to the last bit wherever
 // the device's math library does (+ - * / and sqrt are correctly rounded on both; exp, tanh, erf
 // differ by an ulp or so of f32, far below an f16 or bf16 ulp).
@@ -158,8 +158,12 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars s) {
   visit_unary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 1>{&x}, f, name); });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, Scalars s) {
-  visit_binary(op, s, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 2>{&a, &b}, f, name); });
+void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars s) {
+  visit_unary_grad(op, s, [&](auto f, const char* name) { run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name); });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  visit_binary(op, [&](auto f, const char* name) { run(out, std::array<const Tensor*, 2>{&a, &b}, f, name); });
 }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "kernels/gemm.h"
 
 namespace mg::kernels::cuda {

@@ -1,6 +1,6 @@
 // CUDA LSTM cell: the pointwise half of one step, forward and backward (contract and formulas:
 // kernels/lstm.h; reference: kernels/cpu/lstm.cpp, whose expressions these kernels repeat in the same
-// order, with the same functors from kernels/functors.h).
+// order, with the same functors from kernels/pointwise.h).
 //
 // B = batch, H = hidden. Dtypes, as on the CPU: X is the gates' dtype (f32, f16 or bf16); the compute
 // type C is f32; S, the dtype of hc and dhc, is X or f32; the bias is X or f32.
@@ -20,7 +20,7 @@
 // Test: build/tests/test_cuda_kernels -tc='cuda lstm*'. Benchmark: none of its own yet; profile the
 // LSTM example's training step with nsys.
 #include "kernels/cuda/common.cuh"
-#include "kernels/functors.h"
+#include "kernels/pointwise.h"
 #include "kernels/lstm.h"
 
 namespace mg::kernels::cuda {
@@ -61,9 +61,9 @@ __global__ void __launch_bounds__(kBlock)
     const float i = act[0], f = act[hidden], g = act[2 * hidden], o = act[3 * hidden];
     const float tc = functors::Tanh{}(c[t]);
     const float dh = dh_recurrent[t] + to_float(dhc[r * 2 * hidden + j]);
-    const float dc = dc_carry[t] + to_float(dhc[r * 2 * hidden + hidden + j]) + functors::TanhGrad{}(dh * o, tc);
-    const float grad[4] = {functors::SigmoidGrad{}(dc * g, i), functors::SigmoidGrad{}(dc * c_prev[t], f),
-                           functors::TanhGrad{}(dc * i, g), functors::SigmoidGrad{}(dh * tc, o)};
+    const float dc = dc_carry[t] + to_float(dhc[r * 2 * hidden + hidden + j]) + functors::Tanh{}.grad(dh * o, tc);
+    const float grad[4] = {functors::Sigmoid{}.grad(dc * g, i), functors::Sigmoid{}.grad(dc * c_prev[t], f),
+                           functors::Tanh{}.grad(dc * i, g), functors::Sigmoid{}.grad(dh * tc, o)};
     dc_carry[t] = dc * f;
     for (int k = 0; k < 4; ++k) {
       const std::int64_t at = r * 4 * hidden + k * hidden + j;
