@@ -32,7 +32,8 @@ void check_options(const GradScalerOptions& o) {
 GradScaler::GradScaler(GradScalerOptions options)
     : options_(options),
       scale_(full({}, options.init_scale)),  // on the CPU until the first loss says where the gradients are
-      growth_tracker_(zeros({}, {.dtype = DType::I32})) {
+      growth_tracker_(zeros({}, {.dtype = DType::I32})),
+      overflow_streak_(zeros({}, {.dtype = DType::I32})) {
   check_options(options_);
 }
 
@@ -104,9 +105,12 @@ void GradScaler::update() {
   for (const auto& [optimizer, state] : per_optimizer_)
     found_inf = found_inf.defined() ? add(found_inf, state.found_inf) : state.found_inf;
   per_optimizer_.clear();
+  last_scale_ = clone(scale_);  // a copy on the device: the update below changes scale_ in place
   if (options_.dynamic)
-    kernels::update_scale(scale_, growth_tracker_, found_inf, options_.growth_factor, options_.backoff_factor,
-                          options_.growth_interval);
+    kernels::update_scale(scale_, growth_tracker_, overflow_streak_, found_inf,
+                          {.growth_factor = options_.growth_factor, .backoff_factor = options_.backoff_factor,
+                           .growth_interval = options_.growth_interval, .hysteresis = hysteresis_,
+                           .min_scale = min_scale_, .max_scale = max_scale_});
   last_found_inf_ = found_inf;
 }
 
@@ -128,6 +132,7 @@ void GradScaler::place_on(Device device) {
   if (scale_.device() == device) return;
   scale_ = scale_.to(device);
   growth_tracker_ = growth_tracker_.to(device);
+  overflow_streak_ = overflow_streak_.to(device);
 }
 
 Tensor GradScaler::inverse_scale() const {
@@ -144,6 +149,24 @@ void GradScaler::set_scale(double scale) {
 }
 
 std::int64_t GradScaler::growth_tracker() const { return static_cast<std::int64_t>(growth_tracker_.item()); }
+
+void GradScaler::set_limits(std::int64_t hysteresis, double min_scale, double max_scale) {
+  MG_CHECK(hysteresis >= 1 && hysteresis <= INT32_MAX, "{}::set_limits: hysteresis must be in [1, 2^31), got {}",
+           kName, hysteresis);
+  MG_CHECK(min_scale >= 0.0 && max_scale >= min_scale && max_scale <= FLT_MAX,
+           "{}::set_limits: need 0 <= min_scale ({}) <= max_scale ({}) <= the largest f32", kName, min_scale, max_scale);
+  hysteresis_ = hysteresis;
+  min_scale_ = min_scale;
+  max_scale_ = max_scale;
+}
+
+std::int64_t GradScaler::overflow_streak() const { return static_cast<std::int64_t>(overflow_streak_.item()); }
+
+void GradScaler::set_overflow_streak(std::int64_t streak) {
+  MG_CHECK(streak >= 0 && streak < hysteresis_, "{}::set_overflow_streak: the streak must be in [0, hysteresis {}), "
+           "got {}", kName, hysteresis_, streak);
+  overflow_streak_ = full({}, static_cast<double>(streak), {.dtype = DType::I32, .device = scale_.device()});
+}
 
 void GradScaler::agree_across_ranks(Tensor& found_inf) {
   // Each rank checked its own gradients. Usually they are equal (the all-reduce of the gradients
@@ -194,6 +217,7 @@ void GradScaler::load_state_dict(const StateDict& state) {
   const Device device = scale_.device();
   scale_ = full({}, options.init_scale, {.device = device});
   growth_tracker_ = full({}, static_cast<double>(growth_tracker), {.dtype = DType::I32, .device = device});
+  overflow_streak_ = zeros({}, {.dtype = DType::I32, .device = device});  // ScaleMonitor's state restores it
   per_optimizer_.clear();
 }
 

@@ -34,11 +34,12 @@
 // - bf16 has f32's range and needs no scaling: using a scaler with bf16 warns once.
 // - In data-parallel training (set_process_group), found_inf is the max over the ranks before any
 //   update reads it: one rank's inf skips the step on every rank, and the scales stay identical.
-// Hysteresis, a floor and a cap for the scale, the alarm when the scale collapses, the history of
-// scales and skipped steps: amp::ScaleMonitor (amp/scale_monitor.h), which reads the scaler after
-// update(), off the path of a step.
+// Hysteresis, a floor and a cap for the scale (set_limits) are applied by update() on the device
+// too; amp::ScaleMonitor (amp/scale_monitor.h) sets them from its options, and keeps the alarm when
+// the scale collapses and the history of scales and skipped steps, read back every few steps.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -90,9 +91,18 @@ class GradScaler {
 
   // The current scale, read from its device (a wait on a GPU); 1.0 when the scaler is disabled.
   double get_scale() const;
-  // Replaces the scale (amp::ScaleMonitor's floor, cap and hysteresis); > 0 and finite.
+  // Replaces the scale; > 0 and finite.
   void set_scale(double scale);
   std::int64_t growth_tracker() const;  // clean steps since the scale last changed (a read)
+  // Beyond PyTorch (amp::ScaleMonitorOptions, which sets them): update() backs off only after
+  // `hysteresis` overflows in a row (each one still skips its step), never below min_scale, and
+  // never grows past max_scale. All on the device; the defaults (1, 0, FLT_MAX) are PyTorch's rule.
+  void set_limits(std::int64_t hysteresis, double min_scale, double max_scale);
+  std::int64_t overflow_streak() const;  // overflows since the last backoff, short of hysteresis (a read)
+  void set_overflow_streak(std::int64_t streak);
+  // The scale the last update()'s step used (before that update): one f32 element on the device,
+  // for a record of the step read later; undefined before the first update().
+  const Tensor& last_scale() const { return last_scale_; }
   // The inf/NaN flag the last update() used (all optimizers together): 0 or 1, one f32 element on
   // the gradients' device; undefined before the first update().
   const Tensor& last_found_inf() const { return last_found_inf_; }
@@ -127,7 +137,12 @@ class GradScaler {
   GradScalerOptions options_;
   Tensor scale_;           // f32 [], on the device of the loss it last scaled
   Tensor growth_tracker_;  // i32 [], beside it
+  Tensor overflow_streak_;  // i32 [], beside it
+  Tensor last_scale_;
   Tensor last_found_inf_;
+  std::int64_t hysteresis_ = 1;
+  double min_scale_ = 0.0;
+  double max_scale_ = FLT_MAX;
   bool warned_bf16_ = false;
   bool warned_f16_loss_ = false;
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "amp/diagnostics.h"
+#include "autograd/ops.h"
 #include "core/warning.h"
 
 namespace mg::amp {
@@ -29,45 +30,39 @@ ScaleMonitor::ScaleMonitor(GradScaler& scaler, ScaleMonitorOptions options) : sc
   MG_CHECK(!scaler.is_enabled() || (scale >= options_.min_scale && scale <= options_.max_scale),
            "{}: the scaler's init_scale {} lies outside [min_scale, max_scale] = [{}, {}]", kName, scale,
            options_.min_scale, options_.max_scale);
+  scaler_.set_limits(options_.hysteresis, options_.min_scale, options_.max_scale);
 }
 
 void ScaleMonitor::update(const optim::Optimizer* optimizer) {
-  if (!scaler_.is_enabled()) return scaler_.update();
-  const double used = scaler_.get_scale();
   scaler_.update();
-  const bool skipped = scaler_.last_found_inf().item() != 0.0;
-  const double updated = scaler_.get_scale();
-  double scale = updated;
-  history_.push_back({used, skipped});
+  if (!scaler_.is_enabled()) return;
+  NoGradGuard no_grad;
+  const std::vector<double> step = stack({scaler_.last_scale(), scaler_.last_found_inf()}, 0).to_vector<double>();
+  record(step[0], step[1] != 0.0, optimizer);
+}
+
+void ScaleMonitor::record(double scale, bool skipped, const optim::Optimizer* optimizer) {
+  if (!scaler_.is_enabled()) return;
+  history_.push_back({scale, skipped});
   if (skipped) {
     ++skipped_steps_;
     ++consecutive_skips_;
     last_overflow_step_ = steps_;
     if (optimizer) nonfinite_parameters_ = nonfinite_gradients(optimizer->parameters());
-    if (scaler_.options().dynamic && ++overflow_streak_ < options_.hysteresis) {
-      scale = used;  // not yet: this overflow only counts towards the streak
-    } else {
-      overflow_streak_ = 0;
-      scale = std::max(scale, options_.min_scale);
-    }
   } else {
     consecutive_skips_ = 0;
-    overflow_streak_ = 0;
     warned_collapse_ = false;
-    if (scale > options_.max_scale) scale = used;  // never past the cap
   }
-  if (scale != updated) scaler_.set_scale(scale);
   ++steps_;
 
   if (options_.collapse_patience == 0 || consecutive_skips_ < options_.collapse_patience || warned_collapse_) return;
   warned_collapse_ = true;
-  const bool at_floor = options_.min_scale > 0.0 && scale == options_.min_scale;
   std::string message = fmt::format(
-      "amp::GradScaler: the last {} steps all had inf/NaN gradients and were skipped; the scale is now {}{}. "
-      "When overflows persist as the scale shrinks, the inf/NaN comes from the model itself (a NaN in the data "
-      "or the forward pass, a learning rate that diverged), not from the scaling: run a step under "
+      "amp::GradScaler: the last {} steps all had inf/NaN gradients and were skipped; the last one used the "
+      "scale {}{}. When overflows persist as the scale shrinks, the inf/NaN comes from the model itself (a NaN in "
+      "the data or the forward pass, a learning rate that diverged), not from the scaling: run a step under "
       "amp::OverflowDetector to find the first op that produced it.",
-      consecutive_skips_, scale, at_floor ? " (its floor, min_scale)" : "");
+      consecutive_skips_, scale, options_.min_scale > 0.0 && scale <= options_.min_scale ? " (its floor, min_scale)" : "");
   if (options_.error_on_collapse) throw Error(message);
   warn(message);
 }
@@ -77,7 +72,7 @@ StateDict ScaleMonitor::state_dict() const {
                         {"skipped_steps", static_cast<double>(skipped_steps_)},
                         {"consecutive_skips", static_cast<double>(consecutive_skips_)},
                         {"last_overflow_step", static_cast<double>(last_overflow_step_)},
-                        {"overflow_streak", static_cast<double>(overflow_streak_)},
+                        {"overflow_streak", static_cast<double>(scaler_.overflow_streak())},
                         {"hysteresis", static_cast<double>(options_.hysteresis)},
                         {"min_scale", options_.min_scale},
                         {"max_scale", options_.max_scale}});
@@ -104,11 +99,12 @@ void ScaleMonitor::load_state_dict(const StateDict& state) {
            "{}: inconsistent counters (overflow_streak {}, steps {}, skipped_steps {}, consecutive_skips {}, "
            "last_overflow_step {})", owner, streak, steps, skipped, consecutive, last_overflow);
   options_ = options;
+  scaler_.set_limits(options.hysteresis, options.min_scale, options.max_scale);
+  scaler_.set_overflow_streak(streak);
   steps_ = steps;
   skipped_steps_ = skipped;
   consecutive_skips_ = consecutive;
   last_overflow_step_ = last_overflow;
-  overflow_streak_ = streak;
 }
 
 const std::set<std::string>& ScaleMonitor::state_dict_keys() {

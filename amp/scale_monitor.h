@@ -2,23 +2,28 @@
 // PyTorch's, kept off the path of a step.
 //
 // amp::GradScaler keeps its scale and each step's inf/NaN flag on the gradients' device, so that a
-// GPU step never waits for it. A monitor reads them back around every update(): three reads of
-// one-element tensors (the scale before and after the update, and the step's found_inf), each a
-// host wait on a GPU, the first of which waits for the step itself (a run that prints its loss every
-// step waits there anyway); the other two find the stream idle. It adds:
-// - counters and the history of scales and skipped steps, for logs and plots;
-// - which parameters had inf/NaN gradients at the last skipped step;
+// GPU step never waits for it. The monitor adds:
 // - hysteresis (back off only after N consecutive overflowing steps, each one still skipped), a
-//   floor and a cap for the scale: the scaler's own update backs off or grows, and the monitor puts
-//   the scale back (GradScaler::set_scale) where the policy says it should not have moved;
+//   floor and a cap for the scale: it hands them to the scaler (GradScaler::set_limits), whose
+//   update() applies them on the device, so they cost no wait;
+// - counters and the history of scales and skipped steps, for logs and plots, from the steps' numbers
+//   once they are read back (record());
+// - which parameters had inf/NaN gradients at the last skipped step;
 // - the alarm when steps keep being skipped (the "loss scale collapses to 0" failure, whose cause
 //   is almost always a NaN made by the model itself, not by the scaling).
+//
+// Two ways to feed it. A hand-written loop calls update() in place of scaler.update(): the update,
+// then one read of the step's scale and flag (a wait on a GPU):
 //
 //   amp::GradScaler scaler;
 //   amp::ScaleMonitor monitor(scaler, {.collapse_patience = 100, .error_on_collapse = true});
 //   ...  mg::backward(scaler.scale(loss));  scaler.step(optimizer);
-//   monitor.update(&optimizer);   // scaler.update(), then read, police and record the step
+//   monitor.update(&optimizer);   // scaler.update(), then read and record the step
 //   fmt::print("scale {} skipped {}\n", monitor.history().back().scale, monitor.skipped_steps());
+//
+// train::Trainer, which must not wait, calls scaler.update() itself, keeps each step's
+// scaler.last_scale() and last_found_inf() on the device, reads many steps at once, and hands each
+// one to record().
 //
 // With a disabled scaler the monitor records nothing (its update() is the scaler's, a no-op).
 #pragma once
@@ -49,14 +54,17 @@ struct ScaleRecord {
 
 class ScaleMonitor {
  public:
-  // Watches `scaler`, which must outlive the monitor.
+  // Watches `scaler`, which must outlive the monitor, and sets its limits (hysteresis, floor, cap).
   explicit ScaleMonitor(GradScaler& scaler, ScaleMonitorOptions options = {});
 
-  // In place of scaler.update(): reads the scale the step used, calls scaler.update(), reads whether
-  // the step was skipped, applies hysteresis, floor and cap, and records the step. On a skipped step
-  // it lists which of `optimizer`'s gradients were not finite (none without an optimizer). Throws
-  // the alarm's mg::Error (error_on_collapse) after the step is recorded.
+  // In place of scaler.update(): calls it, then reads the scale the step used and whether it was
+  // skipped (one transfer) and records them.
   void update(const optim::Optimizer* optimizer = nullptr);
+  // Records one step of an enabled scaler: the scale it used and whether it was skipped. On a
+  // skipped step it lists which of `optimizer`'s gradients are not finite (none without an
+  // optimizer; they must still be that step's). Throws the alarm's mg::Error (error_on_collapse)
+  // after the step is recorded.
+  void record(double scale, bool skipped, const optim::Optimizer* optimizer = nullptr);
 
   std::int64_t steps() const { return steps_; }  // update() calls with the scaler enabled
   std::int64_t skipped_steps() const { return skipped_steps_; }
@@ -67,7 +75,7 @@ class ScaleMonitor {
   const std::vector<std::size_t>& nonfinite_parameters() const { return nonfinite_parameters_; }
   const ScaleMonitorOptions& options() const { return options_; }
 
-  // The counters and the policy (hysteresis with its streak, floor, cap) as 0-d f64 tensors, keys
+  // The counters and the policy (hysteresis with the scaler's streak, a read; floor; cap) as 0-d f64 tensors, keys
   // disjoint from GradScaler's: a checkpoint stores both under "scaler." (train/checkpoint.h), as
   // the GradScaler alone did before issue 17. The alarm's settings are the constructor's. The
   // history is not state: a resumed run's history starts at the resume.
@@ -83,7 +91,6 @@ class ScaleMonitor {
   std::int64_t skipped_steps_ = 0;
   std::int64_t consecutive_skips_ = 0;
   std::int64_t last_overflow_step_ = -1;
-  std::int64_t overflow_streak_ = 0;  // consecutive overflows not yet answered by a backoff
   bool warned_collapse_ = false;
   std::vector<ScaleRecord> history_;
   std::vector<std::size_t> nonfinite_parameters_;

@@ -28,6 +28,17 @@ void not_empty(Op op, const Tensor& t) {
            t.shape());
 }
 
+std::vector<std::int32_t> index_values(const Tensor& indices) {
+  const TensorImpl& impl = indices.impl();
+  if (const std::vector<std::int32_t>* kept = impl.storage->host_values()) {
+    const std::size_t first = impl.offset / sizeof(std::int32_t);
+    if (first + static_cast<std::size_t>(indices.numel()) <= kept->size())
+      return {kept->begin() + static_cast<std::ptrdiff_t>(first),
+              kept->begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(indices.numel()))};
+  }
+  return indices.to_vector<std::int32_t>();
+}
+
 kernels::Window2d window2d(Op op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
                            std::int64_t stride, std::int64_t padding) {
   MG_CHECK(x.defined() && x.dim() == 4, "{}: the input must be [batch, channels, height, width], got {}", op,

@@ -18,6 +18,10 @@ void same_device(Op op, const std::vector<Tensor>& tensors);
 void same_dtype(Op op, const Tensor& a, const Tensor& b);
 // The tensor has at least one element (for ops whose result is undefined on nothing).
 void not_empty(Op op, const Tensor& t);
+// The values of an i32 tensor of indices, for checking them on the host before any kernel runs. For
+// indices uploaded from the CPU (a batch's labels and token ids) they come from the copy kept at the
+// upload (core/storage.h): no wait for the device. Otherwise they are read back (a wait on a GPU).
+std::vector<std::int32_t> index_values(const Tensor& indices);
 
 // The geometry of a square-strided window over x [batch, channels, height, width] (conv and pooling):
 // x is 4-D, kernel >= 1, stride >= 1, padding >= 0, and the kernel fits in the padded input.

@@ -23,8 +23,9 @@ Tensor embedding(const Tensor& weight_in, const Tensor& indices, std::optional<s
            padding_idx.value_or(0), rows, -rows, rows - 1);
   // -1: none
   const std::int64_t padding_row = !padding_idx ? -1 : *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
-  // Checked on the host before any kernel runs (from a GPU this is a copy, and a wait).
-  const std::vector<std::int32_t> index = indices.to_vector<std::int32_t>();
+  // Checked on the host before any kernel runs: no wait for ids uploaded from the host
+  // (check::index_values), a read from the device otherwise.
+  const std::vector<std::int32_t> index = check::index_values(indices);
   for (std::int64_t i = 0; i < indices.numel(); ++i)
     MG_CHECK(index[i] >= 0 && index[i] < rows, "{}: index {} at position {} is out of range for {} embeddings "
              "(valid: 0..{})", op, index[i], i, rows, rows - 1);

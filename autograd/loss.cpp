@@ -19,8 +19,9 @@ namespace {
 
 // Checks every label before any kernel runs; returns how many rows are not ignored.
 std::int64_t count_labels(const Tensor& labels, std::int64_t classes, std::int64_t ignore_index) {
-  // Checked on the host before any kernel runs (from a GPU this is a copy, and a wait).
-  const std::vector<std::int32_t> label = labels.to_vector<std::int32_t>();
+  // Checked on the host before any kernel runs: no wait for labels uploaded from the host
+  // (check::index_values), a read from the device otherwise.
+  const std::vector<std::int32_t> label = check::index_values(labels);
   std::int64_t counted = 0;
   for (std::int64_t r = 0; r < labels.numel(); ++r) {
     if (label[r] == ignore_index) continue;
@@ -45,7 +46,7 @@ Tensor smoothed_cross_entropy(const Tensor& logits_in, const Tensor& labels, Cro
   const Tensor x = cast(logits, logits.dtype() == DType::F64 ? DType::F64 : DType::F32);
   const Tensor plain = cross_entropy(x, labels, options);  // checks the shapes and the labels
   std::vector<double> counted;  // 1 for a row whose label is not ignored
-  for (std::int32_t label : labels.to_vector<std::int32_t>()) counted.push_back(label != options.ignore_index ? 1 : 0);
+  for (std::int32_t label : check::index_values(labels)) counted.push_back(label != options.ignore_index ? 1 : 0);
   const double count = std::count(counted.begin(), counted.end(), 1.0);
   const Tensor mask = from_vector(counted, {x.size(0)}, check::like(x));
   const Tensor uniform_part = where(mask, sub(logsumexp(x, {1}), mean(x, 1)), zeros({}, check::like(x)));

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "core/allocator.h"
 
@@ -28,9 +30,24 @@ class Storage {
   std::uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
+  // An i32 block uploaded from the CPU (a batch's labels or token ids) keeps a copy of the values it
+  // was uploaded with, so that the ops that check indices before any kernel runs (cross_entropy's
+  // labels, embedding's ids) read them on the host instead of waiting for the device. host_values()
+  // is null once an in-place write (a version bump) may have changed the block; only the index
+  // checks read it.
+  void keep_host_values(std::vector<std::int32_t> values) {
+    host_values_ = std::make_shared<const std::vector<std::int32_t>>(std::move(values));
+    host_values_version_ = version_;
+  }
+  const std::vector<std::int32_t>* host_values() const {
+    return host_values_ && version_ == host_values_version_ ? host_values_.get() : nullptr;
+  }
+
  private:
   Device device_;
   std::uint64_t version_ = 0;
+  std::shared_ptr<const std::vector<std::int32_t>> host_values_;
+  std::uint64_t host_values_version_ = 0;
   Allocator* allocator_;
   std::size_t nbytes_;
   void* data_;

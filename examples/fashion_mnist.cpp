@@ -28,17 +28,20 @@ int main(int argc, char** argv) try {
   data::DataLoader loader(train_set.images, train_set.labels, {.batch_size = 128, .seed = 0});
 
   // The model's parameters take the recipe's dtype; the optimizer keeps masters if the recipe says
-  // so; the GradScaler is the recipe's (and a ScaleMonitor reads it back after every step).
+  // so; the GradScaler is the recipe's. A step never waits for the device: its numbers (loss, scale,
+  // skipped) are read back every 16 steps, all at once, and come with the step that read them.
   Generator generator(0);
   train::Trainer trainer(nn::mlp({784, 256, 256, 10}, generator),
                          {.recipe = amp::Recipe::parse(recipe), .optimizer = {.name = "sgd", .lr = 0.05, .momentum = 0.9}});
   fmt::print("{}\n", trainer.recipe().describe());
   for (std::int64_t step = 1; step <= steps; ++step) {
     const data::Batch batch = loader.next();
-    const train::StepResult result = trainer.step(batch.inputs, batch.labels);
-    if (step % 100 == 0 || step == steps)
-      fmt::print("step {:>4}  loss {:.4f}  scale {:g}  skipped {}\n", step, result.loss.item(), result.scale,
-                 trainer.monitor().skipped_steps());
+    train::StepResult result = trainer.step(batch.inputs, batch.labels);
+    if (step == steps) result.read = trainer.read_steps();  // the steps since the last read
+    for (const train::StepNumbers& n : result.read)
+      if (n.step % 100 == 0 || n.step == steps)
+        fmt::print("step {:>4}  loss {:.4f}  scale {:g}  skipped {}\n", n.step, n.loss, n.scale,
+                   trainer.monitor().skipped_steps());
   }
   const double accuracy = train::test_accuracy(trainer.model(), test_set.images, test_set.labels, trainer.recipe(),
                                                trainer.device(), 128);

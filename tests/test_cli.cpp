@@ -249,6 +249,21 @@ TEST_CASE("--device cuda trains the MLP as the CPU does: the same losses step by
   CHECK(gpu_accuracy == doctest::Approx(cpu_accuracy).epsilon(0.02));
 }
 
+// A step never waits for the GPU: the training loop's only waits are the reads of the steps' numbers,
+// one every 16 steps and one at the end (counted by cuda::host_waits, reported in the summary).
+TEST_CASE("--device cuda: the host waits once per 16 steps, for the steps' numbers, and never in a step") {
+  if (!mg::testing::have_gpu()) return;
+  TempDir tmp;
+  for (const char* precision : {"fp32", "mixed_float16", "float16_master"}) {
+    INFO(precision);
+    const auto summary = tmp / fmt::format("{}.json", precision);
+    REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 40 --precision {} --device cuda --summary {}", precision,
+                                            summary)).status == 0);
+    std::ifstream json(summary);
+    CHECK(nlohmann::json::parse(json)["host_waits"].get<int>() == 3);  // after steps 16, 32 and 40
+  }
+}
+
 // --tf32 reaches the GEMMs: the header says so, and the first loss moves off the plain f32 run's by
 // TF32's rounding of the operands (to 10 mantissa bits), and by no more than that.
 TEST_CASE("--device cuda --tf32 runs the f32 GEMMs in TF32") {

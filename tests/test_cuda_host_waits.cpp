@@ -84,8 +84,8 @@ TEST_CASE("Adagrad (GPU): per-parameter step counts advance on the device, skipp
 // counts every wait). Issue 17's measurement: before it, the GradScaler decided on the host, reading
 // found_inf in step() and again in update(), and the optimizer collected its lost-update count
 // (forward 1, backward 0, scaler.step 2, scaler.update 1). Now the check, the skip, Adam's and
-// Adagrad's step counts and the scale's update stay on the device; the forward's one wait is
-// cross_entropy's label check.
+// Adagrad's step counts and the scale's update stay on the device, and cross_entropy checks labels
+// uploaded from the host on the host (until issue 31, the forward's one wait).
 TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none for the scaler") {
   if (!have_gpu()) return;
   struct Setup {
@@ -132,11 +132,68 @@ TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none fo
     }
     MESSAGE(name << ": host waits per step: forward " << forward << ", backward "
             << backward_pass << ", scaler.step " << step << ", scaler.update " << update);
-    CHECK(forward == 1);  // cross_entropy's label check
+    CHECK(forward == 0);  // the labels were uploaded from the host: checked there (issue 31; it was 1)
     CHECK(backward_pass == 0);
     CHECK(step == 0);
     CHECK(update == 0);
     CHECK(optimizer->step_count() == 3);  // read back when asked
   }
+}
+
+// train::Trainer, the step of mixgrad train, repro and the examples: no wait in a step, the batch's
+// upload included; every read_every-th step reads the steps since the last read in one wait, and the
+// monitor observes them (its hysteresis, floor and cap act on the device in between).
+TEST_CASE("Trainer on a GPU: no host wait per step; one batched read every read_every steps") {
+  if (!have_gpu()) return;
+  for (const char* recipe : {"fp32", "mixed_float16", "float16_master"}) {
+    INFO(recipe);
+    Generator generator(5);
+    auto model = std::shared_ptr<nn::Module>(nn::mlp({8, 16, 4}, generator));
+    train::Trainer trainer(model, {.recipe = amp::Recipe::parse(recipe), .optimizer = {.name = "adam", .lr = 0.01},
+                                   .device = Device::cuda(), .monitor = {.hysteresis = 2}, .read_every = 4});
+    const Tensor x = uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0);  // batches on the CPU, as a loader gives them
+    const Tensor labels = from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32});
+    std::vector<std::uint64_t> waits;
+    std::vector<std::size_t> read;
+    for (int step = 1; step <= 8; ++step) {
+      const std::uint64_t mark = cuda::host_waits();
+      const train::StepResult result = trainer.step(x, labels);
+      waits.push_back(cuda::host_waits() - mark);
+      read.push_back(result.read.size());
+    }
+    // The first step places the scaler's numbers and the optimizer's state; steps 2..8 are the steady state.
+    CHECK(waits == std::vector<std::uint64_t>{waits[0], 0, 0, 1, 0, 0, 0, 1});
+    CHECK(read == std::vector<std::size_t>{0, 0, 0, 4, 0, 0, 0, 4});
+    std::uint64_t mark = cuda::host_waits();
+    CHECK(trainer.read_steps().empty());  // nothing queued: no wait
+    CHECK(cuda::host_waits() == mark);
+    trainer.step(x, labels);
+    const std::vector<train::StepNumbers> rest = trainer.read_steps();  // one wait for the one queued step
+    CHECK(cuda::host_waits() == mark + 1);
+    REQUIRE(rest.size() == 1);
+    CHECK(rest[0].step == 9);
+    CHECK(std::isfinite(rest[0].loss));
+    CHECK(trainer.monitor().steps() == (std::string(recipe) == "fp32" ? 0 : 9));
+  }
+}
+
+// Labels and token ids uploaded from the host are checked on the host; an in-place write to them on
+// the device drops that copy, and the check reads the device again: a bad label is refused either way.
+TEST_CASE("cross_entropy on a GPU: uploaded labels are checked with no wait, and still checked") {
+  if (!have_gpu()) return;
+  const Tensor logits = gpu(uniform_in({4, 3}, DType::F32, 2, -1.0, 1.0));
+  const Tensor good = gpu(from_vector({0.0, 2.0, 1.0, 2.0}, {4}, {.dtype = DType::I32}));
+  std::uint64_t mark = cuda::host_waits();
+  cross_entropy(logits, good);
+  CHECK(cuda::host_waits() == mark);
+  const Tensor bad = gpu(from_vector({0.0, 3.0, 1.0, 2.0}, {4}, {.dtype = DType::I32}));
+  check_error([&] { cross_entropy(logits, bad); }, "label 3 at row 1 is out of range for 3 classes");
+  Tensor rewritten = gpu(from_vector({0.0, 1.0, 1.0, 2.0}, {4}, {.dtype = DType::I32}));
+  rewritten.copy_(bad);  // on the device: the upload's copy is no longer these values
+  mark = cuda::host_waits();
+  check_error([&] { cross_entropy(logits, rewritten); }, "label 3 at row 1 is out of range for 3 classes");
+  CHECK(cuda::host_waits() == mark + 1);  // read from the device
+  const Tensor ids = gpu(from_vector({0.0, 5.0}, {2}, {.dtype = DType::I32}));
+  check_error([&] { embedding(gpu(zeros({5, 2})), ids); }, "index 5 at position 1 is out of range for 5 embeddings");
 }
 #endif

@@ -353,8 +353,8 @@ int train_two_ways(const std::string& recipe_name, double init_scale, const std:
     const bool stepped = one.scaler().step(one.optimizer());
     one.scaler().update();
     CHECK(same_number(result.loss.item(), static_cast<float>(loss)));
-    CHECK(result.scale == scale);
-    CHECK(result.skipped == !stepped);
+    CHECK(result.scale() == scale);
+    CHECK(result.skipped() == !stepped);
   }
   CHECK(bytes_of(replica.model().parameters()) == bytes_of(one.model().parameters()));
   CHECK(same_on_every_rank(replica.model().parameters()));

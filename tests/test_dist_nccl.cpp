@@ -67,7 +67,7 @@ TEST_CASE("nccl: a data-parallel Trainer on one GPU takes the steps of a plain o
     for (int step = 0; step < 4; ++step) {
       const train::StepResult a = plain.step(x, y), b = replica.step(x, y);
       CHECK(a.loss.item() == b.loss.item());
-      CHECK(a.scale == b.scale);
+      CHECK(a.scale() == b.scale());
     }
     CHECK(bytes_of(plain.model().parameters()) == bytes_of(replica.model().parameters()));
   }

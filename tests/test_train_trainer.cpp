@@ -77,8 +77,8 @@ TEST_CASE("trainer: a step is the loop written out by hand, bit for bit, under e
       const bool stepped = scaler.step(sgd);
       scaler.update();
       CHECK(step.loss.item() == loss.item());
-      CHECK(step.scale == scale);
-      CHECK(step.skipped == !stepped);
+      CHECK(step.scale() == scale);
+      CHECK(step.skipped() == !stepped);
       CHECK(step.lr == 0.1);
     }
     CHECK(bytes_of(trainer.model().parameters()) == bytes_of(model->parameters()));

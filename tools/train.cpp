@@ -20,6 +20,9 @@
 #include "dist/process_group.h"
 #include "kernels/gemm.h"
 #include "kernels/threads.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 #include "nn/models.h"
 #include "tools/progress.h"
 #include "train/checkpoint.h"
@@ -105,38 +108,31 @@ Task text_task(const TrainOptions& o, data::Shard shard) {
 }
 
 // Stops a run whose loss is not finite when nothing would skip its step: without a loss scaler its
-// NaN gradients would reach every weight. The step record is logged first.
-class DivergenceCheck : public train::StepObserver {
- public:
-  DivergenceCheck(train::Trainer& trainer, const TrainOptions& o, MetricsLog& log, std::int64_t step,
-                  Clock::time_point start)
-      : o_(o), log_(log), step_(step), start_(start), lr_(trainer.optimizer().lr()),
-        scaled_(trainer.scaler().is_enabled()) {}
-  void after_forward(const Tensor& loss) override {
-    loss_value = loss.item();
-    if (std::isfinite(loss_value) || scaled_) return;
-    log_.write({.step = step_ + 1, .loss = loss_value, .lr = lr_, .scale = 1, .skipped = true,
-                .seconds = std::chrono::duration<double>(Clock::now() - start_).count()});
-    throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: "
-                            "the run diverged (the weights stay as they were after step {}). Lower --lr (it is {:g}){}",
-                            std::fabs(loss_value), step_ + 1, o_.precision, step_, lr_,
-                            o_.log.empty() ? "" : fmt::format("; {} has every step so far", o_.log)));
-  }
-  double loss_value = 0;  // the step's loss, read here once
-
- private:
-  const TrainOptions& o_;
-  MetricsLog& log_;
-  std::int64_t step_;
-  Clock::time_point start_;
-  double lr_;    // the rate this step uses
-  bool scaled_;  // a loss scaler would skip the step
-};
+// NaN gradients reach every weight. The steps are read every read_every steps, so the run stops at
+// most that many steps after the one that diverged; the step's row is logged first.
+void stop_if_diverged(const StepRecord& record, const TrainOptions& o, bool scaled, std::int64_t last_step,
+                      MetricsLog& log) {
+  if (std::isfinite(record.loss) || scaled) return;
+  log.write(record);
+  throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: "
+                          "the run diverged (found at step {}: the losses are read every few steps, and the weights "
+                          "took the updates of steps {}..{}). Lower --lr (it is {:g}){}",
+                          std::fabs(record.loss), record.step, o.precision, last_step, record.step, last_step, record.lr,
+                          o.log.empty() ? "" : fmt::format("; {} has every step so far", o.log)));
+}
 
 double mean_of(const std::deque<double>& values) {
   double sum = 0;
   for (double value : values) sum += value;
   return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+// The host's waits for the GPU so far (kernels/cuda/runtime.h); 0 on the CPU.
+std::int64_t host_waits([[maybe_unused]] Device device) {
+#ifdef MG_WITH_CUDA
+  if (device.is_cuda()) return static_cast<std::int64_t>(cuda::host_waits());
+#endif
+  return 0;
 }
 
 std::int64_t peak_rss_bytes() {
@@ -197,6 +193,7 @@ TrainSummary train(const TrainOptions& o) {
     }
     MG_CHECK(step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume, step, total);
   }
+  const std::int64_t first_step = step;  // the Trainer counts its own steps from 1
 
   TrainSummary summary;
   summary.recipe = o.precision;
@@ -221,22 +218,38 @@ TrainSummary train(const TrainOptions& o) {
   MetricsLog log(lead ? o.log : std::string(), !o.resume.empty());
   const auto start = Clock::now();
   std::int64_t items = 0;
+  std::int64_t skipped = trainer.monitor().skipped_steps();  // a resumed run's count so far
+  const std::int64_t waits_before = host_waits(device);
+  std::deque<std::pair<double, std::int64_t>> queued;  // seconds and items of each step not yet read
+  // The steps' numbers arrive in batches (train::Trainer reads them every read_every steps, one wait):
+  // each is checked, logged and shown then.
+  auto take = [&](const std::vector<train::StepNumbers>& read) {
+    for (const train::StepNumbers& n : read) {
+      const auto [seconds, step_items] = queued.front();
+      queued.pop_front();
+      const StepRecord record{.step = n.step + first_step, .loss = n.loss, .lr = n.lr, .scale = n.scale,
+                              .skipped = n.skipped, .seconds = seconds};
+      stop_if_diverged(record, o, trainer.scaler().is_enabled(), step, log);
+      recent_losses.push_back(n.loss);
+      if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
+      log.write(record);
+      skipped += n.skipped;
+      progress.update(record, step_items, skipped);
+    }
+  };
   while (step < total) {
     data::Batch batch = task.next();
-    DivergenceCheck check(trainer, o, log, step, start);
-    const train::StepResult result = trainer.step(batch, {&check});  // throws when the scale collapses
+    const train::StepResult result = trainer.step(batch);  // throws when the scale collapses
     ++step;
     const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
     items += global_items;
-    recent_losses.push_back(check.loss_value);
-    if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
-    StepRecord record{.step = step, .loss = check.loss_value, .lr = result.lr, .scale = result.scale,
-                      .skipped = result.skipped, .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
-    log.write(record);
+    queued.emplace_back(std::chrono::duration<double>(Clock::now() - start).count(), global_items);
     if (const train::DataParallel* replicas = trainer.data_parallel())
       summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
-    progress.update(record, global_items, trainer.monitor().skipped_steps());
+    take(result.read);
   }
+  take(trainer.read_steps());
+  if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
   progress.finish();
   log.close();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -272,6 +285,7 @@ std::string TrainSummary::to_json() const {
   j["train_seconds"] = train_seconds;
   j["items_per_second"] = items_per_second;
   j["peak_rss_bytes"] = peak_rss_bytes;
+  if (host_waits >= 0) j["host_waits"] = host_waits;
   if (ranks > 1) {
     j["allreduce_bytes_per_step"] = allreduce_bytes_per_step;
     j["allreduce_wait_seconds"] = allreduce_wait_seconds;

@@ -36,6 +36,9 @@ struct TrainSummary {
   int rank = 0, ranks = 1;         // data-parallel: this process's rank and the number of ranks
   double allreduce_wait_seconds = 0;  // data-parallel: rank 0's time waiting for gradient all-reduces
   std::int64_t allreduce_bytes_per_step = 0;  // data-parallel: gradient bytes each rank sends per step
+  // --device cuda: how often the training loop made the host wait for the GPU: once per read of the
+  // steps' numbers (every 16 steps, and the last), nothing else in steady state. -1 on the CPU.
+  std::int64_t host_waits = -1;
 
   std::string to_json() const;
   std::string to_line() const;  // the same numbers in one human-readable line

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "autograd/autocast.h"
 #include "autograd/ops.h"
@@ -58,8 +59,37 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, TrainerOptions options)
       data_parallel_(prepare(*model_, options_)),
       optimizer_(make_optimizer(options_.optimizer, model_->parameters(), options_.recipe.master_weights)),
       scaler_(options_.recipe.make_scaler(options_.scaler)),
-      monitor_(scaler_, options_.monitor) {
+      monitor_(scaler_, options_.monitor),
+      readout_(options_.read_every) {
   scaler_.set_process_group(options_.process_group);
+}
+
+double StepResult::scale() const { return scale_used.defined() ? scale_used.item() : 1.0; }
+bool StepResult::skipped() const { return found_inf.defined() && found_inf.item() != 0.0; }
+
+void Trainer::observe_queued_steps() {
+  if (readout_.empty()) return;
+  const std::vector<StepNumbers> read = readout_.read();
+  for (const StepNumbers& n : read) {
+    unread_.push_back(n);
+    // The gradients are still those of the last step taken: only its skip can name them.
+    monitor_.record(n.scale, n.skipped, n.step == steps_ ? optimizer_.get() : nullptr);
+  }
+}
+
+std::vector<StepNumbers> Trainer::read_steps() {
+  observe_queued_steps();
+  return std::exchange(unread_, {});
+}
+
+const amp::ScaleMonitor& Trainer::monitor() {
+  observe_queued_steps();
+  return monitor_;
+}
+
+TrainingObjects Trainer::checkpoint_objects() {
+  observe_queued_steps();
+  return {model_.get(), optimizer_.get(), &scaler_, &monitor_};
 }
 
 StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers) {
@@ -110,11 +140,14 @@ StepResult Trainer::step_on_rows(const Tensor& inputs, const Tensor& targets, st
   }
   notify([&](StepObserver& o) { o.after_backward(*optimizer_); });
   scaler_.step(*optimizer_);
-  monitor_.update(optimizer_.get());
+  scaler_.update();
+  ++steps_;
   if (scaler_.is_enabled()) {
-    result.scale = monitor_.history().back().scale;
-    result.skipped = monitor_.history().back().skipped;
+    result.scale_used = scaler_.last_scale();
+    result.found_inf = scaler_.last_found_inf();
   }
+  readout_.push(steps_, result.lr, result.loss, result.scale_used, result.found_inf);
+  if (readout_.due()) result.read = read_steps();
   return result;
 }
 

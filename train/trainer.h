@@ -6,21 +6,27 @@
 //   train::Trainer trainer(model, {.recipe = amp::Recipe::parse("float16_master"),
 //                                  .optimizer = {.name = "sgd", .lr = 0.1, .momentum = 0.9}});
 //   for (...) {
-//     train::StepResult step = trainer.step(images, labels);    // a batch on the CPU
-//     fmt::print("loss {}  scale {}\n", step.loss.item(), step.scale);
+//     train::StepResult step = trainer.step(images, labels);    // a batch on the CPU; no wait
+//     for (const train::StepNumbers& n : step.read)             // every 16th step: the last 16, read at once
+//       fmt::print("step {} loss {}  scale {}\n", n.step, n.loss, n.scale);
 //   }
+//   trainer.read_steps();                                        // the steps since the last read
 //
 // The setup, in the order it must happen:
 //   1. the model's parameters take the recipe's dtype (f16 for float16_master), then move to the device;
 //      data-parallel, rank 0's parameters and buffers are then broadcast to every rank;
 //   2. the optimizer is built over them, with f32 masters where the recipe keeps them;
 //   3. the GradScaler the recipe asks for (dynamic, static S, or disabled), and its ScaleMonitor.
-// One step (step()):
+// One step (step()), as DESIGN.md's five lines:
 //   optimizer.zero_grad()
 //   { Autocast region of the recipe:  loss = mean loss (options.loss) of model(inputs), in f32 }
 //   backward(scaler.scale(loss * loss_multiplier))
 //   scaler.step(optimizer)          the check, then the fused update that skips on inf/NaN
-//   monitor.update(&optimizer)      scaler.update(), and the scale and skip read back for the record
+//   scaler.update()                 backoff or growth (and the monitor's limits), on the device
+// and the step's loss, scale and flag are queued where they are (train/step_readout.h). Nothing in a
+// step waits for a GPU: every options.read_every steps the queued steps are read in one transfer and
+// the monitor observes them (its counters, history and collapse alarm), so the alarm, and a caller's
+// check of the losses, come at most read_every - 1 steps late.
 // Data-parallel (options.process_group set, train/data_parallel.h): the setup ends by broadcasting
 // rank 0's weights and hands the group to the GradScaler; each rank's step runs on its shard of the
 // global batch, its loss is the global batch's mean, and backward's gradients are averaged over the
@@ -44,6 +50,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/evaluation.h"
+#include "train/step_readout.h"
 
 namespace mg::train {
 
@@ -74,15 +81,23 @@ struct TrainerOptions {
   // Data-parallel training over this group (every rank builds its Trainer alike); null: one process.
   std::shared_ptr<dist::ProcessGroup> process_group = nullptr;
   DataParallelOptions data_parallel = {};
+  // Steps between reads of the steps' numbers (one host wait on a GPU each). 1 reads every step.
+  std::int64_t read_every = 16;
 };
 
-// What one step did. Reading the loss (item()) is a wait on a GPU; the rest has been read already.
+// What one step did. Its numbers stay on the device: reading one (loss.item(), scale(), skipped())
+// is a wait on a GPU, made only if somebody asks. `read` holds the steps read back in this call.
 struct StepResult {
   Tensor loss;           // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling;
                          // data-parallel: the mean over the global batch, the same on every rank
   double lr = 0;         // the rate this step used (groups()[0]'s, after the schedule)
-  double scale = 1;      // the loss scale this step used (1 without scaling)
-  bool skipped = false;  // the GradScaler skipped the step (an inf/NaN gradient)
+  Tensor scale_used;     // the loss scale this step used, f32 [] on the device; undefined without scaling
+  Tensor found_inf;      // 1 if the GradScaler skipped the step (an inf/NaN gradient); undefined without
+  double scale() const;  // scale_used read back (1 without scaling)
+  bool skipped() const;  // found_inf read back (false without scaling)
+  // Every read_every-th step: the numbers of the steps since the last read, this one included,
+  // oldest first, read in one transfer. Empty on the other steps.
+  std::vector<StepNumbers> read;
 };
 
 // Hooks into a step. Each may read what it is given; none may change the step.
@@ -116,17 +131,24 @@ class Trainer {
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   amp::GradScaler& scaler() { return scaler_; }
-  const amp::ScaleMonitor& monitor() const { return monitor_; }
+  // The steps queued since the last read, read now (one wait on a GPU) and observed by the monitor,
+  // with any that monitor() or checkpoint_objects() read and nobody has taken yet; oldest first.
+  std::vector<StepNumbers> read_steps();
+  // The monitor, brought up to date: the queued steps are read first (a wait on a GPU, when some
+  // are queued); read_steps() still returns them.
+  const amp::ScaleMonitor& monitor();
   const amp::Recipe& recipe() const { return options_.recipe; }
   Device device() const { return options_.device; }
-  // What a checkpoint (train/checkpoint.h) saves and restores of this run.
-  TrainingObjects checkpoint_objects() { return {model_.get(), optimizer_.get(), &scaler_, &monitor_}; }
+  // What a checkpoint (train/checkpoint.h) saves and restores of this run; the monitor brought up to
+  // date first, as by monitor().
+  TrainingObjects checkpoint_objects();
   // The replicas' synchronisation in data-parallel training; null in one process.
   const DataParallel* data_parallel() const { return data_parallel_.get(); }
 
  private:
   StepResult step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
                           std::initializer_list<StepObserver*> observers);
+  void observe_queued_steps();  // reads the queue into unread_, the monitor observing each step
 
   TrainerOptions options_;
   std::shared_ptr<nn::Module> model_;
@@ -136,6 +158,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   amp::GradScaler scaler_;
   amp::ScaleMonitor monitor_;  // watches scaler_ (declared after it, so built after and destroyed before it)
+  StepReadout readout_;
+  std::vector<StepNumbers> unread_;  // read, observed, not yet handed to the caller
+  std::int64_t steps_ = 0;           // steps taken by this Trainer
 };
 
 }  // namespace mg::train

@@ -19,9 +19,6 @@
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
-#ifdef MG_WITH_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace mg::tools::repro {
 
@@ -35,14 +32,6 @@ std::size_t peak_bytes(Device device) { return allocator_for(device).stats_on(de
 void reset_peak(Device device) { allocator_for(device).reset_peak_on(device); }
 // a - b, or 0 when b > a (byte counts are unsigned).
 std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
-
-// Waits until the device has done everything queued so far, so that a clock read after it times
-// the work (a GPU step's backward and update run after its loss reached the host).
-void wait_for([[maybe_unused]] Device device) {
-#ifdef MG_WITH_CUDA
-  if (device.is_cuda()) cuda::synchronize(device.index);
-#endif
-}
 
 // Casts only move a gradient between dtypes (their output's gradient is the next op's input
 // gradient again), and moves between devices likewise: counting them would count values twice.
@@ -315,12 +304,29 @@ RunResult run(const RunConfig& c) {
   std::int64_t lost = 0, nonzero = 0, timed_steps = 0;
   double train_seconds = 0;
   std::size_t train_peak = 0;  // the peak over training steps; evaluations are left out
+  // The steps' numbers come back in batches (train::Trainer reads them every read_every steps, in one
+  // wait); a logged step reads at once, since it evaluates (and records) anyway.
+  train::StepNumbers last_read;
+  auto take = [&](const std::vector<train::StepNumbers>& read) {
+    for (const train::StepNumbers& n : read) {
+      if (n.skipped) result.skipped_at.push_back(n.step);
+      if (result.scale_trajectory.empty() || result.scale_trajectory.back().second != n.scale)
+        result.scale_trajectory.emplace_back(n.step, n.scale);
+      result.diverged = result.diverged || !std::isfinite(n.loss);
+      last_read = n;
+    }
+  };
+  // Training time is measured over windows of plain steps between two points where the host has
+  // waited for the device anyway (a read; on the CPU, every step), so that timing adds no wait: a
+  // window with a recording step, or a warm-up step, is left out.
+  auto window_start = std::chrono::steady_clock::now();
+  std::int64_t window_steps = 0;
+  bool window_plain = true;
   for (std::int64_t step = 1; step <= c.steps; ++step) {
     const bool logged = step % c.log_every == 0 || step == c.steps;
     const bool evaluated = step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0);
     const bool recording =
         logged && (c.record_activation_gradients || c.record_weight_gradients || c.record_histograms);
-    const auto step_start = std::chrono::steady_clock::now();
     data::Batch batch = batches.next();
     const Tensor inputs = batch.inputs.to(c.device);
     const Tensor targets = (c.reconstruct ? train::pixels_of(batch.inputs) : batch.labels).to(c.device);
@@ -339,32 +345,43 @@ RunResult run(const RunConfig& c) {
       result.state_bytes = above(memory->before(), bytes_before);
       result.activation_bytes = above(memory->after(), memory->before());
     }
-    entry.loss = stepped.loss.item();
-    entry.lr = stepped.lr;
-    entry.scale = stepped.scale;
-    entry.skipped = stepped.skipped;
-    if (stepped.skipped) result.skipped_at.push_back(step);
-    if (result.scale_trajectory.empty() || result.scale_trajectory.back().second != entry.scale)
-      result.scale_trajectory.emplace_back(step, entry.scale);
+    take(stepped.read);
+    if (logged) take(trainer.read_steps());
+    ++window_steps;
+    window_plain = window_plain && !recording && step > c.warmup_steps;
+    // On the CPU every step is done when step() returns: each one is a window of its own.
+    const bool synced = c.device.is_cpu() || !stepped.read.empty() || logged;
+    if (synced) {  // the host has just waited for the device
+      if (window_plain) {
+        train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+        timed_steps += window_steps;
+      }
+      window_steps = 0;
+      window_plain = true;
+    }
+    // Lost updates: on the CPU every step's counts are at hand; on a GPU each count is a read, so they
+    // are taken at logged steps only (a sample of the run's steps).
+    const bool skipped = c.device.is_cpu() ? stepped.skipped() : logged && last_read.skipped;
     entry.lost_update_fraction = kNaN;
-    if (!stepped.skipped) {
+    if ((c.device.is_cpu() || logged) && !skipped) {
       const kernels::UpdateCount count = trainer.optimizer().last_update();
       lost += count.lost;
       nonzero += count.nonzero;
       if (count.nonzero > 0) entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
     }
-    if (!recording && step > c.warmup_steps) {  // plain training steps, done on the device too
-      wait_for(c.device);
-      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      ++timed_steps;
-    }
-    result.diverged = result.diverged || !std::isfinite(entry.loss);
     if (evaluated) {  // the evaluation's buffers are not training memory: the peak restarts after it
       train_peak = std::max(train_peak, above(peak_bytes(c.device), bytes_before));
       evaluate(entry);
       reset_peak(c.device);
     }
-    if (logged) result.log.push_back(std::move(entry));
+    if (logged) {
+      entry.loss = last_read.loss;
+      entry.lr = last_read.lr;
+      entry.scale = last_read.scale;
+      entry.skipped = last_read.skipped;
+      result.log.push_back(std::move(entry));
+    }
+    if (synced) window_start = std::chrono::steady_clock::now();
   }
   result.peak_bytes = train_peak;
 

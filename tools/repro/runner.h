@@ -159,7 +159,9 @@ struct RunResult {
   // (step, scale that step used) at step 1 and wherever the scale changed: the loss-scale trajectory.
   std::vector<std::pair<std::int64_t, double>> scale_trajectory{};
   double final_scale = 1;
-  double lost_update_fraction = 0;  // over every step taken: sum of lost / sum of nonzero
+  // Sum of lost / sum of nonzero over every step taken on the CPU; on a GPU, where each count is a
+  // read (a wait), over the logged steps taken.
+  double lost_update_fraction = 0;
   bool diverged = false;            // some training loss was inf or NaN
   double seconds = 0;               // wall time of the run, evaluation included
   double train_seconds = 0;         // of the timed steps: after warmup_steps, none that records statistics, no evaluation
