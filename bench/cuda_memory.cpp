@@ -130,8 +130,8 @@ int main(int argc, char** argv) try {
       rows.push_back({"cast f32->f16", 6, [=]() mutable { kernels::cuda::cast(x32, out16); }});
       rows.push_back({"cast f16->f32", 6, [=]() mutable { kernels::cuda::cast(x16, out32); }});
       const auto add = kernels::BinaryOp::Add;
-      rows.push_back({"add f32", 12, [=]() mutable { kernels::cuda::binary(add, x32, y32, out32, {}); }});
-      rows.push_back({"add f16", 6, [=]() mutable { kernels::cuda::binary(add, x16, y16, out16, {}); }});
+      rows.push_back({"add f32", 12, [=]() mutable { kernels::cuda::binary(add, x32, y32, out32); }});
+      rows.push_back({"add f16", 6, [=]() mutable { kernels::cuda::binary(add, x16, y16, out16); }});
     }
     {
       std::vector<Tensor> grads32, grads16, masters;
@@ -166,7 +166,7 @@ int main(int argc, char** argv) try {
       rows.push_back({"adam fused master", 28, [=]() mutable {
                         kernels::UpdateCount count;
                         kernels::cuda::adam(p, g16, m, v, steps, {.lr = 1e-3}, count,
-                                            {.inv_scale = &inv_scale, .found_inf = &found_inf, .model_copy = &model});
+                                            {.scaling = {.inv_scale = &inv_scale, .found_inf = &found_inf}, .model_copy = &model});
                       }});
     }
     for (const Row& row : rows) {

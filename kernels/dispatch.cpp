@@ -49,7 +49,7 @@ void require_cpu(const char* kernel, const Tensor& out) {
 // The optional FusedStep arguments of the optimizer kernels: inv_scale and found_inf are one f32
 // element each and the model copy matches the parameter, all on the parameter's device.
 void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& fused) {
-  for (const auto& [flag, name] : {std::pair{fused.inv_scale, "inv_scale"}, std::pair{fused.found_inf, "found_inf"}}) {
+  for (const auto& [flag, name] : {std::pair{fused.scaling.inv_scale, "inv_scale"}, std::pair{fused.scaling.found_inf, "found_inf"}}) {
     MG_CHECK(!flag || (flag->defined() && flag->numel() == 1 && flag->dtype() == DType::F32 &&
                        flag->device() == param.device()),
              "kernel {}: {} must be one f32 element on {}, the parameter's device", kernel, name, param.device());

@@ -24,7 +24,8 @@
 // (on a GPU, the state has the parameter's dtype, as every optimizer creates it).
 //
 // FusedStep, what a fused update reads besides them (each part optional; optim::Optimizer::step
-// passes all three for an f16 parameter with an f32 master under a GradScaler):
+// passes all three for an f16 parameter with an f32 master under a GradScaler): the StepScaling the
+// GradScaler handed to Optimizer::step (the same struct, one layer down), and the model copy:
 //   inv_scale   the gradient read is multiplied by it, in f32 (the GradScaler's 1/S: the unscale of
 //               kernels/amp.h, fused into the update), one f32 element on the parameter's device;
 //   found_inf   if != 0 the whole update is skipped, parameter, state and model copy untouched; read
@@ -56,10 +57,15 @@ struct UpdateCount {
   std::int64_t lost = 0;
 };
 
-struct FusedStep {
+// What amp::GradScaler hands to optim::Optimizer::step, and the optimizer to each fused update.
+struct StepScaling {
   const Tensor* inv_scale = nullptr;  // one f32 element; the gradient read is multiplied by it; null: 1
   const Tensor* found_inf = nullptr;  // one f32 element; != 0 skips the update; null: never skip
-  Tensor* model_copy = nullptr;       // receives the updated parameter, rounded; null: none
+};
+
+struct FusedStep {
+  StepScaling scaling;
+  Tensor* model_copy = nullptr;  // receives the updated parameter, rounded; null: none
 };
 
 struct SgdHyper {

@@ -93,8 +93,7 @@ void Optimizer::step(const StepScaling& scaling) {
       const Tensor grad = step_gradient(i);
       Tensor& master = masters_[i];
       Tensor& target = master.defined() ? master : p;  // the f32 master is what the optimizer updates
-      const kernels::FusedStep fused{.inv_scale = scaling.inv_scale, .found_inf = scaling.found_inf,
-                                     .model_copy = master.defined() ? &p : nullptr};
+      const kernels::FusedStep fused{.scaling = scaling, .model_copy = master.defined() ? &p : nullptr};
       update(i, target, grad, rate, group.weight_decay, count, fused);
       target.impl().storage->bump_version();
       if (master.defined()) p.impl().storage->bump_version();
@@ -175,14 +174,14 @@ void Optimizer::set_schedule(Schedule factor) { schedule_ = std::move(factor); }
 
 // ---- gradients and master gradients
 
-bool Optimizer::current(std::size_t i) const {
+bool Optimizer::master_grad_up_to_date(std::size_t i) const {
   const auto& grad = parameters_[i].impl().grad;
   return masters_[i].defined() && grad && masters_[i].grad().defined() && converted_[i].first == grad &&
          converted_[i].second == grad->storage->version();
 }
 
 Tensor Optimizer::step_gradient(std::size_t i) const {
-  return current(i) ? masters_[i].grad() : parameters_[i].grad();
+  return master_grad_up_to_date(i) ? masters_[i].grad() : parameters_[i].grad();
 }
 
 void Optimizer::scale_pass(const Tensor& factor, Tensor& found_inf, bool all) {
@@ -191,7 +190,7 @@ void Optimizer::scale_pass(const Tensor& factor, Tensor& found_inf, bool all) {
   std::vector<std::size_t> into_masters;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor grad = parameters_[i].grad();
-    if (!grad.defined() || (!all && (!masters_[i].defined() || current(i)))) continue;
+    if (!grad.defined() || (!all && (!masters_[i].defined() || master_grad_up_to_date(i)))) continue;
     if (!masters_[i].defined()) {  // in place
       from.push_back(grad);
       into.push_back(grad);
@@ -202,7 +201,7 @@ void Optimizer::scale_pass(const Tensor& factor, Tensor& found_inf, bool all) {
       master_grad = Tensor::empty(grad.shape(), {.dtype = DType::F32, .device = grad.device()});
       masters_[i].set_grad(master_grad);
     }
-    from.push_back(current(i) ? master_grad : grad);  // scaled again, or converted from the f16 one
+    from.push_back(master_grad_up_to_date(i) ? master_grad : grad);  // scaled again, or converted from the f16 one
     into.push_back(master_grad);
     into_masters.push_back(i);
   }
@@ -264,22 +263,56 @@ StateDict Optimizer::state_dict() const {
   return state;
 }
 
-void Optimizer::load_state_dict(const StateDict& state_in) {
-  const std::string owner = name_ + "::load_state_dict";
-  const std::vector<StateEntry> entries = state_entries();
-  std::vector<std::string> entry_names;
-  for (const StateEntry& entry : entries) entry_names.push_back(entry.name);
+namespace {
 
-  // 0. amp::MasterWeights (before issue 17) saved the masters as "master.<index>" beside the inner
-  // optimizer's state, which was this state over the masters: the same entries, under new names.
+// amp::MasterWeights (before issue 17) saved the masters as "master.<index>" beside the inner
+// optimizer's state, which was this state over the masters: the same entries, under new names.
+StateDict renamed_legacy_keys(const StateDict& state_in) {
   StateDict state;
   for (const auto& [key, value] : state_in) {
     const auto legacy = key.starts_with("master.") ? parse_indexed(key + ".", "master.") : std::nullopt;
     const bool renamed = legacy && legacy->field.empty();  // "master.3", and nothing after the index
     state[renamed ? fmt::format("state.{}.master", legacy->index) : key] = value;
   }
+  return state;
+}
 
-  // 1. Every key is one this optimizer writes (another optimizer's state is refused, not ignored).
+}  // namespace
+
+// Loading checks everything first, in this order, and changes the optimizer only when all is well:
+//   0. old key names are renamed (renamed_legacy_keys);
+//   1. every key is one this optimizer writes (check_keys: another optimizer's state is refused, not ignored);
+//   2. the step count and the groups (loaded_groups);
+//   3. each parameter's master and state (loaded_parameter);
+//   4. nothing can fail from here on: the new state is put in place.
+void Optimizer::load_state_dict(const StateDict& state_in) {
+  const std::string owner = name_ + "::load_state_dict";
+  const StateDict state = renamed_legacy_keys(state_in);
+  check_keys(state, owner);
+  const std::int64_t steps = state_whole_number(state, "step_count", owner, 0, std::int64_t{1} << 53);
+  std::vector<Group> groups = loaded_groups(state, owner);
+  std::vector<LoadedParameter> loaded;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) loaded.push_back(loaded_parameter(state, i, owner));
+
+  // Each parameter with a master becomes round(master).
+  NoGradGuard no_grad;
+  step_count_ = steps;
+  unread_steps_ = 0;
+  unread_skips_ = Tensor();
+  groups_ = std::move(groups);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    load_parameter_state(i, loaded[i].state);
+    if (!masters_[i].defined()) continue;
+    masters_[i].copy_(loaded[i].master);
+    kernels::cast(masters_[i], parameters_[i]);
+    parameters_[i].impl().storage->bump_version();
+    converted_[i] = {};
+  }
+}
+
+void Optimizer::check_keys(const StateDict& state, const std::string& owner) const {
+  std::vector<std::string> entry_names;
+  for (const StateEntry& entry : state_entries()) entry_names.push_back(entry.name);
   for (const auto& [key, value] : state) {
     MG_CHECK(value.defined(), "{}: entry '{}' is an undefined tensor", owner, key);
     if (key == "step_count") continue;
@@ -307,9 +340,9 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
     throw Error(fmt::format("{}: unknown entry '{}'; {} saves step_count, group.<g>.lr, group.<g>.weight_decay, "
                             "group.<g>.parameter_count and state.<index>.<name>", owner, key, name_));
   }
+}
 
-  // 2. The step count and the groups.
-  const std::int64_t steps = state_whole_number(state, "step_count", owner, 0, std::int64_t{1} << 53);
+std::vector<Group> Optimizer::loaded_groups(const StateDict& state, const std::string& owner) const {
   std::vector<Group> groups = groups_;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::string prefix = fmt::format("group.{}.", g);
@@ -322,61 +355,48 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
              groups[g].weight_decay >= 0.0, "{}: group {} has lr {} and weight_decay {}; both must be finite and "
              ">= 0", owner, g, groups[g].lr, groups[g].weight_decay);
   }
+  return groups;
+}
 
-  // 3. Each parameter's master, and its state: every entry or none, each of the parameter's shape,
-  // in the dtype of what step() updates (the master's f32, or the parameter's own).
-  std::vector<StateDict> parameter_states(parameters_.size());
-  std::vector<Tensor> masters(parameters_.size());
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    StateDict saved = state_subset(state, fmt::format("state.{}.", i));
-    const Tensor& p = parameters_[i];
-    if (masters_[i].defined()) {
-      auto it = saved.find("master");
-      MG_CHECK(it != saved.end(), "{}: parameter {} ({} {}) keeps an f32 master, but the state has no entry "
-               "'state.{}.master'; was it saved without master_weights?", owner, i, p.shape(), p.dtype(), i);
-      MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == DType::F32, "{}: entry 'state.{}.master' "
-               "must be f32 {} (the master of parameter {}), got {} {}", owner, i, p.shape(), i, it->second.shape(),
-               it->second.dtype());
-      masters[i] = it->second.to(p.device());
-      saved.erase(it);
-    }
-    if (saved.empty()) continue;
-    const DType dtype = masters_[i].defined() ? DType::F32 : p.dtype();
-    for (const StateEntry& entry : entries) {
-      auto it = saved.find(entry.name);
-      MG_CHECK(it != saved.end(), "{}: parameter {} has state but no entry 'state.{}.{}'", owner, i, i, entry.name);
-      const Tensor& value = it->second;
-      if (entry.kind == StateKind::Count) {
-        // A per-parameter count lives in an i32 tensor (the fused kernels read it on the device).
-        MG_CHECK(value.numel() == 1, "{}: entry 'state.{}.{}' must hold one number, got shape {}", owner, i,
-                 entry.name, value.shape());
-        state_whole_number(state, fmt::format("state.{}.{}", i, entry.name), owner, 0,
-                           std::numeric_limits<std::int32_t>::max());
-        continue;
-      }
-      MG_CHECK(value.shape() == p.shape() && value.dtype() == dtype,
-               "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}{}; load the state into a model of the "
-               "same shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
-               masters_[i].defined() ? " (its f32 master's state)" : "");
-      it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
-    }
-    parameter_states[i] = std::move(saved);
+// Parameter i's master, and its state: every entry or none, each of the parameter's shape, in the
+// dtype of what step() updates (the master's f32, or the parameter's own), moved to its device.
+Optimizer::LoadedParameter Optimizer::loaded_parameter(const StateDict& state, std::size_t i,
+                                                       const std::string& owner) const {
+  LoadedParameter loaded;
+  StateDict saved = state_subset(state, fmt::format("state.{}.", i));
+  const Tensor& p = parameters_[i];
+  if (masters_[i].defined()) {
+    auto it = saved.find("master");
+    MG_CHECK(it != saved.end(), "{}: parameter {} ({} {}) keeps an f32 master, but the state has no entry "
+             "'state.{}.master'; was it saved without master_weights?", owner, i, p.shape(), p.dtype(), i);
+    MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == DType::F32, "{}: entry 'state.{}.master' "
+             "must be f32 {} (the master of parameter {}), got {} {}", owner, i, p.shape(), i, it->second.shape(),
+             it->second.dtype());
+    loaded.master = it->second.to(p.device());
+    saved.erase(it);
   }
-
-  // 4. Nothing can fail from here on. Each parameter with a master becomes round(master).
-  NoGradGuard no_grad;
-  step_count_ = steps;
-  unread_steps_ = 0;
-  unread_skips_ = Tensor();
-  groups_ = std::move(groups);
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    load_parameter_state(i, parameter_states[i]);
-    if (!masters_[i].defined()) continue;
-    masters_[i].copy_(masters[i]);
-    kernels::cast(masters_[i], parameters_[i]);
-    parameters_[i].impl().storage->bump_version();
-    converted_[i] = {};
+  if (saved.empty()) return loaded;
+  const DType dtype = masters_[i].defined() ? DType::F32 : p.dtype();
+  for (const StateEntry& entry : state_entries()) {
+    auto it = saved.find(entry.name);
+    MG_CHECK(it != saved.end(), "{}: parameter {} has state but no entry 'state.{}.{}'", owner, i, i, entry.name);
+    const Tensor& value = it->second;
+    if (entry.kind == StateKind::Count) {
+      // A per-parameter count lives in an i32 tensor (the fused kernels read it on the device).
+      MG_CHECK(value.numel() == 1, "{}: entry 'state.{}.{}' must hold one number, got shape {}", owner, i,
+               entry.name, value.shape());
+      state_whole_number(state, fmt::format("state.{}.{}", i, entry.name), owner, 0,
+                         std::numeric_limits<std::int32_t>::max());
+      continue;
+    }
+    MG_CHECK(value.shape() == p.shape() && value.dtype() == dtype,
+             "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}{}; load the state into a model of the "
+             "same shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
+             masters_[i].defined() ? " (its f32 master's state)" : "");
+    it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
   }
+  loaded.state = std::move(saved);
+  return loaded;
 }
 
 Tensor Optimizer::copy_state(const Tensor& existing, const Tensor& saved) {

@@ -63,11 +63,10 @@ struct Group {
   std::size_t size() const { return end - begin; }
 };
 
-// What amp::GradScaler hands to step(); each an f32 element on the parameters' device, or null.
-struct StepScaling {
-  const Tensor* inv_scale = nullptr;  // the gradients step() reads are multiplied by it (1/S), in the update
-  const Tensor* found_inf = nullptr;  // != 0: the update is skipped, on the device; nothing changes
-};
+// What amp::GradScaler hands to step(): 1/S, by which the gradients step() reads are multiplied in
+// the update, and found_inf, which skips the update on the device; each one f32 element on the
+// parameters' device, or null. The struct the fused kernels take too (kernels/optim.h).
+using kernels::StepScaling;
 
 class Optimizer {
  public:
@@ -173,11 +172,20 @@ class Optimizer {
  private:
   double schedule_factor() const;  // schedule(step_count()), checked; 1 without a schedule
   void check_lr(double lr, const std::string& what) const;
-  // The gradient step() reads for parameter i: its master's .grad while current(i), else its .grad.
+  // The gradient step() reads for parameter i: its master's .grad while master_grad_up_to_date(i), else its .grad.
   Tensor step_gradient(std::size_t i) const;
-  bool current(std::size_t i) const;  // the master's .grad was made from the parameter's present .grad
-  // scale_gradients_ over every gradient (all) or only the masters' that are not current.
+  // The master's .grad was made from the parameter's present .grad (same tensor, same version).
+  bool master_grad_up_to_date(std::size_t i) const;
+  // scale_gradients_ over every gradient (all) or only the masters' that are not up to date.
   void scale_pass(const Tensor& factor, Tensor& found_inf, bool all);
+  // The checks of load_state_dict, each throwing before anything changes (optimizer.cpp says the order).
+  struct LoadedParameter {
+    Tensor master;    // undefined without a master
+    StateDict state;  // empty: no state yet
+  };
+  void check_keys(const StateDict& state, const std::string& owner) const;
+  std::vector<Group> loaded_groups(const StateDict& state, const std::string& owner) const;
+  LoadedParameter loaded_parameter(const StateDict& state, std::size_t i, const std::string& owner) const;
 
   std::vector<Tensor> parameters_;
   std::vector<Group> groups_;

@@ -75,7 +75,7 @@ TEST_CASE("fused master (CPU): one pass equals unscale, update and cast, bit for
         c.run(false, step, master_a, grad, state_a, count_a, {});
         kernels::cpu::cast(master_a, model_a);
         c.run(false, step, master_b, scaled_grad, state_b, count_b,
-              {.inv_scale = &inv_scale, .found_inf = &found_b, .model_copy = &model_b});
+              {.scaling = {.inv_scale = &inv_scale, .found_inf = &found_b}, .model_copy = &model_b});
         check_identical(master_b, master_a, "master");
         check_identical(model_b, model_a, "model copy");
         for (int k = 0; k < c.states; ++k) check_identical(state_b[k], state_a[k], "state");
@@ -95,14 +95,14 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
     UpdateCount count;
     Tensor found_inf = zeros({});
     c.run(false, 0, master, uniform_in({257}, DType::F16, 3, -1.0, 1.0), state, count,
-          {.found_inf = &found_inf, .model_copy = &model});  // a clean step: the state is not zero
+          {.scaling = {.found_inf = &found_inf}, .model_copy = &model});  // a clean step: the state is not zero
     const Tensor master_before = master.clone(), model_before = model.clone();
     const std::vector<Tensor> state_before = clones(state);
     const UpdateCount count_before = count;
     found_inf = ones({});
     const Tensor overflowed = with_value(uniform_in({257}, DType::F16, 4, -1.0, 1.0), 7, kInf);
     const Tensor half = factor(0.5);
-    c.run(false, 1, master, overflowed, state, count, {.inv_scale = &half, .found_inf = &found_inf, .model_copy = &model});
+    c.run(false, 1, master, overflowed, state, count, {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
     check_identical(master, master_before, "master");
     check_identical(model, model_before, "model copy");
     for (int k = 0; k < c.states; ++k) check_identical(state[k], state_before[k], "state");
@@ -110,9 +110,9 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
   }
   Tensor w = zeros({3}), g = zeros({3}), bad_flag = zeros({2}), short_copy = zeros({2}, {.dtype = DType::F16});
   UpdateCount count;
-  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.found_inf = &bad_flag}); }, "kernel sgd");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.found_inf = &bad_flag}}); }, "kernel sgd");
   check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.model_copy = &short_copy}); }, "kernel sgd");
-  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.inv_scale = &bad_flag}); }, "inv_scale");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.inv_scale = &bad_flag}}); }, "inv_scale");
   Tensor m = zeros({3}), v = zeros({3}), f32_steps = zeros({});
   check_error([&] { kernels::adam(w, g, m, v, f32_steps, {.lr = 0.1}, count); }, "the step count must be one i32");
 }
@@ -145,10 +145,10 @@ void check_update_on_gpu(const UpdateCase& c, DType param_dtype, DType grad_dtyp
     INFO("step " << step);
     const double range = 1.0 / inv_scale;
     const Tensor g_cpu = uniform_in({numel}, grad_dtype, 50 + step, -range, range), g_gpu = gpu(g_cpu);
-    FusedStep fused_cpu{.inv_scale = &inv_cpu}, fused_gpu{.inv_scale = &inv_gpu};
+    FusedStep fused_cpu{.scaling = {.inv_scale = &inv_cpu}}, fused_gpu{.scaling = {.inv_scale = &inv_gpu}};
     if (fused_master) {
-      fused_cpu = {.inv_scale = &inv_cpu, .found_inf = &found_cpu, .model_copy = &model_cpu};
-      fused_gpu = {.inv_scale = &inv_gpu, .found_inf = &found_gpu, .model_copy = &model_gpu};
+      fused_cpu = {.scaling = {.inv_scale = &inv_cpu, .found_inf = &found_cpu}, .model_copy = &model_cpu};
+      fused_gpu = {.scaling = {.inv_scale = &inv_gpu, .found_inf = &found_gpu}, .model_copy = &model_gpu};
     }
     c.run(false, step, p_cpu, g_cpu, s_cpu, count_cpu, fused_cpu);
     c.run(true, step, p_gpu, g_gpu, s_gpu, count_gpu, fused_gpu);
@@ -312,7 +312,7 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
       UpdateCount count;
       kernels::cuda::clear_update_count(Device::cuda());
       const Tensor half = factor(0.5, Device::cuda());
-      c.run(true, 1, master, overflowed, state, count, {.inv_scale = &half, .found_inf = &found_inf, .model_copy = &model});
+      c.run(true, 1, master, overflowed, state, count, {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
       kernels::cuda::read_update_count(Device::cuda(), count);
       check_identical(master, master_before, "master");
       check_identical(model, model_before, "model copy");

@@ -355,14 +355,14 @@ TEST_CASE("adam kernel: the step count lives beside the moments; a skipped updat
   CHECK(steps.item() == 1);
   Tensor found_inf = ones({});
   const Tensor w_before = w.clone(), m_before = m.clone();
-  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
+  kernels::adam(w, g, m, v, steps, hyper, count, {.scaling = {.found_inf = &found_inf}});
   check_close(w, w_before, 0.0, 0.0);
   check_close(m, m_before, 0.0, 0.0);
   CHECK(steps.item() == 1);  // skipped: not counted
   found_inf = zeros({});
   // The second update uses step 2's corrections, read from the stored count (with step 3's, or step
   // 1's again, the result would be 25% off).
-  kernels::adam(w, g, m, v, steps, hyper, count, {.found_inf = &found_inf});
+  kernels::adam(w, g, m, v, steps, hyper, count, {.scaling = {.found_inf = &found_inf}});
   CHECK(steps.item() == 2);
   const double m2 = 0.5 * 0.5 * 0.25 + 0.5 * 0.25, v2 = 0.75 * 0.25 * 0.0625 + 0.25 * 0.0625;
   const double expected = -0.125 - 0.125 / (1 - 0.25) * m2 / (std::sqrt(v2) / std::sqrt(1 - 0.5625));

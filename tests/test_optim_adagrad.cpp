@@ -149,14 +149,14 @@ TEST_CASE("adagrad kernel: the step count lives beside the sum; a skipped update
   CHECK(steps.item() == 1);
   Tensor found_inf = ones({});
   const Tensor w_before = w.clone(), sum_before = sum.clone();
-  kernels::adagrad(w, g, sum, steps, hyper, count, {.found_inf = &found_inf});
+  kernels::adagrad(w, g, sum, steps, hyper, count, {.scaling = {.found_inf = &found_inf}});
   check_close(w, w_before, 0.0, 0.0);
   check_close(sum, sum_before, 0.0, 0.0);
   CHECK(steps.item() == 1);  // skipped: not counted
   found_inf = zeros({});
   // The second update has the rate of step 2, lr / 2 (with step 3's, or step 1's again, it would be off
   // by a third or twice): each weight moves by 0.0625 / sqrt(2).
-  kernels::adagrad(w, g, sum, steps, hyper, count, {.found_inf = &found_inf});
+  kernels::adagrad(w, g, sum, steps, hyper, count, {.scaling = {.found_inf = &found_inf}});
   CHECK(steps.item() == 2);
   const double second = 0.0625 / std::sqrt(2.0);
   check_values(w, {-0.125 - second, 0.125 + second}, tolerance(DType::F32, 2), 0.0);

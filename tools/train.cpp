@@ -141,6 +141,103 @@ std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
+using Identity = std::map<std::string, std::string>;  // the flags a checkpoint must have been saved with
+
+// Where a run starts: step 0, or where --resume's checkpoint left it, with the losses of its last
+// steps (carried by checkpoints, for the final mean loss).
+struct RunPosition {
+  std::int64_t step = 0;
+  std::deque<double> recent_losses;
+};
+
+RunPosition resume(const TrainOptions& o, train::Trainer& trainer, Task& task, const Identity& identity,
+                   std::int64_t total) {
+  RunPosition position;
+  if (o.resume.empty()) return position;
+  train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, trainer.checkpoint_objects());
+  for (const auto& [key, value] : identity)
+    MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
+             key, loaded.metadata[key], value);
+  // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
+  // must not become a loop that runs for ever, backwards or from a truncated count.
+  const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", o.resume);
+  position.step = state_whole_number(loaded.extra, "step", owner, 0, std::int64_t{1} << 53);
+  task.load_data_state(state_subset(loaded.extra, "data."));
+  if (loaded.extra.count("recent_losses")) {  // absent from checkpoints written before it was kept
+    const Tensor& losses = loaded.extra.at("recent_losses");
+    MG_CHECK(losses.dim() == 1 && losses.numel() <= static_cast<std::int64_t>(kFinalLossSteps),
+             "{}: entry 'recent_losses' must be 1-D with at most {} losses, got shape {}", owner, kFinalLossSteps,
+             losses.shape());
+    for (double value : losses.to_vector<double>()) position.recent_losses.push_back(value);
+  }
+  MG_CHECK(position.step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume,
+           position.step, total);
+  return position;
+}
+
+void print_header(const TrainOptions& o, train::Trainer& trainer, const TrainSummary& summary, std::int64_t step,
+                  std::int64_t total) {
+  const Device device = trainer.device();
+  fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
+             summary.parameters, trainer.recipe().describe(), step, total, o.batch);
+  fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("{} thread(s), f32 GEMM by {}",
+             mg::num_threads(), kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
+  if (const train::DataParallel* replicas = trainer.data_parallel())
+    fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
+               "averaged in {} bucket(s) of {} ({} KiB per step)\n", summary.ranks, replicas->group().backend(),
+               o.batch / summary.ranks, replicas->last_sync().buckets, o.allreduce_dtype,
+               replicas->last_sync().payload_bytes / 1024);
+}
+
+// The steps' numbers as they arrive, in batches (train::Trainer reads them every read_every steps, in
+// one wait): each is checked for divergence, kept for the final loss, logged and shown.
+class StepNumbersSink {
+ public:
+  StepNumbersSink(const TrainOptions& o, train::Trainer& trainer, RunPosition& position, Progress& progress,
+                  MetricsLog& log)
+      : o_(o), trainer_(trainer), position_(position), progress_(progress), log_(log), first_step_(position.step),
+        skipped_(trainer.monitor().skipped_steps()) {}  // a resumed run's count so far
+
+  // A step was taken at `seconds` into the run, on `items` examples; its numbers come later.
+  void queued(double seconds, std::int64_t items) { queued_.emplace_back(seconds, items); }
+
+  void take(const std::vector<train::StepNumbers>& read) {
+    for (const train::StepNumbers& n : read) {
+      const auto [seconds, items] = queued_.front();
+      queued_.pop_front();
+      const StepRecord record{.step = n.step + first_step_, .loss = n.loss, .lr = n.lr, .scale = n.scale,
+                              .skipped = n.skipped, .seconds = seconds};
+      stop_if_diverged(record, o_, trainer_.scaler().is_enabled(), position_.step, log_);
+      position_.recent_losses.push_back(n.loss);
+      if (position_.recent_losses.size() > kFinalLossSteps) position_.recent_losses.pop_front();
+      log_.write(record);
+      skipped_ += n.skipped;
+      progress_.update(record, items, skipped_);
+    }
+  }
+
+ private:
+  const TrainOptions& o_;
+  train::Trainer& trainer_;
+  RunPosition& position_;
+  Progress& progress_;
+  MetricsLog& log_;
+  std::int64_t first_step_;  // the Trainer counts its own steps from 1
+  std::int64_t skipped_;
+  std::deque<std::pair<double, std::int64_t>> queued_;  // seconds and items of each step not yet read
+};
+
+// The checkpoint of --save: the run's objects, and where it stands.
+void save_run(const std::string& path, train::Trainer& trainer, Task& task, const RunPosition& position,
+              const Identity& identity) {
+  const std::vector<double> losses(position.recent_losses.begin(), position.recent_losses.end());
+  StateDict extra{{"step", state_scalar(static_cast<double>(position.step))},
+                  {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
+                                                {.dtype = DType::F64})}};
+  state_insert(extra, "data.", task.data_state());
+  train::save_checkpoint(path, trainer.checkpoint_objects(), extra, identity);
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& o) {
@@ -165,113 +262,54 @@ TrainSummary train(const TrainOptions& o) {
                                       .process_group = group,
                                       .data_parallel = {.bucket_bytes = o.bucket_kb * 1024,
                                                         .wire_dtype = wire_dtype(o.allreduce_dtype)}});
-  const amp::Recipe& recipe = trainer.recipe();
   const Device device = trainer.device();
-  nn::Module& model = trainer.model();
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
-
-  const std::map<std::string, std::string> identity{
-      {"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};
-  std::int64_t step = 0;
-  std::deque<double> recent_losses;  // the last kFinalLossSteps losses, carried by checkpoints
-  if (!o.resume.empty()) {
-    train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, trainer.checkpoint_objects());
-    for (const auto& [key, value] : identity)
-      MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
-               key, loaded.metadata[key], value);
-    // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
-    // must not become a loop that runs for ever, backwards or from a truncated count.
-    const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", o.resume);
-    step = state_whole_number(loaded.extra, "step", owner, 0, std::int64_t{1} << 53);
-    task.load_data_state(state_subset(loaded.extra, "data."));
-    if (loaded.extra.count("recent_losses")) {  // absent from checkpoints written before it was kept
-      const Tensor& losses = loaded.extra.at("recent_losses");
-      MG_CHECK(losses.dim() == 1 && losses.numel() <= static_cast<std::int64_t>(kFinalLossSteps),
-               "{}: entry 'recent_losses' must be 1-D with at most {} losses, got shape {}", owner, kFinalLossSteps,
-               losses.shape());
-      for (double value : losses.to_vector<double>()) recent_losses.push_back(value);
-    }
-    MG_CHECK(step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume, step, total);
-  }
-  const std::int64_t first_step = step;  // the Trainer counts its own steps from 1
+  const Identity identity{{"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};
+  RunPosition position = resume(o, trainer, task, identity, total);
 
   TrainSummary summary;
   summary.recipe = o.precision;
   summary.model = o.model;
   summary.data = o.data;
-  summary.parameters = model.parameter_count();
+  summary.parameters = trainer.model().parameter_count();
   summary.rank = rank;
   summary.ranks = ranks;
   const bool quiet = o.quiet || !lead;
-  if (!quiet) {
-    fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
-               summary.parameters, recipe.describe(), step, total, o.batch);
-    fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("{} thread(s), f32 GEMM by {}",
-               mg::num_threads(), kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
-    if (const train::DataParallel* replicas = trainer.data_parallel())
-      fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
-                 "averaged in {} bucket(s) of {} ({} KiB per step)\n", ranks, replicas->group().backend(),
-                 o.batch / ranks, replicas->last_sync().buckets, o.allreduce_dtype,
-                 replicas->last_sync().payload_bytes / 1024);
-  }
-  Progress progress(step, total, task.unit, trainer.scaler().is_enabled(), quiet);
+  if (!quiet) print_header(o, trainer, summary, position.step, total);
+  Progress progress(position.step, total, task.unit, trainer.scaler().is_enabled(), quiet);
   MetricsLog log(lead ? o.log : std::string(), !o.resume.empty());
+  StepNumbersSink numbers(o, trainer, position, progress, log);
   const auto start = Clock::now();
-  std::int64_t items = 0;
-  std::int64_t skipped = trainer.monitor().skipped_steps();  // a resumed run's count so far
   const std::int64_t waits_before = host_waits(device);
-  std::deque<std::pair<double, std::int64_t>> queued;  // seconds and items of each step not yet read
-  // The steps' numbers arrive in batches (train::Trainer reads them every read_every steps, one wait):
-  // each is checked, logged and shown then.
-  auto take = [&](const std::vector<train::StepNumbers>& read) {
-    for (const train::StepNumbers& n : read) {
-      const auto [seconds, step_items] = queued.front();
-      queued.pop_front();
-      const StepRecord record{.step = n.step + first_step, .loss = n.loss, .lr = n.lr, .scale = n.scale,
-                              .skipped = n.skipped, .seconds = seconds};
-      stop_if_diverged(record, o, trainer.scaler().is_enabled(), step, log);
-      recent_losses.push_back(n.loss);
-      if (recent_losses.size() > kFinalLossSteps) recent_losses.pop_front();
-      log.write(record);
-      skipped += n.skipped;
-      progress.update(record, step_items, skipped);
-    }
-  };
-  while (step < total) {
+  std::int64_t items = 0;
+  while (position.step < total) {
     data::Batch batch = task.next();
     const train::StepResult result = trainer.step(batch);  // throws when the scale collapses
-    ++step;
+    ++position.step;
     const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
     items += global_items;
-    queued.emplace_back(std::chrono::duration<double>(Clock::now() - start).count(), global_items);
+    numbers.queued(std::chrono::duration<double>(Clock::now() - start).count(), global_items);
     if (const train::DataParallel* replicas = trainer.data_parallel())
       summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
-    take(result.read);
+    numbers.take(result.read);
   }
-  take(trainer.read_steps());
+  numbers.take(trainer.read_steps());
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
   progress.finish();
   log.close();
   summary.train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.items_per_second = summary.train_seconds > 0 ? static_cast<double>(items) / summary.train_seconds : 0;
-  summary.steps = step;
+  summary.steps = position.step;
   if (const train::DataParallel* replicas = trainer.data_parallel())
     summary.allreduce_bytes_per_step = replicas->last_sync().payload_bytes;
   summary.skipped_steps = trainer.monitor().skipped_steps();
   summary.final_scale = trainer.scaler().get_scale();  // 1 when the recipe does not scale
-  summary.final_loss = mean_of(recent_losses);
-  summary.final_loss_steps = static_cast<std::int64_t>(recent_losses.size());
+  summary.final_loss = mean_of(position.recent_losses);
+  summary.final_loss_steps = static_cast<std::int64_t>(position.recent_losses.size());
 
   if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
-  if (!o.save.empty()) {
-    const std::vector<double> losses(recent_losses.begin(), recent_losses.end());
-    StateDict extra{{"step", state_scalar(static_cast<double>(step))},
-                    {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
-                                                  {.dtype = DType::F64})}};
-    state_insert(extra, "data.", task.data_state());
-    train::save_checkpoint(o.save, trainer.checkpoint_objects(), extra, identity);
-  }
-  summary = task.evaluate(summary, recipe);
+  if (!o.save.empty()) save_run(o.save, trainer, task, position, identity);
+  summary = task.evaluate(summary, trainer.recipe());
   summary.peak_rss_bytes = peak_rss_bytes();
   return summary;
 }

@@ -52,16 +52,6 @@ void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::
   fp32_model.load_state_dict(state);
 }
 
-Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets) {
-  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
-}
-
-Tensor mean_loss(Loss loss, const Tensor& outputs, const Tensor& targets) {
-  if (loss == Loss::CrossEntropy) return mean_cross_entropy(outputs, targets);
-  const std::int64_t n = outputs.size(0);
-  return binary_cross_entropy_with_logits(reshape(outputs, {n, -1}), reshape(targets, {n, -1}));
-}
-
 double test_loss(nn::Module& model, const Tensor& inputs, const Tensor& targets, Loss loss, const amp::Recipe& recipe,
                  Device device, std::int64_t batch) {
   MG_CHECK(batch >= 1 && inputs.size(0) == targets.size(0) && inputs.size(0) >= 1, "train::test_loss: needs batch "

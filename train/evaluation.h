@@ -1,7 +1,6 @@
 // How `mixgrad train` and `mixgrad repro` feed and score a model: the one definition of each.
 //
 //   standardize_pixels_(images);                                 // Fashion-MNIST pixels, ~unit variance
-//   Tensor loss = mean_cross_entropy(model(x), labels);          // logits [..., C], targets [...]
 //   double acc = test_accuracy(model, images, labels, recipe, device);
 //   double bpc = bits_per_char(model, tokens, 64, recipe, device);
 //
@@ -15,6 +14,7 @@
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "train/loss.h"
 
 namespace mg::train {
 
@@ -37,16 +37,6 @@ Tensor pixels_of(const Tensor& images);
 // everything else widened to f32 (exact). An mg::Error from load_state_dict when the two differ.
 void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::Optimizer& optimizer);
 
-// logits [..., classes] and targets [...] -> the mean cross entropy over every position.
-Tensor mean_cross_entropy(const Tensor& logits, const Tensor& targets);
-
-// What a model is trained to do. CrossEntropy: classify, logits [..., classes] against i32 targets
-// [...] (mean_cross_entropy). BinaryCrossEntropyWithLogits: reconstruct, logits against f32 targets in
-// [0, 1] of the same number of elements per example (an autoencoder's pixels), the mean over every
-// element, so each output's gradient is (sigmoid(x) - t) / (batch x outputs).
-enum class Loss { CrossEntropy, BinaryCrossEntropyWithLogits };
-// outputs [N, ...] and targets [N, ...] -> the mean loss, f32 (as the loss ops compute it).
-Tensor mean_loss(Loss loss, const Tensor& outputs, const Tensor& targets);
 // The mean loss of the model over inputs [N, ...] and targets [N, ...] on the CPU, `batch` examples
 // at a time (each batch's mean weighted by its size).
 double test_loss(nn::Module& model, const Tensor& inputs, const Tensor& targets, Loss loss, const amp::Recipe& recipe,

@@ -25,7 +25,7 @@ constexpr std::int64_t kChunk = 256;
 constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Whether the GradScaler found an inf or NaN for this step: then the update writes nothing.
-bool skipped(const FusedStep& fused) { return fused.found_inf && *fused.found_inf->data<float>() != 0.0f; }
+bool skipped(const FusedStep& fused) { return fused.scaling.found_inf && *fused.scaling.found_inf->data<float>() != 0.0f; }
 
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
 // tensors, and update returns whether the change it computed was non-zero (before any rounding).
@@ -36,7 +36,7 @@ void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> sta
                    UpdateCount& count, const Update& update) {
   if (skipped(fused)) return;  // a skipped step writes nothing
   const DType c = dtype_of<C>();
-  const C inv_scale = fused.inv_scale ? C(*fused.inv_scale->data<float>()) : C(1);
+  const C inv_scale = fused.scaling.inv_scale ? C(*fused.scaling.inv_scale->data<float>()) : C(1);
   std::atomic<std::int64_t> total_nonzero{0}, total_lost{0};
   // Every element is updated alone: the thread pool takes chunks of kGrain elements.
   parallel_for(param.numel(), kGrain, [&](std::int64_t chunk_begin, std::int64_t chunk_end) {

@@ -209,7 +209,7 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
   const std::int64_t numel = param.numel();
   mg::cuda::DeviceGuard guard(param.device().index);
   unsigned long long* counters = update_counters(param.device().index);
-  const float* found_inf = fused.found_inf ? device_ptr<const float>(*fused.found_inf) : nullptr;
+  const float* found_inf = fused.scaling.found_inf ? device_ptr<const float>(*fused.scaling.found_inf) : nullptr;
   visit_device_floating(param.dtype(), kernel, [&](auto param_type) {
     using P = decltype(param_type);
     visit_device_floating(grad.dtype(), kernel, [&](auto grad_type) {
@@ -227,7 +227,7 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
       const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
       MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(
           t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
-          fused.inv_scale ? device_ptr<const float>(*fused.inv_scale) : nullptr, found_inf, counters);
+          fused.scaling.inv_scale ? device_ptr<const float>(*fused.scaling.inv_scale) : nullptr, found_inf, counters);
       MG_CUDA_LAUNCHED();
     });
   });
