@@ -17,13 +17,13 @@
 #endif
 
 #include "core/error.h"
-#include "kernels/cuda/emulator/async_copies.h"
-#include "kernels/cuda/emulator/emulator.h"
-#include "kernels/cuda/emulator/fiber.h"
-#include "kernels/cuda/emulator/memory.h"
-#include "kernels/cuda/emulator/race_check.h"
-#include "kernels/cuda/emulator/runtime_state.h"
-#include "kernels/cuda/emulator/shared_memory.h"
+#include "emulator/async_copies.h"
+#include "emulator/emulator.h"
+#include "emulator/fiber.h"
+#include "emulator/memory.h"
+#include "emulator/race_check.h"
+#include "emulator/runtime_state.h"
+#include "emulator/shared_memory.h"
 
 namespace mg::emu {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 
 namespace mg::emu {
 
