@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "kernels/cuda/runtime.h"
 #ifdef MG_CUDA_EMULATED
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 #endif
 
 namespace mg::cuda {

@@ -8,8 +8,8 @@
 //     waits for the GPU. Scratch memory is a Tensor::empty on the same device (the caching allocator).
 //   - Kernels are launched with MG_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...) and
 //     declare shared memory with MG_SHARED / MG_DYNAMIC_SHARED (below), never <<<...>>> or __shared__:
-//     the same source then also compiles as host C++ for the CUDA emulator (kernels/cuda/emulator/),
-//     which defines these macros its own way.
+//     the same source then also compiles as host C++ for the CUDA emulator (emulator/), which
+//     defines these macros its own way.
 //   - Every launch is followed by MG_CUDA_LAUNCHED(), so a bad launch is an mg::Error at its source.
 //   - Values are loaded into float, computed in float and rounded once on store (RNE, subnormals
 //     kept): the same contract as the CPU, so results agree to the last bit wherever the order of

@@ -1,8 +1,8 @@
 // cp.async (sm_80+): copies from global to shared memory that do not pass through registers and land
 // later, in commit groups a thread waits for. The one place kernels/cuda/ says it in PTX, so that the
-// CUDA emulator (kernels/cuda/emulator/) can put its two landing modes here: each copy lands when it
-// is issued (the emulator's schedules ":issue", which catch a refill that comes too early), or only
-// at the cp.async.wait_group that covers its group (":wait", which catch a wait that is too weak).
+// CUDA emulator (emulator/) can put its two landing modes here: each copy lands when it is issued
+// (the emulator's schedules ":issue", which catch a refill that comes too early), or only at the
+// cp.async.wait_group that covers its group (":wait", which catch a wait that is too weak).
 // Used by the pipelined WMMA GEMM (gemm_wmma.cuh).
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "kernels/cuda/emulator/memory.h"
+#include "emulator/memory.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "kernels/cuda/emulator/emulator.h"
-#include "kernels/cuda/emulator/sanitizer.h"
+#include "emulator/emulator.h"
+#include "emulator/sanitizer.h"
 
 namespace mg::emu::memory {
 

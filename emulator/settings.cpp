@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 
 namespace mg::emu {
 

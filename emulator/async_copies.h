@@ -1,5 +1,5 @@
 // cp.async of one emulated thread: the copies it has issued and not yet landed, in commit groups.
-// Internal to the emulator (scheduler.cpp checks the addresses, then hands the copies here).
+// Internal to the emulator (shared_memory_calls.cpp checks the addresses, then hands them here).
 //
 // A copy lands at issue, or (Landing::AtWait) only when cp.async.wait_group covers its group: then
 // a wait that is one group too weak leaves the step's data unwritten (NaN), which the race check
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 
 namespace mg::emu {
 

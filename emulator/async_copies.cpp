@@ -1,4 +1,4 @@
-#include "kernels/cuda/emulator/async_copies.h"
+#include "emulator/async_copies.h"
 
 #include <cstring>
 

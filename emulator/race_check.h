@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/emulator/memory.h"
+#include "emulator/memory.h"
 
 namespace mg::emu {
 

@@ -1,4 +1,4 @@
-#include "kernels/cuda/emulator/fiber.h"
+#include "emulator/fiber.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-#include "kernels/cuda/emulator/sanitizer.h"
+#include "emulator/sanitizer.h"
 
 namespace mg::emu {
 

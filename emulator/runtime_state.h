@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 
 namespace mg::emu::runtime {
 

@@ -1,9 +1,9 @@
-// The CUDA emulator itself (kernels/cuda/emulator/), in -DMG_CUDA=EMULATE builds only: this file is
-// compiled like a kernel file (kernels/cuda/emulator/device.h force-included), so the small kernels
-// below are emulated kernels. They check what the emulator promises: that a race, a divergent
-// barrier, a deadlock and the misuse of warp collectives, WMMA and cp.async are errors that name
-// the kernel; that shared and fresh device memory read as NaN; that WMMA multiplies exactly and
-// TF32 rounds as the hardware does; that the launch limits are an H100's.
+// The CUDA emulator itself (emulator/), in -DMG_CUDA=EMULATE builds only: this file is compiled
+// like a kernel file (emulator/device.h force-included), so the small kernels below are emulated
+// kernels. They check what the emulator promises: that a race, a divergent barrier, a deadlock and
+// the misuse of warp collectives, WMMA and cp.async are errors that name the kernel; that shared
+// and fresh device memory read as NaN; that WMMA multiplies exactly and TF32 rounds as the hardware
+// does; that the launch limits are an H100's.
 #include "tests/testing.h"
 
 #include <limits>

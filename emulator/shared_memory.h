@@ -1,5 +1,5 @@
 // Shared memory of the emulated block being run: the __shared__ variables (MG_SHARED) and the
-// launch's dynamic shared memory (MG_DYNAMIC_SHARED). Internal to the emulator (scheduler.cpp).
+// launch's dynamic shared memory (MG_DYNAMIC_SHARED). Internal to the emulator (machine.h).
 //
 // A GPU leaves shared memory as the last block wrote it; here every block starts with it full of
 // 0xFF bytes (NaN in f32, f16 and bf16), so a read of a value no thread wrote shows as NaN. The

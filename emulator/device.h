@@ -33,7 +33,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "kernels/cuda/emulator/emulator.h"
+#include "emulator/emulator.h"
 
 // ---- qualifiers ------------------------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ T atomicAdd(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
 }
 
-#include "kernels/cuda/emulator/wmma.h"
+#include "emulator/wmma.h"
 
 // The runtime API's C++ form that cuda_runtime.h declares for nvcc only.
 template <class T>

@@ -1,4 +1,4 @@
-#include "kernels/cuda/emulator/race_check.h"
+#include "emulator/race_check.h"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
-#include "kernels/cuda/emulator/shared_memory.h"
+#include "emulator/shared_memory.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
-#include "kernels/cuda/emulator/memory.h"
+#include "emulator/memory.h"
 
 namespace mg::emu {
 

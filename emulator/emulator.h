@@ -1,7 +1,7 @@
 // The CUDA emulator: runs the kernels of kernels/cuda/ on the CPU, in a build configured with
 // -DMG_CUDA=EMULATE, so that every GPU test suite runs on every commit without a GPU.
 //
-// How a launch runs (scheduler.cpp):
+// How a launch runs (scheduler.cpp; barriers.cpp, shared_memory_calls.cpp):
 //   - The blocks of the grid run one at a time, in the order of the schedule (below).
 //   - The threads of a block are fibers (fiber.h) on the one host thread: each runs until it reaches
 //     __syncthreads, a warp collective (a shuffle, a WMMA load, multiply or store) or its end, and the

@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "kernels/cuda/emulator/memory.h"
-#include "kernels/cuda/emulator/runtime_state.h"
+#include "emulator/memory.h"
+#include "emulator/runtime_state.h"
 
 namespace mg::emu::runtime {
 
