@@ -9,6 +9,14 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE1Parity{
+    .id = "E1",
+    .title = "Parity",
+    .reference = "Table 1",
+    .claim = "ImageNet CNNs trained in mixed precision (FP16 storage and arithmetic, FP32 master weights, FP32 "
+             "accumulation) match their FP32 top-1 accuracy within a few tenths of a point (e.g. ResNet-50 75.92 -> "
+             "76.04), without loss scaling."};
+
 namespace {
 
 // Table 1 has no row per variant; what the paper (or its bf16 follow-up) leads one to expect.
@@ -114,19 +122,13 @@ double accuracy_standard_error(double accuracy, std::int64_t examples) {
   return examples > 0 ? std::sqrt(accuracy * (1 - accuracy) / static_cast<double>(examples)) : std::nan("");
 }
 
-E1Options e1_options(Preset preset) {
-  E1Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.mlp_steps = o.cnn_steps = 4000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.eval_every = 500;
-    o.cnn = nn::CnnOptions{};  // 32 and 64 channels, 128 hidden
-    o.variant_ids = {"V0", "V1", "V2", "V3", "V4", "V5"};
-  }
-  return o;
+E1Options e1_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E1Options>(preset,
+                                   {.train_examples = 60000, .test_examples = 10000, .mlp_steps = 4000,
+                                    .cnn_steps = 4000, .batch = 128, .log_every = 25, .eval_every = 500,
+                                    .cnn = {},  // 32 and 64 channels, 128 hidden
+                                    .variant_ids = {"V0", "V1", "V2", "V3", "V4", "V5"}},
+                                   device, seed);
 }
 
 RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> data, const ModelFactory& make,
@@ -136,8 +138,7 @@ RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> dat
                    .log_every = o.log_every, .eval_every = o.eval_every, .seed = seed, .device = o.device};
 }
 
-E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   MG_CHECK(!o.seed_offsets.empty(), "repro E1: needs at least one seed offset");
   E1Result result{.options = o};
   auto train = [&](const std::string& model, const ModelFactory& make, std::int64_t steps, const Variant& v,
@@ -170,7 +171,7 @@ Section e1_section(const E1Result& r, Report& report) {
         if (s < runs.size()) group.runs.push_back(&runs[s]);
       groups.push_back(group);
     }
-  Section s = e1_experiment().section();
+  Section s = kE1Parity.section();
   s.csv_files = write_run_csvs(report, "E1", "e1", groups);
   std::string seeds;
   for (std::uint64_t offset : o.seed_offsets) seeds += fmt::format("{}{}", seeds.empty() ? "" : ", ", o.seed + offset);
@@ -233,23 +234,6 @@ Section e1_section(const E1Result& r, Report& report) {
                                                tag == std::string("mlp") ? "MLP" : "CNN"), scaled));
   }
   return s;
-}
-
-Experiment e1_experiment() {
-  return Experiment{
-      .id = "E1",
-      .title = "Parity",
-      .reference = "Table 1",
-      .claim = "ImageNet CNNs trained in mixed precision (FP16 storage and arithmetic, FP32 master weights, FP32 "
-               "accumulation) match their FP32 top-1 accuracy within a few tenths of a point (e.g. ResNet-50 75.92 -> "
-               "76.04), without loss scaling.",
-      .run = [](Context& context, Report& report) {
-        E1Options options = e1_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e1_section(run_e1(options, data, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

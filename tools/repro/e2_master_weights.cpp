@@ -8,6 +8,14 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE2MasterWeights{
+    .id = "E2",
+    .title = "Master weights",
+    .reference = "§3.1, Figure 2a",
+    .claim = "Updating FP16 weights directly loses updates: an update smaller than half a weight's ulp (weight more "
+             "than ~2048x the update) or below 2^-24 rounds away. On their Mandarin speech model this cost 80% "
+             "relative accuracy; with an FP32 master copy of the weights, mixed precision matched FP32."};
+
 namespace {
 
 // What the paper (or its bf16 follow-up) says about each variant, for the table's last column.
@@ -46,21 +54,13 @@ std::string verdict_for(const std::string& schedule, const std::vector<RunResult
 
 }  // namespace
 
-E2Options e2_options(Preset preset) {
-  E2Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.steps = 5000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.eval_every = 250;
-  }
-  return o;
+E2Options e2_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E2Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 5000,
+                                            .batch = 128, .log_every = 25, .eval_every = 250},
+                                   device, seed);
 }
 
-E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   E2Result result{.options = o};
   auto config = [&](const Variant& v) {
     return RunConfig{.variant = v, .make_model = mlp_784_256_256_10, .data = data, .steps = o.steps, .batch = o.batch,
@@ -90,7 +90,7 @@ Section e2_section(const E2Result& r, Report& report) {
   const E2Options& o = r.options;
   const std::string constant = fmt::format("constant lr {:g}", o.lr);
   const std::string decaying = fmt::format("cosine lr {:g} to {:g}", o.decay_lr, o.decay_lr * o.decay_min_factor);
-  Section s = e2_experiment().section();
+  Section s = kE2MasterWeights.section();
   s.csv_files = write_run_csvs(report, "E2", "e2", {group_of(constant, r.constant_lr), group_of(decaying, r.decaying_lr)});
   s.setup = fmt::format("MLP 784-256-256-10, plain SGD (no momentum), batch {}, {} steps on the first {} Fashion-MNIST "
                         "training images, accuracy on the first {} test images; {} and {}. Same seed ({}), "
@@ -131,23 +131,6 @@ Section e2_section(const E2Result& r, Report& report) {
   plots_for("constant", constant, r.constant_lr);
   plots_for("decaying", decaying, r.decaying_lr);
   return s;
-}
-
-Experiment e2_experiment() {
-  return Experiment{
-      .id = "E2",
-      .title = "Master weights",
-      .reference = "§3.1, Figure 2a",
-      .claim = "Updating FP16 weights directly loses updates: an update smaller than half a weight's ulp (weight more "
-               "than ~2048x the update) or below 2^-24 rounds away. On their Mandarin speech model this cost 80% "
-               "relative accuracy; with an FP32 master copy of the weights, mixed precision matched FP32.",
-      .run = [](Context& context, Report& report) {
-        E2Options options = e2_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e2_section(run_e2(options, data, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

@@ -9,6 +9,15 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE4LossScaling{
+    .id = "E4",
+    .title = "Where loss scaling is needed",
+    .reference = "Table 2, Figure 3",
+    .claim = "Many networks train in FP16 without loss scaling, but some do not: Multibox SSD diverges unscaled and "
+             "reaches 77.1% mAP with S = 8 (FP32: 76.9%). In SSD's FP32 training 67% of activation-gradient values "
+             "are zero and many non-zero ones lie below FP16's 2^-24; scaling the loss shifts them into range "
+             "(values in [2^-27, 2^-24) mattered, below 2^-27 did not)."};
+
 namespace {
 
 double activation_zeros(const RunResult& run) {
@@ -83,17 +92,10 @@ std::string organic_verdict(const E4Result& r) {
 
 }  // namespace
 
-E4Options e4_options(Preset preset) {
-  E4Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.steps = 3000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.organic_steps = 1000;
-  }
-  return o;
+E4Options e4_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E4Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 3000,
+                                            .batch = 128, .log_every = 25, .organic_steps = 1000},
+                                   device, seed);
 }
 
 double mean_over_log(const RunResult& run, const std::function<double(const StepLog&)>& value) {
@@ -114,8 +116,7 @@ bool identical_trajectories(const RunResult& a, const RunResult& b) {
   return a.final_accuracy == b.final_accuracy;
 }
 
-E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   MG_CHECK(!o.ks.empty(), "repro E4: needs at least one k");
   E4Result result{.options = o};
   for (int k : o.ks) {
@@ -165,7 +166,7 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
 
 Section e4_section(const E4Result& r, Report& report) {
   const E4Options& o = r.options;
-  Section s = e4_experiment().section();
+  Section s = kE4LossScaling.section();
   std::string sizes;
   for (std::int64_t size : o.organic_sizes) sizes += fmt::format("{}{}", sizes.empty() ? "" : "-", size);
   s.setup = fmt::format("Control (the sweep): MLP 784-256-256-10, plain SGD, batch {}, {} steps on the first {} "
@@ -259,24 +260,6 @@ Section e4_section(const E4Result& r, Report& report) {
     s.verdict += " " + organic_verdict(r);
   }
   return s;
-}
-
-Experiment e4_experiment() {
-  return Experiment{
-      .id = "E4",
-      .title = "Where loss scaling is needed",
-      .reference = "Table 2, Figure 3",
-      .claim = "Many networks train in FP16 without loss scaling, but some do not: Multibox SSD diverges unscaled and "
-               "reaches 77.1% mAP with S = 8 (FP32: 76.9%). In SSD's FP32 training 67% of activation-gradient values "
-               "are zero and many non-zero ones lie below FP16's 2^-24; scaling the loss shifts them into range "
-               "(values in [2^-27, 2^-24) mattered, below 2^-27 did not).",
-      .run = [](Context& context, Report& report) {
-        E4Options options = e4_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e4_section(run_e4(options, data, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

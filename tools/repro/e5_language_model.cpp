@@ -10,6 +10,14 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE5LanguageModel{
+    .id = "E5",
+    .title = "bigLSTM",
+    .reference = "Figure 5",
+    .claim = "A large LSTM language model (bigLSTM on the 1-billion-word benchmark, trained with Adagrad, loss the "
+             "mean over batch x time) trained in mixed precision with loss scale 1 diverges after about 300K "
+             "iterations; with a scale of 128 it matches the FP32 training curve."};
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -132,25 +140,17 @@ std::vector<double> loss_gap(const RunResult& run, const RunResult& fp32) {
   return gap;
 }
 
-E5Options e5_options(Preset preset, Device device) {
-  E5Options o;
-  o.device = device;
+E5Options e5_options(Preset preset, Device device, std::uint64_t seed) {
+  E5Options o = preset_options<E5Options>(
+      preset,
+      {.train_chars = 4000000,  // the whole training split
+       .validation_chars = 200000, .steps = 3000, .batch = 64,
+       .context = 128,  // B x T = 8192
+       .log_every = 25, .eval_every = 250, .embed_dim = 64, .hidden = 512, .optimizers = {"adagrad", "adam"},
+       .adam_lr = 2e-3, .gpt_options = {.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6},
+       .gpt_steps = 3000},
+      device, seed);
   o.gpt = device.is_cuda();
-  if (preset == Preset::Full) {
-    o.train_chars = 4000000;  // the whole training split
-    o.validation_chars = 200000;
-    o.steps = 3000;
-    o.batch = 64;
-    o.context = 128;  // B x T = 8192
-    o.log_every = 25;
-    o.eval_every = 250;
-    o.embed_dim = 64;
-    o.hidden = 512;
-    o.adam_lr = 2e-3;
-    o.optimizers = {"adagrad", "adam"};
-    o.gpt_options = nn::GptOptions{.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6};
-    o.gpt_steps = 3000;
-  }
   return o;
 }
 
@@ -167,8 +167,7 @@ RunConfig e5_run_config(const E5Options& o, std::shared_ptr<const TextData> text
                    .device = o.device};
 }
 
-E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress) {
+E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text, const Progress& progress) {
   E5Result result{.options = o};
   auto train = [&](E5Model& model, bool gpt, const Variant& v) {
     model.runs.push_back(run(e5_run_config(o, text, v, model.optimizer, gpt)));
@@ -194,7 +193,7 @@ E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text,
 
 Section e5_section(const E5Result& r, Report& report) {
   const E5Options& o = r.options;
-  Section s = e5_experiment().section();
+  Section s = kE5LanguageModel.section();
   std::vector<RunGroup> groups;
   for (const E5Model& m : r.models) groups.push_back(group_of(m.name, m.runs));
   s.csv_files = write_run_csvs(report, "E5", "e5", groups);
@@ -277,22 +276,6 @@ Section e5_section(const E5Result& r, Report& report) {
                                           "gate_zero_in_f16", "head_rows_without_gradient"},
                                          flush_rows));
   return s;
-}
-
-Experiment e5_experiment() {
-  return Experiment{
-      .id = "E5",
-      .title = "bigLSTM",
-      .reference = "Figure 5",
-      .claim = "A large LSTM language model (bigLSTM on the 1-billion-word benchmark, trained with Adagrad, loss the "
-               "mean over batch x time) trained in mixed precision with loss scale 1 diverges after about 300K "
-               "iterations; with a scale of 128 it matches the FP32 training curve.",
-      .run = [](Context& context, Report& report) {
-        E5Options options = e5_options(context.preset, context.device);
-        options.seed = context.seed;
-        auto text = context.kjv(options.train_chars, options.validation_chars);
-        return e5_section(run_e5(options, text, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro
