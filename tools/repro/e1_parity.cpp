@@ -20,14 +20,14 @@ constexpr Heading kE1Parity{
 namespace {
 
 // Table 1 has no row per variant; what the paper (or its bf16 follow-up) leads one to expect.
-std::string paper_expectation(const std::string& id) {
-  if (id == "V0") return "baseline";
-  if (id == "V1") return "not mixed precision: E2 (Figure 2a) shows what it loses";
-  if (id == "V2") return "parity without scaling (Table 1: e.g. ResNet-50 75.92 -> 76.04)";
-  if (id == "V3" || id == "V4") return "parity (scaling is harmless where it is not needed)";
-  if (id == "V5") return "parity (Kalamkar et al. 2019)";
-  return "-";
-}
+constexpr PaperNote kPaper[] = {
+    {"V0", "baseline"},
+    {"V1", "not mixed precision: E2 (Figure 2a) shows what it loses"},
+    {"V2", "parity without scaling (Table 1: e.g. ResNet-50 75.92 -> 76.04)"},
+    {"V3", "parity (scaling is harmless where it is not needed)"},
+    {"V4", "parity (scaling is harmless where it is not needed)"},
+    {"V5", "parity (Kalamkar et al. 2019)"},
+};
 
 // Student's t for a two-sided 95% interval, by degrees of freedom (1 .. 10; 1.96 beyond).
 double t_975(std::size_t degrees) {
@@ -197,7 +197,7 @@ Section e1_section(const E1Result& r, Report& report) {
     table.rows.push_back({legend(m.front().variant), percent(mean_accuracy(m)),
                           mlp_fp32 ? difference_cell(paired_difference(m, *mlp_fp32)) : "-", percent(mean_accuracy(c)),
                           cnn_fp32 ? difference_cell(paired_difference(c, *cnn_fp32)) : "-",
-                          fmt::format("{} / {}", skipped(m), skipped(c)), paper_expectation(m.front().variant.id)});
+                          fmt::format("{} / {}", skipped(m), skipped(c)), paper_note(kPaper, m.front().variant.id)});
   }
   auto seed_cells = [](const std::vector<RunResult>* runs) {
     std::string cells;
@@ -215,23 +215,16 @@ Section e1_section(const E1Result& r, Report& report) {
       .header = {"AlexNet", "VGG-D", "GoogLeNet", "Inception v2", "Inception v3", "ResNet-50"},
       .rows = {{"56.77 / 56.93", "65.40 / 65.43", "68.33 / 68.43", "70.03 / 70.02", "73.85 / 74.13", "75.92 / 76.04"}}});
   s.verdict = verdict_for("MLP", r, r.mlp_seeds) + " " + verdict_for("CNN", r, r.cnn_seeds);
-  for (const auto& [tag, runs] : {std::pair{"mlp", &r.mlp}, std::pair{"cnn", &r.cnn}}) {
-    Plot accuracy{.name = fmt::format("e1_accuracy_{}", tag),
-                  .title = fmt::format("E1 test accuracy, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-                  .x_label = "step", .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    Plot loss{.name = fmt::format("e1_loss_{}", tag),
-              .title = fmt::format("E1 training loss, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-              .x_label = "step", .y_label = "training loss (batch)", .log_y = 10};
-    for (const RunResult& run : *runs) {
-      accuracy.series.push_back(accuracy_series(run));
-      loss.series.push_back(step_series(run, [](const StepLog& l) { return l.loss; }));
-    }
-    s.plots.push_back(accuracy);
-    s.plots.push_back(loss);
+  for (const auto& [tag, model, runs] : {std::tuple{"mlp", "MLP", &r.mlp}, std::tuple{"cnn", "CNN", &r.cnn}}) {
+    s.plots.push_back(
+        accuracy_plot(fmt::format("e1_accuracy_{}", tag), fmt::format("E1 test accuracy, {}", model), *runs));
+    s.plots.push_back(step_plot({.name = fmt::format("e1_loss_{}", tag),
+                                 .title = fmt::format("E1 training loss, {}", model),
+                                 .y_label = "training loss (batch)", .log_y = 10},
+                                *runs, [](const StepLog& l) { return l.loss; }));
     if (const auto scaled = with_loss_scaling(*runs); !scaled.empty())
       s.plots.push_back(scale_plot(fmt::format("e1_scale_{}", tag),
-                                   fmt::format("E1 loss scale, {} (skipped steps marked)",
-                                               tag == std::string("mlp") ? "MLP" : "CNN"), scaled));
+                                   fmt::format("E1 loss scale, {} (skipped steps marked)", model), scaled));
   }
   return s;
 }

@@ -19,14 +19,13 @@ constexpr Heading kE2MasterWeights{
 namespace {
 
 // What the paper (or its bf16 follow-up) says about each variant, for the table's last column.
-std::string paper_expectation(const std::string& id) {
-  if (id == "V0") return "baseline";
-  if (id == "V1") return "loses accuracy: 80% relative loss (speech model, Fig. 2a)";
-  if (id == "V2") return "parity with fp32";
-  if (id == "V5") return "parity (Kalamkar et al. 2019)";
-  if (id == "V6") return "not in the paper; bf16's 8-bit mantissa loses more than f16";
-  return "-";
-}
+constexpr PaperNote kPaper[] = {
+    {"V0", "baseline"},
+    {"V1", "loses accuracy: 80% relative loss (speech model, Fig. 2a)"},
+    {"V2", "parity with fp32"},
+    {"V5", "parity (Kalamkar et al. 2019)"},
+    {"V6", "not in the paper; bf16's 8-bit mantissa loses more than f16"},
+};
 
 // One sentence for one schedule: does pure f16 lose its updates and accuracy, and does the master copy restore parity?
 std::string verdict_for(const std::string& schedule, const std::vector<RunResult>& runs) {
@@ -112,24 +111,18 @@ Section e2_section(const E2Result& r, Report& report) {
             : "-";
     table.rows.push_back({legend(c.variant), percent(c.final_accuracy), percent(c.lost_update_fraction, 1),
                           percent(d.final_accuracy), percent(d.lost_update_fraction, 1), versus,
-                          paper_expectation(c.variant.id)});
+                          paper_note(kPaper, c.variant.id)});
   }
   s.tables.push_back(table);
   s.verdict = verdict_for("With a " + constant, r.constant_lr) + " " + verdict_for("With a " + decaying, r.decaying_lr);
-  auto plots_for = [&](const std::string& tag, const std::string& what, const std::vector<RunResult>& runs) {
-    Plot accuracy{.name = "e2_accuracy_" + tag, .title = "E2 test accuracy, " + what, .x_label = "step",
-                  .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    Plot lost{.name = "e2_lost_updates_" + tag, .title = "E2 fraction of updates lost, " + what, .x_label = "step",
-              .y_label = "lost updates (fraction of elements)"};
-    for (const RunResult& run : runs) {
-      accuracy.series.push_back(accuracy_series(run));
-      lost.series.push_back(step_series(run, [](const StepLog& l) { return l.lost_update_fraction; }));
-    }
-    s.plots.push_back(accuracy);
-    s.plots.push_back(lost);
-  };
-  plots_for("constant", constant, r.constant_lr);
-  plots_for("decaying", decaying, r.decaying_lr);
+  for (const auto& [tag, what, runs] :
+       {std::tuple{"constant", constant, &r.constant_lr}, std::tuple{"decaying", decaying, &r.decaying_lr}}) {
+    s.plots.push_back(accuracy_plot(fmt::format("e2_accuracy_{}", tag), "E2 test accuracy, " + what, *runs));
+    s.plots.push_back(step_plot({.name = fmt::format("e2_lost_updates_{}", tag),
+                                 .title = "E2 fraction of updates lost, " + what,
+                                 .y_label = "lost updates (fraction of elements)"},
+                                *runs, [](const StepLog& l) { return l.lost_update_fraction; }));
+  }
   return s;
 }
 

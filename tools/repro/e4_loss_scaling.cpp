@@ -31,13 +31,10 @@ std::string k_label(int k) { return fmt::format("k={}", k); }
 // The verdict at the largest k: V2 unscaled collapses, V3 and V4 stay with fp32.
 std::string sweep_verdict(const E4Result& r) {
   const E4Options& o = r.options;
-  auto at = [&](std::size_t ki, const std::string& id) -> const RunResult* {
-    for (const RunResult& run : r.sweep[ki])
-      if (run.variant.id == id) return &run;
-    return nullptr;
-  };
   const std::size_t last = o.ks.size() - 1;
-  const RunResult *fp32 = at(last, "V0"), *unscaled = at(last, "V2"), *fixed = at(last, "V3"), *dynamic = at(last, "V4");
+  const std::vector<RunResult>& runs = r.sweep[last];
+  const RunResult *fp32 = find_run(runs, "V0"), *unscaled = find_run(runs, "V2"), *fixed = find_run(runs, "V3"),
+                  *dynamic = find_run(runs, "V4");
   if (!fp32 || !unscaled || !fixed || !dynamic) return "V0, V2, V3 and V4 are needed for a verdict.";
   const double zeros_gap = activation_zeros(*unscaled) - activation_zeros(*fp32);
   const double drop = fp32->final_accuracy - unscaled->final_accuracy;

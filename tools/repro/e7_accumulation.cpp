@@ -248,18 +248,9 @@ Section e7_section(const E7Result& r, Report& report) {
                              lstm ? number(lstm->final_bpc, 4) : "-", lstm ? std::to_string(lstm->skipped_steps) : "-"});
   }
   s.tables.push_back(training);
-  if (!r.lstm.empty()) {
-    Plot bpc{.name = "e7_validation_bpc_lstm", .title = "E7 char LSTM validation bits per character",
-             .x_label = "step", .y_label = "bits per character", .kind = PlotKind::points};
-    for (const RunResult& run : r.lstm) bpc.series.push_back(bpc_series(run));
-    s.plots.push_back(bpc);
-  }
-  if (!r.mlp.empty()) {
-    Plot accuracy{.name = "e7_accuracy_mlp", .title = "E7 MLP test accuracy", .x_label = "step",
-                  .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    for (const RunResult& run : r.mlp) accuracy.series.push_back(accuracy_series(run));
-    s.plots.push_back(accuracy);
-  }
+  if (!r.lstm.empty())
+    s.plots.push_back(bpc_plot("e7_validation_bpc_lstm", "E7 char LSTM validation bits per character", r.lstm));
+  if (!r.mlp.empty()) s.plots.push_back(accuracy_plot("e7_accuracy_mlp", "E7 MLP test accuracy", r.mlp));
   s.verdict = verdict_for(r);
   return s;
 }
