@@ -9,16 +9,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "amp/diagnostics.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
 #include "core/allocator.h"
 #include "data/batches.h"
 #include "data/idx.h"
 #include "nn/models.h"
+#include "tools/repro/gradient_recording.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
-
 
 namespace mg::tools::repro {
 
@@ -32,17 +29,6 @@ std::size_t peak_bytes(Device device) { return allocator_for(device).stats_on(de
 void reset_peak(Device device) { allocator_for(device).reset_peak_on(device); }
 // a - b, or 0 when b > a (byte counts are unsigned).
 std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
-
-// Casts only move a gradient between dtypes (their output's gradient is the next op's input
-// gradient again), and moves between devices likewise: counting them would count values twice.
-bool is_activation(const amp::GradientRecorder::Entry& entry) {
-  return entry.op != op_name(Op::Cast) && entry.op != op_name(Op::ToDevice) && entry.stats.count > 1;
-}
-
-// zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
-std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
-  return {stats.fraction(stats.zero), stats.fraction(stats.zero + stats.f16_flushed)};
-}
 
 void check_config(const RunConfig& c) {
   const char* what = "repro::run";
@@ -81,12 +67,39 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
   return result;
 }
 
+std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
+                                            std::int64_t validation_chars) {
+  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
+           "characters, got {} and {}", train_chars, validation_chars);
+  auto result = std::make_shared<TextData>();
+  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
+  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
+  result->vocab = corpus.vocab_size();
+  return result;
+}
+
 std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator) { return nn::mlp({784, 256, 256, 10}, generator); }
 
 ModelFactory autoencoder(std::vector<std::int64_t> sizes) {
   MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(), "repro::autoencoder: needs at least two sizes, the "
            "first (the input's pixels) equal to the last (its reconstruction), got {}", fmt::join(sizes, "-"));
   return [sizes](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::mlp(sizes, generator); };
+}
+
+ModelFactory cnn_of(nn::CnnOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
+}
+
+ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
+  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
+  };
+}
+
+ModelFactory tiny_gpt(nn::GptOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::TinyGPT>(options, generator);
+  };
 }
 
 namespace {
@@ -111,122 +124,6 @@ class Batches {
  private:
   std::optional<data::DataLoader> images_;
   std::optional<data::TextBatcher> text_;
-};
-
-// Merges `stats` into slot i of a histogram list, naming the slot on first sight; every step of a
-// run has the same graph, so slot i must be the same tensor each time.
-void merge_into(std::vector<std::string>& names, std::vector<amp::GradientStats>& all, std::size_t i,
-                const std::string& name, const amp::GradientStats& stats) {
-  if (i == all.size()) {
-    names.push_back(name);
-    all.emplace_back();
-  }
-  MG_CHECK(i < all.size() && names[i] == name, "repro::run: gradient {} was '{}' at an earlier step and is '{}' now; "
-           "histograms merge steps of one unchanging graph", i, i < names.size() ? names[i] : "", name);
-  all[i].merge(stats);
-}
-
-}  // namespace
-
-std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
-                                            std::int64_t validation_chars) {
-  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
-           "characters, got {} and {}", train_chars, validation_chars);
-  auto result = std::make_shared<TextData>();
-  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
-  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
-  result->vocab = corpus.vocab_size();
-  return result;
-}
-
-ModelFactory cnn_of(nn::CnnOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
-}
-
-ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
-  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
-  };
-}
-
-ModelFactory tiny_gpt(nn::GptOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::TinyGPT>(options, generator);
-  };
-}
-
-namespace {
-
-// What a logged step records beside training (RunConfig's record_* flags), as a StepObserver of the
-// shared step: activation gradients during backward, the weights' gradients after it. It only reads.
-class GradientRecording : public train::StepObserver {
- public:
-  GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, RunResult& result, StepLog& entry)
-      : c_(c), weights_(weights), names_(result.weight_names), activation_names_(result.activation_names),
-        histograms_(result.histograms), entry_(entry) {}
-
-  void before_backward() override {
-    if (c_.record_activation_gradients || c_.record_histograms) recorder_.emplace();  // watches this backward only
-  }
-
-  void after_backward(const optim::Optimizer&) override {
-    if (recorder_) record_activations();
-    if (c_.record_weight_gradients || c_.record_histograms) record_weights();
-  }
-
- private:
-  void record_activations() {
-    amp::GradientStats activations;
-    std::size_t slot = 0;
-    for (const auto& e : recorder_->entries()) {
-      if (!is_activation(e)) continue;
-      if (slot == 0) entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
-      activations.merge(e.stats);
-      const std::string name = fmt::format("{} {}", e.op, e.shape);
-      if (slot == activation_names_.size()) activation_names_.push_back(name);
-      MG_CHECK(activation_names_[slot] == name, "repro::run: activation gradient {} was '{}' at an earlier step and "
-               "is '{}' now; a run's steps must have one unchanging graph", slot, activation_names_[slot], name);
-      entry_.activation_zero_in_f16_by_entry.push_back(zero_fractions(e.stats).second);
-      if (c_.record_histograms)
-        merge_into(histograms_.activation_names, histograms_.activations, slot, name, e.stats);
-      ++slot;
-    }
-    if (c_.record_activation_gradients)
-      std::tie(entry_.activation_zero_fraction, entry_.activation_zero_in_f16_fraction) = zero_fractions(activations);
-    recorder_.reset();
-  }
-
-  void record_weights() {
-    for (std::size_t w = 0; w < weights_.size(); ++w) {
-      const Tensor grad = weights_[w].grad();
-      const amp::GradientStats stats = grad.defined() ? amp::gradient_stats(grad) : amp::GradientStats{};
-      if (c_.record_histograms) merge_into(histograms_.weight_names, histograms_.weights, w, names_[w], stats);
-      if (!c_.record_weight_gradients) continue;
-      const auto [zero, zero_in_f16] = grad.defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
-      entry_.weight_grad_zero_fraction.push_back(zero);
-      entry_.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
-      entry_.weight_grad_zero_rows.push_back(grad.defined() ? zero_rows(grad) : weights_[w].size(0));
-    }
-  }
-
-  // Rows of a gradient [rows, ...] that are zero in every element.
-  static std::int64_t zero_rows(const Tensor& grad) {
-    const Tensor values = grad.to(Device::cpu()).to(DType::F32);
-    const std::int64_t rows = values.size(0), width = values.numel() / std::max<std::int64_t>(1, rows);
-    const float* v = values.data<float>();
-    std::int64_t zero = 0;
-    for (std::int64_t r = 0; r < rows; ++r)
-      zero += std::all_of(v + r * width, v + (r + 1) * width, [](float x) { return x == 0.0f; }) ? 1 : 0;
-    return zero;
-  }
-
-  const RunConfig& c_;
-  const std::vector<Tensor>& weights_;
-  const std::vector<std::string>& names_;
-  std::vector<std::string>& activation_names_;
-  GradientHistograms& histograms_;
-  StepLog& entry_;
-  std::optional<amp::GradientRecorder> recorder_;
 };
 
 // The memory of a step just before and after its forward pass (RunResult's state_bytes and
