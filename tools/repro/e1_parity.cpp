@@ -144,9 +144,8 @@ E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data, const
   auto train = [&](const std::string& model, const ModelFactory& make, std::int64_t steps, const Variant& v,
                    std::uint64_t seed) {
     RunResult r = run(e1_run_config(o, data, make, steps, v, seed));
-    if (progress)
-      progress(fmt::format("E1 {}: {} seed {} test accuracy {} ({} skipped steps, {:.1f} s)", model, legend(v), seed,
-                           percent(r.final_accuracy), r.skipped_steps, r.seconds));
+    tell(progress, "E1 {}: {} seed {} test accuracy {} ({} skipped steps, {:.1f} s)", model, legend(v), seed,
+         percent(r.final_accuracy), r.skipped_steps, r.seconds);
     return r;
   };
   for (const auto& [model, make, steps, all, first] :

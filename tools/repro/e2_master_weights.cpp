@@ -67,20 +67,16 @@ E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data, const
                      .device = o.device};
   };
   for (const Variant& v : variants(o.variant_ids)) {
-    result.constant_lr.push_back(run(config(v)));
-    if (progress)
-      progress(fmt::format("E2 constant lr {:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.lr, legend(v),
-                           percent(result.constant_lr.back().final_accuracy),
-                           percent(result.constant_lr.back().lost_update_fraction, 1), result.constant_lr.back().seconds));
-    RunConfig decaying = config(v);
-    decaying.lr = o.decay_lr;
-    decaying.schedule = optim::cosine_decay(o.steps, o.decay_min_factor);
-    result.decaying_lr.push_back(run(decaying));
-    if (progress)
-      progress(fmt::format("E2 cosine lr {:g}->{:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.decay_lr,
-                           o.decay_lr * o.decay_min_factor, legend(v), percent(result.decaying_lr.back().final_accuracy),
-                           percent(result.decaying_lr.back().lost_update_fraction, 1),
-                           result.decaying_lr.back().seconds));
+    const RunResult& constant = result.constant_lr.emplace_back(run(config(v)));
+    tell(progress, "E2 constant lr {:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.lr, legend(v),
+         percent(constant.final_accuracy), percent(constant.lost_update_fraction, 1), constant.seconds);
+    RunConfig decaying_config = config(v);
+    decaying_config.lr = o.decay_lr;
+    decaying_config.schedule = optim::cosine_decay(o.steps, o.decay_min_factor);
+    const RunResult& decaying = result.decaying_lr.emplace_back(run(decaying_config));
+    tell(progress, "E2 cosine lr {:g}->{:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.decay_lr,
+         o.decay_lr * o.decay_min_factor, legend(v), percent(decaying.final_accuracy),
+         percent(decaying.lost_update_fraction, 1), decaying.seconds);
   }
   return result;
 }

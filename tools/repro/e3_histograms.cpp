@@ -147,14 +147,10 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
     config.record_histograms = true;
     E3Model m{.model = model, .run = run(config)};
     m.layers = in_backward_order(e3_layer_outputs(config), m.run.histograms, model);
-    result.models.push_back(std::move(m));
-    if (progress) {
-      const Totals t = totals(result.models.back());
-      progress(fmt::format("E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
-                           "({:.1f} s)", model, percent(fraction_below(t.weights, -24), 2),
-                           percent(fraction_below(t.activations, -24), 2),
-                           percent(t.activations.fraction(t.activations.zero), 1), result.models.back().run.seconds));
-    }
+    const Totals t = totals(result.models.emplace_back(std::move(m)));
+    tell(progress, "E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
+         "({:.1f} s)", model, percent(fraction_below(t.weights, -24), 2), percent(fraction_below(t.activations, -24), 2),
+         percent(t.activations.fraction(t.activations.zero), 1), result.models.back().run.seconds);
   };
   const E1Options& e1 = o.images;
   record("MLP", e1_run_config(e1, images, mlp_784_256_256_10, e1.mlp_steps, fp32, e1.seed));
@@ -162,10 +158,8 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
   if (o.text) record("char LSTM", e5_run_config(o.language, text, fp32, o.language.optimizers.front()));
   if (o.long_run_steps > 0) {
     run_e3_long(o, images, result);
-    if (progress)
-      progress(fmt::format("E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last "
-                           "checkpoint ({:.1f} s)", o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2),
-                           result.long_run.seconds));
+    tell(progress, "E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last checkpoint "
+         "({:.1f} s)", o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2), result.long_run.seconds);
   }
   return result;
 }

@@ -126,9 +126,8 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const
                                    .log_every = o.log_every, .record_activation_gradients = true, .seed = o.seed,
                                    .device = o.device}));
       const RunResult& last = runs.back();
-      if (progress)
-        progress(fmt::format("E4 k={:2}: {} test accuracy {}, activation-gradient zeros {} ({:.1f} s)", k,
-                             legend(v), percent(last.final_accuracy), percent(activation_zeros(last), 1), last.seconds));
+      tell(progress, "E4 k={:2}: {} test accuracy {}, activation-gradient zeros {} ({:.1f} s)", k, legend(v),
+           percent(last.final_accuracy), percent(activation_zeros(last), 1), last.seconds);
     }
     result.sweep.push_back(std::move(runs));
   }
@@ -152,10 +151,8 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const
                                              .record_activation_gradients = true, .seed = o.seed,
                                              .device = o.device}));
       const RunResult& last = result.organic.back();
-      if (progress)
-        progress(fmt::format("E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)",
-                             legend(v), number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1),
-                             last.seconds));
+      tell(progress, "E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)",
+           legend(v), number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1), last.seconds);
     }
   }
   return result;

@@ -171,10 +171,9 @@ E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text, const 
   auto train = [&](E5Model& model, bool gpt, const Variant& v) {
     model.runs.push_back(run(e5_run_config(o, text, v, model.optimizer, gpt)));
     const RunResult& r = model.runs.back();
-    if (progress)
-      progress(fmt::format("E5 {}: {} validation {} bits/char, logit gradients flushed in f16 {} ({} skipped, {:.1f} s)",
-                           model.name, legend(v), number(r.final_bpc, 4), percent(logit_flush_fraction(r), 1),
-                           r.skipped_steps, r.seconds));
+    tell(progress, "E5 {}: {} validation {} bits/char, logit gradients flushed in f16 {} ({} skipped, {:.1f} s)",
+         model.name, legend(v), number(r.final_bpc, 4), percent(logit_flush_fraction(r), 1), r.skipped_steps,
+         r.seconds);
   };
   for (const std::string& optimizer : o.optimizers) {
     E5Model model{.name = "char LSTM, " + title_case(optimizer), .optimizer = optimizer};

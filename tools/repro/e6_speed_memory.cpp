@@ -138,10 +138,9 @@ E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std
     config.device = o.device;
     w.runs.push_back(run(config));
     const RunResult& r = w.runs.back();
-    if (progress)
-      progress(fmt::format("E6 {}: {} {}, {:.0f} {}/s, activations {:.2f} MiB, state {:.2f} MiB, peak {:.2f} MiB "
-                           "({:.1f} s)", w.model, legend(v), score(r), r.items_per_second, w.unit,
-                           mib(r.activation_bytes), mib(r.state_bytes), mib(r.peak_bytes), r.seconds));
+    tell(progress, "E6 {}: {} {}, {:.0f} {}/s, activations {:.2f} MiB, state {:.2f} MiB, peak {:.2f} MiB ({:.1f} s)",
+         w.model, legend(v), score(r), r.items_per_second, w.unit, mib(r.activation_bytes), mib(r.state_bytes),
+         mib(r.peak_bytes), r.seconds);
   };
   E6Workload small{.model = "CNN", .unit = "images"};
   for (const Variant& v : variants(o.variant_ids, o.static_scale))

@@ -159,10 +159,9 @@ E7Result run_e7(const E7Options& o, std::shared_ptr<const ImageData> images, std
                 const Progress& progress) {
   E7Result result{.options = o};
   result.dots = dot_product_errors(o.dot_lengths, o.dot_products, o.seed, o.device);
-  if (progress)
-    for (const DotError& d : result.dots)
-      progress(fmt::format("E7 dot products, {} terms, k = {}: relative error f32 {}, f16 {}", d.distribution, d.k,
-                           scientific(d.f32_mean), scientific(d.f16_mean)));
+  for (const DotError& d : result.dots)
+    tell(progress, "E7 dot products, {} terms, k = {}: relative error f32 {}, f16 {}", d.distribution, d.k,
+         scientific(d.f32_mean), scientific(d.f16_mean));
   E1Options mlp = e1_options(Preset::Quick, o.device, o.seed);
   mlp.batch = o.mlp_batch;
   mlp.eval_every = o.eval_every;
@@ -170,15 +169,13 @@ E7Result run_e7(const E7Options& o, std::shared_ptr<const ImageData> images, std
   for (const Variant& v : variants(o.variant_ids)) {
     if (images) {
       result.mlp.push_back(run(e1_run_config(mlp, images, mlp_784_256_256_10, o.mlp_steps, v, o.seed)));
-      if (progress)
-        progress(fmt::format("E7 MLP: {} test accuracy {} ({:.1f} s)", legend(v), percent(result.mlp.back().final_accuracy),
-                             result.mlp.back().seconds));
+      tell(progress, "E7 MLP: {} test accuracy {} ({:.1f} s)", legend(v), percent(result.mlp.back().final_accuracy),
+           result.mlp.back().seconds);
     }
     if (text) {
       result.lstm.push_back(run(lstm_config(o, text, v)));
-      if (progress)
-        progress(fmt::format("E7 char LSTM: {} validation {} bits/char ({:.1f} s)", legend(v),
-                             number(result.lstm.back().final_bpc, 4), result.lstm.back().seconds));
+      tell(progress, "E7 char LSTM: {} validation {} bits/char ({:.1f} s)", legend(v),
+           number(result.lstm.back().final_bpc, 4), result.lstm.back().seconds);
     }
   }
   return result;

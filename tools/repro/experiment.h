@@ -13,6 +13,8 @@
 //      assertions on the paper's outcome to tests/test_repro.cpp.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,6 +45,12 @@ Options preset_options(Preset preset, Options full, Device device, std::uint64_t
 
 // Where an experiment's run reports its progress, a line per result as it comes (empty: nowhere).
 using Progress = std::function<void(const std::string&)>;
+
+// Tells `progress` one line, made as fmt::format makes it (nothing, and no formatting, when empty).
+template <class... Args>
+void tell(const Progress& progress, fmt::format_string<Args...> format, Args&&... args) {
+  if (progress) progress(fmt::format(format, std::forward<Args>(args)...));
+}
 
 // Shared by every experiment of one `mixgrad repro` call.
 class Context {
