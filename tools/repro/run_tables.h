@@ -1,4 +1,5 @@
-// RunResults as CSV rows and plot series: the common shape of every experiment's raw numbers.
+// RunResults as CSV rows and plots over the steps: the common shape of every experiment's raw
+// numbers; and the cells its tables share (a variant's legend, the paper's note on it).
 //
 // step CSV: experiment,series,variant,variant_name,loss_multiplier,step,loss,lr,scale,skipped,
 //           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,

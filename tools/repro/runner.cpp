@@ -142,7 +142,6 @@ class ForwardMemory : public train::StepObserver {
   std::size_t before_ = 0, after_ = 0;
 };
 
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -173,7 +172,7 @@ class StepClock {
   std::int64_t steps() const { return steps_; }
 
  private:
-  std::chrono::steady_clock::time_point window_start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point window_start_{};
   std::int64_t window_steps_ = 0;
   bool window_plain_ = true;
   double seconds_ = 0;
@@ -218,8 +217,11 @@ class Training {
       }
     // An autoencoder's targets: the pixels of its inputs, in [0, 1].
     if (c.reconstruct) test_pixels_ = train::pixels_of(c.data->test_images);
+    clock_.restart();  // the first window starts with the first step
   }
 
+  // Step `step` (1-based): train on the next batch, take the numbers read back, time it, count its
+  // lost updates, and evaluate and log it where due.
   void step(std::int64_t step) {
     const bool logged = step % c_.log_every == 0 || step == c_.steps;
     const bool evaluated = step == c_.steps || (c_.eval_every > 0 && step % c_.eval_every == 0);
