@@ -9,17 +9,25 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE1Parity{
+    .id = "E1",
+    .title = "Parity",
+    .reference = "Table 1",
+    .claim = "ImageNet CNNs trained in mixed precision (FP16 storage and arithmetic, FP32 master weights, FP32 "
+             "accumulation) match their FP32 top-1 accuracy within a few tenths of a point (e.g. ResNet-50 75.92 -> "
+             "76.04), without loss scaling."};
+
 namespace {
 
 // Table 1 has no row per variant; what the paper (or its bf16 follow-up) leads one to expect.
-std::string paper_expectation(const std::string& id) {
-  if (id == "V0") return "baseline";
-  if (id == "V1") return "not mixed precision: E2 (Figure 2a) shows what it loses";
-  if (id == "V2") return "parity without scaling (Table 1: e.g. ResNet-50 75.92 -> 76.04)";
-  if (id == "V3" || id == "V4") return "parity (scaling is harmless where it is not needed)";
-  if (id == "V5") return "parity (Kalamkar et al. 2019)";
-  return "-";
-}
+constexpr PaperNote kPaper[] = {
+    {"V0", "baseline"},
+    {"V1", "not mixed precision: E2 (Figure 2a) shows what it loses"},
+    {"V2", "parity without scaling (Table 1: e.g. ResNet-50 75.92 -> 76.04)"},
+    {"V3", "parity (scaling is harmless where it is not needed)"},
+    {"V4", "parity (scaling is harmless where it is not needed)"},
+    {"V5", "parity (Kalamkar et al. 2019)"},
+};
 
 // Student's t for a two-sided 95% interval, by degrees of freedom (1 .. 10; 1.96 beyond).
 double t_975(std::size_t degrees) {
@@ -114,19 +122,13 @@ double accuracy_standard_error(double accuracy, std::int64_t examples) {
   return examples > 0 ? std::sqrt(accuracy * (1 - accuracy) / static_cast<double>(examples)) : std::nan("");
 }
 
-E1Options e1_options(Preset preset) {
-  E1Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.mlp_steps = o.cnn_steps = 4000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.eval_every = 500;
-    o.cnn = nn::CnnOptions{};  // 32 and 64 channels, 128 hidden
-    o.variant_ids = {"V0", "V1", "V2", "V3", "V4", "V5"};
-  }
-  return o;
+E1Options e1_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E1Options>(preset,
+                                   {.train_examples = 60000, .test_examples = 10000, .mlp_steps = 4000,
+                                    .cnn_steps = 4000, .batch = 128, .log_every = 25, .eval_every = 500,
+                                    .cnn = {},  // 32 and 64 channels, 128 hidden
+                                    .variant_ids = {"V0", "V1", "V2", "V3", "V4", "V5"}},
+                                   device, seed);
 }
 
 RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> data, const ModelFactory& make,
@@ -136,16 +138,14 @@ RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> dat
                    .log_every = o.log_every, .eval_every = o.eval_every, .seed = seed, .device = o.device};
 }
 
-E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   MG_CHECK(!o.seed_offsets.empty(), "repro E1: needs at least one seed offset");
   E1Result result{.options = o};
   auto train = [&](const std::string& model, const ModelFactory& make, std::int64_t steps, const Variant& v,
                    std::uint64_t seed) {
     RunResult r = run(e1_run_config(o, data, make, steps, v, seed));
-    if (progress)
-      progress(fmt::format("E1 {}: {} seed {} test accuracy {} ({} skipped steps, {:.1f} s)", model, legend(v), seed,
-                           percent(r.final_accuracy), r.skipped_steps, r.seconds));
+    tell(progress, "E1 {}: {} seed {} test accuracy {} ({} skipped steps, {:.1f} s)", model, legend(v), seed,
+         percent(r.final_accuracy), r.skipped_steps, r.seconds);
     return r;
   };
   for (const auto& [model, make, steps, all, first] :
@@ -170,7 +170,7 @@ Section e1_section(const E1Result& r, Report& report) {
         if (s < runs.size()) group.runs.push_back(&runs[s]);
       groups.push_back(group);
     }
-  Section s = e1_experiment().section();
+  Section s = kE1Parity.section();
   s.csv_files = write_run_csvs(report, "E1", "e1", groups);
   std::string seeds;
   for (std::uint64_t offset : o.seed_offsets) seeds += fmt::format("{}{}", seeds.empty() ? "" : ", ", o.seed + offset);
@@ -196,7 +196,7 @@ Section e1_section(const E1Result& r, Report& report) {
     table.rows.push_back({legend(m.front().variant), percent(mean_accuracy(m)),
                           mlp_fp32 ? difference_cell(paired_difference(m, *mlp_fp32)) : "-", percent(mean_accuracy(c)),
                           cnn_fp32 ? difference_cell(paired_difference(c, *cnn_fp32)) : "-",
-                          fmt::format("{} / {}", skipped(m), skipped(c)), paper_expectation(m.front().variant.id)});
+                          fmt::format("{} / {}", skipped(m), skipped(c)), paper_note(kPaper, m.front().variant.id)});
   }
   auto seed_cells = [](const std::vector<RunResult>* runs) {
     std::string cells;
@@ -214,42 +214,18 @@ Section e1_section(const E1Result& r, Report& report) {
       .header = {"AlexNet", "VGG-D", "GoogLeNet", "Inception v2", "Inception v3", "ResNet-50"},
       .rows = {{"56.77 / 56.93", "65.40 / 65.43", "68.33 / 68.43", "70.03 / 70.02", "73.85 / 74.13", "75.92 / 76.04"}}});
   s.verdict = verdict_for("MLP", r, r.mlp_seeds) + " " + verdict_for("CNN", r, r.cnn_seeds);
-  for (const auto& [tag, runs] : {std::pair{"mlp", &r.mlp}, std::pair{"cnn", &r.cnn}}) {
-    Plot accuracy{.name = fmt::format("e1_accuracy_{}", tag),
-                  .title = fmt::format("E1 test accuracy, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-                  .x_label = "step", .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    Plot loss{.name = fmt::format("e1_loss_{}", tag),
-              .title = fmt::format("E1 training loss, {}", tag == std::string("mlp") ? "MLP" : "CNN"),
-              .x_label = "step", .y_label = "training loss (batch)", .log_y = 10};
-    for (const RunResult& run : *runs) {
-      accuracy.series.push_back(accuracy_series(run));
-      loss.series.push_back(step_series(run, [](const StepLog& l) { return l.loss; }));
-    }
-    s.plots.push_back(accuracy);
-    s.plots.push_back(loss);
+  for (const auto& [tag, model, runs] : {std::tuple{"mlp", "MLP", &r.mlp}, std::tuple{"cnn", "CNN", &r.cnn}}) {
+    s.plots.push_back(
+        accuracy_plot(fmt::format("e1_accuracy_{}", tag), fmt::format("E1 test accuracy, {}", model), *runs));
+    s.plots.push_back(step_plot({.name = fmt::format("e1_loss_{}", tag),
+                                 .title = fmt::format("E1 training loss, {}", model),
+                                 .y_label = "training loss (batch)", .log_y = 10},
+                                *runs, [](const StepLog& l) { return l.loss; }));
     if (const auto scaled = with_loss_scaling(*runs); !scaled.empty())
       s.plots.push_back(scale_plot(fmt::format("e1_scale_{}", tag),
-                                   fmt::format("E1 loss scale, {} (skipped steps marked)",
-                                               tag == std::string("mlp") ? "MLP" : "CNN"), scaled));
+                                   fmt::format("E1 loss scale, {} (skipped steps marked)", model), scaled));
   }
   return s;
-}
-
-Experiment e1_experiment() {
-  return Experiment{
-      .id = "E1",
-      .title = "Parity",
-      .reference = "Table 1",
-      .claim = "ImageNet CNNs trained in mixed precision (FP16 storage and arithmetic, FP32 master weights, FP32 "
-               "accumulation) match their FP32 top-1 accuracy within a few tenths of a point (e.g. ResNet-50 75.92 -> "
-               "76.04), without loss scaling.",
-      .run = [](Context& context, Report& report) {
-        E1Options options = e1_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e1_section(run_e1(options, data, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

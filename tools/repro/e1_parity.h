@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,8 +37,8 @@ struct E1Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes; seed and device are the caller's to set.
-E1Options e1_options(Preset preset);
+// The preset's sizes, run from `seed` on `device`.
+E1Options e1_options(Preset preset, Device device, std::uint64_t seed);
 
 struct E1Result {
   E1Options options;
@@ -67,12 +66,11 @@ double accuracy_standard_error(double accuracy, std::int64_t examples);
 RunConfig e1_run_config(const E1Options& options, std::shared_ptr<const ImageData> data, const ModelFactory& make,
                         std::int64_t steps, const Variant& v, std::uint64_t seed);
 
-E1Result run_e1(const E1Options& options, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress = {});
+E1Result run_e1(const E1Options& options, std::shared_ptr<const ImageData> data, const Progress& progress = {});
 
 // Writes e1_runs.csv and e1_steps.csv, and returns the section.
 Section e1_section(const E1Result& result, Report& report);
 
-Experiment e1_experiment();
+extern const Heading kE1Parity;
 
 }  // namespace mg::tools::repro

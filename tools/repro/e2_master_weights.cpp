@@ -8,17 +8,24 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE2MasterWeights{
+    .id = "E2",
+    .title = "Master weights",
+    .reference = "§3.1, Figure 2a",
+    .claim = "Updating FP16 weights directly loses updates: an update smaller than half a weight's ulp (weight more "
+             "than ~2048x the update) or below 2^-24 rounds away. On their Mandarin speech model this cost 80% "
+             "relative accuracy; with an FP32 master copy of the weights, mixed precision matched FP32."};
+
 namespace {
 
 // What the paper (or its bf16 follow-up) says about each variant, for the table's last column.
-std::string paper_expectation(const std::string& id) {
-  if (id == "V0") return "baseline";
-  if (id == "V1") return "loses accuracy: 80% relative loss (speech model, Fig. 2a)";
-  if (id == "V2") return "parity with fp32";
-  if (id == "V5") return "parity (Kalamkar et al. 2019)";
-  if (id == "V6") return "not in the paper; bf16's 8-bit mantissa loses more than f16";
-  return "-";
-}
+constexpr PaperNote kPaper[] = {
+    {"V0", "baseline"},
+    {"V1", "loses accuracy: 80% relative loss (speech model, Fig. 2a)"},
+    {"V2", "parity with fp32"},
+    {"V5", "parity (Kalamkar et al. 2019)"},
+    {"V6", "not in the paper; bf16's 8-bit mantissa loses more than f16"},
+};
 
 // One sentence for one schedule: does pure f16 lose its updates and accuracy, and does the master copy restore parity?
 std::string verdict_for(const std::string& schedule, const std::vector<RunResult>& runs) {
@@ -46,21 +53,13 @@ std::string verdict_for(const std::string& schedule, const std::vector<RunResult
 
 }  // namespace
 
-E2Options e2_options(Preset preset) {
-  E2Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.steps = 5000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.eval_every = 250;
-  }
-  return o;
+E2Options e2_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E2Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 5000,
+                                            .batch = 128, .log_every = 25, .eval_every = 250},
+                                   device, seed);
 }
 
-E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   E2Result result{.options = o};
   auto config = [&](const Variant& v) {
     return RunConfig{.variant = v, .make_model = mlp_784_256_256_10, .data = data, .steps = o.steps, .batch = o.batch,
@@ -68,20 +67,16 @@ E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data,
                      .device = o.device};
   };
   for (const Variant& v : variants(o.variant_ids)) {
-    result.constant_lr.push_back(run(config(v)));
-    if (progress)
-      progress(fmt::format("E2 constant lr {:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.lr, legend(v),
-                           percent(result.constant_lr.back().final_accuracy),
-                           percent(result.constant_lr.back().lost_update_fraction, 1), result.constant_lr.back().seconds));
-    RunConfig decaying = config(v);
-    decaying.lr = o.decay_lr;
-    decaying.schedule = optim::cosine_decay(o.steps, o.decay_min_factor);
-    result.decaying_lr.push_back(run(decaying));
-    if (progress)
-      progress(fmt::format("E2 cosine lr {:g}->{:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.decay_lr,
-                           o.decay_lr * o.decay_min_factor, legend(v), percent(result.decaying_lr.back().final_accuracy),
-                           percent(result.decaying_lr.back().lost_update_fraction, 1),
-                           result.decaying_lr.back().seconds));
+    const RunResult& constant = result.constant_lr.emplace_back(run(config(v)));
+    tell(progress, "E2 constant lr {:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.lr, legend(v),
+         percent(constant.final_accuracy), percent(constant.lost_update_fraction, 1), constant.seconds);
+    RunConfig decaying_config = config(v);
+    decaying_config.lr = o.decay_lr;
+    decaying_config.schedule = optim::cosine_decay(o.steps, o.decay_min_factor);
+    const RunResult& decaying = result.decaying_lr.emplace_back(run(decaying_config));
+    tell(progress, "E2 cosine lr {:g}->{:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.decay_lr,
+         o.decay_lr * o.decay_min_factor, legend(v), percent(decaying.final_accuracy),
+         percent(decaying.lost_update_fraction, 1), decaying.seconds);
   }
   return result;
 }
@@ -90,7 +85,7 @@ Section e2_section(const E2Result& r, Report& report) {
   const E2Options& o = r.options;
   const std::string constant = fmt::format("constant lr {:g}", o.lr);
   const std::string decaying = fmt::format("cosine lr {:g} to {:g}", o.decay_lr, o.decay_lr * o.decay_min_factor);
-  Section s = e2_experiment().section();
+  Section s = kE2MasterWeights.section();
   s.csv_files = write_run_csvs(report, "E2", "e2", {group_of(constant, r.constant_lr), group_of(decaying, r.decaying_lr)});
   s.setup = fmt::format("MLP 784-256-256-10, plain SGD (no momentum), batch {}, {} steps on the first {} Fashion-MNIST "
                         "training images, accuracy on the first {} test images; {} and {}. Same seed ({}), "
@@ -112,42 +107,19 @@ Section e2_section(const E2Result& r, Report& report) {
             : "-";
     table.rows.push_back({legend(c.variant), percent(c.final_accuracy), percent(c.lost_update_fraction, 1),
                           percent(d.final_accuracy), percent(d.lost_update_fraction, 1), versus,
-                          paper_expectation(c.variant.id)});
+                          paper_note(kPaper, c.variant.id)});
   }
   s.tables.push_back(table);
   s.verdict = verdict_for("With a " + constant, r.constant_lr) + " " + verdict_for("With a " + decaying, r.decaying_lr);
-  auto plots_for = [&](const std::string& tag, const std::string& what, const std::vector<RunResult>& runs) {
-    Plot accuracy{.name = "e2_accuracy_" + tag, .title = "E2 test accuracy, " + what, .x_label = "step",
-                  .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    Plot lost{.name = "e2_lost_updates_" + tag, .title = "E2 fraction of updates lost, " + what, .x_label = "step",
-              .y_label = "lost updates (fraction of elements)"};
-    for (const RunResult& run : runs) {
-      accuracy.series.push_back(accuracy_series(run));
-      lost.series.push_back(step_series(run, [](const StepLog& l) { return l.lost_update_fraction; }));
-    }
-    s.plots.push_back(accuracy);
-    s.plots.push_back(lost);
-  };
-  plots_for("constant", constant, r.constant_lr);
-  plots_for("decaying", decaying, r.decaying_lr);
+  for (const auto& [tag, what, runs] :
+       {std::tuple{"constant", constant, &r.constant_lr}, std::tuple{"decaying", decaying, &r.decaying_lr}}) {
+    s.plots.push_back(accuracy_plot(fmt::format("e2_accuracy_{}", tag), "E2 test accuracy, " + what, *runs));
+    s.plots.push_back(step_plot({.name = fmt::format("e2_lost_updates_{}", tag),
+                                 .title = "E2 fraction of updates lost, " + what,
+                                 .y_label = "lost updates (fraction of elements)"},
+                                *runs, [](const StepLog& l) { return l.lost_update_fraction; }));
+  }
   return s;
-}
-
-Experiment e2_experiment() {
-  return Experiment{
-      .id = "E2",
-      .title = "Master weights",
-      .reference = "§3.1, Figure 2a",
-      .claim = "Updating FP16 weights directly loses updates: an update smaller than half a weight's ulp (weight more "
-               "than ~2048x the update) or below 2^-24 rounds away. On their Mandarin speech model this cost 80% "
-               "relative accuracy; with an FP32 master copy of the weights, mixed precision matched FP32.",
-      .run = [](Context& context, Report& report) {
-        E2Options options = e2_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e2_section(run_e2(options, data, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

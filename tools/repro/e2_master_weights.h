@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,8 +28,8 @@ struct E2Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes; seed and device are the caller's to set.
-E2Options e2_options(Preset preset);
+// The preset's sizes, run from `seed` on `device`.
+E2Options e2_options(Preset preset, Device device, std::uint64_t seed);
 
 struct E2Result {
   E2Options options;
@@ -39,13 +38,12 @@ struct E2Result {
 };
 
 // Trains every variant under both schedules. `progress` (may be empty) gets one line per run.
-E2Result run_e2(const E2Options& options, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress = {});
+E2Result run_e2(const E2Options& options, std::shared_ptr<const ImageData> data, const Progress& progress = {});
 
 // Writes e2_runs.csv (one row per run) and e2_steps.csv (one row per logged step of every run),
 // and returns the section with its tables, verdict and plots.
 Section e2_section(const E2Result& result, Report& report);
 
-Experiment e2_experiment();
+extern const Heading kE2MasterWeights;
 
 }  // namespace mg::tools::repro

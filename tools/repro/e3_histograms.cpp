@@ -11,6 +11,14 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE3Histograms{
+    .id = "E3",
+    .title = "Gradient histograms",
+    .reference = "Figures 2b and 3",
+    .claim = "Gradients of an FP32 run span many binades, and part of them lies below FP16's range: about 5% of the "
+             "weight-gradient values of a Mandarin speech model have exponents below -24 (Figure 2b), and in SSD "
+             "67% of the activation-gradient values are zero while many non-zero ones lie below 2^-24 (Figure 3)."};
+
 namespace {
 
 using amp::GradientStats;
@@ -113,9 +121,7 @@ double fraction_below(const GradientStats& stats, int exponent) {
 
 
 E3Options e3_options(Preset preset, Device device, std::uint64_t seed) {
-  E3Options o{.images = e1_options(preset), .language = e5_options(preset, device)};
-  o.images.seed = o.language.seed = seed;
-  o.images.device = device;
+  E3Options o{.images = e1_options(preset, device, seed), .language = e5_options(preset, device, seed)};
   // Quick: the first half of E5's fp32 run; recording every 20th step makes the whole of it cost
   // more than the quick preset's budget allows.
   if (preset == Preset::Quick) o.language.steps = std::min<std::int64_t>(o.language.steps, 300);
@@ -128,7 +134,7 @@ E3Options e3_options(Preset preset, Device device, std::uint64_t seed) {
 }
 
 E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress) {
+                const Progress& progress) {
   MG_CHECK(!o.text || text, "repro E3: options.text asks for the LSTM, but no text was given");
   MG_CHECK(o.record_every >= 1 && o.checkpoint_every >= 1 && o.long_run_steps >= 0, "repro E3: record_every and "
            "checkpoint_every must be >= 1 and long_run_steps >= 0, got {}, {} and {}", o.record_every,
@@ -141,14 +147,10 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
     config.record_histograms = true;
     E3Model m{.model = model, .run = run(config)};
     m.layers = in_backward_order(e3_layer_outputs(config), m.run.histograms, model);
-    result.models.push_back(std::move(m));
-    if (progress) {
-      const Totals t = totals(result.models.back());
-      progress(fmt::format("E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
-                           "({:.1f} s)", model, percent(fraction_below(t.weights, -24), 2),
-                           percent(fraction_below(t.activations, -24), 2),
-                           percent(t.activations.fraction(t.activations.zero), 1), result.models.back().run.seconds));
-    }
+    const Totals t = totals(result.models.emplace_back(std::move(m)));
+    tell(progress, "E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
+         "({:.1f} s)", model, percent(fraction_below(t.weights, -24), 2), percent(fraction_below(t.activations, -24), 2),
+         percent(t.activations.fraction(t.activations.zero), 1), result.models.back().run.seconds);
   };
   const E1Options& e1 = o.images;
   record("MLP", e1_run_config(e1, images, mlp_784_256_256_10, e1.mlp_steps, fp32, e1.seed));
@@ -156,23 +158,21 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
   if (o.text) record("char LSTM", e5_run_config(o.language, text, fp32, o.language.optimizers.front()));
   if (o.long_run_steps > 0) {
     run_e3_long(o, images, result);
-    if (progress)
-      progress(fmt::format("E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last "
-                           "checkpoint ({:.1f} s)", o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2),
-                           result.long_run.seconds));
+    tell(progress, "E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last checkpoint "
+         "({:.1f} s)", o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2), result.long_run.seconds);
   }
   return result;
 }
 
-Section e3_section(const E3Result& r, Report& report) {
+namespace {
+
+// What ran, and what counts as an activation gradient.
+std::string setup_text(const E3Result& r) {
   const E3Options& o = r.options;
-  Rows bins, layers;
-  Section s = e3_experiment().section();
   const E1Options& e1 = o.images;
-  const E5Options& e5 = o.language;
   std::vector<std::string> counted;
   for (const E3Model& m : r.models) counted.push_back(layers_counted(m));
-  s.setup = fmt::format(
+  return fmt::format(
       "The fp32 (V0) runs of E1 (MLP {} steps, CNN {} steps) and of E5 (the character LSTM, {} steps), run again with "
       "the same configuration and seed, recording every gradient at every {}th step. Activation gradients: those a "
       "framework materialises between layers, what a PyTorch backward hook on each module is handed as its output's "
@@ -183,7 +183,7 @@ Section e3_section(const E3Result& r, Report& report) {
       "sequence). Layers are listed in the order backward meets them, the logits first; a pre-activation's "
       "gradient holds the exact zeros of the ReLU after it. 'Zero in f16 only': non-zero in f32 but |g| <= 2^-25, "
       "so rounding to f16 makes it 0. 'Below 2^-24': non-zero values smaller than f16's smallest subnormal.{}",
-      e1.mlp_steps, e1.cnn_steps, e5.steps, o.record_every, fmt::join(counted, "; "),
+      e1.mlp_steps, e1.cnn_steps, o.language.steps, o.record_every, fmt::join(counted, "; "),
       o.text ? "" : " (The LSTM was not run.)",
       r.checkpoints.empty()
           ? ""
@@ -192,56 +192,73 @@ Section e3_section(const E3Result& r, Report& report) {
                         "recorded every {} steps; it ends at {} test accuracy.",
                         e1.momentum, e1.lr, e1.lr * e1.min_lr_factor, e1.batch, e1.train_examples, o.long_run_steps,
                         o.checkpoint_every, percent(r.long_run.final_accuracy)));
+}
+
+// One row per model: over all its weights, and over all its layer outputs.
+Table summary_table(const E3Result& r) {
   Table summary{.caption = "Over all the weights, and over all the layer outputs, of each model (the paper: ~5% of a "
                            "speech model's weight-gradient values below 2^-24; 67% of SSD's activation-gradient "
                            "values zero):",
                 .header = {"model", "weight gradients below 2^-24", "weights zero in f16 only",
                            "activation gradients zero in f32", "activations zero in f16 only",
                            "activations below 2^-24", "activations f16-subnormal"}};
+  for (const E3Model& m : r.models) {
+    const Totals t = totals(m);
+    summary.rows.push_back({m.model, percent(fraction_below(t.weights, -24), 2),
+                            percent(t.weights.fraction(t.weights.f16_flushed), 2),
+                            percent(t.activations.fraction(t.activations.zero), 1),
+                            percent(t.activations.fraction(t.activations.f16_flushed), 2),
+                            percent(fraction_below(t.activations, -24), 2),
+                            percent(t.activations.fraction(t.activations.f16_subnormal), 2)});
+  }
+  return summary;
+}
+
+// One model's part: its table per layer and its two histogram plots into `s`, its rows of
+// e3_histograms.csv into `bins` and of e3_layers.csv into `layers`.
+void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
+  const GradientHistograms& h = m.run.histograms;
+  Table table{.caption = fmt::format("{}: per layer, over {} recorded steps", m.model, m.run.log.size()),
+              .header = {"gradient", "of the weight / of the layer's output", "values", "zero in f32",
+                         "zero in f16 only", "below 2^-24", "f16 subnormal", "f16 overflow"}};
+  Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm" : m.model == "MLP" ? "mlp" : "cnn"),
+               .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges", .x_label = "log2 |g|",
+               .y_label = "fraction of values", .kind = PlotKind::histogram, .log_y = 10,
+               .x_min = GradientStats::kMinExponent, .x_max = kAxisEnd, .x_ticks = exponent_ticks(),
+               .bands = f16_bands()};
+  Plot activations = weights;
+  activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
+  activations.title = "E3 " + m.model + " layer-output gradients (fp32), with f16's ranges";
+  auto add = [&](const std::string& kind, const std::string& layer, const GradientStats& stats, Plot& plot) {
+    table.rows.push_back(layer_row(kind, layer, stats));
+    plot.series.push_back(histogram_series(layer, stats));
+    for (int k = 0; k < GradientStats::kBins; ++k)
+      bins.push_back({m.model, kind, layer, std::to_string(GradientStats::kMinExponent + k),
+                      std::to_string(stats.histogram[static_cast<std::size_t>(k)]), std::to_string(stats.count)});
+  };
+  for (std::size_t i = 0; i < h.weights.size(); ++i) add("weight", h.weight_names[i], h.weights[i], weights);
+  for (const E3Layer& layer : m.layers) add("activation", layer.label(), h.activations[layer.index], activations);
+  const Totals t = totals(m);
+  for (const auto& row : {layer_row("all weights", "-", t.weights), layer_row("all layer outputs", "-", t.activations)}) {
+    std::vector<std::string> cells{m.model};
+    cells.insert(cells.end(), row.begin(), row.end());
+    layers.push_back(cells);
+  }
+  s.tables.push_back(table);
+  s.plots.push_back(weights);
+  s.plots.push_back(activations);
+}
+
+// The verdict on the histograms (the width of the distributions, Figure 2b's and Figure 3's tails,
+// the exact zeros), with the long run's sentence (may be empty) after Figure 2b's.
+std::string verdict_text(const E3Result& r, const std::string& long_run) {
   int narrowest = GradientStats::kBins;
   // Per model: median exponents and widths, and the figures the verdict quotes.
   std::vector<std::string> shapes, weight_tails, activation_tails, activation_zeros, weight_tail_models,
       activation_tail_models;
   for (const E3Model& m : r.models) {
-    const GradientHistograms& h = m.run.histograms;
-    Table table{.caption = fmt::format("{}: per layer, over {} recorded steps", m.model, m.run.log.size()),
-                .header = {"gradient", "of the weight / of the layer's output", "values", "zero in f32",
-                           "zero in f16 only", "below 2^-24", "f16 subnormal", "f16 overflow"}};
-    Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm" : m.model == "MLP" ? "mlp" : "cnn"),
-                 .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges", .x_label = "log2 |g|",
-                 .y_label = "fraction of values", .kind = PlotKind::histogram, .log_y = 10,
-                 .x_min = GradientStats::kMinExponent, .x_max = kAxisEnd, .x_ticks = exponent_ticks(),
-                 .bands = f16_bands()};
-    Plot activations = weights;
-    activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
-    activations.title = "E3 " + m.model + " layer-output gradients (fp32), with f16's ranges";
-    auto add_bins = [&](const std::string& kind, const std::string& layer, const GradientStats& stats) {
-      for (int k = 0; k < GradientStats::kBins; ++k)
-        bins.push_back({m.model, kind, layer, std::to_string(GradientStats::kMinExponent + k),
-                        std::to_string(stats.histogram[static_cast<std::size_t>(k)]), std::to_string(stats.count)});
-    };
-    for (std::size_t i = 0; i < h.weights.size(); ++i) {
-      table.rows.push_back(layer_row("weight", h.weight_names[i], h.weights[i]));
-      weights.series.push_back(histogram_series(h.weight_names[i], h.weights[i]));
-      add_bins("weight", h.weight_names[i], h.weights[i]);
-    }
-    for (const E3Layer& layer : m.layers) {
-      const GradientStats& stats = h.activations[layer.index];
-      table.rows.push_back(layer_row("activation", layer.label(), stats));
-      activations.series.push_back(histogram_series(layer.label(), stats));
-      add_bins("activation", layer.label(), stats);
-    }
     const Totals t = totals(m);
-    for (const auto& row : {layer_row("all weights", "-", t.weights), layer_row("all layer outputs", "-", t.activations)}) {
-      std::vector<std::string> cells{m.model};
-      cells.insert(cells.end(), row.begin(), row.end());
-      layers.push_back(cells);
-    }
     const double weight_tail = fraction_below(t.weights, -24), activation_tail = fraction_below(t.activations, -24);
-    summary.rows.push_back({m.model, percent(weight_tail, 2), percent(t.weights.fraction(t.weights.f16_flushed), 2),
-                            percent(t.activations.fraction(t.activations.zero), 1),
-                            percent(t.activations.fraction(t.activations.f16_flushed), 2), percent(activation_tail, 2),
-                            percent(t.activations.fraction(t.activations.f16_subnormal), 2)});
     shapes.push_back(fmt::format("{}: weight gradients around 2^{} over {} binades, layer-output gradients around 2^{} "
                                  "over {}", m.model, median_exponent(t.weights), binades_spanned(t.weights),
                                  median_exponent(t.activations), binades_spanned(t.activations)));
@@ -252,21 +269,12 @@ Section e3_section(const E3Result& r, Report& report) {
     if (weight_tail >= 0.025) weight_tail_models.push_back(m.model);
     if (activation_tail >= 0.01) activation_tail_models.push_back(m.model);
     narrowest = std::min({narrowest, binades_spanned(t.weights), binades_spanned(t.activations)});
-    s.tables.push_back(table);
-    s.plots.push_back(weights);
-    s.plots.push_back(activations);
   }
-  s.tables.insert(s.tables.begin(), summary);
-  s.csv_files = {report.write_csv("e3_histograms.csv", {"model", "gradient", "layer", "exponent", "values_in_bin",
-                                                        "values"}, bins),
-                 report.write_csv("e3_layers.csv", {"model", "gradient", "layer", "values", "zero", "zero_in_f16_only",
-                                                    "below_2^-24", "f16_subnormal", "f16_overflow"}, layers)};
-  const std::string long_run = r.checkpoints.empty() ? "" : " " + e3_long_run_part(r, report, s);
   const bool spread = narrowest >= 15;
   auto models_or_none = [](const std::vector<std::string>& models) {
     return models.empty() ? std::string("none") : fmt::format("{}", fmt::join(models, ", "));
   };
-  s.verdict = fmt::format(
+  return fmt::format(
       "Medians and widths (binades holding at least 0.1% of the values): {}. Every distribution spans {} binades or "
       "more: {}. Figure 2b, weight-gradient values below 2^-24: {} (the speech model: ~5%); within a factor 2 of it: "
       "{}, so **{}**.{} Figure 3, layer-output gradient values below 2^-24: {}; 1% or more (what unscaled f16 "
@@ -278,24 +286,24 @@ Section e3_section(const E3Result& r, Report& report) {
       weight_tail_models.empty() ? "not reproduced in size" : "reproduced", long_run,
       fmt::join(activation_tails, ", "), models_or_none(activation_tail_models),
       activation_tail_models.empty() ? "not reproduced at this scale" : "reproduced", fmt::join(activation_zeros, ", "));
-  return s;
 }
 
-Experiment e3_experiment() {
-  return Experiment{
-      .id = "E3",
-      .title = "Gradient histograms",
-      .reference = "Figures 2b and 3",
-      .claim = "Gradients of an FP32 run span many binades, and part of them lies below FP16's range: about 5% of the "
-               "weight-gradient values of a Mandarin speech model have exponents below -24 (Figure 2b), and in SSD "
-               "67% of the activation-gradient values are zero while many non-zero ones lie below 2^-24 (Figure 3).",
-      .run = [](Context& context, Report& report) {
-        const E3Options options = e3_options(context.preset, context.device, context.seed);
-        auto images = context.fashion_mnist(options.images.train_examples, options.images.test_examples);
-        auto text = options.text ? context.kjv(options.language.train_chars, options.language.validation_chars) : nullptr;
-        return e3_section(run_e3(options, images, text, context.progress_sink()),
-                          report);
-      }};
+}  // namespace
+
+Section e3_section(const E3Result& r, Report& report) {
+  Section s = kE3Histograms.section();
+  s.setup = setup_text(r);
+  s.tables.push_back(summary_table(r));
+  Rows bins, layers;
+  for (const E3Model& m : r.models) add_model(m, s, bins, layers);
+  s.csv_files = {report.write_csv("e3_histograms.csv", {"model", "gradient", "layer", "exponent", "values_in_bin",
+                                                        "values"}, bins),
+                 report.write_csv("e3_layers.csv", {"model", "gradient", "layer", "values", "zero", "zero_in_f16_only",
+                                                    "below_2^-24", "f16_subnormal", "f16_overflow"}, layers)};
+  // The long run adds its table, plot and CSV after the histograms', and a sentence to the verdict.
+  const std::string long_run = r.checkpoints.empty() ? "" : fmt::format(" {}", e3_long_run_part(r, report, s));
+  s.verdict = verdict_text(r, long_run);
+  return s;
 }
 
 }  // namespace mg::tools::repro

@@ -87,12 +87,12 @@ std::optional<std::int64_t> first_step_reaching(const std::vector<E3Checkpoint>&
 
 // `text` may be null when !options.text.
 E3Result run_e3(const E3Options& options, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress = {});
+                const Progress& progress = {});
 
 // Writes e3_histograms.csv (one row per layer and exponent bin), e3_layers.csv and
 // e3_weights_over_training.csv (one row per checkpoint and weight), and returns the section.
 Section e3_section(const E3Result& result, Report& report);
 
-Experiment e3_experiment();
+extern const Heading kE3Histograms;
 
 }  // namespace mg::tools::repro

@@ -9,6 +9,15 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE4LossScaling{
+    .id = "E4",
+    .title = "Where loss scaling is needed",
+    .reference = "Table 2, Figure 3",
+    .claim = "Many networks train in FP16 without loss scaling, but some do not: Multibox SSD diverges unscaled and "
+             "reaches 77.1% mAP with S = 8 (FP32: 76.9%). In SSD's FP32 training 67% of activation-gradient values "
+             "are zero and many non-zero ones lie below FP16's 2^-24; scaling the loss shifts them into range "
+             "(values in [2^-27, 2^-24) mattered, below 2^-27 did not)."};
+
 namespace {
 
 double activation_zeros(const RunResult& run) {
@@ -22,13 +31,10 @@ std::string k_label(int k) { return fmt::format("k={}", k); }
 // The verdict at the largest k: V2 unscaled collapses, V3 and V4 stay with fp32.
 std::string sweep_verdict(const E4Result& r) {
   const E4Options& o = r.options;
-  auto at = [&](std::size_t ki, const std::string& id) -> const RunResult* {
-    for (const RunResult& run : r.sweep[ki])
-      if (run.variant.id == id) return &run;
-    return nullptr;
-  };
   const std::size_t last = o.ks.size() - 1;
-  const RunResult *fp32 = at(last, "V0"), *unscaled = at(last, "V2"), *fixed = at(last, "V3"), *dynamic = at(last, "V4");
+  const std::vector<RunResult>& runs = r.sweep[last];
+  const RunResult *fp32 = find_run(runs, "V0"), *unscaled = find_run(runs, "V2"), *fixed = find_run(runs, "V3"),
+                  *dynamic = find_run(runs, "V4");
   if (!fp32 || !unscaled || !fixed || !dynamic) return "V0, V2, V3 and V4 are needed for a verdict.";
   const double zeros_gap = activation_zeros(*unscaled) - activation_zeros(*fp32);
   const double drop = fp32->final_accuracy - unscaled->final_accuracy;
@@ -83,17 +89,10 @@ std::string organic_verdict(const E4Result& r) {
 
 }  // namespace
 
-E4Options e4_options(Preset preset) {
-  E4Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.steps = 3000;
-    o.batch = 128;
-    o.log_every = 25;
-    o.organic_steps = 1000;
-  }
-  return o;
+E4Options e4_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E4Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 3000,
+                                            .batch = 128, .log_every = 25, .organic_steps = 1000},
+                                   device, seed);
 }
 
 double mean_over_log(const RunResult& run, const std::function<double(const StepLog&)>& value) {
@@ -114,8 +113,7 @@ bool identical_trajectories(const RunResult& a, const RunResult& b) {
   return a.final_accuracy == b.final_accuracy;
 }
 
-E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress) {
+E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   MG_CHECK(!o.ks.empty(), "repro E4: needs at least one k");
   E4Result result{.options = o};
   for (int k : o.ks) {
@@ -128,9 +126,8 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
                                    .log_every = o.log_every, .record_activation_gradients = true, .seed = o.seed,
                                    .device = o.device}));
       const RunResult& last = runs.back();
-      if (progress)
-        progress(fmt::format("E4 k={:2}: {} test accuracy {}, activation-gradient zeros {} ({:.1f} s)", k,
-                             legend(v), percent(last.final_accuracy), percent(activation_zeros(last), 1), last.seconds));
+      tell(progress, "E4 k={:2}: {} test accuracy {}, activation-gradient zeros {} ({:.1f} s)", k, legend(v),
+           percent(last.final_accuracy), percent(activation_zeros(last), 1), last.seconds);
     }
     result.sweep.push_back(std::move(runs));
   }
@@ -154,36 +151,37 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data,
                                              .record_activation_gradients = true, .seed = o.seed,
                                              .device = o.device}));
       const RunResult& last = result.organic.back();
-      if (progress)
-        progress(fmt::format("E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)",
-                             legend(v), number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1),
-                             last.seconds));
+      tell(progress, "E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)",
+           legend(v), number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1), last.seconds);
     }
   }
   return result;
 }
 
-Section e4_section(const E4Result& r, Report& report) {
-  const E4Options& o = r.options;
-  Section s = e4_experiment().section();
+namespace {
+
+// What ran: the control sweep and the organic case.
+std::string setup_text(const E4Options& o) {
   std::string sizes;
   for (std::int64_t size : o.organic_sizes) sizes += fmt::format("{}{}", sizes.empty() ? "" : "-", size);
-  s.setup = fmt::format("Control (the sweep): MLP 784-256-256-10, plain SGD, batch {}, {} steps on the first {} "
-                        "Fashion-MNIST training images, accuracy on the first {} test images; loss x 2^-k and lr {:g} "
-                        "x 2^k. Built so that scaling must work: V3's S = 2^k undoes the multiplier exactly. "
-                        "Activation-gradient zeros: over every op's output gradient in the backward pass (casts "
-                        "excepted), in the dtype it was computed in, averaged over the logged steps. Organic case: an "
-                        "autoencoder {} (ReLU) on the same images, binary cross entropy with logits averaged over the "
-                        "{} x {} outputs of a batch, Adam lr {:g}, {} steps, nothing multiplied; scored by the loss on "
-                        "the test images.",
-                        o.batch, o.steps, o.train_examples, o.test_examples, o.lr, sizes, o.organic_batch,
-                        o.organic_sizes.back(), o.organic_lr, o.organic_steps);
+  return fmt::format("Control (the sweep): MLP 784-256-256-10, plain SGD, batch {}, {} steps on the first {} "
+                     "Fashion-MNIST training images, accuracy on the first {} test images; loss x 2^-k and lr {:g} "
+                     "x 2^k. Built so that scaling must work: V3's S = 2^k undoes the multiplier exactly. "
+                     "Activation-gradient zeros: over every op's output gradient in the backward pass (casts "
+                     "excepted), in the dtype it was computed in, averaged over the logged steps. Organic case: an "
+                     "autoencoder {} (ReLU) on the same images, binary cross entropy with logits averaged over the "
+                     "{} x {} outputs of a batch, Adam lr {:g}, {} steps, nothing multiplied; scored by the loss on "
+                     "the test images.",
+                     o.batch, o.steps, o.train_examples, o.test_examples, o.lr, sizes, o.organic_batch,
+                     o.organic_sizes.back(), o.organic_lr, o.organic_steps);
+}
 
+// The sweep's CSVs, its tables and plots per k (rows k, one column per variant), and its verdict.
+void add_sweep(const E4Result& r, const Report& report, Section& s) {
+  const E4Options& o = r.options;
   std::vector<RunGroup> sweep;
-  for (std::size_t i = 0; i < r.sweep.size(); ++i) sweep.push_back(group_of(k_label(r.options.ks[i]), r.sweep[i]));
+  for (std::size_t i = 0; i < r.sweep.size(); ++i) sweep.push_back(group_of(k_label(o.ks[i]), r.sweep[i]));
   s.csv_files = write_run_csvs(report, "E4", "e4_sweep", sweep);
-
-  // Accuracy and zeros per k: rows k, one column per variant.
   Table accuracy{.caption = "Test accuracy per k (loss x 2^-k, lr x 2^k). The paper: SSD diverges without scaling "
                             "and reaches 77.1% mAP with S = 8 (76.9% in FP32).",
                  .header = {"k"}};
@@ -225,58 +223,50 @@ Section e4_section(const E4Result& r, Report& report) {
                          .x_label = "k", .y_label = "zero activation gradients (%)", .kind = PlotKind::points,
                          .x_ticks = k_ticks, .series = zeros_by_k});
   s.verdict = sweep_verdict(r);
-
-  if (!r.organic.empty()) {
-    for (const std::string& name : write_run_csvs(report, "E4", "e4_organic", {group_of("organic", r.organic)}))
-      s.csv_files.push_back(name);
-    const RunResult* fp32 = find_run(r.organic, "V0");
-    Table organic{.caption = "Organic case: the autoencoder's test loss, and its output-gradient values that are zero "
-                             "in f16 (for fp32: would be), at the last logged step and over the run. The paper: SSD "
-                             "diverges without scaling, 77.1% mAP with S = 8 (76.9% in FP32).",
-                  .header = {"variant", "test loss", "vs fp32", "output gradients zero in f16, last step",
-                             "mean over the run", "skipped steps", "final scale"}};
-    Plot flush{.name = "e4_organic_output_flush", .title = "E4 organic: autoencoder output-gradient values zero in f16",
-               .x_label = "step", .y_label = "fraction of output-gradient values"};
-    Plot loss{.name = "e4_organic_training_loss", .title = "E4 organic: autoencoder training loss (per pixel)",
-              .x_label = "step", .y_label = "binary cross entropy"};
-    int scale_style = 0;  // the V3 runs: one style each, from the variants absent here (V3, V5, V6)
-    for (const RunResult& run : r.organic) {
-      organic.rows.push_back({legend(run.variant), number(run.final_test_loss, 4),
-                              fp32 ? fmt::format("{:+.2f}%", 100 * (run.final_test_loss / fp32->final_test_loss - 1))
-                                   : "-",
-                              percent(output_flush_at_end(run), 1),
-                              percent(mean_over_log(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }), 1),
-                              std::to_string(run.skipped_steps), number(run.final_scale)});
-      Series f = step_series(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; });
-      Series l = step_series(run, [](const StepLog& entry) { return entry.loss; });
-      if (run.variant.id == "V3") f.style = l.style = std::array{3, 5, 6}[static_cast<std::size_t>(scale_style++ % 3)];
-      flush.series.push_back(f);
-      loss.series.push_back(l);
-    }
-    s.tables.push_back(organic);
-    s.plots.push_back(flush);
-    s.plots.push_back(loss);
-    s.verdict += " " + organic_verdict(r);
-  }
-  return s;
 }
 
-Experiment e4_experiment() {
-  return Experiment{
-      .id = "E4",
-      .title = "Where loss scaling is needed",
-      .reference = "Table 2, Figure 3",
-      .claim = "Many networks train in FP16 without loss scaling, but some do not: Multibox SSD diverges unscaled and "
-               "reaches 77.1% mAP with S = 8 (FP32: 76.9%). In SSD's FP32 training 67% of activation-gradient values "
-               "are zero and many non-zero ones lie below FP16's 2^-24; scaling the loss shifts them into range "
-               "(values in [2^-27, 2^-24) mattered, below 2^-27 did not).",
-      .run = [](Context& context, Report& report) {
-        E4Options options = e4_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto data = context.fashion_mnist(options.train_examples, options.test_examples);
-        return e4_section(run_e4(options, data, context.progress_sink()), report);
-      }};
+// The organic case's CSVs, table, plots and sentence of the verdict.
+void add_organic(const E4Result& r, const Report& report, Section& s) {
+  for (const std::string& name : write_run_csvs(report, "E4", "e4_organic", {group_of("organic", r.organic)}))
+    s.csv_files.push_back(name);
+  const RunResult* fp32 = find_run(r.organic, "V0");
+  Table organic{.caption = "Organic case: the autoencoder's test loss, and its output-gradient values that are zero "
+                           "in f16 (for fp32: would be), at the last logged step and over the run. The paper: SSD "
+                           "diverges without scaling, 77.1% mAP with S = 8 (76.9% in FP32).",
+                .header = {"variant", "test loss", "vs fp32", "output gradients zero in f16, last step",
+                           "mean over the run", "skipped steps", "final scale"}};
+  Plot flush{.name = "e4_organic_output_flush", .title = "E4 organic: autoencoder output-gradient values zero in f16",
+             .x_label = "step", .y_label = "fraction of output-gradient values"};
+  Plot loss{.name = "e4_organic_training_loss", .title = "E4 organic: autoencoder training loss (per pixel)",
+            .x_label = "step", .y_label = "binary cross entropy"};
+  int scale_style = 0;  // the V3 runs: one style each, from the variants absent here (V3, V5, V6)
+  for (const RunResult& run : r.organic) {
+    organic.rows.push_back({legend(run.variant), number(run.final_test_loss, 4),
+                            fp32 ? fmt::format("{:+.2f}%", 100 * (run.final_test_loss / fp32->final_test_loss - 1))
+                                 : "-",
+                            percent(output_flush_at_end(run), 1),
+                            percent(mean_over_log(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }), 1),
+                            std::to_string(run.skipped_steps), number(run.final_scale)});
+    Series f = step_series(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; });
+    Series l = step_series(run, [](const StepLog& entry) { return entry.loss; });
+    if (run.variant.id == "V3") f.style = l.style = std::array{3, 5, 6}[static_cast<std::size_t>(scale_style++ % 3)];
+    flush.series.push_back(f);
+    loss.series.push_back(l);
+  }
+  s.tables.push_back(organic);
+  s.plots.push_back(flush);
+  s.plots.push_back(loss);
+  s.verdict += fmt::format(" {}", organic_verdict(r));
+}
+
+}  // namespace
+
+Section e4_section(const E4Result& r, Report& report) {
+  Section s = kE4LossScaling.section();
+  s.setup = setup_text(r.options);
+  add_sweep(r, report, s);
+  if (!r.organic.empty()) add_organic(r, report, s);
+  return s;
 }
 
 }  // namespace mg::tools::repro

@@ -43,8 +43,8 @@ struct E4Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes; seed and device are the caller's to set.
-E4Options e4_options(Preset preset);
+// The preset's sizes, run from `seed` on `device`.
+E4Options e4_options(Preset preset, Device device, std::uint64_t seed);
 
 struct E4Result {
   E4Options options;
@@ -62,13 +62,12 @@ double mean_over_log(const RunResult& run, const std::function<double(const Step
 bool identical_trajectories(const RunResult& a, const RunResult& b);
 
 // Runs the sweep and the organic case. `progress` (may be empty) gets one line per run.
-E4Result run_e4(const E4Options& options, std::shared_ptr<const ImageData> data,
-                const std::function<void(const std::string&)>& progress = {});
+E4Result run_e4(const E4Options& options, std::shared_ptr<const ImageData> data, const Progress& progress = {});
 
 // Writes e4_sweep_runs.csv, e4_sweep_steps.csv, e4_organic_runs.csv and e4_organic_steps.csv, and
 // returns the section.
 Section e4_section(const E4Result& result, Report& report);
 
-Experiment e4_experiment();
+extern const Heading kE4LossScaling;
 
 }  // namespace mg::tools::repro

@@ -10,18 +10,25 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE5LanguageModel{
+    .id = "E5",
+    .title = "bigLSTM",
+    .reference = "Figure 5",
+    .claim = "A large LSTM language model (bigLSTM on the 1-billion-word benchmark, trained with Adagrad, loss the "
+             "mean over batch x time) trained in mixed precision with loss scale 1 diverges after about 300K "
+             "iterations; with a scale of 128 it matches the FP32 training curve."};
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string paper_expectation(const std::string& id) {
-  if (id == "V0") return "baseline";
-  if (id == "V2") return "diverges after ~300K iterations (Figure 5)";
-  if (id == "V3") return "S = 128 matches fp32 (Figure 5)";
-  if (id == "V4") return "matches fp32 (dynamic scaling, later practice)";
-  if (id == "V5") return "matches fp32 (Kalamkar et al. 2019)";
-  return "-";
-}
+constexpr PaperNote kPaper[] = {
+    {"V0", "baseline"},
+    {"V2", "diverges after ~300K iterations (Figure 5)"},
+    {"V3", "S = 128 matches fp32 (Figure 5)"},
+    {"V4", "matches fp32 (dynamic scaling, later practice)"},
+    {"V5", "matches fp32 (Kalamkar et al. 2019)"},
+};
 
 std::string title_case(const std::string& optimizer) {
   if (optimizer == "adagrad") return "Adagrad";
@@ -132,25 +139,17 @@ std::vector<double> loss_gap(const RunResult& run, const RunResult& fp32) {
   return gap;
 }
 
-E5Options e5_options(Preset preset, Device device) {
-  E5Options o;
-  o.device = device;
+E5Options e5_options(Preset preset, Device device, std::uint64_t seed) {
+  E5Options o = preset_options<E5Options>(
+      preset,
+      {.train_chars = 4000000,  // the whole training split
+       .validation_chars = 200000, .steps = 3000, .batch = 64,
+       .context = 128,  // B x T = 8192
+       .log_every = 25, .eval_every = 250, .embed_dim = 64, .hidden = 512, .optimizers = {"adagrad", "adam"},
+       .adam_lr = 2e-3, .gpt_options = {.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6},
+       .gpt_steps = 3000},
+      device, seed);
   o.gpt = device.is_cuda();
-  if (preset == Preset::Full) {
-    o.train_chars = 4000000;  // the whole training split
-    o.validation_chars = 200000;
-    o.steps = 3000;
-    o.batch = 64;
-    o.context = 128;  // B x T = 8192
-    o.log_every = 25;
-    o.eval_every = 250;
-    o.embed_dim = 64;
-    o.hidden = 512;
-    o.adam_lr = 2e-3;
-    o.optimizers = {"adagrad", "adam"};
-    o.gpt_options = nn::GptOptions{.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6};
-    o.gpt_steps = 3000;
-  }
   return o;
 }
 
@@ -167,16 +166,14 @@ RunConfig e5_run_config(const E5Options& o, std::shared_ptr<const TextData> text
                    .device = o.device};
 }
 
-E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress) {
+E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text, const Progress& progress) {
   E5Result result{.options = o};
   auto train = [&](E5Model& model, bool gpt, const Variant& v) {
     model.runs.push_back(run(e5_run_config(o, text, v, model.optimizer, gpt)));
     const RunResult& r = model.runs.back();
-    if (progress)
-      progress(fmt::format("E5 {}: {} validation {} bits/char, logit gradients flushed in f16 {} ({} skipped, {:.1f} s)",
-                           model.name, legend(v), number(r.final_bpc, 4), percent(logit_flush_fraction(r), 1),
-                           r.skipped_steps, r.seconds));
+    tell(progress, "E5 {}: {} validation {} bits/char, logit gradients flushed in f16 {} ({} skipped, {:.1f} s)",
+         model.name, legend(v), number(r.final_bpc, 4), percent(logit_flush_fraction(r), 1), r.skipped_steps,
+         r.seconds);
   };
   for (const std::string& optimizer : o.optimizers) {
     E5Model model{.name = "char LSTM, " + title_case(optimizer), .optimizer = optimizer};
@@ -192,13 +189,11 @@ E5Result run_e5(const E5Options& o, std::shared_ptr<const TextData> text,
   return result;
 }
 
-Section e5_section(const E5Result& r, Report& report) {
-  const E5Options& o = r.options;
-  Section s = e5_experiment().section();
-  std::vector<RunGroup> groups;
-  for (const E5Model& m : r.models) groups.push_back(group_of(m.name, m.runs));
-  s.csv_files = write_run_csvs(report, "E5", "e5", groups);
-  s.setup = fmt::format(
+namespace {
+
+// What ran: the LSTM, its data and optimizers, and the tiny GPT or why not.
+std::string setup_text(const E5Options& o) {
+  return fmt::format(
       "Character LSTM (embedding {}, one layer of {} cells, linear head) on the first {} characters of the King James "
       "Bible's training split, {} steps on batches of {} windows of {} characters; the loss is the mean cross entropy "
       "over all {} positions. {}: {}{}. Validation: the first {} characters of the held-out split, evaluated "
@@ -212,63 +207,77 @@ Section e5_section(const E5Result& r, Report& report) {
                           "the same data.", o.gpt_options.layers, o.gpt_options.embed_dim, o.gpt_options.heads,
                           o.gpt_options.block_size, o.gpt_steps, o.gpt_lr)
             : "The tiny GPT runs with --device cuda only (too slow for the quick preset on a CPU).");
-  Rows flush_rows;
-  for (std::size_t mi = 0; mi < r.models.size(); ++mi) {
-    const E5Model& m = r.models[mi];
-    const RunResult* fp32 = find_run(m.runs, "V0");
-    Table table{.caption = m.name + " (at the last logged step unless said):",
-                .header = {"variant", "validation bits/char", "vs fp32", "training-loss gap, last quarter",
-                           "logit gradients zero in f16", "gate gradients zero in f16", "head rows without gradient",
-                           "diverged", "skipped steps", "the paper"}};
-    const std::string tag = fmt::format("{}_{}", m.gate_entry >= 0 ? "lstm" : "gpt", m.optimizer);
-    Plot gap{.name = "e5_loss_gap_" + tag, .title = "E5 " + m.name + ": training loss minus fp32's (same batch)",
-             .x_label = "step", .y_label = "loss gap (nats)"};
-    Plot logit{.name = "e5_logit_flush_" + tag, .title = "E5 " + m.name + ": logit-gradient values zero in f16",
-               .x_label = "step", .y_label = "fraction of logit-gradient values"};
-    Plot gate{.name = "e5_gate_flush_" + tag, .title = "E5 " + m.name + ": gate-gradient values zero in f16",
-              .x_label = "step", .y_label = "fraction of gate-gradient values"};
-    Plot rows{.name = "e5_head_zero_rows_" + tag, .title = "E5 " + m.name + ": head rows whose gradient is all zero",
-              .x_label = "step", .y_label = "rows (of the vocabulary)"};
-    Plot bpc{.name = "e5_validation_bpc_" + tag, .title = "E5 " + m.name + ": validation bits per character",
-             .x_label = "step", .y_label = "bits per character", .kind = PlotKind::points};
-    for (const RunResult& run : m.runs) {
-      const int head = weight_index(run, "head.weight");
-      const std::vector<double> gaps = fp32 ? loss_gap(run, *fp32) : std::vector<double>(run.log.size(), kNaN);
-      const StepLog& last = run.log.back();
-      table.rows.push_back({legend(run.variant), number(run.final_bpc, 4),
-                            fp32 ? fmt::format("{:+.3f}", run.final_bpc - fp32->final_bpc) : "-",
-                            fmt::format("{:+.4f}", gap_early_late(gaps).second),
-                            percent(last.logit_zero_in_f16_fraction, 1), percent(gate_flush(last, m.gate_entry), 1),
-                            number(head_zero_rows(last, head)), run.diverged ? "yes" : "no",
-                            std::to_string(run.skipped_steps), paper_expectation(run.variant.id)});
-      Series gap_series{.name = legend(run.variant), .style = variant_style(run.variant)};
-      for (std::size_t i = 0; i < run.log.size(); ++i) {
-        gap_series.x.push_back(static_cast<double>(run.log[i].step));
-        gap_series.y.push_back(gaps[i]);
-        const StepLog& l = run.log[i];
-        flush_rows.push_back({m.name, run.variant.id, std::to_string(l.step), fmt::format("{:.6g}", l.loss),
-                              fmt::format("{:.6g}", gaps[i]), fmt::format("{:.6g}", l.logit_zero_in_f16_fraction),
-                              fmt::format("{:.6g}", gate_flush(l, m.gate_entry)),
-                              fmt::format("{:g}", head_zero_rows(l, head))});
-      }
-      if (run.variant.id != "V0") gap.series.push_back(gap_series);
-      logit.series.push_back(step_series(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }));
-      gate.series.push_back(step_series(run, [&](const StepLog& l) { return gate_flush(l, m.gate_entry); }));
-      rows.series.push_back(step_series(run, [&](const StepLog& l) { return head_zero_rows(l, head); }));
-      bpc.series.push_back(bpc_series(run));
+}
+
+// One model's part: its table and plots into `s`, its rows of e5_flush.csv into `flush_rows`.
+void add_model(const E5Model& m, Section& s, Rows& flush_rows) {
+  const RunResult* fp32 = find_run(m.runs, "V0");
+  const int head = weight_index(m.runs.front(), "head.weight");  // every run has the model's weights
+  Table table{.caption = m.name + " (at the last logged step unless said):",
+              .header = {"variant", "validation bits/char", "vs fp32", "training-loss gap, last quarter",
+                         "logit gradients zero in f16", "gate gradients zero in f16", "head rows without gradient",
+                         "diverged", "skipped steps", "the paper"}};
+  const std::string tag = fmt::format("{}_{}", m.gate_entry >= 0 ? "lstm" : "gpt", m.optimizer);
+  Plot gap{.name = "e5_loss_gap_" + tag, .title = "E5 " + m.name + ": training loss minus fp32's (same batch)",
+           .x_label = "step", .y_label = "loss gap (nats)"};
+  for (const RunResult& run : m.runs) {
+    const std::vector<double> gaps = fp32 ? loss_gap(run, *fp32) : std::vector<double>(run.log.size(), kNaN);
+    const StepLog& last = run.log.back();
+    table.rows.push_back({legend(run.variant), number(run.final_bpc, 4),
+                          fp32 ? fmt::format("{:+.3f}", run.final_bpc - fp32->final_bpc) : "-",
+                          fmt::format("{:+.4f}", gap_early_late(gaps).second),
+                          percent(last.logit_zero_in_f16_fraction, 1), percent(gate_flush(last, m.gate_entry), 1),
+                          number(head_zero_rows(last, head)), run.diverged ? "yes" : "no",
+                          std::to_string(run.skipped_steps), paper_note(kPaper, run.variant.id)});
+    Series gap_series = variant_series(run.variant);
+    for (std::size_t i = 0; i < run.log.size(); ++i) {
+      const StepLog& l = run.log[i];
+      gap_series.x.push_back(static_cast<double>(l.step));
+      gap_series.y.push_back(gaps[i]);
+      flush_rows.push_back({m.name, run.variant.id, std::to_string(l.step), fmt::format("{:.6g}", l.loss),
+                            fmt::format("{:.6g}", gaps[i]), fmt::format("{:.6g}", l.logit_zero_in_f16_fraction),
+                            fmt::format("{:.6g}", gate_flush(l, m.gate_entry)),
+                            fmt::format("{:g}", head_zero_rows(l, head))});
     }
-    s.plots.push_back(gap);
-    s.plots.push_back(logit);
-    if (m.gate_entry >= 0) s.plots.push_back(gate);
-    // A flat line at zero says nothing a sentence cannot: the plot only when some row lost its gradient.
-    bool some_row = false;
-    for (const Series& series : rows.series)
-      for (double y : series.y) some_row = some_row || y > 0;
-    if (some_row) s.plots.push_back(rows);
-    else table.caption += " No row of the head was left without gradient at any logged step.";
-    s.tables.push_back(table);
-    s.plots.push_back(bpc);
-    if (mi > 0) s.verdict += " ";
+    if (run.variant.id != "V0") gap.series.push_back(gap_series);
+  }
+  s.plots.push_back(gap);
+  s.plots.push_back(step_plot({.name = "e5_logit_flush_" + tag,
+                               .title = "E5 " + m.name + ": logit-gradient values zero in f16",
+                               .y_label = "fraction of logit-gradient values"},
+                              m.runs, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }));
+  if (m.gate_entry >= 0)
+    s.plots.push_back(step_plot({.name = "e5_gate_flush_" + tag,
+                                 .title = "E5 " + m.name + ": gate-gradient values zero in f16",
+                                 .y_label = "fraction of gate-gradient values"},
+                                m.runs, [&](const StepLog& l) { return gate_flush(l, m.gate_entry); }));
+  const Plot rows = step_plot({.name = "e5_head_zero_rows_" + tag,
+                               .title = "E5 " + m.name + ": head rows whose gradient is all zero",
+                               .y_label = "rows (of the vocabulary)"},
+                              m.runs, [&](const StepLog& l) { return head_zero_rows(l, head); });
+  // A flat line at zero says nothing a sentence cannot: the plot only when some row lost its gradient.
+  bool some_row = false;
+  for (const Series& series : rows.series)
+    for (double y : series.y) some_row = some_row || y > 0;
+  if (some_row) s.plots.push_back(rows);
+  else table.caption += " No row of the head was left without gradient at any logged step.";
+  s.tables.push_back(table);
+  s.plots.push_back(bpc_plot("e5_validation_bpc_" + tag, "E5 " + m.name + ": validation bits per character", m.runs));
+}
+
+}  // namespace
+
+Section e5_section(const E5Result& r, Report& report) {
+  const E5Options& o = r.options;
+  Section s = kE5LanguageModel.section();
+  std::vector<RunGroup> groups;
+  for (const E5Model& m : r.models) groups.push_back(group_of(m.name, m.runs));
+  s.csv_files = write_run_csvs(report, "E5", "e5", groups);
+  s.setup = setup_text(o);
+  Rows flush_rows;
+  for (const E5Model& m : r.models) {
+    add_model(m, s, flush_rows);
+    if (&m != &r.models.front()) s.verdict += " ";
     s.verdict += verdict_for(m, m.gate_entry >= 0 ? o.steps : o.gpt_steps,
                              o.batch * (m.gate_entry >= 0 ? o.context : o.gpt_options.block_size));
   }
@@ -277,22 +286,6 @@ Section e5_section(const E5Result& r, Report& report) {
                                           "gate_zero_in_f16", "head_rows_without_gradient"},
                                          flush_rows));
   return s;
-}
-
-Experiment e5_experiment() {
-  return Experiment{
-      .id = "E5",
-      .title = "bigLSTM",
-      .reference = "Figure 5",
-      .claim = "A large LSTM language model (bigLSTM on the 1-billion-word benchmark, trained with Adagrad, loss the "
-               "mean over batch x time) trained in mixed precision with loss scale 1 diverges after about 300K "
-               "iterations; with a scale of 128 it matches the FP32 training curve.",
-      .run = [](Context& context, Report& report) {
-        E5Options options = e5_options(context.preset, context.device);
-        options.seed = context.seed;
-        auto text = context.kjv(options.train_chars, options.validation_chars);
-        return e5_section(run_e5(options, text, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,8 +42,8 @@ struct E5Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes for a device; seed is the caller's to set.
-E5Options e5_options(Preset preset, Device device);
+// The preset's sizes for a device (the tiny GPT on a GPU only), run from `seed`.
+E5Options e5_options(Preset preset, Device device, std::uint64_t seed);
 
 // One model trained with one optimizer in every variant.
 struct E5Model {
@@ -68,8 +67,7 @@ double logit_flush_fraction(const RunResult& run);
 RunConfig e5_run_config(const E5Options& options, std::shared_ptr<const TextData> text, const Variant& v,
                         const std::string& optimizer = "adam", bool gpt = false);
 
-E5Result run_e5(const E5Options& options, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress = {});
+E5Result run_e5(const E5Options& options, std::shared_ptr<const TextData> text, const Progress& progress = {});
 
 // The training-loss gap of `run` to `fp32` (same batches), step by step: loss - fp32's loss.
 std::vector<double> loss_gap(const RunResult& run, const RunResult& fp32);
@@ -77,6 +75,6 @@ std::vector<double> loss_gap(const RunResult& run, const RunResult& fp32);
 // Writes e5_runs.csv and e5_steps.csv, and returns the section.
 Section e5_section(const E5Result& result, Report& report);
 
-Experiment e5_experiment();
+extern const Heading kE5LanguageModel;
 
 }  // namespace mg::tools::repro

@@ -11,6 +11,13 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE6SpeedMemory{
+    .id = "E6",
+    .title = "Speed and memory",
+    .reference = "§1, §5",
+    .claim = "Half-precision arithmetic is 2-8x faster than single precision on the GPUs of the time, and training "
+             "in mixed precision nearly halves memory use (activations dominate it), at no loss of accuracy."};
+
 namespace {
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -110,25 +117,18 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
 
 }  // namespace
 
-E6Options e6_options(Preset preset, Device device) {
-  E6Options o;
-  o.device = device;
+E6Options e6_options(Preset preset, Device device, std::uint64_t seed) {
+  E6Options o = preset_options<E6Options>(preset,
+                                          {.train_examples = 60000, .test_examples = 10000, .steps = 2000,
+                                           .batch = 128, .log_every = 50, .cnn = {}, .large_steps = 1000,
+                                           .gpt_steps = 1000},
+                                          device, seed);
   o.large = device.is_cuda();
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.steps = 2000;
-    o.batch = 128;
-    o.log_every = 50;
-    o.cnn = nn::CnnOptions{};
-    o.large_steps = 1000;
-    o.gpt_steps = 1000;
-  }
   return o;
 }
 
 E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress) {
+                const Progress& progress) {
   MG_CHECK(!o.large || text, "repro E6: options.large asks for the tiny GPT, but no text was given");
   E6Result result{.options = o};
   auto train = [&](E6Workload& w, const Variant& v, RunConfig config) {
@@ -138,10 +138,9 @@ E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std
     config.device = o.device;
     w.runs.push_back(run(config));
     const RunResult& r = w.runs.back();
-    if (progress)
-      progress(fmt::format("E6 {}: {} {}, {:.0f} {}/s, activations {:.2f} MiB, state {:.2f} MiB, peak {:.2f} MiB "
-                           "({:.1f} s)", w.model, legend(v), score(r), r.items_per_second, w.unit,
-                           mib(r.activation_bytes), mib(r.state_bytes), mib(r.peak_bytes), r.seconds));
+    tell(progress, "E6 {}: {} {}, {:.0f} {}/s, activations {:.2f} MiB, state {:.2f} MiB, peak {:.2f} MiB ({:.1f} s)",
+         w.model, legend(v), score(r), r.items_per_second, w.unit, mib(r.activation_bytes), mib(r.state_bytes),
+         mib(r.peak_bytes), r.seconds);
   };
   E6Workload small{.model = "CNN", .unit = "images"};
   for (const Variant& v : variants(o.variant_ids, o.static_scale))
@@ -169,7 +168,7 @@ Section e6_section(const E6Result& r, Report& report) {
   const E6Options& o = r.options;
   std::vector<RunGroup> groups;
   for (const E6Workload& w : r.workloads) groups.push_back(group_of(w.model, w.runs, false));  // timed, not logged
-  Section s = e6_experiment().section();
+  Section s = kE6SpeedMemory.section();
   s.csv_files = write_run_csvs(report, "E6", "e6", groups);
   s.setup = fmt::format("CNN conv{}-pool-conv{}-pool-{}-10, {} steps of SGD (momentum {:g}, lr {:g}), batch {}, on the "
                         "first {} Fashion-MNIST training images, accuracy on the first {} test images, device {}. "
@@ -227,23 +226,6 @@ Section e6_section(const E6Result& r, Report& report) {
     s.verdict += verdict_for(w, o.device, w.runs.empty() || w.runs[0].log.empty() ? 0 : w.runs[0].log.back().step);
   }
   return s;
-}
-
-Experiment e6_experiment() {
-  return Experiment{
-      .id = "E6",
-      .title = "Speed and memory",
-      .reference = "§1, §5",
-      .claim = "Half-precision arithmetic is 2-8x faster than single precision on the GPUs of the time, and training "
-               "in mixed precision nearly halves memory use (activations dominate it), at no loss of accuracy.",
-      .run = [](Context& context, Report& report) {
-        E6Options options = e6_options(context.preset, context.device);
-        options.seed = context.seed;
-        auto images = context.fashion_mnist(options.train_examples, options.test_examples);
-        auto text = options.large ? context.kjv(20 * 1000 * 1000, 50000) : nullptr;
-        return e6_section(run_e6(options, images, text, context.progress_sink()),
-                          report);
-      }};
 }
 
 }  // namespace mg::tools::repro

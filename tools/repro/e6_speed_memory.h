@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,8 +38,8 @@ struct E6Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes for a device; seed is the caller's to set.
-E6Options e6_options(Preset preset, Device device);
+// The preset's sizes for a device (the larger models on a GPU only), run from `seed`.
+E6Options e6_options(Preset preset, Device device, std::uint64_t seed);
 
 struct E6Workload {
   std::string model;       // "CNN", "large CNN", "tiny GPT"
@@ -55,11 +54,11 @@ struct E6Result {
 
 // `text` may be null unless options.large.
 E6Result run_e6(const E6Options& options, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress = {});
+                const Progress& progress = {});
 
 // Writes e6_runs.csv and returns the section.
 Section e6_section(const E6Result& result, Report& report);
 
-Experiment e6_experiment();
+extern const Heading kE6SpeedMemory;
 
 }  // namespace mg::tools::repro

@@ -14,6 +14,14 @@
 
 namespace mg::tools::repro {
 
+constexpr Heading kE7Accumulation{
+    .id = "E7",
+    .title = "FP32 accumulation",
+    .reference = "§3.3",
+    .claim = "The paper's third technique: FP16 vector dot products must accumulate their FP16 products into an FP32 "
+             "sum (then written to memory in FP16); some networks needed it to match FP32 accuracy. Large "
+             "reductions (batch-norm statistics, softmax) also run in FP32."};
+
 namespace {
 
 // The dot products of one length and distribution: a [count, 1, k] by b [count, k, 1], f16.
@@ -119,26 +127,14 @@ std::string verdict_for(const E7Result& r) {
 
 }  // namespace
 
-E7Options e7_options(Preset preset) {
-  E7Options o;
-  if (preset == Preset::Full) {
-    o.train_examples = 60000;
-    o.test_examples = 10000;
-    o.mlp_steps = 4000;
-    o.mlp_batch = 128;
-    o.train_chars = 4000000;
-    o.validation_chars = 200000;
-    o.lstm_steps = 3000;
-    o.lstm_batch = 64;
-    o.context = 128;  // B x T = 8192
-    o.embed_dim = 64;
-    o.hidden = 512;
-    o.lstm_lr = 2e-3;
-    o.log_every = 25;
-    o.eval_every = 250;
-    o.dot_products = 256;
-  }
-  return o;
+E7Options e7_options(Preset preset, Device device, std::uint64_t seed) {
+  return preset_options<E7Options>(
+      preset,
+      {.dot_products = 256, .train_examples = 60000, .test_examples = 10000, .mlp_steps = 4000, .mlp_batch = 128,
+       .train_chars = 4000000, .validation_chars = 200000, .lstm_steps = 3000, .lstm_batch = 64,
+       .context = 128,  // B x T = 8192
+       .embed_dim = 64, .hidden = 512, .lstm_lr = 2e-3, .log_every = 25, .eval_every = 250},
+      device, seed);
 }
 
 std::vector<DotError> dot_product_errors(const std::vector<std::int64_t>& lengths, std::int64_t count,
@@ -160,30 +156,26 @@ std::vector<DotError> dot_product_errors(const std::vector<std::int64_t>& length
 }
 
 E7Result run_e7(const E7Options& o, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const std::function<void(const std::string&)>& progress) {
+                const Progress& progress) {
   E7Result result{.options = o};
   result.dots = dot_product_errors(o.dot_lengths, o.dot_products, o.seed, o.device);
-  if (progress)
-    for (const DotError& d : result.dots)
-      progress(fmt::format("E7 dot products, {} terms, k = {}: relative error f32 {}, f16 {}", d.distribution, d.k,
-                           scientific(d.f32_mean), scientific(d.f16_mean)));
-  E1Options mlp = e1_options(Preset::Quick);
+  for (const DotError& d : result.dots)
+    tell(progress, "E7 dot products, {} terms, k = {}: relative error f32 {}, f16 {}", d.distribution, d.k,
+         scientific(d.f32_mean), scientific(d.f16_mean));
+  E1Options mlp = e1_options(Preset::Quick, o.device, o.seed);
   mlp.batch = o.mlp_batch;
   mlp.eval_every = o.eval_every;
   mlp.log_every = o.log_every;
-  mlp.device = o.device;
   for (const Variant& v : variants(o.variant_ids)) {
     if (images) {
       result.mlp.push_back(run(e1_run_config(mlp, images, mlp_784_256_256_10, o.mlp_steps, v, o.seed)));
-      if (progress)
-        progress(fmt::format("E7 MLP: {} test accuracy {} ({:.1f} s)", legend(v), percent(result.mlp.back().final_accuracy),
-                             result.mlp.back().seconds));
+      tell(progress, "E7 MLP: {} test accuracy {} ({:.1f} s)", legend(v), percent(result.mlp.back().final_accuracy),
+           result.mlp.back().seconds);
     }
     if (text) {
       result.lstm.push_back(run(lstm_config(o, text, v)));
-      if (progress)
-        progress(fmt::format("E7 char LSTM: {} validation {} bits/char ({:.1f} s)", legend(v),
-                             number(result.lstm.back().final_bpc, 4), result.lstm.back().seconds));
+      tell(progress, "E7 char LSTM: {} validation {} bits/char ({:.1f} s)", legend(v),
+           number(result.lstm.back().final_bpc, 4), result.lstm.back().seconds);
     }
   }
   return result;
@@ -191,7 +183,7 @@ E7Result run_e7(const E7Options& o, std::shared_ptr<const ImageData> images, std
 
 Section e7_section(const E7Result& r, Report& report) {
   const E7Options& o = r.options;
-  Section s = e7_experiment().section();
+  Section s = kE7Accumulation.section();
   s.setup = fmt::format(
       "Dot products: {} per length k and distribution, f16 operands (uniform in [0, 1) for positive terms, standard "
       "normal for zero-mean ones), computed by kernels::gemm on the {} with f32 and with f16 accumulation (the running "
@@ -253,38 +245,11 @@ Section e7_section(const E7Result& r, Report& report) {
                              lstm ? number(lstm->final_bpc, 4) : "-", lstm ? std::to_string(lstm->skipped_steps) : "-"});
   }
   s.tables.push_back(training);
-  if (!r.lstm.empty()) {
-    Plot bpc{.name = "e7_validation_bpc_lstm", .title = "E7 char LSTM validation bits per character",
-             .x_label = "step", .y_label = "bits per character", .kind = PlotKind::points};
-    for (const RunResult& run : r.lstm) bpc.series.push_back(bpc_series(run));
-    s.plots.push_back(bpc);
-  }
-  if (!r.mlp.empty()) {
-    Plot accuracy{.name = "e7_accuracy_mlp", .title = "E7 MLP test accuracy", .x_label = "step",
-                  .y_label = "test accuracy (%)", .kind = PlotKind::points};
-    for (const RunResult& run : r.mlp) accuracy.series.push_back(accuracy_series(run));
-    s.plots.push_back(accuracy);
-  }
+  if (!r.lstm.empty())
+    s.plots.push_back(bpc_plot("e7_validation_bpc_lstm", "E7 char LSTM validation bits per character", r.lstm));
+  if (!r.mlp.empty()) s.plots.push_back(accuracy_plot("e7_accuracy_mlp", "E7 MLP test accuracy", r.mlp));
   s.verdict = verdict_for(r);
   return s;
-}
-
-Experiment e7_experiment() {
-  return Experiment{
-      .id = "E7",
-      .title = "FP32 accumulation",
-      .reference = "§3.3",
-      .claim = "The paper's third technique: FP16 vector dot products must accumulate their FP16 products into an FP32 "
-               "sum (then written to memory in FP16); some networks needed it to match FP32 accuracy. Large "
-               "reductions (batch-norm statistics, softmax) also run in FP32.",
-      .run = [](Context& context, Report& report) {
-        E7Options options = e7_options(context.preset);
-        options.seed = context.seed;
-        options.device = context.device;
-        auto images = context.fashion_mnist(options.train_examples, options.test_examples);
-        auto text = context.kjv(options.train_chars, options.validation_chars);
-        return e7_section(run_e7(options, images, text, context.progress_sink()), report);
-      }};
 }
 
 }  // namespace mg::tools::repro

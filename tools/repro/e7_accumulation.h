@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,8 +36,8 @@ struct E7Options {
   Device device = Device::cpu();
 };
 
-// The preset's sizes; seed and device are the caller's to set.
-E7Options e7_options(Preset preset);
+// The preset's sizes, run from `seed` on `device`.
+E7Options e7_options(Preset preset, Device device, std::uint64_t seed);
 
 // The error of dot products of length k with terms from one distribution, accumulated in f32 and in
 // f16: the mean and the largest over the dot products of |computed - exact| / sum |a_i b_i| (exact:
@@ -61,12 +60,12 @@ struct E7Result {
   std::vector<RunResult> mlp{}, lstm{};  // one per variant
 };
 
-E7Result run_e7(const E7Options& options, std::shared_ptr<const ImageData> images,
-                std::shared_ptr<const TextData> text, const std::function<void(const std::string&)>& progress = {});
+E7Result run_e7(const E7Options& options, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
+                const Progress& progress = {});
 
 // Writes e7_dot_products.csv, e7_runs.csv and e7_steps.csv, and returns the section.
 Section e7_section(const E7Result& result, Report& report);
 
-Experiment e7_experiment();
+extern const Heading kE7Accumulation;
 
 }  // namespace mg::tools::repro

@@ -1,21 +1,26 @@
 // What an experiment of `mixgrad repro` is, and what it gets to run with.
 //
 // How to add one:
-//   1. tools/repro/eN_topic.h/.cpp: an options struct with eN_options(Preset), a result struct,
-//      run_eN(options, ...) that trains with repro::run (runner.h) and returns the numbers, and
-//      eN_section(result, report) that writes the CSVs and fills a Section (report.h): the paper's
-//      claim and figure, tables beside the paper's numbers, a verdict computed from the numbers,
-//      plots. Keep run and section apart: tests assert on the result without writing files.
-//   2. eN_experiment(): an Experiment whose run glues the two together from a Context.
-//   3. List it in experiments() (repro.cpp), add the .cpp to tools/CMakeLists.txt (mixgrad_repro),
-//      and a reduced run with assertions on the paper's outcome to tests/test_repro.cpp.
+//   1. tools/repro/eN_topic.h/.cpp: an options struct whose defaults are the quick preset, with
+//      eN_options(preset, device, seed) naming what the full preset changes (preset_options, below);
+//      a result struct; run_eN(options, data..., progress) that trains with repro::run (runner.h) and
+//      returns the numbers; eN_section(result, report) that writes the CSVs and fills a Section
+//      (report.h): the paper's claim and figure, tables beside the paper's numbers, a verdict
+//      computed from the numbers, plots. Keep run and section apart: tests assert on the result
+//      without writing files. Its Heading (the claim it checks) is a constant beside them.
+//   2. A row of experiments() (repro.cpp): the heading, and how a Context feeds the run its options
+//      and data. Add the .cpp to tools/CMakeLists.txt (mixgrad_repro), and a reduced run with
+//      assertions on the paper's outcome to tests/test_repro.cpp.
 #pragma once
+
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/device.h"
@@ -26,6 +31,26 @@ namespace mg::tools::repro {
 
 // quick: minutes on 2 CPU cores (small subsets, few hundred steps); full: the GPU-sized version.
 enum class Preset { Quick, Full };
+
+// An experiment's options for a preset: the options struct's defaults are the quick preset, and
+// `full` (a designated initializer) names what the full preset changes; every run of it starts from
+// `seed` on `device`.
+template <class Options>
+Options preset_options(Preset preset, Options full, Device device, std::uint64_t seed) {
+  Options options = preset == Preset::Full ? std::move(full) : Options{};
+  options.seed = seed;
+  options.device = device;
+  return options;
+}
+
+// Where an experiment's run reports its progress, a line per result as it comes (empty: nowhere).
+using Progress = std::function<void(const std::string&)>;
+
+// Tells `progress` one line, made as fmt::format makes it (nothing, and no formatting, when empty).
+template <class... Args>
+void tell(const Progress& progress, fmt::format_string<Args...> format, Args&&... args) {
+  if (progress) progress(fmt::format(format, std::forward<Args>(args)...));
+}
 
 // Shared by every experiment of one `mixgrad repro` call.
 class Context {
@@ -45,7 +70,7 @@ class Context {
   // One progress line on stdout (nothing when quiet), prefixed with the seconds since the start.
   void progress(const std::string& line) const;
   // progress, as the function an experiment's run_eN takes.
-  std::function<void(const std::string&)> progress_sink() const {
+  Progress progress_sink() const {
     return [this](const std::string& line) { progress(line); };
   }
 
@@ -54,16 +79,24 @@ class Context {
   std::shared_ptr<const data::TextCorpus> kjv_corpus_;
 };
 
-struct Experiment {
-  std::string id{};         // "E2": what --experiment names
-  std::string title{};      // "Master weights"
-  std::string reference{};  // "Figure 2a"
-  std::string claim;        // the paper's claim, in words, with its numbers
-  // Runs the experiment and returns its section (its CSVs already written into the report's directory).
-  std::function<Section(Context&, Report&)> run;
+// Which claim of the paper an experiment checks: the heading of its section. A constant beside the
+// experiment's code (kE2MasterWeights in e2_master_weights.cpp), named again in experiments().
+struct Heading {
+  std::string_view id;         // "E2": what --experiment names
+  std::string_view title;      // "Master weights"
+  std::string_view reference;  // "Figure 2a"
+  std::string_view claim;      // the paper's claim, in words, with its numbers
 
   // An empty section of this experiment: its id, title, reference and claim.
-  Section section() const { return Section{.id = id, .title = title, .reference = reference, .claim = claim}; }
+  Section section() const {
+    return Section{.id = std::string(id), .title = std::string(title), .reference = std::string(reference),
+                   .claim = std::string(claim)};
+  }
+};
+
+struct Experiment : Heading {
+  // Runs the experiment and returns its section (its CSVs already written into the report's directory).
+  std::function<Section(Context&, Report&)> run;
 };
 
 }  // namespace mg::tools::repro

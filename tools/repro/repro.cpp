@@ -32,14 +32,57 @@ std::string utc_now() {
 
 }  // namespace
 
+// Each experiment's heading and how it runs in a context: its options for the preset, then the data
+// it trains on, loaded through the context in this order (once per size, shared), its run, its section.
 std::vector<Experiment> experiments() {
-  return {e1_experiment(), e2_experiment(), e3_experiment(), e4_experiment(), e5_experiment(), e6_experiment(),
-          e7_experiment()};
+  return {
+      {kE1Parity, [](Context& c, Report& report) {
+         const E1Options o = e1_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.train_examples, o.test_examples);
+         return e1_section(run_e1(o, images, c.progress_sink()), report);
+       }},
+      {kE2MasterWeights, [](Context& c, Report& report) {
+         const E2Options o = e2_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.train_examples, o.test_examples);
+         return e2_section(run_e2(o, images, c.progress_sink()), report);
+       }},
+      {kE3Histograms, [](Context& c, Report& report) {
+         const E3Options o = e3_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.images.train_examples, o.images.test_examples);
+         auto text = o.text ? c.kjv(o.language.train_chars, o.language.validation_chars) : nullptr;
+         return e3_section(run_e3(o, images, text, c.progress_sink()), report);
+       }},
+      {kE4LossScaling, [](Context& c, Report& report) {
+         const E4Options o = e4_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.train_examples, o.test_examples);
+         return e4_section(run_e4(o, images, c.progress_sink()), report);
+       }},
+      {kE5LanguageModel, [](Context& c, Report& report) {
+         const E5Options o = e5_options(c.preset, c.device, c.seed);
+         auto text = c.kjv(o.train_chars, o.validation_chars);
+         return e5_section(run_e5(o, text, c.progress_sink()), report);
+       }},
+      {kE6SpeedMemory, [](Context& c, Report& report) {
+         const E6Options o = e6_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.train_examples, o.test_examples);
+         auto text = o.large ? c.kjv(20 * 1000 * 1000, 50000) : nullptr;
+         return e6_section(run_e6(o, images, text, c.progress_sink()), report);
+       }},
+      {kE7Accumulation, [](Context& c, Report& report) {
+         const E7Options o = e7_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.train_examples, o.test_examples);
+         auto text = c.kjv(o.train_chars, o.validation_chars);
+         return e7_section(run_e7(o, images, text, c.progress_sink()), report);
+       }},
+  };
 }
 
 void add_repro_flags(CLI::App& c, ReproOptions& o) {
+  std::vector<std::string> ids;
+  for (const Experiment& e : experiments()) ids.emplace_back(e.id);
+  ids.emplace_back("all");
   c.add_option("--experiment", o.experiment, "Which experiment: E1..E7 (see tools/README.md) or all")
-      ->check(CLI::IsMember({"E1", "E2", "E3", "E4", "E5", "E6", "E7", "all"}))->capture_default_str();
+      ->check(CLI::IsMember(ids))->capture_default_str();
   c.add_option("--preset", o.preset, "quick (minutes on 2 CPU cores, small subsets) or full (the GPU-sized version)")
       ->check(CLI::IsMember({"quick", "full"}))->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();

@@ -10,11 +10,38 @@ namespace {
 
 std::string cell(double value) { return std::isfinite(value) ? fmt::format("{:.9g}", value) : (std::isnan(value) ? "" : fmt::format("{}", value)); }
 
+// x = step, y = factor x `value` at every step that has one (the evaluated steps).
+Series evaluation_series(const RunResult& run, std::optional<double> StepLog::*value, double factor) {
+  Series series = variant_series(run.variant);
+  for (const StepLog& s : run.log)
+    if (s.*value) {
+      series.x.push_back(static_cast<double>(s.step));
+      series.y.push_back(factor * *(s.*value));
+    }
+  return series;
+}
+
+Plot over_steps(Plot plot, const std::vector<RunResult>& runs, const std::function<Series(const RunResult&)>& curve) {
+  plot.x_label = "step";
+  for (const RunResult& run : runs) plot.series.push_back(curve(run));
+  return plot;
+}
+
 }  // namespace
 
 std::string legend(const Variant& variant) { return variant.id + " " + variant.name; }
 
 int variant_style(const Variant& variant) { return std::stoi(variant.id.substr(1)); }
+
+Series variant_series(const Variant& variant) {
+  return Series{.name = legend(variant), .style = variant_style(variant)};
+}
+
+std::string paper_note(std::span<const PaperNote> notes, std::string_view variant_id) {
+  for (const PaperNote& n : notes)
+    if (n.variant == variant_id) return std::string(n.note);
+  return "-";
+}
 
 const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id) {
   for (const RunResult& r : runs)
@@ -89,7 +116,7 @@ std::vector<std::string> write_run_csvs(const Report& report, const std::string&
 }
 
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value) {
-  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
+  Series series = variant_series(run.variant);
   for (const StepLog& s : run.log) {
     series.x.push_back(static_cast<double>(s.step));
     series.y.push_back(value(s));
@@ -97,14 +124,20 @@ Series step_series(const RunResult& run, const std::function<double(const StepLo
   return series;
 }
 
-Series accuracy_series(const RunResult& run) {
-  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
-  for (const StepLog& s : run.log)
-    if (s.test_accuracy) {
-      series.x.push_back(static_cast<double>(s.step));
-      series.y.push_back(100 * *s.test_accuracy);
-    }
-  return series;
+Plot step_plot(Plot plot, const std::vector<RunResult>& runs, const std::function<double(const StepLog&)>& value) {
+  return over_steps(std::move(plot), runs, [&](const RunResult& run) { return step_series(run, value); });
+}
+
+Plot accuracy_plot(std::string name, std::string title, const std::vector<RunResult>& runs) {
+  return over_steps({.name = std::move(name), .title = std::move(title), .y_label = "test accuracy (%)",
+                     .kind = PlotKind::points},
+                    runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::test_accuracy, 100); });
+}
+
+Plot bpc_plot(std::string name, std::string title, const std::vector<RunResult>& runs) {
+  return over_steps({.name = std::move(name), .title = std::move(title), .y_label = "bits per character",
+                     .kind = PlotKind::points},
+                    runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::validation_bpc, 1); });
 }
 
 Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs) {
@@ -146,16 +179,6 @@ std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& ru
   for (const RunResult& run : runs)
     if (run.variant.recipe.loss_scaling != amp::LossScaling::None) scaled.push_back(&run);
   return scaled;
-}
-
-Series bpc_series(const RunResult& run) {
-  Series series{.name = legend(run.variant), .style = variant_style(run.variant)};
-  for (const StepLog& s : run.log)
-    if (s.validation_bpc) {
-      series.x.push_back(static_cast<double>(s.step));
-      series.y.push_back(*s.validation_bpc);
-    }
-  return series;
 }
 
 }  // namespace mg::tools::repro

@@ -1,4 +1,5 @@
-// RunResults as CSV rows and plot series: the common shape of every experiment's raw numbers.
+// RunResults as CSV rows and plots over the steps: the common shape of every experiment's raw
+// numbers; and the cells its tables share (a variant's legend, the paper's note on it).
 //
 // step CSV: experiment,series,variant,variant_name,loss_multiplier,step,loss,lr,scale,skipped,
 //           lost_update_fraction,activation_zero_fraction,activation_zero_in_f16_fraction,
@@ -11,7 +12,9 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tools/repro/report.h"
@@ -42,13 +45,17 @@ RunGroup group_of(std::string series, const std::vector<RunResult>& runs, bool s
 std::vector<std::string> write_run_csvs(const Report& report, const std::string& id, const std::string& stem,
                                         const std::vector<RunGroup>& groups, bool with_weights = false);
 
-// One curve per run, x = step: `value` of every logged step (NaN ones are gaps), named by the
-// variant ("V2 float16_master").
+// An empty curve of `variant`: named by it ("V2 float16_master"), in its line style.
+Series variant_series(const Variant& variant);
+// One curve per run, x = step: `value` of every logged step (NaN ones are gaps), named by the variant.
 Series step_series(const RunResult& run, const std::function<double(const StepLog&)>& value);
-// The test accuracy (in %) at every evaluated step.
-Series accuracy_series(const RunResult& run);
-// The validation bits per character at every evaluated step (text runs).
-Series bpc_series(const RunResult& run);
+
+// Plots over the steps, one curve per run, x = step: `value` at every logged step (the name, title,
+// y axis and kind as `plot` has them), the test accuracy in % and the validation bits per
+// character (text runs) at every evaluated step.
+Plot step_plot(Plot plot, const std::vector<RunResult>& runs, const std::function<double(const StepLog&)>& value);
+Plot accuracy_plot(std::string name, std::string title, const std::vector<RunResult>& runs);
+Plot bpc_plot(std::string name, std::string title, const std::vector<RunResult>& runs);
 // The loss scale of each run over the steps (a step line on a log axis), with every skipped step
 // marked by a point: the scale trajectory of a GradScaler.
 Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs);
@@ -60,5 +67,13 @@ const RunResult* find_run(const std::vector<RunResult>& runs, const std::string&
 std::string legend(const Variant& variant);
 // The line style of a variant's curves (Series::style): its number, V2's 2, in every plot.
 int variant_style(const Variant& variant);
+
+// What the paper says about one variant, for a table's last column.
+struct PaperNote {
+  std::string_view variant;  // "V2"
+  std::string_view note;     // "parity with fp32"
+};
+// The note on `variant_id` among `notes`, or "-" when the paper says nothing about it.
+std::string paper_note(std::span<const PaperNote> notes, std::string_view variant_id);
 
 }  // namespace mg::tools::repro

@@ -9,16 +9,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "amp/diagnostics.h"
-#include "autograd/ops.h"
-#include "autograd/tape.h"
 #include "core/allocator.h"
 #include "data/batches.h"
 #include "data/idx.h"
 #include "nn/models.h"
+#include "tools/repro/gradient_recording.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
-
 
 namespace mg::tools::repro {
 
@@ -32,17 +29,6 @@ std::size_t peak_bytes(Device device) { return allocator_for(device).stats_on(de
 void reset_peak(Device device) { allocator_for(device).reset_peak_on(device); }
 // a - b, or 0 when b > a (byte counts are unsigned).
 std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
-
-// Casts only move a gradient between dtypes (their output's gradient is the next op's input
-// gradient again), and moves between devices likewise: counting them would count values twice.
-bool is_activation(const amp::GradientRecorder::Entry& entry) {
-  return entry.op != op_name(Op::Cast) && entry.op != op_name(Op::ToDevice) && entry.stats.count > 1;
-}
-
-// zero / count, and (zero + would-flush-in-f16) / count, over the stats given.
-std::pair<double, double> zero_fractions(const amp::GradientStats& stats) {
-  return {stats.fraction(stats.zero), stats.fraction(stats.zero + stats.f16_flushed)};
-}
 
 void check_config(const RunConfig& c) {
   const char* what = "repro::run";
@@ -81,12 +67,39 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
   return result;
 }
 
+std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
+                                            std::int64_t validation_chars) {
+  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
+           "characters, got {} and {}", train_chars, validation_chars);
+  auto result = std::make_shared<TextData>();
+  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
+  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
+  result->vocab = corpus.vocab_size();
+  return result;
+}
+
 std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator) { return nn::mlp({784, 256, 256, 10}, generator); }
 
 ModelFactory autoencoder(std::vector<std::int64_t> sizes) {
   MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(), "repro::autoencoder: needs at least two sizes, the "
            "first (the input's pixels) equal to the last (its reconstruction), got {}", fmt::join(sizes, "-"));
   return [sizes](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::mlp(sizes, generator); };
+}
+
+ModelFactory cnn_of(nn::CnnOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
+}
+
+ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
+  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
+  };
+}
+
+ModelFactory tiny_gpt(nn::GptOptions options) {
+  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
+    return std::make_shared<nn::TinyGPT>(options, generator);
+  };
 }
 
 namespace {
@@ -113,122 +126,6 @@ class Batches {
   std::optional<data::TextBatcher> text_;
 };
 
-// Merges `stats` into slot i of a histogram list, naming the slot on first sight; every step of a
-// run has the same graph, so slot i must be the same tensor each time.
-void merge_into(std::vector<std::string>& names, std::vector<amp::GradientStats>& all, std::size_t i,
-                const std::string& name, const amp::GradientStats& stats) {
-  if (i == all.size()) {
-    names.push_back(name);
-    all.emplace_back();
-  }
-  MG_CHECK(i < all.size() && names[i] == name, "repro::run: gradient {} was '{}' at an earlier step and is '{}' now; "
-           "histograms merge steps of one unchanging graph", i, i < names.size() ? names[i] : "", name);
-  all[i].merge(stats);
-}
-
-}  // namespace
-
-std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
-                                            std::int64_t validation_chars) {
-  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
-           "characters, got {} and {}", train_chars, validation_chars);
-  auto result = std::make_shared<TextData>();
-  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
-  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
-  result->vocab = corpus.vocab_size();
-  return result;
-}
-
-ModelFactory cnn_of(nn::CnnOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
-}
-
-ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
-  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
-  };
-}
-
-ModelFactory tiny_gpt(nn::GptOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::TinyGPT>(options, generator);
-  };
-}
-
-namespace {
-
-// What a logged step records beside training (RunConfig's record_* flags), as a StepObserver of the
-// shared step: activation gradients during backward, the weights' gradients after it. It only reads.
-class GradientRecording : public train::StepObserver {
- public:
-  GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, RunResult& result, StepLog& entry)
-      : c_(c), weights_(weights), names_(result.weight_names), activation_names_(result.activation_names),
-        histograms_(result.histograms), entry_(entry) {}
-
-  void before_backward() override {
-    if (c_.record_activation_gradients || c_.record_histograms) recorder_.emplace();  // watches this backward only
-  }
-
-  void after_backward(const optim::Optimizer&) override {
-    if (recorder_) record_activations();
-    if (c_.record_weight_gradients || c_.record_histograms) record_weights();
-  }
-
- private:
-  void record_activations() {
-    amp::GradientStats activations;
-    std::size_t slot = 0;
-    for (const auto& e : recorder_->entries()) {
-      if (!is_activation(e)) continue;
-      if (slot == 0) entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
-      activations.merge(e.stats);
-      const std::string name = fmt::format("{} {}", e.op, e.shape);
-      if (slot == activation_names_.size()) activation_names_.push_back(name);
-      MG_CHECK(activation_names_[slot] == name, "repro::run: activation gradient {} was '{}' at an earlier step and "
-               "is '{}' now; a run's steps must have one unchanging graph", slot, activation_names_[slot], name);
-      entry_.activation_zero_in_f16_by_entry.push_back(zero_fractions(e.stats).second);
-      if (c_.record_histograms)
-        merge_into(histograms_.activation_names, histograms_.activations, slot, name, e.stats);
-      ++slot;
-    }
-    if (c_.record_activation_gradients)
-      std::tie(entry_.activation_zero_fraction, entry_.activation_zero_in_f16_fraction) = zero_fractions(activations);
-    recorder_.reset();
-  }
-
-  void record_weights() {
-    for (std::size_t w = 0; w < weights_.size(); ++w) {
-      const Tensor grad = weights_[w].grad();
-      const amp::GradientStats stats = grad.defined() ? amp::gradient_stats(grad) : amp::GradientStats{};
-      if (c_.record_histograms) merge_into(histograms_.weight_names, histograms_.weights, w, names_[w], stats);
-      if (!c_.record_weight_gradients) continue;
-      const auto [zero, zero_in_f16] = grad.defined() ? zero_fractions(stats) : std::pair{1.0, 1.0};
-      entry_.weight_grad_zero_fraction.push_back(zero);
-      entry_.weight_grad_zero_in_f16_fraction.push_back(zero_in_f16);
-      entry_.weight_grad_zero_rows.push_back(grad.defined() ? zero_rows(grad) : weights_[w].size(0));
-    }
-  }
-
-  // Rows of a gradient [rows, ...] that are zero in every element.
-  static std::int64_t zero_rows(const Tensor& grad) {
-    const Tensor values = grad.to(Device::cpu()).to(DType::F32);
-    const std::int64_t rows = values.size(0), width = values.numel() / std::max<std::int64_t>(1, rows);
-    const float* v = values.data<float>();
-    std::int64_t zero = 0;
-    for (std::int64_t r = 0; r < rows; ++r)
-      zero += std::all_of(v + r * width, v + (r + 1) * width, [](float x) { return x == 0.0f; }) ? 1 : 0;
-    return zero;
-  }
-
-  const RunConfig& c_;
-  const std::vector<Tensor>& weights_;
-  const std::vector<std::string>& names_;
-  std::vector<std::string>& activation_names_;
-  GradientHistograms& histograms_;
-  StepLog& entry_;
-  std::optional<amp::GradientRecorder> recorder_;
-};
-
 // The memory of a step just before and after its forward pass (RunResult's state_bytes and
 // activation_bytes): what the model's state and the batch hold once zero_grad has dropped the
 // gradients, and what the forward adds to it.
@@ -245,162 +142,231 @@ class ForwardMemory : public train::StepObserver {
   std::size_t before_ = 0, after_ = 0;
 };
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Training time, measured over windows of plain steps between two points where the host has waited
+// for the device anyway (a read; on the CPU, every step), so that timing adds no wait: a window with
+// a recording step, or a warm-up step, is left out.
+class StepClock {
+ public:
+  // Counts a step into the current window. `plain`: it neither records nor warms up. `synced`: the
+  // host has just waited for the device, so the window ends here (its time counts if all its steps
+  // were plain).
+  void count(bool plain, bool synced) {
+    ++window_steps_;
+    window_plain_ = window_plain_ && plain;
+    if (!synced) return;
+    if (window_plain_) {
+      seconds_ += seconds_since(window_start_);
+      steps_ += window_steps_;
+    }
+    window_steps_ = 0;
+    window_plain_ = true;
+  }
+  // The next window starts now: after a synced step's evaluation and records, which are not training.
+  void restart() { window_start_ = std::chrono::steady_clock::now(); }
+
+  double seconds() const { return seconds_; }
+  std::int64_t steps() const { return steps_; }
+
+ private:
+  std::chrono::steady_clock::time_point window_start_{};
+  std::int64_t window_steps_ = 0;
+  bool window_plain_ = true;
+  double seconds_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+// The allocator's bytes on `device` now, the baseline of a run's memory figures; its peak restarts.
+std::size_t memory_baseline(Device device) {
+  const std::size_t bytes = allocated_bytes(device);
+  reset_peak(device);
+  return bytes;
+}
+
+// Same seed, same f32 initial weights and batch order for every variant; the trainer then stores
+// them in the variant's dtype. E4's loss multiplier comes with its inverse in the learning rate.
+train::Trainer make_trainer(const RunConfig& c) {
+  Generator init(c.seed);
+  return train::Trainer(c.make_model(init), {.recipe = c.variant.recipe,
+                                             .optimizer = {.name = c.optimizer,
+                                                           .lr = c.lr / c.loss_multiplier,
+                                                           .momentum = c.momentum,
+                                                           .schedule = c.schedule},
+                                             .device = c.device,
+                                             .loss_multiplier = c.loss_multiplier,
+                                             .scaler = c.variant.scaler,
+                                             .monitor = c.variant.monitor,
+                                             .loss = c.reconstruct ? train::Loss::BinaryCrossEntropyWithLogits
+                                                                   : train::Loss::CrossEntropy});
+}
+
+// One run of repro::run, step by step: the trainer, its batches, and the record it fills.
+class Training {
+ public:
+  explicit Training(const RunConfig& c)
+      : c_(c), bytes_before_(memory_baseline(c.device)), trainer_(make_trainer(c)), batches_(c) {
+    result_.variant = c.variant;
+    result_.loss_multiplier = c.loss_multiplier;
+    for (const auto& [name, p] : trainer_.model().named_parameters())
+      if (p.dim() >= 2) {
+        result_.weight_names.push_back(name);
+        weights_.push_back(p);
+      }
+    // An autoencoder's targets: the pixels of its inputs, in [0, 1].
+    if (c.reconstruct) test_pixels_ = train::pixels_of(c.data->test_images);
+    clock_.restart();  // the first window starts with the first step
+  }
+
+  // Step `step` (1-based): train on the next batch, take the numbers read back, time it, count its
+  // lost updates, and evaluate and log it where due.
+  void step(std::int64_t step) {
+    const bool logged = step % c_.log_every == 0 || step == c_.steps;
+    const bool evaluated = step == c_.steps || (c_.eval_every > 0 && step % c_.eval_every == 0);
+    const bool recording =
+        logged && (c_.record_activation_gradients || c_.record_weight_gradients || c_.record_histograms);
+    StepLog entry{.step = step};
+    entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
+    const train::StepResult stepped = train_on_next_batch(step, recording, entry);
+    take(stepped.read);
+    if (logged) take(trainer_.read_steps());
+    // On the CPU every step is done when step() returns: each one is a window of its own.
+    const bool synced = c_.device.is_cpu() || !stepped.read.empty() || logged;
+    clock_.count(!recording && step > c_.warmup_steps, synced);
+    count_lost_updates(entry, stepped, logged);
+    if (evaluated) {  // the evaluation's buffers are not training memory: the peak restarts after it
+      train_peak_ = std::max(train_peak_, above(peak_bytes(c_.device), bytes_before_));
+      evaluate(entry);
+      reset_peak(c_.device);
+    }
+    if (logged) {
+      entry.loss = last_read_.loss;
+      entry.lr = last_read_.lr;
+      entry.scale = last_read_.scale;
+      entry.skipped = last_read_.skipped;
+      result_.log.push_back(std::move(entry));
+    }
+    if (synced) clock_.restart();
+  }
+
+  // The record, with what is known only at the end: final scores and loss, the scaler's state,
+  // lost updates, throughput and memory.
+  RunResult finish() {
+    result_.peak_bytes = train_peak_;
+    const StepLog& last = result_.log.back();
+    result_.final_accuracy = last.test_accuracy.value_or(kNaN);
+    result_.final_bpc = last.validation_bpc.value_or(kNaN);
+    result_.final_test_loss = last.test_loss.value_or(kNaN);
+    const std::size_t tail = std::max<std::size_t>(1, result_.log.size() / 10);
+    double sum = 0;
+    for (std::size_t i = result_.log.size() - tail; i < result_.log.size(); ++i) sum += result_.log[i].loss;
+    result_.final_loss = sum / static_cast<double>(tail);
+    result_.skipped_steps = trainer_.monitor().skipped_steps();
+    result_.final_scale = trainer_.scaler().get_scale();
+    result_.lost_update_fraction =
+        nonzero_ > 0 ? static_cast<double>(lost_) / static_cast<double>(nonzero_) : kNaN;
+    result_.train_seconds = clock_.seconds();
+    const std::int64_t items_per_step = c_.data ? c_.batch : c_.batch * c_.context;
+    result_.items_per_second =
+        clock_.seconds() > 0 ? static_cast<double>(clock_.steps() * items_per_step) / clock_.seconds() : 0;
+    result_.seconds = seconds_since(start_);
+    return std::move(result_);
+  }
+
+ private:
+  // One training step on the next batch, observed by what this step records (into `entry`) and, at
+  // the last step, by the memory measurement.
+  train::StepResult train_on_next_batch(std::int64_t step, bool recording, StepLog& entry) {
+    data::Batch batch = batches_.next();
+    const Tensor inputs = batch.inputs.to(c_.device);
+    const Tensor targets = (c_.reconstruct ? train::pixels_of(batch.inputs) : batch.labels).to(c_.device);
+    GradientRecording recording_observer(c_, weights_, result_, entry);
+    std::optional<ForwardMemory> memory;  // measured at the last step
+    if (step == c_.steps) memory.emplace(c_.device);
+    // Forward and backward queue their GEMMs inside step: V7's f16 accumulation covers both, and
+    // nothing else (evaluation keeps the f32 contract).
+    const train::StepResult stepped = [&] {
+      kernels::GemmAccumulationGuard accumulation(c_.variant.accumulation);
+      return trainer_.step(inputs, targets, {recording ? &recording_observer : nullptr, memory ? &*memory : nullptr});
+    }();
+    if (memory) {
+      result_.state_bytes = above(memory->before(), bytes_before_);
+      result_.activation_bytes = above(memory->after(), memory->before());
+    }
+    return stepped;
+  }
+
+  // The steps' numbers come back in batches (train::Trainer reads them every read_every steps, in one
+  // wait); a logged step reads at once, since it evaluates (and records) anyway.
+  void take(const std::vector<train::StepNumbers>& read) {
+    for (const train::StepNumbers& n : read) {
+      if (n.skipped) result_.skipped_at.push_back(n.step);
+      if (result_.scale_trajectory.empty() || result_.scale_trajectory.back().second != n.scale)
+        result_.scale_trajectory.emplace_back(n.step, n.scale);
+      result_.diverged = result_.diverged || !std::isfinite(n.loss);
+      last_read_ = n;
+    }
+  }
+
+  // Lost updates: on the CPU every step's counts are at hand; on a GPU each count is a read, so they
+  // are taken at logged steps only (a sample of the run's steps).
+  void count_lost_updates(StepLog& entry, const train::StepResult& stepped, bool logged) {
+    entry.lost_update_fraction = kNaN;
+    const bool cpu = c_.device.is_cpu();
+    const bool skipped = cpu ? stepped.skipped() : logged && last_read_.skipped;
+    if ((!cpu && !logged) || skipped) return;
+    const kernels::UpdateCount count = trainer_.optimizer().last_update();
+    lost_ += count.lost;
+    nonzero_ += count.nonzero;
+    if (count.nonzero > 0)
+      entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
+  }
+
+  // Test accuracy or loss (images) or validation bits per character (text) into `entry`.
+  void evaluate(StepLog& entry) {
+    const bool in_fp32 = c_.evaluate_in_fp32 && c_.variant.recipe.name != "fp32";
+    std::shared_ptr<nn::Module> fp32;
+    if (in_fp32) {
+      Generator unused(c_.seed);  // the weights come from the trained model
+      fp32 = c_.make_model(unused);
+      fp32->to(c_.device);
+      train::load_fp32_(*fp32, trainer_.model(), trainer_.optimizer());
+    }
+    nn::Module& scored = fp32 ? *fp32 : trainer_.model();
+    const amp::Recipe recipe = in_fp32 ? amp::Recipe::parse("fp32") : c_.variant.recipe;
+    if (c_.reconstruct)
+      entry.test_loss = train::test_loss(scored, c_.data->test_images, test_pixels_,
+                                         train::Loss::BinaryCrossEntropyWithLogits, recipe, c_.device);
+    else if (c_.data)
+      entry.test_accuracy =
+          train::test_accuracy(scored, c_.data->test_images, c_.data->test_labels, recipe, c_.device);
+    else
+      entry.validation_bpc = train::bits_per_char(scored, c_.text->validation, c_.context, recipe, c_.device);
+  }
+
+  const RunConfig& c_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  const std::size_t bytes_before_;  // the allocator's bytes before the model was built
+  train::Trainer trainer_;
+  Batches batches_;
+  RunResult result_;
+  std::vector<Tensor> weights_;  // the parameters with >= 2 dims, RunResult::weight_names order
+  Tensor test_pixels_;
+  train::StepNumbers last_read_;  // the latest step whose numbers have been read
+  std::int64_t lost_ = 0, nonzero_ = 0;  // lost updates, summed over the steps counted
+  std::size_t train_peak_ = 0;  // the peak over training steps; evaluations are left out
+  StepClock clock_;
+};
+
 }  // namespace
 
 RunResult run(const RunConfig& c) {
   check_config(c);
-  const auto start = std::chrono::steady_clock::now();
-  const std::size_t bytes_before = allocated_bytes(c.device);
-  reset_peak(c.device);
-
-  // Same seed, same f32 initial weights and batch order for every variant; the trainer then stores
-  // them in the variant's dtype. E4's loss multiplier comes with its inverse in the learning rate.
-  Generator init(c.seed);
-  train::Trainer trainer(c.make_model(init), {.recipe = c.variant.recipe,
-                                              .optimizer = {.name = c.optimizer,
-                                                            .lr = c.lr / c.loss_multiplier,
-                                                            .momentum = c.momentum,
-                                                            .schedule = c.schedule},
-                                              .device = c.device,
-                                              .loss_multiplier = c.loss_multiplier,
-                                              .scaler = c.variant.scaler,
-                                              .monitor = c.variant.monitor,
-                                              .loss = c.reconstruct ? train::Loss::BinaryCrossEntropyWithLogits
-                                                                    : train::Loss::CrossEntropy});
-  nn::Module& model = trainer.model();
-  Batches batches(c);
-
-  RunResult result;
-  result.variant = c.variant;
-  result.loss_multiplier = c.loss_multiplier;
-  std::vector<Tensor> weights;
-  for (const auto& [name, p] : model.named_parameters())
-    if (p.dim() >= 2) {
-      result.weight_names.push_back(name);
-      weights.push_back(p);
-    }
-
-  // An autoencoder's targets: the pixels of its inputs, in [0, 1].
-  const Tensor test_pixels = c.reconstruct ? train::pixels_of(c.data->test_images) : Tensor();
-  // Test accuracy or loss (images) or validation bits per character (text) into `entry`.
-  auto evaluate = [&](StepLog& entry) {
-    const bool in_fp32 = c.evaluate_in_fp32 && c.variant.recipe.name != "fp32";
-    std::shared_ptr<nn::Module> fp32;
-    if (in_fp32) {
-      Generator unused(c.seed);  // the weights come from the trained model
-      fp32 = c.make_model(unused);
-      fp32->to(c.device);
-      train::load_fp32_(*fp32, model, trainer.optimizer());
-    }
-    nn::Module& scored = fp32 ? *fp32 : model;
-    const amp::Recipe recipe = in_fp32 ? amp::Recipe::parse("fp32") : c.variant.recipe;
-    if (c.reconstruct)
-      entry.test_loss = train::test_loss(scored, c.data->test_images, test_pixels,
-                                         train::Loss::BinaryCrossEntropyWithLogits, recipe, c.device);
-    else if (c.data) entry.test_accuracy = train::test_accuracy(scored, c.data->test_images, c.data->test_labels, recipe, c.device);
-    else entry.validation_bpc = train::bits_per_char(scored, c.text->validation, c.context, recipe, c.device);
-  };
-
-  std::int64_t lost = 0, nonzero = 0, timed_steps = 0;
-  double train_seconds = 0;
-  std::size_t train_peak = 0;  // the peak over training steps; evaluations are left out
-  // The steps' numbers come back in batches (train::Trainer reads them every read_every steps, in one
-  // wait); a logged step reads at once, since it evaluates (and records) anyway.
-  train::StepNumbers last_read;
-  auto take = [&](const std::vector<train::StepNumbers>& read) {
-    for (const train::StepNumbers& n : read) {
-      if (n.skipped) result.skipped_at.push_back(n.step);
-      if (result.scale_trajectory.empty() || result.scale_trajectory.back().second != n.scale)
-        result.scale_trajectory.emplace_back(n.step, n.scale);
-      result.diverged = result.diverged || !std::isfinite(n.loss);
-      last_read = n;
-    }
-  };
-  // Training time is measured over windows of plain steps between two points where the host has
-  // waited for the device anyway (a read; on the CPU, every step), so that timing adds no wait: a
-  // window with a recording step, or a warm-up step, is left out.
-  auto window_start = std::chrono::steady_clock::now();
-  std::int64_t window_steps = 0;
-  bool window_plain = true;
-  for (std::int64_t step = 1; step <= c.steps; ++step) {
-    const bool logged = step % c.log_every == 0 || step == c.steps;
-    const bool evaluated = step == c.steps || (c.eval_every > 0 && step % c.eval_every == 0);
-    const bool recording =
-        logged && (c.record_activation_gradients || c.record_weight_gradients || c.record_histograms);
-    data::Batch batch = batches.next();
-    const Tensor inputs = batch.inputs.to(c.device);
-    const Tensor targets = (c.reconstruct ? train::pixels_of(batch.inputs) : batch.labels).to(c.device);
-    StepLog entry{.step = step};
-    entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
-    GradientRecording recording_observer(c, weights, result, entry);
-    std::optional<ForwardMemory> memory;  // measured at the last step
-    if (step == c.steps) memory.emplace(c.device);
-    // Forward and backward queue their GEMMs inside step: V7's f16 accumulation covers both, and
-    // nothing else (evaluation keeps the f32 contract).
-    const train::StepResult stepped = [&] {
-      kernels::GemmAccumulationGuard accumulation(c.variant.accumulation);
-      return trainer.step(inputs, targets, {recording ? &recording_observer : nullptr, memory ? &*memory : nullptr});
-    }();
-    if (memory) {
-      result.state_bytes = above(memory->before(), bytes_before);
-      result.activation_bytes = above(memory->after(), memory->before());
-    }
-    take(stepped.read);
-    if (logged) take(trainer.read_steps());
-    ++window_steps;
-    window_plain = window_plain && !recording && step > c.warmup_steps;
-    // On the CPU every step is done when step() returns: each one is a window of its own.
-    const bool synced = c.device.is_cpu() || !stepped.read.empty() || logged;
-    if (synced) {  // the host has just waited for the device
-      if (window_plain) {
-        train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-        timed_steps += window_steps;
-      }
-      window_steps = 0;
-      window_plain = true;
-    }
-    // Lost updates: on the CPU every step's counts are at hand; on a GPU each count is a read, so they
-    // are taken at logged steps only (a sample of the run's steps).
-    const bool skipped = c.device.is_cpu() ? stepped.skipped() : logged && last_read.skipped;
-    entry.lost_update_fraction = kNaN;
-    if ((c.device.is_cpu() || logged) && !skipped) {
-      const kernels::UpdateCount count = trainer.optimizer().last_update();
-      lost += count.lost;
-      nonzero += count.nonzero;
-      if (count.nonzero > 0) entry.lost_update_fraction = static_cast<double>(count.lost) / static_cast<double>(count.nonzero);
-    }
-    if (evaluated) {  // the evaluation's buffers are not training memory: the peak restarts after it
-      train_peak = std::max(train_peak, above(peak_bytes(c.device), bytes_before));
-      evaluate(entry);
-      reset_peak(c.device);
-    }
-    if (logged) {
-      entry.loss = last_read.loss;
-      entry.lr = last_read.lr;
-      entry.scale = last_read.scale;
-      entry.skipped = last_read.skipped;
-      result.log.push_back(std::move(entry));
-    }
-    if (synced) window_start = std::chrono::steady_clock::now();
-  }
-  result.peak_bytes = train_peak;
-
-  const StepLog& last = result.log.back();
-  result.final_accuracy = last.test_accuracy.value_or(kNaN);
-  result.final_bpc = last.validation_bpc.value_or(kNaN);
-  result.final_test_loss = last.test_loss.value_or(kNaN);
-  const std::size_t tail = std::max<std::size_t>(1, result.log.size() / 10);
-  double sum = 0;
-  for (std::size_t i = result.log.size() - tail; i < result.log.size(); ++i) sum += result.log[i].loss;
-  result.final_loss = sum / static_cast<double>(tail);
-  result.skipped_steps = trainer.monitor().skipped_steps();
-  result.final_scale = trainer.scaler().get_scale();
-  result.lost_update_fraction = nonzero > 0 ? static_cast<double>(lost) / static_cast<double>(nonzero) : kNaN;
-  result.train_seconds = train_seconds;
-  const std::int64_t items_per_step = c.data ? c.batch : c.batch * c.context;
-  result.items_per_second = train_seconds > 0 ? static_cast<double>(timed_steps * items_per_step) / train_seconds : 0;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  Training training(c);
+  for (std::int64_t step = 1; step <= c.steps; ++step) training.step(step);
+  return training.finish();
 }
 
 }  // namespace mg::tools::repro
