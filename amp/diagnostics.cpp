@@ -49,9 +49,12 @@ GradientStats gradient_stats(const Tensor& gradient) {
     const int bin = std::clamp(exponent - 1, GradientStats::kMinExponent, GradientStats::kMaxExponent);
     ++stats.histogram[static_cast<std::size_t>(bin - GradientStats::kMinExponent)];
     const double in_f16 = std::fabs(static_cast<double>(scalar_cast<half>(v)));
-    if (in_f16 == 0.0) ++stats.f16_flushed;
-    else if (in_f16 < kF16MinNormal) ++stats.f16_subnormal;
-    else if (std::isinf(in_f16)) ++stats.f16_overflow;
+    if (in_f16 == 0.0)
+      ++stats.f16_flushed;
+    else if (in_f16 < kF16MinNormal)
+      ++stats.f16_subnormal;
+    else if (std::isinf(in_f16))
+      ++stats.f16_overflow;
   }
   return stats;
 }

@@ -27,19 +27,21 @@ namespace mg::amp {
 
 struct GradientStats {
   static constexpr int kMinExponent = -40;  // bin 0 holds log2|g| < -39 (everything down to the smallest f64)
-  static constexpr int kMaxExponent = 16;   // the last bin holds log2|g| >= 16
+  static constexpr int kMaxExponent = 16;  // the last bin holds log2|g| >= 16
   static constexpr int kBins = kMaxExponent - kMinExponent + 1;
 
-  std::int64_t count = 0;          // elements seen
-  std::int64_t zero = 0;           // exactly zero already (the zero bin)
-  std::int64_t f16_flushed = 0;    // non-zero, but zero once rounded to f16
+  std::int64_t count = 0;  // elements seen
+  std::int64_t zero = 0;  // exactly zero already (the zero bin)
+  std::int64_t f16_flushed = 0;  // non-zero, but zero once rounded to f16
   std::int64_t f16_subnormal = 0;  // non-zero and subnormal once rounded to f16: [2^-24, 2^-14)
-  std::int64_t f16_overflow = 0;   // finite, but inf once rounded to f16 (|g| >= 65520)
-  std::int64_t nonfinite = 0;      // inf or NaN already (not in the histogram)
+  std::int64_t f16_overflow = 0;  // finite, but inf once rounded to f16 (|g| >= 65520)
+  std::int64_t nonfinite = 0;  // inf or NaN already (not in the histogram)
   // histogram[k]: non-zero finite values with floor(log2|g|) == kMinExponent + k (ends clamped).
   std::array<std::int64_t, kBins> histogram{};
 
-  double fraction(std::int64_t part) const { return count ? static_cast<double>(part) / static_cast<double>(count) : 0.0; }
+  double fraction(std::int64_t part) const {
+    return count ? static_cast<double>(part) / static_cast<double>(count) : 0.0;
+  }
   void merge(const GradientStats& other);
 };
 
@@ -53,15 +55,15 @@ double lost_update_fraction(const optim::Optimizer& optimizer);
 
 // The first inf/NaN of a forward or backward pass.
 struct OverflowEvent {
-  bool backward = false;   // found in a gradient (else in a forward output)
-  std::string op;          // the recorded op name, e.g. "matmul"
-  std::string scope;       // the NameScope it ran in ("" when none)
+  bool backward = false;  // found in a gradient (else in a forward output)
+  std::string op;  // the recorded op name, e.g. "matmul"
+  std::string scope;  // the NameScope it ran in ("" when none)
   std::vector<Shape> input_shapes;
   std::vector<DType> input_dtypes;
   bool inputs_finite = true;  // false: the op only passed on an inf/NaN it was given
-  Shape shape;                // the non-finite tensor: the output, or the gradient of input `input`
+  Shape shape;  // the non-finite tensor: the output, or the gradient of input `input`
   DType dtype = DType::F32;
-  std::size_t input = 0;      // backward only: which input's gradient
+  std::size_t input = 0;  // backward only: which input's gradient
   std::string describe() const;
 };
 

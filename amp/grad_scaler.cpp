@@ -17,8 +17,10 @@ namespace {
 constexpr const char* kName = "amp::GradScaler";
 
 void check_options(const GradScalerOptions& o) {
-  MG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0 && o.init_scale <= FLT_MAX, "{}: init_scale must be "
-           "finite and > 0 (an f32), got {}", kName, o.init_scale);
+  MG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0 && o.init_scale <= FLT_MAX,
+           "{}: init_scale must be "
+           "finite and > 0 (an f32), got {}",
+           kName, o.init_scale);
   MG_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), "{}: growth_factor must be > 1, got {}", kName,
            o.growth_factor);
   MG_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, "{}: backoff_factor must be in (0, 1), got {}", kName,
@@ -61,10 +63,12 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     const Tensor& grad = parameters[i].grad();
     if (!grad.defined()) continue;
     warn_if_bf16(grad.dtype());
-    MG_CHECK(grad.dtype() != DType::F16 || optimizer.master(i).defined(), "{}::unscale_: cannot unscale f16 "
+    MG_CHECK(grad.dtype() != DType::F16 || optimizer.master(i).defined(),
+             "{}::unscale_: cannot unscale f16 "
              "gradients in place (parameter {} of {}): dividing them by the loss scale in f16 flushes the small ones "
              "to zero again. Keep f32 parameters (mixed_float16), or f32 masters ({{.master_weights = true}}, "
-             "float16_master) to unscale into", kName, i, optimizer.name());
+             "float16_master) to unscale into",
+             kName, i, optimizer.name());
   }
   place_on(parameters.front().device());
   // Recorded only once the pass succeeded, so a failed unscale_ leaves the scaler as it was.
@@ -98,8 +102,10 @@ Stepped GradScaler::step(optim::Optimizer& optimizer) {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  MG_CHECK(!per_optimizer_.empty(), "{}::update: no inf/NaN checks were recorded since the last update(); call "
-           "step(optimizer) (or unscale_) before update()", kName);
+  MG_CHECK(!per_optimizer_.empty(),
+           "{}::update: no inf/NaN checks were recorded since the last update(); call "
+           "step(optimizer) (or unscale_) before update()",
+           kName);
   NoGradGuard no_grad;
   Tensor found_inf;  // any optimizer's flag: their sum, on the device
   for (const auto& [optimizer, state] : per_optimizer_)
@@ -108,9 +114,12 @@ void GradScaler::update() {
   last_scale_ = clone(scale_);  // a copy on the device: the update below changes scale_ in place
   if (options_.dynamic)
     kernels::update_scale(scale_, growth_tracker_, overflow_streak_, found_inf,
-                          {.growth_factor = options_.growth_factor, .backoff_factor = options_.backoff_factor,
-                           .growth_interval = options_.growth_interval, .hysteresis = hysteresis_,
-                           .min_scale = min_scale_, .max_scale = max_scale_});
+                          {.growth_factor = options_.growth_factor,
+                           .backoff_factor = options_.backoff_factor,
+                           .growth_interval = options_.growth_interval,
+                           .hysteresis = hysteresis_,
+                           .min_scale = min_scale_,
+                           .max_scale = max_scale_});
   last_found_inf_ = found_inf;
 }
 
@@ -118,13 +127,19 @@ GradScaler::Stage GradScaler::stage_of(const optim::Optimizer& optimizer, Stage 
   auto it = per_optimizer_.find(&optimizer);
   const Stage stage = it == per_optimizer_.end() ? Stage::Ready : it->second.stage;
   if (next == Stage::Unscaled) {
-    MG_CHECK(stage != Stage::Unscaled, "{}::unscale_: already called for {} since the last update(); call it at "
-             "most once per step, between backward and step()", kName, optimizer.name());
-    MG_CHECK(stage != Stage::Stepped, "{}::unscale_: called after step() for {}; unscale_ must come before step() "
-             "(step checks the gradients by itself when unscale_ was not called)", kName, optimizer.name());
+    MG_CHECK(stage != Stage::Unscaled,
+             "{}::unscale_: already called for {} since the last update(); call it at "
+             "most once per step, between backward and step()",
+             kName, optimizer.name());
+    MG_CHECK(stage != Stage::Stepped,
+             "{}::unscale_: called after step() for {}; unscale_ must come before step() "
+             "(step checks the gradients by itself when unscale_ was not called)",
+             kName, optimizer.name());
   }
-  MG_CHECK(stage != Stage::Stepped, "{}::step: already called for {} since the last update(); call update() once "
-           "per iteration, after step()", kName, optimizer.name());
+  MG_CHECK(stage != Stage::Stepped,
+           "{}::step: already called for {} since the last update(); call update() once "
+           "per iteration, after step()",
+           kName, optimizer.name());
   return stage;
 }
 
@@ -143,18 +158,21 @@ Tensor GradScaler::inverse_scale() const {
 double GradScaler::get_scale() const { return options_.enabled ? scale_.item() : 1.0; }
 
 void GradScaler::set_scale(double scale) {
-  MG_CHECK(std::isfinite(scale) && scale > 0.0 && scale <= FLT_MAX, "{}::set_scale: the scale must be finite and > 0 "
-           "(an f32), got {}", kName, scale);
+  MG_CHECK(std::isfinite(scale) && scale > 0.0 && scale <= FLT_MAX,
+           "{}::set_scale: the scale must be finite and > 0 "
+           "(an f32), got {}",
+           kName, scale);
   scale_ = full({}, scale, {.device = scale_.device()});
 }
 
 std::int64_t GradScaler::growth_tracker() const { return static_cast<std::int64_t>(growth_tracker_.item()); }
 
 void GradScaler::set_limits(std::int64_t hysteresis, double min_scale, double max_scale) {
-  MG_CHECK(hysteresis >= 1 && hysteresis <= INT32_MAX, "{}::set_limits: hysteresis must be in [1, 2^31), got {}",
-           kName, hysteresis);
+  MG_CHECK(hysteresis >= 1 && hysteresis <= INT32_MAX, "{}::set_limits: hysteresis must be in [1, 2^31), got {}", kName,
+           hysteresis);
   MG_CHECK(min_scale >= 0.0 && max_scale >= min_scale && max_scale <= FLT_MAX,
-           "{}::set_limits: need 0 <= min_scale ({}) <= max_scale ({}) <= the largest f32", kName, min_scale, max_scale);
+           "{}::set_limits: need 0 <= min_scale ({}) <= max_scale ({}) <= the largest f32", kName, min_scale,
+           max_scale);
   hysteresis_ = hysteresis;
   min_scale_ = min_scale;
   max_scale_ = max_scale;
@@ -163,8 +181,10 @@ void GradScaler::set_limits(std::int64_t hysteresis, double min_scale, double ma
 std::int64_t GradScaler::overflow_streak() const { return static_cast<std::int64_t>(overflow_streak_.item()); }
 
 void GradScaler::set_overflow_streak(std::int64_t streak) {
-  MG_CHECK(streak >= 0 && streak < hysteresis_, "{}::set_overflow_streak: the streak must be in [0, hysteresis {}), "
-           "got {}", kName, hysteresis_, streak);
+  MG_CHECK(streak >= 0 && streak < hysteresis_,
+           "{}::set_overflow_streak: the streak must be in [0, hysteresis {}), "
+           "got {}",
+           kName, hysteresis_, streak);
   overflow_streak_ = full({}, static_cast<double>(streak), {.dtype = DType::I32, .device = scale_.device()});
 }
 
@@ -198,8 +218,10 @@ void GradScaler::load_state_dict(const StateDict& state) {
   const std::map<std::string, double> saved = state_numbers(state, state_dict_keys(), owner);
   auto whole = [&](const char* key) {
     const double value = saved.at(key);
-    MG_CHECK(value == std::floor(value) && value >= 0.0 && value < 9.0e15, "{}: '{}' must be a whole number >= 0, "
-             "got {}", owner, key, value);
+    MG_CHECK(value == std::floor(value) && value >= 0.0 && value < 9.0e15,
+             "{}: '{}' must be a whole number >= 0, "
+             "got {}",
+             owner, key, value);
     return static_cast<std::int64_t>(value);
   };
   GradScalerOptions options = options_;
@@ -211,8 +233,10 @@ void GradScaler::load_state_dict(const StateDict& state) {
   options.enabled = saved.at("enabled") != 0.0;
   check_options(options);
   const std::int64_t growth_tracker = whole("growth_tracker");
-  MG_CHECK(growth_tracker < options.growth_interval, "{}: inconsistent counters (growth_tracker {} must be below "
-           "growth_interval {})", owner, growth_tracker, options.growth_interval);
+  MG_CHECK(growth_tracker < options.growth_interval,
+           "{}: inconsistent counters (growth_tracker {} must be below "
+           "growth_interval {})",
+           owner, growth_tracker, options.growth_interval);
   options_ = options;
   const Device device = scale_.device();
   scale_ = full({}, options.init_scale, {.device = device});
@@ -222,8 +246,8 @@ void GradScaler::load_state_dict(const StateDict& state) {
 }
 
 const std::set<std::string>& GradScaler::state_dict_keys() {
-  static const std::set<std::string> keys{"scale", "growth_tracker", "growth_factor", "backoff_factor",
-                                          "growth_interval", "dynamic", "enabled"};
+  static const std::set<std::string> keys{"scale",           "growth_tracker", "growth_factor", "backoff_factor",
+                                          "growth_interval", "dynamic",        "enabled"};
   return keys;
 }
 

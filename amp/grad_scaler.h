@@ -58,7 +58,8 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;  // consecutive clean steps before the scale grows
   bool enabled = true;
-  bool dynamic = true;  // false: the scale stays init_scale (the paper's constant S); steps with inf/NaN are still skipped
+  bool dynamic =
+      true;  // false: the scale stays init_scale (the paper's constant S); steps with inf/NaN are still skipped
 };
 
 // What step() returns: whether the optimizer's update was applied. Reading it (the conversion to
@@ -135,7 +136,7 @@ class GradScaler {
 
   std::shared_ptr<dist::ProcessGroup> group_;
   GradScalerOptions options_;
-  Tensor scale_;           // f32 [], on the device of the loss it last scaled
+  Tensor scale_;  // f32 [], on the device of the loss it last scaled
   Tensor growth_tracker_;  // i32 [], beside it
   Tensor overflow_streak_;  // i32 [], beside it
   Tensor last_scale_;

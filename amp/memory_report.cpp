@@ -18,8 +18,9 @@ std::size_t grad_bytes(const std::vector<Tensor>& tensors) {
 std::string MemoryReport::describe() const {
   auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
   return fmt::format("parameters {:.2f} MiB, master weights {:.2f} MiB, gradients {:.2f} MiB, optimizer state "
-                     "{:.2f} MiB, saved activations {:.2f} MiB; total {:.2f} MiB", mib(parameters),
-                     mib(master_weights), mib(gradients), mib(optimizer_state), mib(saved_activations), mib(total()));
+                     "{:.2f} MiB, saved activations {:.2f} MiB; total {:.2f} MiB",
+                     mib(parameters), mib(master_weights), mib(gradients), mib(optimizer_state), mib(saved_activations),
+                     mib(total()));
 }
 
 MemoryReport memory_report(const optim::Optimizer& optimizer) {

@@ -13,10 +13,10 @@
 namespace mg::amp {
 
 struct MemoryReport {
-  std::size_t parameters = 0;         // the model's parameters, in their storage dtype
-  std::size_t master_weights = 0;     // f32 master copies (the optimizer's master_weights)
-  std::size_t gradients = 0;          // .grad of the parameters and of the masters
-  std::size_t optimizer_state = 0;    // momentum buffers, moments
+  std::size_t parameters = 0;  // the model's parameters, in their storage dtype
+  std::size_t master_weights = 0;  // f32 master copies (the optimizer's master_weights)
+  std::size_t gradients = 0;  // .grad of the parameters and of the masters
+  std::size_t optimizer_state = 0;  // momentum buffers, moments
   std::size_t saved_activations = 0;  // tensors this thread's tape keeps for backward
   std::size_t total() const { return parameters + master_weights + gradients + optimizer_state + saved_activations; }
   std::string describe() const;  // one line in MiB

@@ -23,12 +23,9 @@ std::vector<Recipe> recipes() {
   using enum LossScaling;
   using enum DType;
   return {
-      make("fp32", F32, std::nullopt, false, None),
-      make("mixed_float16", F32, F16, false, Dynamic),
-      make("mixed_bfloat16", F32, BF16, false, None),
-      make("float16_master", F16, F16, true, Dynamic),
-      make("float16_pure", F16, F16, false, None),
-      make("bfloat16_pure", BF16, BF16, false, None),
+      make("fp32", F32, std::nullopt, false, None),   make("mixed_float16", F32, F16, false, Dynamic),
+      make("mixed_bfloat16", F32, BF16, false, None), make("float16_master", F16, F16, true, Dynamic),
+      make("float16_pure", F16, F16, false, None),    make("bfloat16_pure", BF16, BF16, false, None),
   };
 }
 
@@ -66,7 +63,7 @@ GradScaler Recipe::make_scaler(GradScalerOptions options) const {
 }
 
 std::string Recipe::describe() const {
-  const char* scaling = loss_scaling == LossScaling::Dynamic ? "dynamic loss scaling"
+  const char* scaling = loss_scaling == LossScaling::Dynamic  ? "dynamic loss scaling"
                         : loss_scaling == LossScaling::Static ? "static loss scale"
                                                               : "no loss scaling";
   std::string region = autocast_dtype ? fmt::format("autocast {}", *autocast_dtype) : "no autocast";

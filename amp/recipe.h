@@ -39,7 +39,7 @@ struct Recipe {
   std::string name;
   DType parameter_dtype = DType::F32;  // how the model stores its parameters
   std::optional<DType> autocast_dtype;  // the autocast region's dtype; none: no casting
-  bool master_weights = false;          // the optimizer keeps an f32 master of each parameter (optim/optimizer.h)
+  bool master_weights = false;  // the optimizer keeps an f32 master of each parameter (optim/optimizer.h)
   LossScaling loss_scaling = LossScaling::None;
   double static_scale = 1024.0;  // S for LossScaling::Static (the paper's constant scale)
 

@@ -62,7 +62,8 @@ void ScaleMonitor::record(double scale, bool skipped, const optim::Optimizer* op
       "scale {}{}. When overflows persist as the scale shrinks, the inf/NaN comes from the model itself (a NaN in "
       "the data or the forward pass, a learning rate that diverged), not from the scaling: run a step under "
       "amp::OverflowDetector to find the first op that produced it.",
-      consecutive_skips_, scale, options_.min_scale > 0.0 && scale <= options_.min_scale ? " (its floor, min_scale)" : "");
+      consecutive_skips_, scale,
+      options_.min_scale > 0.0 && scale <= options_.min_scale ? " (its floor, min_scale)" : "");
   if (options_.error_on_collapse) throw Error(message);
   warn(message);
 }
@@ -97,7 +98,8 @@ void ScaleMonitor::load_state_dict(const StateDict& state) {
   MG_CHECK(streak >= 0 && streak < options.hysteresis && skipped >= 0 && consecutive >= 0 && skipped <= steps &&
                consecutive <= skipped && last_overflow < steps,
            "{}: inconsistent counters (overflow_streak {}, steps {}, skipped_steps {}, consecutive_skips {}, "
-           "last_overflow_step {})", owner, streak, steps, skipped, consecutive, last_overflow);
+           "last_overflow_step {})",
+           owner, streak, steps, skipped, consecutive, last_overflow);
   options_ = options;
   scaler_.set_limits(options.hysteresis, options.min_scale, options.max_scale);
   scaler_.set_overflow_streak(streak);

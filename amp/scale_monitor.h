@@ -39,11 +39,11 @@
 namespace mg::amp {
 
 struct ScaleMonitorOptions {
-  double min_scale = 0.0;      // the backoff stops here; 0 means no floor (PyTorch)
+  double min_scale = 0.0;  // the backoff stops here; 0 means no floor (PyTorch)
   double max_scale = FLT_MAX;  // growth stops before passing this
-  std::int64_t hysteresis = 1;           // consecutive overflowing steps before one backoff
+  std::int64_t hysteresis = 1;  // consecutive overflowing steps before one backoff
   std::int64_t collapse_patience = 100;  // consecutive skipped steps that raise the alarm; 0: never
-  bool error_on_collapse = false;        // the alarm throws mg::Error instead of warning
+  bool error_on_collapse = false;  // the alarm throws mg::Error instead of warning
 };
 
 // One step: the scale it used and whether it was skipped.

@@ -10,10 +10,10 @@ namespace mg {
 namespace {
 
 struct CacheEntry {
-  Tensor source;                   // kept alive so its id cannot be reused while the entry exists
+  Tensor source;  // kept alive so its id cannot be reused while the entry exists
   std::weak_ptr<Storage> storage;  // the data the cast was made from (weak: no address reuse)...
-  std::uint64_t version;      // ...and its version then
-  std::uint64_t generation;   // the tape the cast's node lives on
+  std::uint64_t version;  // ...and its version then
+  std::uint64_t generation;  // the tape the cast's node lives on
   Tensor cast;
 };
 // key: source id, target dtype, grad mode at the time of the cast
@@ -62,7 +62,8 @@ Tensor cast_to(const Tensor& x, DType dtype) {
 Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled), previous_dtype_(state.dtype) {
   MG_CHECK(!enabled || is_low_precision(dtype),
            "mg::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
-           "(or Autocast(dtype, /*enabled=*/false))", dtype);
+           "(or Autocast(dtype, /*enabled=*/false))",
+           dtype);
   state.enabled = enabled;
   if (enabled) state.dtype = state.last_region = dtype;
   ++state.depth;
@@ -81,8 +82,10 @@ DType last_autocast_dtype() { return state.last_region; }
 void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
   using enum CastPolicy;
   if (!state.enabled || policy == InputDtype) return;
-  MG_CHECK(policy != Banned, "{} is banned under mg::Autocast. (If its inputs are known to be safe, run it inside "
-           "mg::Autocast(dtype, /*enabled=*/false).)", op_name);
+  MG_CHECK(policy != Banned,
+           "{} is banned under mg::Autocast. (If its inputs are known to be safe, run it inside "
+           "mg::Autocast(dtype, /*enabled=*/false).)",
+           op_name);
 
   const DType region = state.dtype;
   DType widest = region;
@@ -90,7 +93,8 @@ void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>
     if (!x.defined() || !castable(x.dtype())) continue;
     MG_CHECK(x.dtype() == DType::F32 || x.dtype() == region,
              "{} under mg::Autocast({}): an input is {}; f16 and bf16 do not mix. Cast it with mg::cast, or "
-             "use a {} region", op_name, region, x.dtype(), x.dtype());
+             "use a {} region",
+             op_name, region, x.dtype(), x.dtype());
     if (x.dtype() == DType::F32) widest = DType::F32;
   }
   DType target = region;
@@ -103,8 +107,10 @@ void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>
 
 void autocast_inputs(Op op, std::vector<Tensor>& inputs) {
   if (!state.enabled) return;
-  MG_CHECK(cast_policy(op) != CastPolicy::Banned, "{} is banned under mg::Autocast: {}. (If its inputs are "
-           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)", op, op_row(op).reason);
+  MG_CHECK(cast_policy(op) != CastPolicy::Banned,
+           "{} is banned under mg::Autocast: {}. (If its inputs are "
+           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)",
+           op, op_row(op).reason);
   autocast_inputs(cast_policy(op), qualified_name(op), inputs);
 }
 

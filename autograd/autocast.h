@@ -49,7 +49,7 @@ class Autocast {
 };
 
 bool autocast_enabled();  // is this thread inside an enabled region?
-DType autocast_dtype();   // the innermost region's dtype (F16 outside any region)
+DType autocast_dtype();  // the innermost region's dtype (F16 outside any region)
 DType last_autocast_dtype();  // the dtype of this thread's most recent enabled region (F16 before any)
 
 // What an op calls first: its inputs, cast per the op's row of kOps. Outside a region the inputs

@@ -87,10 +87,12 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = autocast_inputs(Op::Div, a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Div, Op::Div, a, b);
-  record(Op::Div, {a, b}, out, [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
-    return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
-                 grad_for(needs, 1, b.get().shape(), [&] { return ternary_grad(TernaryOp::DivisorGrad, g, out, b); })};
-  });
+  record(Op::Div, {a, b}, out,
+         [a_shape = a.shape(), b = Saved(b), out = Saved(out)](const Tensor& g, const auto& needs) {
+           return Grads{grad_for(needs, 0, a_shape, [&] { return div(g, b); }),
+                        grad_for(needs, 1, b.get().shape(),
+                                 [&] { return ternary_grad(TernaryOp::DivisorGrad, g, out, b); })};
+         });
   return out;
 }
 
@@ -98,13 +100,13 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
   auto [base, exponent] = autocast_inputs(Op::Pow, base_in, exponent_in);
   Tensor out = binary_forward(BinaryOp::Pow, Op::Pow, base, exponent);
-  record(Op::Pow, {base, exponent}, out, [base = Saved(base), exponent = Saved(exponent)](const Tensor& g,
-                                                                                       const auto& needs) {
-    return Grads{
-        grad_for(needs, 0, base.get().shape(), [&] { return ternary_grad(TernaryOp::PowBaseGrad, g, base, exponent); }),
-        grad_for(needs, 1, exponent.get().shape(),
-                 [&] { return ternary_grad(TernaryOp::PowExponentGrad, g, base, exponent); })};
-  });
+  record(Op::Pow, {base, exponent}, out,
+         [base = Saved(base), exponent = Saved(exponent)](const Tensor& g, const auto& needs) {
+           return Grads{grad_for(needs, 0, base.get().shape(),
+                                 [&] { return ternary_grad(TernaryOp::PowBaseGrad, g, base, exponent); }),
+                        grad_for(needs, 1, exponent.get().shape(),
+                                 [&] { return ternary_grad(TernaryOp::PowExponentGrad, g, base, exponent); })};
+         });
   return out;
 }
 
@@ -125,18 +127,20 @@ Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
   check::floating(op, a);
   check::same_dtype(op, a, b);
   // Any mask the kernel reads exactly: i32, or floating (f64 only with f64 values, whose compute type it is).
-  MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
+  MG_CHECK(mask.dtype() == DType::I32 ||
+               (is_floating(mask.dtype()) && (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
            "{}: the mask must be i32 or floating (f64 only with f64 values), got {} with {} values", op, mask.dtype(),
            a.dtype());
-  Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), qualified_name(op)), b.shape(), qualified_name(op));
+  Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), qualified_name(op)), b.shape(),
+                                 qualified_name(op));
   Tensor out = Tensor::empty(shape, check::like(a));
   kernels::ternary(TernaryOp::Where, mask, a, b, out);
-  record(op, {mask, a, b}, out, [mask = Saved(mask), a_shape = a.shape(), b_shape = b.shape()](
-                                         const Tensor& g, const auto& needs) {
-    Tensor zero = zeros({}, check::like(g));
-    return Grads{Tensor(), grad_for(needs, 1, a_shape, [&] { return where(mask, g, zero); }),
-                 grad_for(needs, 2, b_shape, [&] { return where(mask, zero, g); })};
-  });
+  record(op, {mask, a, b}, out,
+         [mask = Saved(mask), a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
+           Tensor zero = zeros({}, check::like(g));
+           return Grads{Tensor(), grad_for(needs, 1, a_shape, [&] { return where(mask, g, zero); }),
+                        grad_for(needs, 2, b_shape, [&] { return where(mask, zero, g); })};
+         });
   return out;
 }
 

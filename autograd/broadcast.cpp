@@ -15,14 +15,12 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   constexpr Op op = Op::BroadcastTo;
   check::floating(op, x);
   check_shape(shape, qualified_name(op));
-  MG_CHECK(broadcast_shapes(x.shape(), shape, qualified_name(op)) == shape, "{}: shape {} cannot be broadcast to {}", op, x.shape(),
-           shape);
+  MG_CHECK(broadcast_shapes(x.shape(), shape, qualified_name(op)) == shape, "{}: shape {} cannot be broadcast to {}",
+           op, x.shape(), shape);
   if (x.shape() == shape) return x;
   Tensor out = Tensor::empty(shape, check::like(x));
   kernels::unary(kernels::UnaryOp::Copy, x, out);
-  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
-    return Grads{sum_to(g, x_shape)};
-  });
+  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) { return Grads{sum_to(g, x_shape)}; });
   return out;
 }
 
@@ -52,9 +50,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   }
   Tensor out = Tensor::empty(shape, check::like(x));
   kernels::cast(sum, out);
-  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
-    return Grads{broadcast_to(g, x_shape)};
-  });
+  record(op, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) { return Grads{broadcast_to(g, x_shape)}; });
   return out;
 }
 

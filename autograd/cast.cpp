@@ -24,17 +24,17 @@ Tensor to_device(const Tensor& x, Device device) {
   constexpr Op op = Op::ToDevice;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   if (x.device() == device) return x;
-  MG_CHECK(x.dtype() != DType::F64, "{}: f64 lives on the CPU only (the reference precision); cast the {} tensor "
-           "to f32 first to move it to {}", op, x.shape(), device);
+  MG_CHECK(x.dtype() != DType::F64,
+           "{}: f64 lives on the CPU only (the reference precision); cast the {} tensor "
+           "to f32 first to move it to {}",
+           op, x.shape(), device);
   check_device_available(device, fmt::format("{}: cannot move {} {} to {}", op, x.shape(), x.dtype(), device));
   Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = device});
   kernels::copy_between_devices(x, out);
   // Indices uploaded from host data stay checkable on the host (core/storage.h, check::index_values).
   if (x.dtype() == DType::I32 && x.device().is_cpu()) out.impl().storage->keep_host_values(x.to_vector<std::int32_t>());
   if (is_floating(x.dtype())) {
-    record(op, {x}, out, [source = x.device()](const Tensor& g, const auto&) {
-      return Grads{to_device(g, source)};
-    });
+    record(op, {x}, out, [source = x.device()](const Tensor& g, const auto&) { return Grads{to_device(g, source)}; });
   }
   return out;
 }

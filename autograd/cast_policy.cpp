@@ -6,11 +6,16 @@ namespace mg {
 
 std::string_view policy_name(CastPolicy policy) {
   switch (policy) {
-    case CastPolicy::LowerPrecision: return "lower_precision";
-    case CastPolicy::Float32: return "float32";
-    case CastPolicy::Promote: return "promote";
-    case CastPolicy::Banned: return "banned";
-    case CastPolicy::InputDtype: return "input_dtype";
+    case CastPolicy::LowerPrecision:
+      return "lower_precision";
+    case CastPolicy::Float32:
+      return "float32";
+    case CastPolicy::Promote:
+      return "promote";
+    case CastPolicy::Banned:
+      return "banned";
+    case CastPolicy::InputDtype:
+      return "input_dtype";
   }
   return "unknown";
 }

@@ -34,10 +34,14 @@
 // X(Op, name, policy, why): the ops that are not pointwise (kernels/pointwise.h has those).
 #define MG_OPS(X) \
   /* lower precision: the matrix products */ \
-  X(MatMul, matmul, LowerPrecision, "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)") \
-  X(Linear, linear, LowerPrecision, "x W^T + b, one GEMM with the bias in its epilogue: the bias is cast too, so the output stays low precision") \
-  X(LstmRecurrence, lstm_recurrence, LowerPrecision, "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside. Unlike PyTorch's LSTM (f16 out) it returns h and c in f32, the dtype of nn::LSTM's f32 state: a cell state carried over hundreds of steps stays f32 between steps, as cuDNN keeps it inside, and each f16 GEMM casts its own operand") \
-  X(Conv2d, conv2d, LowerPrecision, "a GEMM over image patches, like matmul (nn::Conv2d); the bias, and each pixel's window gradients, add up in f32 before the one rounding") \
+  X(MatMul, matmul, LowerPrecision, \
+    "a GEMM: f16 products are exact in f32 and accumulate in f32 (Linear, bmm, LSTM and attention GEMMs)") \
+  X(Linear, linear, LowerPrecision, \
+    "x W^T + b, one GEMM with the bias in its epilogue: the bias is cast too, so the output stays low precision") \
+  X(LstmRecurrence, lstm_recurrence, LowerPrecision, \
+    "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside. Unlike PyTorch's LSTM (f16 out) it returns h and c in f32, the dtype of nn::LSTM's f32 state: a cell state carried over hundreds of steps stays f32 between steps, as cuDNN keeps it inside, and each f16 GEMM casts its own operand") \
+  X(Conv2d, conv2d, LowerPrecision, \
+    "a GEMM over image patches, like matmul (nn::Conv2d); the bias, and each pixel's window gradients, add up in f32 before the one rounding") \
   /* f32: range, long sums, cancellation */ \
   X(Pow, pow, Float32, "powers leave f16's range quickly") \
   X(RDiv, rdiv, Float32, "s / x (a reciprocal) overflows f16 for |x| < s / 65504") \
@@ -47,11 +51,14 @@
   X(BinaryCrossEntropyWithLogits, binary_cross_entropy_with_logits, Float32, "logs and a mean over the batch") \
   X(MseLoss, mse_loss, Float32, "squares overflow f16 above 256 and the mean sums many terms") \
   X(Sum, sum, Float32, "a long sum: f16 loses everything below 2^-11 of the running total") \
-  X(Mean, mean, Float32, "a long sum, then a division. Unlike PyTorch's autocast (mean is on none of its lists: f16 in, f32 sum inside, f16 out) it returns f32: a mean is mostly a loss or a statistic, and rounding it to f16 would cost 2^-11 of it before the f32 ops that use it") \
+  X(Mean, mean, Float32, \
+    "a long sum, then a division. Unlike PyTorch's autocast (mean is on none of its lists: f16 in, f32 sum inside, f16 out) it returns f32: a mean is mostly a loss or a statistic, and rounding it to f16 would cost 2^-11 of it before the f32 ops that use it") \
   X(LayerNorm, layer_norm, Float32, "mean and variance of a row: a sum of squares with cancellation") \
-  X(BatchNorm, batch_norm, Float32, "batch statistics: sums of squares over the batch. Unlike PyTorch's autocast (batch_norm is on none of its lists: cuDNN takes and returns f16) it returns f32, as layer_norm does in both: it is made of f32 ops, not one fused kernel that could round its output, and the next GEMM casts it to f16 anyway") \
+  X(BatchNorm, batch_norm, Float32, \
+    "batch statistics: sums of squares over the batch. Unlike PyTorch's autocast (batch_norm is on none of its lists: cuDNN takes and returns f16) it returns f32, as layer_norm does in both: it is made of f32 ops, not one fused kernel that could round its output, and the next GEMM casts it to f16 anyway") \
   X(LogSumExp, logsumexp, Float32, "a sum of exponentials, as softmax's") \
-  X(Var, var, Float32, "a sum of squares after subtracting the mean: squares overflow f16 above 256, and cancellation") \
+  X(Var, var, Float32, \
+    "a sum of squares after subtracting the mean: squares overflow f16 above 256, and cancellation") \
   X(Std, std, Float32, "the square root of var, computed as var is") \
   /* promote: combining tensors of both kinds */ \
   X(Add, add, Promote, "f32 + f16 (a residual connection) must not round the f32 side") \
@@ -64,7 +71,8 @@
   X(Maximum, maximum, Promote, "as add: picks a value of either input, so both must share one dtype") \
   X(Minimum, minimum, Promote, "as maximum") \
   /* banned: unsafe in f16, with a safe form */ \
-  X(BinaryCrossEntropy, binary_cross_entropy, Banned, "log of probabilities near 0 or 1 is lost in f16; use mg::binary_cross_entropy_with_logits on the logits instead (stable, and computed in f32)") \
+  X(BinaryCrossEntropy, binary_cross_entropy, Banned, \
+    "log of probabilities near 0 or 1 is lost in f16; use mg::binary_cross_entropy_with_logits on the logits instead (stable, and computed in f32)") \
   /* input dtype: safe in f16 (bounded, or exact), or moving data without arithmetic */ \
   X(Max, max, InputDtype, "selects a value, sums none") \
   X(Argmax, argmax, InputDtype, "an index: no arithmetic on the values") \
@@ -88,9 +96,7 @@ namespace mg {
 
 #define MG_OP_ENUMERATOR(enumerator, name, policy, why) enumerator,
 enum class Op : std::uint8_t {
-  MG_OPS(MG_OP_ENUMERATOR)
-  MG_POINTWISE_OPS(MG_OP_ENUMERATOR)
-  MG_POINTWISE_OPS_WITH_PARAMETERS(MG_OP_ENUMERATOR)
+  MG_OPS(MG_OP_ENUMERATOR) MG_POINTWISE_OPS(MG_OP_ENUMERATOR) MG_POINTWISE_OPS_WITH_PARAMETERS(MG_OP_ENUMERATOR)
 };
 #undef MG_OP_ENUMERATOR
 
@@ -105,11 +111,8 @@ struct OpRow {
 
 // Row i describes the i-th enumerator, so a lookup is an index and no op can lack a row.
 #define MG_OP_ROW(enumerator, name, policy, why) OpRow{Op::enumerator, #name, CastPolicy::policy, why},
-inline constexpr std::array kOps{
-    MG_OPS(MG_OP_ROW)
-    MG_POINTWISE_OPS(MG_OP_ROW)
-    MG_POINTWISE_OPS_WITH_PARAMETERS(MG_OP_ROW)
-};
+inline constexpr std::array kOps{MG_OPS(MG_OP_ROW) MG_POINTWISE_OPS(MG_OP_ROW)
+                                     MG_POINTWISE_OPS_WITH_PARAMETERS(MG_OP_ROW)};
 #undef MG_OP_ROW
 
 constexpr const OpRow& op_row(Op op) { return kOps[static_cast<std::size_t>(op)]; }

@@ -25,8 +25,8 @@ std::vector<std::int32_t> index_values(const Tensor& indices);
 
 // The geometry of a square-strided window over x [batch, channels, height, width] (conv and pooling):
 // x is 4-D, kernel >= 1, stride >= 1, padding >= 0, and the kernel fits in the padded input.
-kernels::Window2d window2d(Op op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w,
-                           std::int64_t stride, std::int64_t padding);
+kernels::Window2d window2d(Op op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride,
+                           std::int64_t padding);
 
 // Output options for a result like `t`: same dtype and device.
 inline TensorOptions like(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }

@@ -69,7 +69,8 @@ Tensor convolution_rows(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 // y = x * W + bias on the implicit path (the top of this file), recorded as one op. Saves x and W.
-Tensor convolution_implicit(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::Window2d& window) {
+Tensor convolution_implicit(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const kernels::Window2d& window) {
   const std::int64_t out_channels = weight.size(0);
   Tensor y = Tensor::empty({window.batch, out_channels, window.out_h(), window.out_w()}, check::like(x));
   kernels::conv2d_forward(x, weight, bias, window, y);
@@ -99,7 +100,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   MG_CHECK(weight_in.defined() && weight_in.dim() == 4,
            "{}: the weight must be [out_channels, in_channels, kernel_h, kernel_w], got {}", op,
            weight_in.defined() ? weight_in.shape() : Shape{});
-  kernels::Window2d window = check::window2d(op, x_in, weight_in.size(2), weight_in.size(3), options.stride, options.padding);
+  kernels::Window2d window = check::window2d(op, x_in, weight_in.size(2), weight_in.size(3), options.stride,
+                                             options.padding);
   MG_CHECK(x_in.size(1) == weight_in.size(1), "{}: the input has {} channels but the weight {} expects {}", op,
            x_in.size(1), weight_in.shape(), weight_in.size(1));
   const std::int64_t out_channels = weight_in.size(0);

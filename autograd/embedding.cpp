@@ -27,22 +27,24 @@ Tensor embedding(const Tensor& weight_in, const Tensor& indices, std::optional<s
   // (check::index_values), a read from the device otherwise.
   const std::vector<std::int32_t> index = check::index_values(indices);
   for (std::int64_t i = 0; i < indices.numel(); ++i)
-    MG_CHECK(index[i] >= 0 && index[i] < rows, "{}: index {} at position {} is out of range for {} embeddings "
-             "(valid: 0..{})", op, index[i], i, rows, rows - 1);
+    MG_CHECK(index[i] >= 0 && index[i] < rows,
+             "{}: index {} at position {} is out of range for {} embeddings "
+             "(valid: 0..{})",
+             op, index[i], i, rows, rows - 1);
 
   Shape shape = indices.shape();
   shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(shape, check::like(weight));
   kernels::gather_rows(weight, indices, out);
-  record(op, {weight, indices}, out, [weight_shape = weight.shape(), indices = Saved(indices), padding_row](
-                                                  const Tensor& g, const auto&) {
-    Tensor dweight = Tensor::empty(weight_shape, check::like(g));
-    kernels::scatter_add_rows(g, indices, dweight);
-    if (padding_row >= 0) {
-      kernels::copy_along_dim(zeros({1, weight_shape[1]}, check::like(g)), 0, dweight, padding_row, 0, 1);
-    }
-    return Grads{dweight, Tensor()};
-  });
+  record(op, {weight, indices}, out,
+         [weight_shape = weight.shape(), indices = Saved(indices), padding_row](const Tensor& g, const auto&) {
+           Tensor dweight = Tensor::empty(weight_shape, check::like(g));
+           kernels::scatter_add_rows(g, indices, dweight);
+           if (padding_row >= 0) {
+             kernels::copy_along_dim(zeros({1, weight_shape[1]}, check::like(g)), 0, dweight, padding_row, 0, 1);
+           }
+           return Grads{dweight, Tensor()};
+         });
   return out;
 }
 

@@ -71,8 +71,8 @@ GradcheckResult gradcheck(const std::string& name, const std::function<Tensor(co
     result.passed = result.passed && ok;
     result.max_error = std::max(result.max_error, worst);
     result.report += fmt::format(
-        "gradcheck {}: input {} (shape {}): worst element {}: expected {:.10g}, got {:.10g}, error {:.3g} ({})\n",
-        name, i, input.shape(), worst_at, worst_expected, worst_got, worst,
+        "gradcheck {}: input {} (shape {}): worst element {}: expected {:.10g}, got {:.10g}, error {:.3g} ({})\n", name,
+        i, input.shape(), worst_at, worst_expected, worst_got, worst,
         ok ? "ok" : fmt::format("above tolerance {:.3g}", options.tolerance));
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {

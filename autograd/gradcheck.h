@@ -22,9 +22,9 @@
 namespace mg {
 
 struct GradcheckOptions {
-  double step = 1e-6;        // h
-  double tolerance = 1e-6;   // largest accepted error
-  std::uint64_t seed = 0;    // for the weights w
+  double step = 1e-6;  // h
+  double tolerance = 1e-6;  // largest accepted error
+  std::uint64_t seed = 0;  // for the weights w
 };
 
 struct GradcheckResult {

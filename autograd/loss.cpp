@@ -66,13 +66,17 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropy
   const Tensor logits = autocast_input(op, logits_in);
   check::same_device(op, {logits, labels});
   check::floating(op, logits);
-  MG_CHECK(logits.dim() == 2, "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
-           "[batch * time, classes])", op, logits.shape());
+  MG_CHECK(logits.dim() == 2,
+           "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
+           "[batch * time, classes])",
+           op, logits.shape());
   // i32 is mixgrad's one integer dtype: it holds any class index, so PyTorch's int64 labels are
   // i32 here (randint makes i32; from_vector takes .dtype = DType::I32).
-  MG_CHECK(labels.dtype() == DType::I32, "{}: labels must be i32 class indices, got {}; make them with "
+  MG_CHECK(labels.dtype() == DType::I32,
+           "{}: labels must be i32 class indices, got {}; make them with "
            "{{.dtype = DType::I32}} or convert with labels.to(DType::I32) (mixgrad has no int64: PyTorch's int64 "
-           "labels are i32 here); for probabilities as targets there is no op yet", op, labels.dtype());
+           "labels are i32 here); for probabilities as targets there is no op yet",
+           op, labels.dtype());
   MG_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
            "{}: labels must be [rows] = [{}] to match logits {}, got shape {}", op, logits.size(0), logits.shape(),
            labels.shape());
@@ -126,8 +130,10 @@ Tensor mse_loss(const Tensor& prediction_in, const Tensor& target_in, Reduction 
   MG_CHECK(prediction.shape() == target.shape(),
            "{}: prediction {} and target {} must have the same shape (no broadcasting: it hides bugs)", op,
            prediction.shape(), target.shape());
-  MG_CHECK(reduction != Reduction::Mean || prediction.numel() > 0, "{}: the mean over an empty tensor (shape {}) is "
-           "undefined", op, prediction.shape());
+  MG_CHECK(reduction != Reduction::Mean || prediction.numel() > 0,
+           "{}: the mean over an empty tensor (shape {}) is "
+           "undefined",
+           op, prediction.shape());
   const DType compute = prediction.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor diff = sub(cast(prediction, compute), cast(target, compute));
   Tensor squared = mul(diff, diff);
@@ -148,8 +154,8 @@ Tensor binary_loss(Op op, const Tensor& x_in, const Tensor& t_in, Reduction redu
   check::same_device(op, {x_cast, t_cast});
   check::floating(op, x_cast);
   check::same_dtype(op, x_cast, t_cast);
-  MG_CHECK(x_cast.shape() == t_cast.shape(), "{}: input {} and targets {} must have the same shape", op,
-           x_cast.shape(), t_cast.shape());
+  MG_CHECK(x_cast.shape() == t_cast.shape(), "{}: input {} and targets {} must have the same shape", op, x_cast.shape(),
+           t_cast.shape());
   MG_CHECK(reduction != Reduction::Mean || x_cast.numel() > 0, "{}: the mean over an empty tensor is undefined", op);
   const DType compute = x_cast.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor per_element, reduced, x, t;
@@ -158,26 +164,29 @@ Tensor binary_loss(Op op, const Tensor& x_in, const Tensor& t_in, Reduction redu
     x = cast(x_cast, compute);
     t = cast(t_cast, compute);
     per_element = element_loss(x, t);
-    reduced = reduction == Reduction::Mean ? mean(per_element) : reduction == Reduction::Sum ? sum(per_element)
-                                                                                             : per_element;
+    reduced = reduction == Reduction::Mean  ? mean(per_element)
+              : reduction == Reduction::Sum ? sum(per_element)
+                                            : per_element;
   }
   Tensor loss = cast(reduced.detach(), x_cast.dtype()).detach();
   const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(x.numel()) : 1.0;
-  record(op, {x_cast, t_cast}, loss, [x = Saved(x), t = Saved(t), scale, element_grads, x_dtype = x_cast.dtype()](
-                                           const Tensor& g, const auto& needs) {
-    Tensor weight = mul(cast(g, x.get().dtype()), scale);  // a scalar, or one weight per element
-    Grads grads = element_grads(x, t, needs);
-    for (Tensor& grad : grads)
-      if (grad.defined()) grad = cast(mul(grad, weight), x_dtype);
-    return grads;
-  });
+  record(op, {x_cast, t_cast}, loss,
+         [x = Saved(x), t = Saved(t), scale, element_grads, x_dtype = x_cast.dtype()](const Tensor& g,
+                                                                                      const auto& needs) {
+           Tensor weight = mul(cast(g, x.get().dtype()), scale);  // a scalar, or one weight per element
+           Grads grads = element_grads(x, t, needs);
+           for (Tensor& grad : grads)
+             if (grad.defined()) grad = cast(mul(grad, weight), x_dtype);
+           return grads;
+         });
   return loss;
 }
 
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, Reduction reduction) {
-  return binary_loss(Op::BinaryCrossEntropy, probabilities, targets, reduction,
+  return binary_loss(
+      Op::BinaryCrossEntropy, probabilities, targets, reduction,
       [](const Tensor& p, const Tensor& t) {
         const double inf = std::numeric_limits<double>::infinity();
         Tensor log_p = clamp(log(p), -100.0, inf), log_q = clamp(log(rsub(1.0, p)), -100.0, inf);
@@ -191,7 +200,8 @@ Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, 
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction) {
-  return binary_loss(Op::BinaryCrossEntropyWithLogits, logits, targets, reduction,
+  return binary_loss(
+      Op::BinaryCrossEntropyWithLogits, logits, targets, reduction,
       [](const Tensor& x, const Tensor& t) { return add(sub(relu(x), mul(x, t)), log(add(exp(neg(abs(x))), 1.0))); },
       [](const Tensor& x, const Tensor& t, const std::vector<bool>& needs) {
         return Grads{needs[0] ? sub(sigmoid(x), t) : Tensor(), needs[1] ? neg(x) : Tensor()};

@@ -57,14 +57,15 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
   check::same_dtype(op, h0, c0);
   const DType X = gates_x.dtype(), S = h0.dtype();
   const DType C = X == DType::F64 ? DType::F64 : DType::F32;
-  MG_CHECK(S == X || (S == DType::F32 && C == DType::F32), "{}: the state (h0, c0) must have the gates' dtype ({}) or f32 (with f16/bf16 gates), got {}", op, X, S);
+  MG_CHECK(S == X || (S == DType::F32 && C == DType::F32),
+           "{}: the state (h0, c0) must have the gates' dtype ({}) or f32 (with f16/bf16 gates), got {}", op, X, S);
   MG_CHECK(bias_hh.dtype() == X || (bias_hh.dtype() == DType::F32 && C == DType::F32),
            "{}: bias_hh must have the gates' dtype ({}) or f32 (with f16/bf16 gates), got {}", op, X, bias_hh.dtype());
 
   const TensorOptions in_c{.dtype = C, .device = h0.device()};
   Tensor out = Tensor::empty({T, B, 2 * H}, check::like(h0));
   Tensor acts = Tensor::empty({T, B, 4 * H}, in_c);
-  Tensor cs = Tensor::empty({T, B, H}, in_c);                              // c_t as the next step reads it
+  Tensor cs = Tensor::empty({T, B, H}, in_c);  // c_t as the next step reads it
   Tensor h_prev = Tensor::empty({T, B, H}, {.dtype = X, .device = h0.device()});  // GEMM operand of step t
   Tensor c_first = Tensor::empty({B, H}, in_c);
   kernels::cast(c0, c_first);
@@ -82,13 +83,13 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
                             {.m = B, .n = 4 * H, .k = H, .transpose_b = true});
     Tensor acts_t = step(acts, t, B, 4 * H), c_t = step(cs, t, B, H), out_t = step(out, t, B, 2 * H);
     Tensor h_x = t + 1 < T ? step(h_prev, t + 1, B, H) : h_next;
-    kernels::lstm_cell(step(gates_x, t, B, 4 * H), rec, bias_hh, t == 0 ? c_first : step(cs, t - 1, B, H), acts_t,
-                       c_t, out_t, h_x);
+    kernels::lstm_cell(step(gates_x, t, B, 4 * H), rec, bias_hh, t == 0 ? c_first : step(cs, t - 1, B, H), acts_t, c_t,
+                       out_t, h_x);
   }
 
   record(op, {gates_x, weight_hh, bias_hh, h0, c0}, out,
-         [acts = Saved(acts), cs = Saved(cs), c_first = Saved(c_first), h_prev = Saved(h_prev), weight_hh = Saved(weight_hh),
-          bias_dtype = bias_hh.dtype(), T, B, H](const Tensor& g, const auto& needs) {
+         [acts = Saved(acts), cs = Saved(cs), c_first = Saved(c_first), h_prev = Saved(h_prev),
+          weight_hh = Saved(weight_hh), bias_dtype = bias_hh.dtype(), T, B, H](const Tensor& g, const auto& needs) {
            const Tensor& w = weight_hh;
            const DType X = w.dtype(), C = acts.get().dtype();
            const TensorOptions in_c{.dtype = C, .device = g.device()};

@@ -39,8 +39,10 @@ Tensor broadcast_batches(const Tensor& a, const Tensor& b, MatmulOptions options
   for (std::size_t i = 0; i < rank; ++i) {  // i counts from the right
     const std::int64_t da = i < a_batch.size() ? a_batch[a_batch.size() - 1 - i] : 1;
     const std::int64_t db = i < b_batch.size() ? b_batch[b_batch.size() - 1 - i] : 1;
-    MG_CHECK(da == db || da == 1 || db == 1, "{}: batch sizes differ and do not broadcast: {} and {} (the dims "
-             "before the last two must be equal or 1, aligned at the right)", Op::MatMul, a.shape(), b.shape());
+    MG_CHECK(da == db || da == 1 || db == 1,
+             "{}: batch sizes differ and do not broadcast: {} and {} (the dims "
+             "before the last two must be equal or 1, aligned at the right)",
+             Op::MatMul, a.shape(), b.shape());
     batch[rank - 1 - i] = da == 1 ? db : da;
   }
   Tensor c = matmul(to_flat_batch(a, batch), to_flat_batch(b, batch), options);
@@ -59,17 +61,21 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   check::floating(op, b);
   check::same_dtype(op, a, b);
   const bool ta = options.transpose_a, tb = options.transpose_b;
-  MG_CHECK(a.dim() >= 1 && b.dim() >= 1, "{}: needs operands of at least one dim, got shapes {} and {}; a 0-d "
-           "tensor multiplies with mg::mul", op, a.shape(), b.shape());
-  MG_CHECK((a.dim() > 1 || !ta) && (b.dim() > 1 || !tb), "{}: a 1-D operand takes no transpose flag (shapes {} "
-           "and {}, transpose_a {}, transpose_b {})", op, a.shape(), b.shape(), ta, tb);
+  MG_CHECK(a.dim() >= 1 && b.dim() >= 1,
+           "{}: needs operands of at least one dim, got shapes {} and {}; a 0-d "
+           "tensor multiplies with mg::mul",
+           op, a.shape(), b.shape());
+  MG_CHECK((a.dim() > 1 || !ta) && (b.dim() > 1 || !tb),
+           "{}: a 1-D operand takes no transpose flag (shapes {} "
+           "and {}, transpose_a {}, transpose_b {})",
+           op, a.shape(), b.shape(), ta, tb);
   // Checked on the shapes the caller passed, before any reshape below renames them.
   const std::int64_t k_of_a = a.dim() == 1 ? a.size(0) : ta ? a.size(-2) : a.size(-1);
   const std::int64_t k_of_b = b.dim() == 1 ? b.size(0) : tb ? b.size(-1) : b.size(-2);
   MG_CHECK(k_of_a == k_of_b,
            "{}: inner dimensions differ: {}{} has k = {} but {}{} has k = {}; the product needs op(a) [..., m, k] "
-           "and op(b) [..., k, n]", op, a.shape(), ta ? " (transposed)" : "", k_of_a, b.shape(),
-           tb ? " (transposed)" : "", k_of_b);
+           "and op(b) [..., k, n]",
+           op, a.shape(), ta ? " (transposed)" : "", k_of_a, b.shape(), tb ? " (transposed)" : "", k_of_b);
 
   // A vector: a row [1, k] on the left, a column [k, 1] on the right; that dim leaves the result.
   if (a.dim() == 1 || b.dim() == 1) {
@@ -107,10 +113,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   // Saves a and b (under autocast these are the f16 copies, half the memory of f32).
   record(op, {a, b}, c, [a = Saved(a), b = Saved(b), ta, tb](const Tensor& g, const auto& needs) {
     Tensor da, db;
-    if (needs[0]) da = ta ? matmul(b, g, {.transpose_a = tb, .transpose_b = true})    // dA = op(B) dC^T
-                          : matmul(g, b, {.transpose_a = false, .transpose_b = !tb});  // dA = dC op(B)^T
-    if (needs[1]) db = tb ? matmul(g, a, {.transpose_a = true, .transpose_b = ta})    // dB = dC^T op(A)
-                          : matmul(a, g, {.transpose_a = !ta, .transpose_b = false});  // dB = op(A)^T dC
+    if (needs[0])
+      da = ta ? matmul(b, g, {.transpose_a = tb, .transpose_b = true})  // dA = op(B) dC^T
+              : matmul(g, b, {.transpose_a = false, .transpose_b = !tb});  // dA = dC op(B)^T
+    if (needs[1])
+      db = tb ? matmul(g, a, {.transpose_a = true, .transpose_b = ta})  // dB = dC^T op(A)
+              : matmul(a, g, {.transpose_a = !ta, .transpose_b = false});  // dB = op(A)^T dC
     return Grads{da, db};
   });
   return c;

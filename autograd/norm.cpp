@@ -47,10 +47,12 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   constexpr Op op = Op::BatchNorm;
   check::floating(op, x_in);
   MG_CHECK(x_in.dim() >= 2, "{}: needs [batch, channels] or [batch, channels, ...], got {}", op, x_in.shape());
-  const std::int64_t batch = x_in.size(0), channels = x_in.size(1), spatial = x_in.numel() / std::max<std::int64_t>(
-                                                                                    batch * channels, 1);
+  const std::int64_t batch = x_in.size(0), channels = x_in.size(1),
+                     spatial = x_in.numel() / std::max<std::int64_t>(batch * channels, 1);
   const Shape per_channel{channels};
-  for (const auto& [name, t] : {std::pair{"weight", weight_in}, {"bias", bias_in}, {"running_mean", running_mean},
+  for (const auto& [name, t] : {std::pair{"weight", weight_in},
+                                {"bias", bias_in},
+                                {"running_mean", running_mean},
                                 {"running_var", running_var}})
     MG_CHECK(!t.defined() || t.shape() == per_channel, "{}: the {} must be [{}] (one per channel), got {}", op, name,
              channels, t.shape());
@@ -58,8 +60,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   MG_CHECK(options.training || running_mean.defined(),
            "{}: evaluation mode needs the running statistics; pass them or use training mode", op);
   const std::int64_t count = batch * spatial;
-  MG_CHECK(!options.training || count > 1, "{}: training needs more than one value per channel to compute a "
-           "variance, got input {}", op, x_in.shape());
+  MG_CHECK(!options.training || count > 1,
+           "{}: training needs more than one value per channel to compute a "
+           "variance, got input {}",
+           op, x_in.shape());
   MG_CHECK(options.momentum >= 0 && options.momentum <= 1 && options.eps >= 0,
            "{}: needs momentum in [0, 1] and eps >= 0, got {} and {}", op, options.momentum, options.eps);
   auto [x, weight, bias] = autocast_inputs(op, x_in, weight_in, bias_in);

@@ -43,13 +43,13 @@ Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
-Tensor abs(const Tensor& x);    // gradient sign(x), 0 at 0
+Tensor abs(const Tensor& x);  // gradient sign(x), 0 at 0
 Tensor clamp(const Tensor& x, double min, double max);  // gradient passes where min <= x <= max
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);   // gradient 0 at 0
-Tensor gelu(const Tensor& x);   // exact (erf) form
-Tensor silu(const Tensor& x);   // x * sigmoid(x) ("swish"), computed in f32 and rounded once
+Tensor relu(const Tensor& x);  // gradient 0 at 0
+Tensor gelu(const Tensor& x);  // exact (erf) form
+Tensor silu(const Tensor& x);  // x * sigmoid(x) ("swish"), computed in f32 and rounded once
 // x where x > 0, negative_slope * x elsewhere; the gradient is negative_slope at 0, as PyTorch's.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 
@@ -97,7 +97,7 @@ struct Conv2dOptions {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
 struct Pool2dOptions {
   std::int64_t kernel = 2;
-  std::int64_t stride = 0;   // 0: the kernel size (non-overlapping windows)
+  std::int64_t stride = 0;  // 0: the kernel size (non-overlapping windows)
   std::int64_t padding = 0;  // at most kernel / 2; never wins a max, counts as 0 in an average
 };
 Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});  // the gradient goes to the first maximum
@@ -110,7 +110,7 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});  // divides by k
 // or undefined; var is the biased (population) variance.
 Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
 struct BatchNormOptions {
-  bool training = true;   // batch statistics (and running-statistics updates) or the running ones
+  bool training = true;  // batch statistics (and running-statistics updates) or the running ones
   double momentum = 0.1;  // running = (1 - momentum) running + momentum batch (PyTorch's convention)
   double eps = 1e-5;
 };
@@ -126,14 +126,14 @@ Tensor dropout(const Tensor& x, double p, bool training);
 // ---- shapes (autograd/shape_ops.cpp, autograd/broadcast.cpp)
 Tensor reshape(const Tensor& x, const Shape& shape);  // one size may be -1; a view (shares data)
 Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);  // a copy
-Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);   // a copy: out dim d = x dim dims[d]
+Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);  // a copy: out dim d = x dim dims[d]
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim);
-Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim);       // a new dim of size tensors.size()
+Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim);  // a new dim of size tensors.size()
 // Elements [begin, end) along dim; begin/end may be negative (from the end). A view along dim 0.
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t end);
 Tensor clone(const Tensor& x);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);  // repeats size-1 and missing leading dims
-Tensor sum_to(const Tensor& x, const Shape& shape);        // the reverse: sums the repeated dims away
+Tensor sum_to(const Tensor& x, const Shape& shape);  // the reverse: sums the repeated dims away
 
 // ---- reductions (autograd/reduce.cpp); dims may be negative
 Tensor sum(const Tensor& x);  // of everything: a scalar (shape {})
@@ -205,7 +205,7 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim);
 enum class Reduction { Mean, Sum, None };
 struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;  // Mean divides by the rows whose label is not ignored
-  std::int64_t ignore_index = -100;       // rows with this label contribute nothing
+  std::int64_t ignore_index = -100;  // rows with this label contribute nothing
   // In [0, 1]: the target is (1 - label_smoothing) on the label plus label_smoothing / classes on
   // every class, so a row's loss is (1 - s) (-log p[label]) + s mean over classes of (-log p).
   double label_smoothing = 0.0;
@@ -222,8 +222,7 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduct
 // -(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch; math in f32 (f64 for f64),
 // the result in p's dtype. dp = (p - t) / max(p (1 - p), 1e-12); targets get no gradient.
 // Banned under mg::Autocast, like in PyTorch: the logits form below is the safe one.
-Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets,
-                            Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets, Reduction reduction = Reduction::Mean);
 // The same loss from logits x (p = sigmoid(x)), in the stable form max(x, 0) - x t + log(1 + exp(-|x|)):
 // no log of a rounded probability. dx = sigmoid(x) - t and dt = -x (times 1/n for the mean).
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,

@@ -16,7 +16,7 @@ using kernels::ReduceShape;
 // How a reduction along `dim` views the input, and the shape of its result.
 struct Plan {
   ReduceShape view;
-  Shape out_shape;   // as requested (keepdim or not)
+  Shape out_shape;  // as requested (keepdim or not)
   Shape kept_shape;  // with the reduced dim kept as 1: what backward broadcasts from
 };
 
@@ -24,11 +24,14 @@ Plan plan_all(const Tensor& x) { return {{1, x.numel(), 1}, {}, Shape(x.shape().
 
 Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, Op op) {
   const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), qualified_name(op)));
-  Plan plan{{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())}, x.shape(),
+  Plan plan{{product(x.shape(), 0, d), x.shape()[d], product(x.shape(), d + 1, x.shape().size())},
+            x.shape(),
             x.shape()};
   plan.kept_shape[d] = 1;
-  if (keepdim) plan.out_shape[d] = 1;
-  else plan.out_shape.erase(plan.out_shape.begin() + static_cast<std::ptrdiff_t>(d));
+  if (keepdim)
+    plan.out_shape[d] = 1;
+  else
+    plan.out_shape.erase(plan.out_shape.begin() + static_cast<std::ptrdiff_t>(d));
   return plan;
 }
 
@@ -51,8 +54,7 @@ ValuesIndices max_along(const Tensor& x_in, const Plan& plan, Op op) {
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::reduce(ReduceOp::Max, x, plan.view, out, &indices);
-  record(op, {x}, out, [x_shape = x.shape(), view = plan.view, indices = Saved(indices)](const Tensor& g,
-                                                                                         const auto&) {
+  record(op, {x}, out, [x_shape = x.shape(), view = plan.view, indices = Saved(indices)](const Tensor& g, const auto&) {
     Tensor dx = Tensor::empty(x_shape, check::like(g));
     kernels::scatter_along_dim(g, indices, view, dx);
     return Grads{dx};

@@ -35,8 +35,10 @@ Shape reduced_shape(const Shape& shape, const std::vector<std::size_t>& reduced,
   Shape out;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     const bool is_reduced = std::find(reduced.begin(), reduced.end(), d) != reduced.end();
-    if (!is_reduced) out.push_back(shape[d]);
-    else if (keepdim) out.push_back(1);
+    if (!is_reduced)
+      out.push_back(shape[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -104,9 +106,7 @@ double variance_divisor(Op op, const Tensor& x, const std::vector<std::size_t>& 
 }
 
 // The dims as a list of every reduced dim (for the one-dim ops below, which take them by number).
-std::vector<std::int64_t> as_dims(const std::vector<std::size_t>& reduced) {
-  return {reduced.begin(), reduced.end()};
-}
+std::vector<std::int64_t> as_dims(const std::vector<std::size_t>& reduced) { return {reduced.begin(), reduced.end()}; }
 
 }  // namespace
 
@@ -155,8 +155,10 @@ Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim)
 Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
   check::floating(Op::Mean, x);
   const std::vector<std::size_t> reduced = reduced_dims(x, dims, Op::Mean);
-  MG_CHECK(reduced_count(x.shape(), reduced) > 0, "{}: dims {} of shape {} hold no elements; the mean of nothing is "
-           "undefined", Op::Mean, dims, x.shape());
+  MG_CHECK(reduced_count(x.shape(), reduced) > 0,
+           "{}: dims {} of shape {} hold no elements; the mean of nothing is "
+           "undefined",
+           Op::Mean, dims, x.shape());
   const Lines lines = bring_together(x, reduced);
   return reshaped(mean(lines.x, lines.dim), reduced_shape(x.shape(), reduced, keepdim));
 }
@@ -222,13 +224,13 @@ Tensor std(const Tensor& x_in, const std::vector<std::int64_t>& dims, VarianceOp
     std_kept = sqrt(div(sum(mul(deviation, deviation), reduced_list, true), divisor));
   }
   Tensor out = cast(reshaped(std_kept, reduced_shape(x.shape(), reduced, options.keepdim)), x.dtype());
-  record(op, {x}, out, [x = Saved(x), std_kept = Saved(std_kept), reduced_list, divisor, compute](
-                           const Tensor& g, const auto&) {
-    const Tensor g_kept = cast(reshaped(g, std_kept.get().shape()), compute);
-    // g / ((N - correction) std) where std != 0 (where's mask: non-zero selects), else 0.
-    const Tensor scale = where(std_kept, div(g_kept, mul(std_kept, divisor)), zeros({}, check::like(g_kept)));
-    return Grads{cast(mul(deviations(cast(x, compute), reduced_list), scale), x.get().dtype())};
-  });
+  record(op, {x}, out,
+         [x = Saved(x), std_kept = Saved(std_kept), reduced_list, divisor, compute](const Tensor& g, const auto&) {
+           const Tensor g_kept = cast(reshaped(g, std_kept.get().shape()), compute);
+           // g / ((N - correction) std) where std != 0 (where's mask: non-zero selects), else 0.
+           const Tensor scale = where(std_kept, div(g_kept, mul(std_kept, divisor)), zeros({}, check::like(g_kept)));
+           return Grads{cast(mul(deviations(cast(x, compute), reduced_list), scale), x.get().dtype())};
+         });
   return out;
 }
 

@@ -34,12 +34,12 @@ Shape infer_shape(const Tensor& x, Shape shape) {
     MG_CHECK(!__builtin_mul_overflow(known, *it, &known), "{}: shape {} has too many elements", op, shape);
   }
   if (unknown != shape.end()) {
-    MG_CHECK(known > 0 && x.numel() % known == 0, "{}: cannot infer the -1 in {} for {} elements (shape {})", op,
-             shape, x.numel(), x.shape());
+    MG_CHECK(known > 0 && x.numel() % known == 0, "{}: cannot infer the -1 in {} for {} elements (shape {})", op, shape,
+             x.numel(), x.shape());
     *unknown = x.numel() / known;
   }
-  MG_CHECK(numel(shape) == x.numel(), "{}: shape {} has {} elements but the tensor {} has {}", op, shape,
-           numel(shape), x.shape(), x.numel());
+  MG_CHECK(numel(shape) == x.numel(), "{}: shape {} has {} elements but the tensor {} has {}", op, shape, numel(shape),
+           x.shape(), x.numel());
   return shape;
 }
 
@@ -48,17 +48,15 @@ Shape infer_shape(const Tensor& x, Shape shape) {
 Tensor reshape(const Tensor& x, const Shape& shape) {
   MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Reshape);
   Tensor out = view_of(x, infer_shape(x, shape), 0);
-  record(Op::Reshape, {x}, out, [x_shape = x.shape()](const Tensor& g, const auto&) {
-    return Grads{reshape(g, x_shape)};
-  });
+  record(Op::Reshape, {x}, out,
+         [x_shape = x.shape()](const Tensor& g, const auto&) { return Grads{reshape(g, x_shape)}; });
   return out;
 }
 
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   constexpr Op op = Op::Permute;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
-  MG_CHECK(dims.size() == x.shape().size(), "{}: {} dims given for a tensor with shape {}", op, dims.size(),
-           x.shape());
+  MG_CHECK(dims.size() == x.shape().size(), "{}: {} dims given for a tensor with shape {}", op, dims.size(), x.shape());
   std::vector<int> perm(dims.size());
   std::vector<bool> seen(dims.size(), false);
   Shape shape(dims.size());
@@ -72,7 +70,8 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   kernels::permute(x, perm, out);
   record(op, {x}, out, [perm](const Tensor& g, const auto&) {
     std::vector<std::int64_t> inverse(perm.size());
-    for (std::size_t d = 0; d < perm.size(); ++d) inverse[static_cast<std::size_t>(perm[d])] = static_cast<std::int64_t>(d);
+    for (std::size_t d = 0; d < perm.size(); ++d)
+      inverse[static_cast<std::size_t>(perm[d])] = static_cast<std::int64_t>(d);
     return Grads{permute(g, inverse)};
   });
   return out;
@@ -109,8 +108,8 @@ Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
     bool fits = t.shape().size() == first.shape().size();
     for (std::size_t k = 0; fits && k < shape.size(); ++k)
       fits = k == static_cast<std::size_t>(d) || t.shape()[k] == first.shape()[k];
-    MG_CHECK(fits, "{}: tensor {} has shape {} but tensor 0 has {}; they may differ only in dim {}", op, i,
-             t.shape(), first.shape(), d);
+    MG_CHECK(fits, "{}: tensor {} has shape {} but tensor 0 has {}; they may differ only in dim {}", op, i, t.shape(),
+             first.shape(), d);
     shape[static_cast<std::size_t>(d)] += t.shape()[static_cast<std::size_t>(d)];
   }
   Tensor out = Tensor::empty(shape, check::like(first));
@@ -176,8 +175,8 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t
 
   Tensor out;
   if (d == 0) {  // rows [begin, end) are contiguous: a view
-    out = view_of(x, shape, static_cast<std::size_t>(begin * product(x.shape(), 1, x.shape().size())) *
-                                dtype_size(x.dtype()));
+    out = view_of(x, shape,
+                  static_cast<std::size_t>(begin * product(x.shape(), 1, x.shape().size())) * dtype_size(x.dtype()));
   } else {
     out = Tensor::empty(shape, check::like(x));
     kernels::copy_along_dim(x, begin, out, 0, d, end - begin);

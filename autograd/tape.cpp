@@ -28,7 +28,7 @@ struct Node {
   bool is_cast;  // an mg::cast, whose backward takes the f32 sum of its output's gradients
   std::vector<NodeInput> inputs;
   std::uint64_t output_id;
-  DType output_dtype;   // a gradient summed in f32 is rounded back to this before the node uses it
+  DType output_dtype;  // a gradient summed in f32 is rounded back to this before the node uses it
   BackwardFn backward;  // owns the tensors the op saved
   std::shared_ptr<const std::string> scope;
   std::vector<std::weak_ptr<Storage>> saved;  // what `backward` keeps alive, for saved_tensor_bytes()
@@ -95,7 +95,8 @@ void check_gradient(const Node& node, std::size_t i, const Tensor& grad) {
   const NodeInput& input = node.inputs[i];
   MG_CHECK(grad.shape() == input.shape && grad.dtype() == input.dtype,
            "backward of {}: the gradient for input {} is {} {}, but the input is {} {} (a bug in the op's "
-           "backward function)", node.op, i, grad.shape(), grad.dtype(), input.shape, input.dtype);
+           "backward function)",
+           node.op, i, grad.shape(), grad.dtype(), input.shape, input.dtype);
 }
 
 // The reverse walk. Returns the gradient of every leaf it reached, keyed by id.
@@ -142,8 +143,10 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
 
     std::vector<bool> needs_grad;
     for (const NodeInput& input : node->inputs) needs_grad.push_back(input.requires_grad);
-    MG_CHECK(node->backward, "backward: the node of {} was already used by a backward; pass "
-             "{{.keep_tape = true}} to the first backward to run twice", node->op);
+    MG_CHECK(node->backward,
+             "backward: the node of {} was already used by a backward; pass "
+             "{{.keep_tape = true}} to the first backward to run twice",
+             node->op);
     Grads grads;
     try {
       grads = node->backward(grad_output, needs_grad);
@@ -151,8 +154,8 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
       throw Error(fmt::format("backward of {}: {}", node->op, error.what()));
     }
     if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
-    MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs",
-             node->op, grads.size(), node->inputs.size());
+    MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs", node->op,
+             grads.size(), node->inputs.size());
     for (OpObserver* observer : observers) observer->backward(node->op, *node->scope, grad_output, grads);
 
     for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -171,7 +174,8 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
   for (; next_first_use != first_uses.end(); ++next_first_use) hand_over(leaves, next_first_use->second);
   // A gradient still pending reached a non-leaf whose op was not on the tape: everything upstream
   // of it would silently get nothing.
-  MG_CHECK(pending.empty(), "backward: a gradient reached a tensor made by an op that is no longer on the tape (a "
+  MG_CHECK(pending.empty(),
+           "backward: a gradient reached a tensor made by an op that is no longer on the tape (a "
            "previous backward or clear_tape() removed it, or another thread recorded it), so the tensors it was "
            "computed from would get no gradient; recompute it in this graph, or detach() it to use it as a constant");
   return leaves;
@@ -186,8 +190,7 @@ NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
 namespace {
 
-void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs, Tensor& output,
-                 BackwardFn backward) {
+void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
   std::vector<std::weak_ptr<Storage>> saved = std::move(pending_saved);
   pending_saved.clear();
   if (!backward_running) {
@@ -200,8 +203,8 @@ void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs
   Node node{op, is_cast, {}, output.id(), output.dtype(), std::move(backward), scope, std::move(saved)};
   for (const Tensor& input : inputs) {
     bool is_tracked_leaf = input.is_leaf() && input.requires_grad();
-    node.inputs.push_back({input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(),
-                           input.dtype()});
+    node.inputs.push_back(
+        {input.id(), input.requires_grad(), is_tracked_leaf ? input : Tensor(), input.shape(), input.dtype()});
   }
   output.impl().requires_grad = true;
   output.impl().is_leaf = false;
@@ -222,15 +225,16 @@ void backward(const Tensor& loss, BackwardOptions options) {
   MG_CHECK(loss.defined(), "backward: the loss tensor is undefined");
   MG_CHECK(loss.numel() == 1,
            "backward: the loss has shape {} ({} elements); reduce it to one value with mg::sum or mg::mean, "
-           "or pass a seed gradient of shape {}: backward(output, seed)", loss.shape(), loss.numel(), loss.shape());
+           "or pass a seed gradient of shape {}: backward(output, seed)",
+           loss.shape(), loss.numel(), loss.shape());
   backward(loss, ones_like(loss), options);
 }
 
 void backward(const Tensor& output, const Tensor& seed, BackwardOptions options) {
   MG_CHECK(output.defined() && seed.defined(), "backward: the output or the seed gradient is undefined");
   MG_CHECK(seed.shape() == output.shape() && seed.dtype() == output.dtype() && seed.device() == output.device(),
-           "backward: the seed gradient ({} {} on {}) must match the output ({} {} on {})", seed.shape(),
-           seed.dtype(), seed.device(), output.shape(), output.dtype(), output.device());
+           "backward: the seed gradient ({} {} on {}) must match the output ({} {} on {})", seed.shape(), seed.dtype(),
+           seed.device(), output.shape(), output.dtype(), output.device());
   MG_CHECK(output.requires_grad(),
            "backward: the output does not require grad: no input of the ops that made it requires grad (set "
            "requires_grad on the parameters), or it was computed under NoGradGuard");
@@ -248,7 +252,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
   bool on_tape = false;
   for (const Node& node : tape) on_tape = on_tape || node.output_id == output.id();
   MG_CHECK(on_tape, "backward: the output was made by ops that are no longer on the tape (a previous backward "
-           "cleared it); recompute the forward pass, or pass {{.keep_tape = true}} to the first backward");
+                    "cleared it); recompute the forward pass, or pass {{.keep_tape = true}} to the first backward");
 
   std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> leaves;
   try {
@@ -270,13 +274,17 @@ Saved::Saved(const Tensor& tensor)
 }
 
 const Tensor& Saved::get() const {
-  MG_CHECK(storage_.lock() == tensor_.impl().storage, "a tensor it saved for backward ({} {}) had its storage "
+  MG_CHECK(storage_.lock() == tensor_.impl().storage,
+           "a tensor it saved for backward ({} {}) had its storage "
            "replaced after the forward pass (e.g. by amp::Recipe::cast_parameters); convert parameters before "
-           "running the model", tensor_.shape(), tensor_.dtype());
+           "running the model",
+           tensor_.shape(), tensor_.dtype());
   const std::uint64_t now = tensor_.impl().storage->version();
-  MG_CHECK(now == version_, "a tensor it saved for backward ({} {}) was modified in place after the forward pass "
+  MG_CHECK(now == version_,
+           "a tensor it saved for backward ({} {}) was modified in place after the forward pass "
            "(version {}, now {}); do not write into tensors a graph uses until backward has run, or clone() them "
-           "before the graph uses them", tensor_.shape(), tensor_.dtype(), version_, now);
+           "before the graph uses them",
+           tensor_.shape(), tensor_.dtype(), version_, now);
   return tensor_;
 }
 

@@ -22,7 +22,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
            shape());
   // A source on another device is moved first; one that shares memory with this tensor is copied
   // first, so overlapping views stay correct.
-  Tensor source = src.device() != device() ? mg::to_device(src.detach(), device())
+  Tensor source = src.device() != device()   ? mg::to_device(src.detach(), device())
                   : shares_storage_with(src) ? mg::clone(src.detach())
                                              : src;
   kernels::cast(source, *this);

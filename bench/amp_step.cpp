@@ -34,8 +34,10 @@ struct Trainer {
   Tensor x, labels;
 
   Trainer(const std::string& name, std::int64_t batch)
-      : recipe(amp::Recipe::parse(name)), parameters(make_parameters()),
-        optimizer(make_optimizer(recipe, parameters)), scaler(recipe.make_scaler()) {
+      : recipe(amp::Recipe::parse(name)),
+        parameters(make_parameters()),
+        optimizer(make_optimizer(recipe, parameters)),
+        scaler(recipe.make_scaler()) {
     Generator generator(1);
     x = randn({batch, 784}, generator);
     labels = randint(0, 10, {batch}, generator);
@@ -55,7 +57,8 @@ struct Trainer {
 
   static std::unique_ptr<optim::Optimizer> make_optimizer(const amp::Recipe& recipe, std::vector<Tensor>& p) {
     recipe.cast_parameters(p);
-    return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.01, .momentum = 0.9,
+    return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.01,
+                                                             .momentum = 0.9,
                                                              .master_weights = recipe.master_weights});
   }
 

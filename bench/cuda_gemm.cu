@@ -41,12 +41,12 @@ namespace {
 
 using mg::kernels::GemmShape;
 
-#define CUBLAS_CHECK(call)                                                                         \
-  do {                                                                                             \
-    const cublasStatus_t status_ = (call);                                                         \
-    if (status_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      throw mg::Error(fmt::format("{} failed: {} ({}:{})", #call, cublasGetStatusString(status_), \
-                                  __FILE__, __LINE__));                                            \
+#define CUBLAS_CHECK(call) \
+  do { \
+    const cublasStatus_t status_ = (call); \
+    if (status_ != CUBLAS_STATUS_SUCCESS) \
+      throw mg::Error( \
+          fmt::format("{} failed: {} ({}:{})", #call, cublasGetStatusString(status_), __FILE__, __LINE__)); \
   } while (0)
 
 struct Case {
@@ -75,8 +75,8 @@ std::vector<Case> cases() {
     all.push_back({fmt::format("square {} NN", size), nn(size, size, size)});
   all.push_back({"square 4096 NT", nt(4096, 4096, 4096)});
   all.push_back({"square 4096 TN", tn(4096, 4096, 4096)});
-  all.push_back({"square 4096 TT",
-                 GemmShape{.m = 4096, .n = 4096, .k = 4096, .transpose_a = true, .transpose_b = true}});
+  all.push_back(
+      {"square 4096 TT", GemmShape{.m = 4096, .n = 4096, .k = 4096, .transpose_a = true, .transpose_b = true}});
   const std::int64_t batch = 128;
   all.push_back({"mlp fc1 forward", nt(batch, 256, 784)});
   all.push_back({"mlp fc1 dW", tn(256, 784, batch)});
@@ -116,8 +116,8 @@ void cublas_gemm(cublasHandle_t handle, const Mode& mode, const mg::Tensor& a, c
                                            a.data<float>(), lda, stride_a, &beta, c.data<float>(), n, stride_c, batch));
     return;
   }
-  const cudaDataType type =
-      mode.dtype == mg::DType::F16 ? CUDA_R_16F : (mode.dtype == mg::DType::BF16 ? CUDA_R_16BF : CUDA_R_32F);
+  const cudaDataType type = mode.dtype == mg::DType::F16 ? CUDA_R_16F
+                                                         : (mode.dtype == mg::DType::BF16 ? CUDA_R_16BF : CUDA_R_32F);
   const cublasComputeType_t compute = mode.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, &alpha, b.data_ptr(), type, ldb, stride_b,
                                           a.data_ptr(), type, lda, stride_a, &beta, c.data_ptr(), type, n, stride_c,
@@ -177,8 +177,8 @@ void print_header() {
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   fmt::print("bench/cuda_gemm, {}\n{}\n", date, bench::machine_lines());
   fmt::print("device: {} (sm_{}{}, {} SMs), max clocks: SM {} MHz, memory {} MHz (lock them with nvidia-smi -lgc for "
-             "steady numbers)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000,
-             memory_khz / 1000);
+             "steady numbers)\n",
+             prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000, memory_khz / 1000);
   fmt::print("cuBLAS {}; median of {} runs after {} warm-ups; TFLOP/s = 2 m n k / time\n\n", cublas_version, kRuns,
              kWarmup);
   fmt::print("{:<5} {:<18} {:>24} {:<46} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
@@ -203,14 +203,17 @@ int main(int argc, char** argv) try {
   CUBLAS_CHECK(cublasCreate(&handle));
   CUBLAS_CHECK(cublasSetStream(handle, stream));
   mg::Generator generator(1);
-  const std::vector<Mode> modes = {{"f16", mg::DType::F16, false}, {"bf16", mg::DType::BF16, false},
-                                   {"f32", mg::DType::F32, false}, {"tf32", mg::DType::F32, true}};
+  const std::vector<Mode> modes = {{"f16", mg::DType::F16, false},
+                                   {"bf16", mg::DType::BF16, false},
+                                   {"f32", mg::DType::F32, false},
+                                   {"tf32", mg::DType::F32, true}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
     // Worst |error| / max |result| still counted right: accumulation-order differences, an ulp of the
     // output, and for TF32 the two libraries' own roundings of the operands.
-    const double allowed =
-        mode.dtype == mg::DType::BF16 ? 0x1p-5 : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
+    const double allowed = mode.dtype == mg::DType::BF16
+                               ? 0x1p-5
+                               : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
     for (const Case& c : cases()) {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
       const GemmShape& s = c.shape;

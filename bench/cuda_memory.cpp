@@ -145,8 +145,8 @@ int main(int argc, char** argv) try {
       const Tensor inv_scale = full({}, 1.0 / 65536, {.device = Device::cuda()});
       rows.push_back({"unscale f32 in place", 8,
                       [=]() mutable { kernels::cuda::unscale(grads32, grads32, inv_scale, found_inf); }});
-      rows.push_back({"unscale f16 -> f32", 6,
-                      [=]() mutable { kernels::cuda::unscale(grads16, masters, inv_scale, found_inf); }});
+      rows.push_back(
+          {"unscale f16 -> f32", 6, [=]() mutable { kernels::cuda::unscale(grads16, masters, inv_scale, found_inf); }});
     }
     {
       Tensor p = filled(n, DType::F32), g = filled(n, DType::F32), m = filled(n, DType::F32);
@@ -163,11 +163,12 @@ int main(int argc, char** argv) try {
                         kernels::UpdateCount count;
                         kernels::cuda::adam(p, g, m, v, steps, {.lr = 1e-3}, count);
                       }});
-      rows.push_back({"adam fused master", 28, [=]() mutable {
-                        kernels::UpdateCount count;
-                        kernels::cuda::adam(p, g16, m, v, steps, {.lr = 1e-3}, count,
-                                            {.scaling = {.inv_scale = &inv_scale, .found_inf = &found_inf}, .model_copy = &model});
-                      }});
+      rows.push_back(
+          {"adam fused master", 28, [=]() mutable {
+             kernels::UpdateCount count;
+             kernels::cuda::adam(p, g16, m, v, steps, {.lr = 1e-3}, count,
+                                 {.scaling = {.inv_scale = &inv_scale, .found_inf = &found_inf}, .model_copy = &model});
+           }});
     }
     for (const Row& row : rows) {
       const double seconds = median_seconds(row.run), bytes = row.bytes_per_element * static_cast<double>(n);

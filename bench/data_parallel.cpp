@@ -62,17 +62,26 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--steps" && has_value) steps = std::atoi(argv[++i]);
-    else if (arg == "--threads" && has_value) threads = std::atoi(argv[++i]);
-    else if (arg == "--wire" && has_value) wire = argv[++i];
-    else if (arg == "--bucket-kb" && has_value) bucket_kb = std::atoll(argv[++i]);
-    else if (arg == "--precision" && has_value) recipe = argv[++i];
-    else if (arg == "--device" && has_value) device_name = argv[++i];
+    if (arg == "--steps" && has_value)
+      steps = std::atoi(argv[++i]);
+    else if (arg == "--threads" && has_value)
+      threads = std::atoi(argv[++i]);
+    else if (arg == "--wire" && has_value)
+      wire = argv[++i];
+    else if (arg == "--bucket-kb" && has_value)
+      bucket_kb = std::atoll(argv[++i]);
+    else if (arg == "--precision" && has_value)
+      recipe = argv[++i];
+    else if (arg == "--device" && has_value)
+      device_name = argv[++i];
     else if (const auto colon = arg.find(':'); colon != std::string::npos)
       workloads.push_back({arg.substr(0, colon), std::atoll(arg.c_str() + colon + 1)});
     else {
-      fmt::print(stderr, "usage: [mpirun -n N] {} [--device cpu|cuda] [--steps N] [--threads N] [--wire f32|f16|bf16] [--bucket-kb K] "
-                 "[--precision R] [mlp:B | cnn:B | lstm:B | gpt:B ...]\n", argv[0]);
+      fmt::print(
+          stderr,
+          "usage: [mpirun -n N] {} [--device cpu|cuda] [--steps N] [--threads N] [--wire f32|f16|bf16] [--bucket-kb K] "
+          "[--precision R] [mlp:B | cnn:B | lstm:B | gpt:B ...]\n",
+          argv[0]);
       return 1;
     }
   }
@@ -88,18 +97,19 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       fmt::print("{}\ndevice: {}\n", bench::machine_lines(), device);
       fmt::print("{}; {} thread(s) per rank; recipe {}; gradients on the wire: {}, buckets of {} KiB; {} steps after "
-                 "3 warm-up, median\n", group ? fmt::format("{} rank(s) of mpirun", ranks) : "1 process, no DataParallel",
-                 threads, recipe, wire, bucket_kb, steps);
-      fmt::print("{:<5} {:>6} {:>6} {:>10} {:>10} {:>12} {:>14} {:>11} {:>9}\n", "model", "batch", "ranks",
-                 "step ms", "items/s", "grad KiB", "ring KiB/rank", "exposed ms", "overlap");
+                 "3 warm-up, median\n",
+                 group ? fmt::format("{} rank(s) of mpirun", ranks) : "1 process, no DataParallel", threads, recipe,
+                 wire, bucket_kb, steps);
+      fmt::print("{:<5} {:>6} {:>6} {:>10} {:>10} {:>12} {:>14} {:>11} {:>9}\n", "model", "batch", "ranks", "step ms",
+                 "items/s", "grad KiB", "ring KiB/rank", "exposed ms", "overlap");
     }
     for (const Workload& w : workloads) {
-      train::Trainer trainer(make_model(w.model), {.recipe = amp::Recipe::parse(recipe),
-                                                   .optimizer = {.name = "sgd", .lr = 0.01, .momentum = 0.9},
-                                                   .device = device,
-                                                   .process_group = group,
-                                                   .data_parallel = {.bucket_bytes = bucket_kb * 1024,
-                                                                     .wire_dtype = wire_dtype}});
+      train::Trainer trainer(make_model(w.model),
+                             {.recipe = amp::Recipe::parse(recipe),
+                              .optimizer = {.name = "sgd", .lr = 0.01, .momentum = 0.9},
+                              .device = device,
+                              .process_group = group,
+                              .data_parallel = {.bucket_bytes = bucket_kb * 1024, .wire_dtype = wire_dtype}});
       const data::Batch batch = shard_of_batch(w.model, w.batch, {rank, ranks});
       std::vector<double> seconds, exposed;
       for (int step = 0; step < steps + 3; ++step) {
@@ -120,7 +130,8 @@ int main(int argc, char** argv) {
                  1e3 * step_s, items / step_s, grad_kib, grad_kib * 2.0 * (ranks - 1) / ranks,
                  1e3 * bench::median(exposed),
                  replicas ? fmt::format("{}/{}", replicas->last_sync().launched_during_backward,
-                                        replicas->last_sync().buckets) : std::string("-"));
+                                        replicas->last_sync().buckets)
+                          : std::string("-"));
     }
   } catch (const Error& error) {
     dist::abort_job(error.what());

@@ -72,7 +72,7 @@ double gflops(Loop loop, double flops_per_instruction) {
 
 // GFLOP/s of one core, best of three; 0 where the CPU lacks the instruction.
 struct InstructionPeak {
-  double fma = 0.0;       // f32 FMA on zmm
+  double fma = 0.0;  // f32 FMA on zmm
   double bf16_dot = 0.0;  // vdpbf16ps on zmm
 };
 

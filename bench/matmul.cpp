@@ -80,8 +80,8 @@ int main(int argc, char** argv) try {
   mg::NoGradGuard no_grad;
   fmt::print("{}\n", bench::machine_lines());
   const bench::InstructionPeak peak = bench::measure_instruction_peak();
-  fmt::print("instruction peak, one core: f32 FMA (zmm) {:.1f} GFLOP/s, bf16 vdpbf16ps (zmm) {:.1f} GFLOP/s{}\n", peak.fma,
-             peak.bf16_dot, peak.bf16_dot > 0 ? fmt::format(" ({:.2f}x)", peak.bf16_dot / peak.fma) : "");
+  fmt::print("instruction peak, one core: f32 FMA (zmm) {:.1f} GFLOP/s, bf16 vdpbf16ps (zmm) {:.1f} GFLOP/s{}\n",
+             peak.fma, peak.bf16_dot, peak.bf16_dot > 0 ? fmt::format(" ({:.2f}x)", peak.bf16_dot / peak.fma) : "");
   fmt::print("threads: {} (MG_NUM_THREADS)\n", mg::num_threads());
 #ifdef MG_BENCH_TORCH
   fmt::print("peer: {}\n", bench::configure_torch(mg::num_threads()));
@@ -101,8 +101,10 @@ int main(int argc, char** argv) try {
         {"bf16", [&] { mg::matmul(abf, bbf); }, peak_of(choice.bf16, peak), {}},
     };
     if (own_f32)
-      variants.insert(variants.begin() + 1, {"f32 own", [&] { gemm_packed(*own_f32, a, b, own_c, {.m = n, .n = n, .k = n}); },
-                                             peak_of(own_f32->id, peak), {}});
+      variants.insert(variants.begin() + 1, {"f32 own",
+                                             [&] { gemm_packed(*own_f32, a, b, own_c, {.m = n, .n = n, .k = n}); },
+                                             peak_of(own_f32->id, peak),
+                                             {}});
 #ifdef MG_BENCH_TORCH
     variants.push_back({"torch f32", bench::make_torch_matmul("f32", n), 0.0, {}});
     variants.push_back({"torch bf16", bench::make_torch_matmul("bf16", n), 0.0, {}});
@@ -121,7 +123,8 @@ int main(int argc, char** argv) try {
       if (variant.name == "bf16") bf16 = gflops;
       fmt::print("  {:<12} {:>8.1f} GFLOP/s {:>7.2f}x f32 library{}\n", variant.name, gflops,
                  f32_library > 0 ? gflops / f32_library : 0.0,
-                 variant.peak > 0 ? fmt::format("   {:.0f}% of its instruction's peak", 100.0 * gflops / variant.peak) : "");
+                 variant.peak > 0 ? fmt::format("   {:.0f}% of its instruction's peak", 100.0 * gflops / variant.peak)
+                                  : "");
       if (variant.name == "torch bf16") fmt::print("  bf16 / torch bf16: {:.2f}x\n", bf16 / gflops);
     }
   }

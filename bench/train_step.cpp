@@ -69,14 +69,20 @@ class MixgradStep {
       : recipe_(amp::Recipe::parse(recipe)), scaler_(recipe_.make_scaler()), device_(device) {
     Generator generator(0);
     constexpr std::int64_t kVocab = 65, kContext = 64;
-    if (model == "mlp") model_ = nn::mlp({784, 256, 256, 10}, generator);
-    else if (model == "wide") model_ = nn::mlp({4096, 4096, 4096, 4096, 10}, generator);
-    else if (model == "lstm") model_ = std::make_shared<nn::CharLSTM>(kVocab, 64, 256, 1, generator);
+    if (model == "mlp")
+      model_ = nn::mlp({784, 256, 256, 10}, generator);
+    else if (model == "wide")
+      model_ = nn::mlp({4096, 4096, 4096, 4096, 10}, generator);
+    else if (model == "lstm")
+      model_ = std::make_shared<nn::CharLSTM>(kVocab, 64, 256, 1, generator);
     else if (model == "gpt")
       model_ = std::make_shared<nn::TinyGPT>(
-          nn::GptOptions{.vocab = kVocab, .block_size = kContext, .embed_dim = 128, .heads = 4, .layers = 4}, generator);
-    else if (model == "conv") model_ = conv_layer(generator);
-    else model_ = nn::cnn({}, generator);
+          nn::GptOptions{.vocab = kVocab, .block_size = kContext, .embed_dim = 128, .heads = 4, .layers = 4},
+          generator);
+    else if (model == "conv")
+      model_ = conv_layer(generator);
+    else
+      model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
     model_->to(device);
     optimizer_ = train::make_optimizer({.name = "sgd", .lr = 0.01, .momentum = 0.9}, model_->parameters(),
@@ -187,9 +193,15 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
 #ifdef MG_BENCH_TORCH
   if (device.is_cpu() && model != "wide") {
     std::shared_ptr<bench::TorchStep> peer = bench::make_torch_step(model, batch, false);
-    add("libtorch fp32", [peer] { peer->step(); return std::size_t{0}; });
+    add("libtorch fp32", [peer] {
+      peer->step();
+      return std::size_t{0};
+    });
     std::shared_ptr<bench::TorchStep> autocast = bench::make_torch_step(model, batch, true);
-    add("libtorch bf16 autocast", [autocast] { autocast->step(); return std::size_t{0}; });
+    add("libtorch bf16 autocast", [autocast] {
+      autocast->step();
+      return std::size_t{0};
+    });
   }
 #endif
   for (Variant& v : variants) {
@@ -274,14 +286,16 @@ int main(int argc, char** argv) try {
       mg::set_num_threads(threads);  // an mg::Error for a count below 1
     } else if (arg == "--device" && i + 1 < argc) {
       device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
-    } else if (const auto colon = arg.find(':'); colon != std::string::npos &&
+    } else if (const auto colon = arg.find(':');
+               colon != std::string::npos &&
                (arg.starts_with("mlp:") || arg.starts_with("cnn:") || arg.starts_with("wide:") ||
                 arg.starts_with("lstm:") || arg.starts_with("gpt:") || arg.starts_with("conv:"))) {
       cases.emplace_back(arg.substr(0, colon), std::max<std::int64_t>(1, std::atoll(arg.c_str() + colon + 1)));
     } else {
-      fmt::print(stderr,
-                 "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | conv:B | wide:B | lstm:B | gpt:B ...]\n",
-                 argv[0]);
+      fmt::print(
+          stderr,
+          "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | conv:B | wide:B | lstm:B | gpt:B ...]\n",
+          argv[0]);
       return 2;
     }
   }

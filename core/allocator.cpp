@@ -68,8 +68,8 @@ void* CachingCpuAllocator::allocate(std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     stats_.allocated_bytes -= size;
     stats_.reserved_bytes -= size;
-    throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes ({} held by tensors)",
-                            size, stats_.allocated_bytes));
+    throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes ({} held by tensors)", size,
+                            stats_.allocated_bytes));
   }
   MG_POISON(static_cast<char*>(ptr) + nbytes, size - nbytes);
   return ptr;
@@ -120,8 +120,10 @@ Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   if (cuda_allocator_override != nullptr) return *cuda_allocator_override;
   Allocator* backend = cuda_backend().allocator;  // the first use of a CUDA device sets the backend up
-  MG_CHECK(backend != nullptr, "allocate on {}: no CUDA allocator: this build has no CUDA backend; create "
-           "tensors on the CPU, or build with -DMG_CUDA=ON on a machine with a GPU", device);
+  MG_CHECK(backend != nullptr,
+           "allocate on {}: no CUDA allocator: this build has no CUDA backend; create "
+           "tensors on the CPU, or build with -DMG_CUDA=ON on a machine with a GPU",
+           device);
   return *backend;
 }
 

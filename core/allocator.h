@@ -20,11 +20,11 @@
 namespace mg {
 
 struct AllocatorStats {
-  std::size_t allocated_bytes = 0;       // held by live storages (size-class rounded)
-  std::size_t reserved_bytes = 0;        // allocated plus cached, i.e. taken from the system
+  std::size_t allocated_bytes = 0;  // held by live storages (size-class rounded)
+  std::size_t reserved_bytes = 0;  // allocated plus cached, i.e. taken from the system
   std::size_t peak_allocated_bytes = 0;  // the largest allocated_bytes seen
-  std::size_t cache_hits = 0;            // requests served from the cache
-  std::size_t system_allocations = 0;    // requests that had to ask the system
+  std::size_t cache_hits = 0;  // requests served from the cache
+  std::size_t system_allocations = 0;  // requests that had to ask the system
 };
 
 class Allocator {

@@ -43,8 +43,10 @@ bool cuda_emulated() {
 
 void check_device_available(Device device, std::string_view context) {
   if (device.is_cpu()) return;
-  MG_CHECK(built_with_cuda(), "{}: {} is not available: this build has no CUDA backend (configure with -DMG_CUDA=ON "
-           "where nvcc is installed)", context, device);
+  MG_CHECK(built_with_cuda(),
+           "{}: {} is not available: this build has no CUDA backend (configure with -DMG_CUDA=ON "
+           "where nvcc is installed)",
+           context, device);
   const int count = cuda_device_count();
   MG_CHECK(device.index >= 0 && device.index < count, "{}: {} is not available: this process sees {} CUDA device(s){}",
            context, device, count,

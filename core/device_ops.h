@@ -30,7 +30,7 @@ struct DeviceOps {
 // What core takes from the CUDA backend.
 struct CudaBackend {
   Allocator* allocator = nullptr;  // the caching device allocator (kernels/cuda/allocator.h)
-  DeviceOps ops;                   // copy_bytes (kernels/cuda/transfer.cpp), fill (kernels/cuda/copy.cu)
+  DeviceOps ops;  // copy_bytes (kernels/cuda/transfer.cpp), fill (kernels/cuda/copy.cu)
 };
 // The CUDA backend, set up by the first call (thread-safe) and the same object after; every member
 // null in a build without the backend.

@@ -19,12 +19,12 @@ namespace mg {
 
 enum class DType : std::uint8_t { F32, F16, BF16, F64, I32 };
 
-std::size_t dtype_size(DType dtype);       // bytes per element
+std::size_t dtype_size(DType dtype);  // bytes per element
 std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32"
 bool is_floating(DType dtype);
-bool is_low_precision(DType dtype);        // f16 or bf16: rounded on every store
-double dtype_eps(DType dtype);             // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52; error for i32
-double dtype_max(DType dtype);             // largest finite value: 65504 for f16, 2^31-1 for i32
+bool is_low_precision(DType dtype);  // f16 or bf16: rounded on every store
+double dtype_eps(DType dtype);  // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52; error for i32
+double dtype_max(DType dtype);  // largest finite value: 65504 for f16, 2^31-1 for i32
 
 }  // namespace mg
 

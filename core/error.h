@@ -23,8 +23,8 @@ class Error : public std::runtime_error {
 
 // MG_CHECK(condition, format, args...) throws mg::Error when the condition is false.
 // The message is only formatted on failure, so checks cost one branch on the happy path.
-#define MG_CHECK(condition, ...)                                   \
-  do {                                                             \
-    if (!(condition)) [[unlikely]]                                 \
-      throw ::mg::Error(::fmt::format(__VA_ARGS__));               \
+#define MG_CHECK(condition, ...) \
+  do { \
+    if (!(condition)) [[unlikely]] \
+      throw ::mg::Error(::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -48,8 +48,8 @@ void check_integer(double value, std::size_t index, const char* op) {
 // The values (row-major), rounded to the dtype once.
 Tensor from_doubles(const std::vector<double>& values, const Shape& shape, TensorOptions options, const char* op) {
   check_request(shape, options, op);
-  MG_CHECK(static_cast<std::int64_t>(values.size()) == numel(shape),
-           "{}: {} values do not fill shape {} ({} elements)", op, values.size(), shape, numel(shape));
+  MG_CHECK(static_cast<std::int64_t>(values.size()) == numel(shape), "{}: {} values do not fill shape {} ({} elements)",
+           op, values.size(), shape, numel(shape));
   if (options.dtype == DType::I32)
     for (std::size_t i = 0; i < values.size(); ++i) check_integer(values[i], i, op);
   Tensor out = Tensor::empty(shape, on_cpu(options));
@@ -105,7 +105,9 @@ void keep_below(Tensor& t, double high) {
 
 }  // namespace
 
-Tensor full(const Shape& shape, double value, TensorOptions options) { return filled(shape, value, options, "mg::full"); }
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  return filled(shape, value, options, "mg::full");
+}
 Tensor zeros(const Shape& shape, TensorOptions options) { return filled(shape, 0.0, options, "mg::zeros"); }
 Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1.0, options, "mg::ones"); }
 

@@ -7,7 +7,7 @@ namespace mg {
 namespace {
 
 constexpr std::int64_t kSummariseAbove = 1000;  // elements
-constexpr std::int64_t kEdgeItems = 3;          // shown at each end of a dim when summarising
+constexpr std::int64_t kEdgeItems = 3;  // shown at each end of a dim when summarising
 
 // The indices of one dim that are printed; -1 stands for "...".
 std::vector<std::int64_t> shown_indices(std::int64_t size, bool summarise) {
@@ -57,11 +57,15 @@ struct Printer {
       if (k > 0) {
         out += ',';
         // Inner rows break the line, with a blank line between blocks of higher dims.
-        if (dim + 1 < shape.size()) out += std::string(shape.size() - dim - 1, '\n') + std::string(indent + 1, ' ');
-        else out += ' ';
+        if (dim + 1 < shape.size())
+          out += std::string(shape.size() - dim - 1, '\n') + std::string(indent + 1, ' ');
+        else
+          out += ' ';
       }
-      if (indices[k] < 0) out += "...";
-      else write(out, dim + 1, next, indent + 1);
+      if (indices[k] < 0)
+        out += "...";
+      else
+        write(out, dim + 1, next, indent + 1);
     }
     out += ']';
   }

@@ -25,8 +25,14 @@ class Generator {
 
   std::uint64_t seed() const { return seed_; }
   std::uint64_t offset() const { return offset_; }  // Philox blocks (4 words each) used so far
-  void manual_seed(std::uint64_t seed) { seed_ = seed; offset_ = 0; }
-  void set_state(std::uint64_t seed, std::uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void manual_seed(std::uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  void set_state(std::uint64_t seed, std::uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
 
   // Reserves enough blocks for `words` 32-bit words; returns the first block's counter.
   // Word w of the draw is then random_word(seed(), first, w).

@@ -17,17 +17,23 @@
 
 namespace mg {
 
-using half = Eigen::half;          // IEEE binary16 on the host
+using half = Eigen::half;  // IEEE binary16 on the host
 using bfloat16 = Eigen::bfloat16;  // bfloat16 on the host
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else if constexpr (std::is_same_v<T, half>) return DType::F16;
-  else if constexpr (std::is_same_v<T, bfloat16>) return DType::BF16;
-  else if constexpr (std::is_same_v<T, double>) return DType::F64;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::I32;
-  else static_assert(!sizeof(T), "mixgrad has no DType for this C++ type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<T, half>)
+    return DType::F16;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return DType::BF16;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DType::I32;
+  else
+    static_assert(!sizeof(T), "mixgrad has no DType for this C++ type");
 }
 
 // The type arithmetic happens in: f64 stays f64, everything else computes in f32 and is rounded
@@ -39,11 +45,16 @@ using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <class Fn>
 decltype(auto) visit_dtype(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: return fn(float{});
-    case DType::F16: return fn(half{});
-    case DType::BF16: return fn(bfloat16{});
-    case DType::F64: return fn(double{});
-    case DType::I32: return fn(std::int32_t{});
+    case DType::F32:
+      return fn(float{});
+    case DType::F16:
+      return fn(half{});
+    case DType::BF16:
+      return fn(bfloat16{});
+    case DType::F64:
+      return fn(double{});
+    case DType::I32:
+      return fn(std::int32_t{});
   }
   throw Error(fmt::format("{}: unknown dtype tag {}", op, static_cast<int>(dtype)));
 }
@@ -52,11 +63,16 @@ decltype(auto) visit_dtype(DType dtype, const char* op, Fn&& fn) {
 template <class Fn>
 decltype(auto) visit_floating(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: return fn(float{});
-    case DType::F16: return fn(half{});
-    case DType::BF16: return fn(bfloat16{});
-    case DType::F64: return fn(double{});
-    case DType::I32: break;
+    case DType::F32:
+      return fn(float{});
+    case DType::F16:
+      return fn(half{});
+    case DType::BF16:
+      return fn(bfloat16{});
+    case DType::F64:
+      return fn(double{});
+    case DType::I32:
+      break;
   }
   throw Error(fmt::format("{}: needs a floating-point tensor, got {}", op, dtype));
 }

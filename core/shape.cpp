@@ -27,8 +27,8 @@ void check_shape(const Shape& shape, const char* op) {
 int normalize_dim(std::int64_t dim, std::size_t rank, const char* op) {
   auto r = static_cast<std::int64_t>(rank);
   MG_CHECK(rank > 0, "{}: the tensor is 0-d (a scalar) and has no dim {}; reshape it to [1] first", op, dim);
-  MG_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor with {} dims (use -{}..{})",
-           op, dim, rank, rank, r - 1);
+  MG_CHECK(dim >= -r && dim < r, "{}: dim {} is out of range for a tensor with {} dims (use -{}..{})", op, dim, rank,
+           rank, r - 1);
   return static_cast<int>(dim < 0 ? dim + r : dim);
 }
 
@@ -39,8 +39,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     std::int64_t sa = i < a.size() ? a[a.size() - 1 - i] : 1;
     std::int64_t sb = i < b.size() ? b[b.size() - 1 - i] : 1;
     MG_CHECK(sa == sb || sa == 1 || sb == 1,
-             "{}: shapes {} and {} cannot be broadcast (dim -{}: {} vs {}); sizes must match or be 1",
-             op, a, b, i + 1, sa, sb);
+             "{}: shapes {} and {} cannot be broadcast (dim -{}: {} vs {}); sizes must match or be 1", op, a, b, i + 1,
+             sa, sb);
     out[rank - 1 - i] = sa == 1 ? sb : sa;
   }
   return out;

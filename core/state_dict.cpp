@@ -31,11 +31,10 @@ std::map<std::string, double> state_numbers(const StateDict& state, const std::s
 
 double state_value(const StateDict& state, const std::string& key, const std::string& owner) {
   auto it = state.find(key);
-  MG_CHECK(it != state.end(), "{}: the state has no entry '{}'; was it saved by a different version or object?",
-           owner, key);
-  MG_CHECK(it->second.defined() && it->second.numel() == 1,
-           "{}: entry '{}' must hold one number, got shape {}", owner, key,
-           it->second.defined() ? it->second.shape() : Shape{});
+  MG_CHECK(it != state.end(), "{}: the state has no entry '{}'; was it saved by a different version or object?", owner,
+           key);
+  MG_CHECK(it->second.defined() && it->second.numel() == 1, "{}: entry '{}' must hold one number, got shape {}", owner,
+           key, it->second.defined() ? it->second.shape() : Shape{});
   return it->second.item();
 }
 
@@ -45,8 +44,8 @@ std::int64_t state_whole_number(const StateDict& state, const std::string& key, 
   const double highest = std::min(static_cast<double>(high), 0x1p53);
   // Written so that NaN fails every comparison and so is refused.
   MG_CHECK(value == std::trunc(value) && value >= static_cast<double>(low) && value <= highest,
-           "{}: entry '{}' must be a whole number from {} to {}, got {}; the file is damaged or was edited", owner,
-           key, low, static_cast<std::int64_t>(highest), value);
+           "{}: entry '{}' must be a whole number from {} to {}, got {}; the file is damaged or was edited", owner, key,
+           low, static_cast<std::int64_t>(highest), value);
   return static_cast<std::int64_t>(value);
 }
 

@@ -15,7 +15,9 @@ namespace mg {
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device)
-      : device_(device), allocator_(&allocator_for(device)), nbytes_(nbytes),
+      : device_(device),
+        allocator_(&allocator_for(device)),
+        nbytes_(nbytes),
         data_(allocator_->allocate_on(device, nbytes)) {}
   ~Storage() { allocator_->deallocate_on(device_, data_, nbytes_); }
   Storage(const Storage&) = delete;

@@ -23,8 +23,8 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = options.dtype;
-  impl->storage =
-      std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype), options.device);
+  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype),
+                                            options.device);
   impl->id = next_tensor_id();
   Tensor tensor(std::move(impl));
   if (options.requires_grad) tensor.set_requires_grad(true);
@@ -36,8 +36,8 @@ std::int64_t Tensor::size(std::int64_t dim) const {
 }
 
 double Tensor::item() const {
-  MG_CHECK(numel() == 1, "Tensor::item: needs exactly one element, the tensor has shape {} ({} elements)",
-           shape(), numel());
+  MG_CHECK(numel() == 1, "Tensor::item: needs exactly one element, the tensor has shape {} ({} elements)", shape(),
+           numel());
   if (device().is_cpu()) return load_as_double(data_ptr(), dtype(), 0);
   return load_as_double(host_bytes("Tensor::item").data(), dtype(), 0);
 }
@@ -51,9 +51,10 @@ std::vector<unsigned char> Tensor::host_bytes(const char* context) const {
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   MG_CHECK(!requires_grad || is_floating(dtype()),
            "Tensor::set_requires_grad: a {} tensor cannot require grad; only floating-point tensors are "
-           "differentiable", dtype());
+           "differentiable",
+           dtype());
   MG_CHECK(is_leaf(), "Tensor::set_requires_grad: only leaves (tensors you created) can be changed; this "
-           "one was produced by an op; use detach() to make a new leaf");
+                      "one was produced by an op; use detach() to make a new leaf");
   impl().requires_grad = requires_grad;
   return *this;
 }

@@ -38,7 +38,7 @@ struct TensorImpl {
   DType dtype = DType::F32;
   std::shared_ptr<Storage> storage;
   std::size_t offset = 0;  // bytes from the start of storage: views share storage at an offset
-  std::uint64_t id = 0;    // unique for the life of the process; the tape refers to tensors by id
+  std::uint64_t id = 0;  // unique for the life of the process; the tape refers to tensors by id
 
   // Autograd state. A leaf is a tensor the user made (a parameter, an input); a tensor produced by a
   // recorded op is not a leaf. backward() accumulates into `grad` of leaves that require grad.
@@ -75,8 +75,8 @@ class Tensor {
   // The same value as T, PyTorch's spelling: loss.item<float>(), count.item<int>(). An integral T
   // truncates toward zero, as PyTorch does; a value it cannot hold (NaN, inf, out of range) is an error.
   template <class T>
-    requires std::is_arithmetic_v<T>
-  T item() const {
+  requires std::is_arithmetic_v<T> T item()
+  const {
     const double value = item();
     if constexpr (std::is_integral_v<T>) {
       const double whole = std::trunc(value);  // NaN fails both comparisons
@@ -106,19 +106,17 @@ class Tensor {
 
   // A new leaf that shares this tensor's data and does not require grad.
   Tensor detach() const;
-  bool shares_storage_with(const Tensor& other) const {
-    return impl().storage == other.impl().storage;
-  }
+  bool shares_storage_with(const Tensor& other) const { return impl().storage == other.impl().storage; }
 
   // mg::backward(*this) (autograd/tape.h), PyTorch's loss.backward(): seeds a one-element tensor's
   // gradient with 1, adds into .grad of the leaves it reaches, then clears this thread's tape.
   void backward() const;
 
   // ---- ops (differentiable; defined in autograd/)
-  Tensor to(DType dtype) const;                  // mg::cast; returns *this when the dtype matches
-  Tensor to(Device device) const;                // mg::to_device; returns *this when already there
-  Tensor reshape(const Shape& shape) const;      // mg::reshape; one size may be -1; a view
-  Tensor clone() const;                          // a copy with its own storage; gradient passes through
+  Tensor to(DType dtype) const;  // mg::cast; returns *this when the dtype matches
+  Tensor to(Device device) const;  // mg::to_device; returns *this when already there
+  Tensor reshape(const Shape& shape) const;  // mg::reshape; one size may be -1; a view
+  Tensor clone() const;  // a copy with its own storage; gradient passes through
   Tensor slice(std::int64_t begin, std::int64_t end) const;  // rows [begin, end) of dim 0; a view
   // Copies src's values into this tensor in place (same shape; dtype converted). Not recorded: on a
   // tensor that requires grad it must run under NoGradGuard, as an optimizer update does.

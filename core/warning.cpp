@@ -19,8 +19,10 @@ void warn(const std::string& message) {
     std::lock_guard lock(handler_mutex);
     current = handler;  // called outside the lock: a handler may warn or install another handler
   }
-  if (current) current(message);
-  else fmt::print(stderr, "mixgrad warning: {}\n", message);
+  if (current)
+    current(message);
+  else
+    fmt::print(stderr, "mixgrad warning: {}\n", message);
 }
 
 WarningHandler set_warning_handler(WarningHandler new_handler) {

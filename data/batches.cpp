@@ -53,21 +53,26 @@ std::uint64_t get_seed(const StateDict& state, const std::string& owner) {
 // different batches, so resuming from it would not be a resume.
 void check_same(const StateDict& state, const std::string& key, double mine, const std::string& owner) {
   const double saved = state_value(state, key, owner);
-  MG_CHECK(saved == mine, "{}: the state was saved with {} = {}, this object has {} = {}; it would serve "
+  MG_CHECK(saved == mine,
+           "{}: the state was saved with {} = {}, this object has {} = {}; it would serve "
            "different batches. Build it with the same data and options as the run that saved it",
            owner, key, saved, key, mine);
 }
 
 void check_cpu(const Tensor& tensor, const char* what, const char* op) {
   MG_CHECK(tensor.defined(), "{}: {} is undefined", op, what);
-  MG_CHECK(tensor.device().is_cpu(), "{}: {} is on {}; batches are gathered on the CPU, so pass a CPU tensor "
-           "and copy each batch to the device", op, what, tensor.device());
+  MG_CHECK(tensor.device().is_cpu(),
+           "{}: {} is on {}; batches are gathered on the CPU, so pass a CPU tensor "
+           "and copy each batch to the device",
+           op, what, tensor.device());
   MG_CHECK(tensor.dim() >= 1, "{}: {} must have a batch dimension (dim 0), got a 0-d tensor", op, what);
 }
 
 void check_shard(const Shard& shard, const char* op) {
-  MG_CHECK(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count, "{}: shard {} of {} does not exist; "
-           "a shard's index runs from 0 to count - 1 (the rank and the number of ranks)", op, shard.index, shard.count);
+  MG_CHECK(shard.count >= 1 && shard.index >= 0 && shard.index < shard.count,
+           "{}: shard {} of {} does not exist; "
+           "a shard's index runs from 0 to count - 1 (the rank and the number of ranks)",
+           op, shard.index, shard.count);
 }
 
 }  // namespace
@@ -80,24 +85,28 @@ DataLoader::DataLoader(Tensor inputs, Tensor labels, DataLoaderOptions options)
   check_cpu(inputs_, "inputs", op);
   check_cpu(labels_, "labels", op);
   size_ = inputs_.size(0);
-  MG_CHECK(labels_.size(0) == size_, "{}: inputs {} and labels {} disagree on the number of examples ({} vs {})",
-           op, inputs_.shape(), labels_.shape(), size_, labels_.size(0));
+  MG_CHECK(labels_.size(0) == size_, "{}: inputs {} and labels {} disagree on the number of examples ({} vs {})", op,
+           inputs_.shape(), labels_.shape(), size_, labels_.size(0));
   MG_CHECK(size_ >= 1, "{}: inputs {} hold no examples", op, inputs_.shape());
   MG_CHECK(options_.batch_size >= 1, "{}: batch_size must be >= 1, got {}", op, options_.batch_size);
   batches_per_epoch_ = options_.drop_last ? size_ / options_.batch_size
                                           : (size_ + options_.batch_size - 1) / options_.batch_size;
-  MG_CHECK(batches_per_epoch_ >= 1, "{}: batch_size {} is larger than the {} examples and drop_last is set, so "
-           "no batch would ever be served; lower the batch size or turn drop_last off", op, options_.batch_size,
-           size_);
+  MG_CHECK(batches_per_epoch_ >= 1,
+           "{}: batch_size {} is larger than the {} examples and drop_last is set, so "
+           "no batch would ever be served; lower the batch size or turn drop_last off",
+           op, options_.batch_size, size_);
   check_shard(options_.shard, op);
   const std::int64_t last = size_ % options_.batch_size;  // rows of the last, smaller batch (0: none)
   const std::int64_t fewest = options_.drop_last || last == 0 ? options_.batch_size : last;
-  MG_CHECK(options_.batch_size >= options_.shard.count, "{}: a batch of {} rows cannot be shared by {} ranks (one row "
-           "each at least); use a batch of at least {}", op, options_.batch_size, options_.shard.count,
-           options_.shard.count);
-  MG_CHECK(fewest >= options_.shard.count, "{}: a batch of {} rows cannot be shared by {} ranks (one row each at "
+  MG_CHECK(options_.batch_size >= options_.shard.count,
+           "{}: a batch of {} rows cannot be shared by {} ranks (one row "
+           "each at least); use a batch of at least {}",
+           op, options_.batch_size, options_.shard.count, options_.shard.count);
+  MG_CHECK(fewest >= options_.shard.count,
+           "{}: a batch of {} rows cannot be shared by {} ranks (one row each at "
            "least): {} rows in batches of {} leave a last batch of {}. Use another batch size or number of examples, "
-           "or drop_last", op, fewest, options_.shard.count, size_, options_.batch_size, last);
+           "or drop_last",
+           op, fewest, options_.shard.count, size_, options_.batch_size, last);
   order_.resize(static_cast<std::size_t>(size_));
   start_epoch(0);
 }
@@ -121,7 +130,8 @@ Batch DataLoader::next() {
   const std::int64_t count = std::min(options_.batch_size, size_ - begin);
   const auto [first, end] = options_.shard.rows(count);
   const std::int64_t* rows = order_.data() + begin + first;
-  Batch batch{.inputs = gather_rows(inputs_, rows, end - first), .labels = gather_rows(labels_, rows, end - first),
+  Batch batch{.inputs = gather_rows(inputs_, rows, end - first),
+              .labels = gather_rows(labels_, rows, end - first),
               .global_rows = count};
   ++batch_index_;
   return batch;
@@ -147,8 +157,7 @@ void DataLoader::load_state_dict(const StateDict& state) {
   check_same(state, "shuffle", options_.shuffle ? 1.0 : 0.0, owner);
   check_same(state, "drop_last", options_.drop_last ? 1.0 : 0.0, owner);
   const std::int64_t epoch = state_whole_number(state, "epoch", owner, 0, std::int64_t{1} << 53);
-  const std::int64_t batch_index =
-      state_whole_number(state, "batch_index", owner, 0, batches_per_epoch_);
+  const std::int64_t batch_index = state_whole_number(state, "batch_index", owner, 0, batches_per_epoch_);
   options_.seed = get_seed(state, owner);
   start_epoch(epoch);
   batch_index_ = batch_index;
@@ -160,12 +169,16 @@ namespace {
 
 void check_tokens(const Tensor& tokens, std::int64_t batch_size, std::int64_t context, const char* op) {
   check_cpu(tokens, "tokens", op);
-  MG_CHECK(tokens.dim() == 1 && tokens.dtype() == DType::I32, "{}: tokens must be 1-D i32 (a TextCorpus split), "
-           "got shape {} {}", op, tokens.shape(), tokens.dtype());
+  MG_CHECK(tokens.dim() == 1 && tokens.dtype() == DType::I32,
+           "{}: tokens must be 1-D i32 (a TextCorpus split), "
+           "got shape {} {}",
+           op, tokens.shape(), tokens.dtype());
   MG_CHECK(batch_size >= 1, "{}: batch_size must be >= 1, got {}", op, batch_size);
   MG_CHECK(context >= 1, "{}: context must be >= 1, got {}", op, context);
-  MG_CHECK(context + 1 <= tokens.numel(), "{}: a window of context + 1 = {} tokens is longer than the {} tokens "
-           "given; use a shorter context or more text", op, context + 1, tokens.numel());
+  MG_CHECK(context + 1 <= tokens.numel(),
+           "{}: a window of context + 1 = {} tokens is longer than the {} tokens "
+           "given; use a shorter context or more text",
+           op, context + 1, tokens.numel());
 }
 
 // Fills row `row` of inputs and targets from the window that starts at `start`.
@@ -178,14 +191,15 @@ void copy_window(const std::int32_t* tokens, std::int64_t start, std::int64_t co
 
 }  // namespace
 
-TextBatcher::TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed,
-                         Shard shard)
+TextBatcher::TextBatcher(Tensor tokens, std::int64_t batch_size, std::int64_t context, std::uint64_t seed, Shard shard)
     : tokens_(std::move(tokens)), batch_size_(batch_size), context_(context), seed_(seed), shard_(shard) {
   const char* op = "mg::data::TextBatcher";
   check_tokens(tokens_, batch_size_, context_, op);
   check_shard(shard_, op);
-  MG_CHECK(batch_size_ >= shard_.count, "{}: a batch of {} windows cannot be shared by {} ranks (one window each at "
-           "least); use a batch of at least {}", op, batch_size_, shard_.count, shard_.count);
+  MG_CHECK(batch_size_ >= shard_.count,
+           "{}: a batch of {} windows cannot be shared by {} ranks (one window each at "
+           "least); use a batch of at least {}",
+           op, batch_size_, shard_.count, shard_.count);
 }
 
 TextBatch TextBatcher::next() {
@@ -194,8 +208,8 @@ TextBatch TextBatcher::next() {
   TextBatch batch{.inputs = Tensor::empty({end - first, context_}, {.dtype = DType::I32}),
                   .targets = Tensor::empty({end - first, context_}, {.dtype = DType::I32}),
                   .global_rows = batch_size_};
-  const std::uint64_t first_block =
-      static_cast<std::uint64_t>(step_) * blocks_for_words(2 * static_cast<std::uint64_t>(batch_size_));
+  const std::uint64_t first_block = static_cast<std::uint64_t>(step_) *
+                                    blocks_for_words(2 * static_cast<std::uint64_t>(batch_size_));
   const std::int64_t starts = tokens_.numel() - context_;  // window starts 0 .. N - T - 1
   for (std::int64_t b = first; b < end; ++b) {
     const std::int64_t start = below(random_u64(seed_, first_block, static_cast<std::uint64_t>(b)), starts);
@@ -235,8 +249,8 @@ std::vector<TextBatch> sequential_batches(const Tensor& tokens, std::int64_t bat
     TextBatch batch{.inputs = Tensor::empty({count, context}, {.dtype = DType::I32}),
                     .targets = Tensor::empty({count, context}, {.dtype = DType::I32})};
     for (std::int64_t row = 0; row < count; ++row)
-      copy_window(tokens.data<std::int32_t>(), (first + row) * context, context, row,
-                  batch.inputs.data<std::int32_t>(), batch.targets.data<std::int32_t>());
+      copy_window(tokens.data<std::int32_t>(), (first + row) * context, context, row, batch.inputs.data<std::int32_t>(),
+                  batch.targets.data<std::int32_t>());
     batches.push_back(std::move(batch));
   }
   return batches;

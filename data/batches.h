@@ -42,15 +42,17 @@ struct Batch {
 struct Shard {
   int index = 0;
   int count = 1;
-  std::pair<std::int64_t, std::int64_t> rows(std::int64_t n) const { return {index * n / count, (index + 1) * n / count}; }
+  std::pair<std::int64_t, std::int64_t> rows(std::int64_t n) const {
+    return {index * n / count, (index + 1) * n / count};
+  }
 };
 
 struct DataLoaderOptions {
   std::int64_t batch_size = 64;
-  bool shuffle = true;     // a new permutation each epoch; false serves rows 0, 1, 2, ... every epoch
+  bool shuffle = true;  // a new permutation each epoch; false serves rows 0, 1, 2, ... every epoch
   bool drop_last = false;  // skip the last, smaller batch of an epoch (every batch then has batch_size rows)
   std::uint64_t seed = 0;
-  Shard shard = {};        // serve only this rank's rows of each batch (the order is every rank's)
+  Shard shard = {};  // serve only this rank's rows of each batch (the order is every rank's)
 };
 
 // Minibatches of (inputs, labels) pairs, epoch after epoch without end.
@@ -74,7 +76,7 @@ class DataLoader {
   const DataLoaderOptions& options() const { return options_; }
   // N / batch_size with drop_last, ceil(N / batch_size) without.
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  std::int64_t epoch() const { return epoch_; }              // the epoch of the last batch (0 at first)
+  std::int64_t epoch() const { return epoch_; }  // the epoch of the last batch (0 at first)
   std::int64_t batch_index() const { return batch_index_; }  // batches served in the current epoch
   bool end_of_epoch() const { return batch_index_ == batches_per_epoch_; }
   // The rows of the current epoch in the order they are served.
@@ -99,7 +101,7 @@ class DataLoader {
 };
 
 struct TextBatch {
-  Tensor inputs;   // [B, T] i32: tokens s .. s+T-1 of each window
+  Tensor inputs;  // [B, T] i32: tokens s .. s+T-1 of each window
   Tensor targets;  // [B, T] i32: tokens s+1 .. s+T, the token that follows each input
   std::int64_t global_rows = 0;  // windows of the whole batch this one is a shard of
 };

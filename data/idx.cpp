@@ -60,7 +60,8 @@ class GzReader {
     if (!failed && (code == Z_OK || code == Z_STREAM_END)) return;
     if (code == Z_ERRNO) message = std::strerror(errno);
     throw Error(fmt::format("{}: '{}' is not a readable gzip stream (zlib: {}); the file is damaged or "
-                            "cut short: download or reinstall it", op_, path_, message));
+                            "cut short: download or reinstall it",
+                            op_, path_, message));
   }
 
   std::string path_;
@@ -87,8 +88,8 @@ std::string describe_magic(std::uint32_t magic) {
 struct IdxBytes {
   std::string path;
   std::vector<std::int64_t> header_sizes;  // [N] or [N, rows, cols]
-  std::int64_t count = 0;                  // items read: N, or the limit if smaller
-  std::vector<std::uint8_t> bytes;         // count * item size
+  std::int64_t count = 0;  // items read: N, or the limit if smaller
+  std::vector<std::uint8_t> bytes;  // count * item size
 };
 
 IdxBytes read_idx(const std::string& path, std::uint32_t magic, std::int64_t limit, const char* op) {
@@ -99,13 +100,13 @@ IdxBytes read_idx(const std::string& path, std::uint32_t magic, std::int64_t lim
   std::uint8_t header[16];
   const std::size_t header_bytes = 4 * static_cast<std::size_t>(1 + rank);
   const std::size_t got_header = reader.read(header, header_bytes);
-  MG_CHECK(got_header >= 4, "{}: '{}' is too short to be an IDX file: expected a {}-byte header, got {} bytes",
-           op, path, header_bytes, got_header);
+  MG_CHECK(got_header >= 4, "{}: '{}' is too short to be an IDX file: expected a {}-byte header, got {} bytes", op,
+           path, header_bytes, got_header);
   const std::uint32_t found = big_endian_u32(header);
-  MG_CHECK(found == magic, "{}: '{}' has bad magic number 0x{:08x} ({}); expected 0x{:08x} ({})", op, path,
-           found, describe_magic(found), magic, describe_magic(magic));
-  MG_CHECK(got_header == header_bytes, "{}: '{}' is truncated inside its header: expected {} bytes, got {}",
-           op, path, header_bytes, got_header);
+  MG_CHECK(found == magic, "{}: '{}' has bad magic number 0x{:08x} ({}); expected 0x{:08x} ({})", op, path, found,
+           describe_magic(found), magic, describe_magic(magic));
+  MG_CHECK(got_header == header_bytes, "{}: '{}' is truncated inside its header: expected {} bytes, got {}", op, path,
+           header_bytes, got_header);
 
   IdxBytes idx;
   idx.path = path;
@@ -129,12 +130,16 @@ IdxBytes read_idx(const std::string& path, std::uint32_t magic, std::int64_t lim
     have += got;
     if (got < chunk) break;
   }
-  MG_CHECK(have == want, "{}: '{}' is truncated: its header promises {} items of {} bytes, so {} bytes of data; "
-           "got {}", op, path, idx.count, item_bytes, want, have);
+  MG_CHECK(have == want,
+           "{}: '{}' is truncated: its header promises {} items of {} bytes, so {} bytes of data; "
+           "got {}",
+           op, path, idx.count, item_bytes, want, have);
   if (limit == 0) {
     std::uint8_t extra = 0;
-    MG_CHECK(reader.read(&extra, 1) == 0, "{}: '{}' has bytes past the {} items its header describes: the "
-             "header and the data disagree", op, path, idx.count);
+    MG_CHECK(reader.read(&extra, 1) == 0,
+             "{}: '{}' has bytes past the {} items its header describes: the "
+             "header and the data disagree",
+             op, path, idx.count);
   }
   return idx;
 }
@@ -173,7 +178,8 @@ std::string find_file(const std::string& directory, const std::string& name, con
                                : fmt::format("the directory '{}' does not exist", directory);
   throw Error(fmt::format("{}: {}. Fashion-MNIST comes with the Debian package dataset-fashion-mnist (apt-get "
                           "install dataset-fashion-mnist); or pass the directory that holds the four files, or "
-                          "set MG_FASHION_MNIST_DIR", op, what));
+                          "set MG_FASHION_MNIST_DIR",
+                          op, what));
 }
 
 }  // namespace
@@ -201,8 +207,8 @@ LabeledImages load_fashion_mnist(const std::string& directory, Split split, std:
   IdxBytes labels = read_idx(labels_path, kLabelsMagic, limit, op);
   // Compared on the headers, so a mismatch is caught even when a limit reads fewer of both.
   MG_CHECK(images.header_sizes[0] == labels.header_sizes[0],
-           "{}: '{}' holds {} images but '{}' holds {} labels; the two files are from different sets", op,
-           images_path, images.header_sizes[0], labels_path, labels.header_sizes[0]);
+           "{}: '{}' holds {} images but '{}' holds {} labels; the two files are from different sets", op, images_path,
+           images.header_sizes[0], labels_path, labels.header_sizes[0]);
   return {.images = images_tensor(images), .labels = labels_tensor(labels, 10, op)};
 }
 

@@ -45,8 +45,8 @@ std::string default_fashion_mnist_dir();
 // The images and labels of one split: train-*-idx?-ubyte(.gz) (60000) or t10k-* (10000), from
 // `directory`. Each file is looked for gzipped first, then plain (as a downloaded set unpacks).
 // limit > 0 keeps the first `limit` examples. The two files must hold the same number of examples.
-LabeledImages load_fashion_mnist(const std::string& directory = default_fashion_mnist_dir(),
-                                 Split split = Split::Train, std::int64_t limit = 0);
+LabeledImages load_fashion_mnist(const std::string& directory = default_fashion_mnist_dir(), Split split = Split::Train,
+                                 std::int64_t limit = 0);
 
 // The ten class names, by label: 0 "T-shirt/top", 1 "Trouser", ..., 9 "Ankle boot".
 const std::array<std::string, 10>& fashion_mnist_classes();

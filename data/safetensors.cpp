@@ -37,11 +37,16 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
 std::string_view file_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F64: return "F64";
-    case DType::I32: return "I32";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::F64:
+      return "F64";
+    case DType::I32:
+      return "I32";
   }
   throw Error(fmt::format("data::save_safetensors: unknown dtype tag {}", static_cast<int>(dtype)));
 }
@@ -64,12 +69,18 @@ std::string make_header(const std::string& path, const StateDict& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    MG_CHECK(!name.empty(), "data::save_safetensors: {}: a tensor has an empty name; give every entry a name to be "
-             "found by", path);
-    MG_CHECK(name != "__metadata__", "data::save_safetensors: {}: '__metadata__' is reserved for the metadata "
-             "strings and cannot name a tensor; rename it", path);
-    MG_CHECK(tensor.defined(), "data::save_safetensors: {}: tensor '{}' is undefined (a default-constructed "
-             "Tensor); drop it from the state or give it values", path, name);
+    MG_CHECK(!name.empty(),
+             "data::save_safetensors: {}: a tensor has an empty name; give every entry a name to be "
+             "found by",
+             path);
+    MG_CHECK(name != "__metadata__",
+             "data::save_safetensors: {}: '__metadata__' is reserved for the metadata "
+             "strings and cannot name a tensor; rename it",
+             path);
+    MG_CHECK(tensor.defined(),
+             "data::save_safetensors: {}: tensor '{}' is undefined (a default-constructed "
+             "Tensor); drop it from the state or give it values",
+             path, name);
     MG_CHECK(tensor.device().is_cpu(), "data::save_safetensors: {}: tensor '{}' is on {}; copy it to the CPU first",
              path, name, tensor.device());
     const std::uint64_t end = offset + tensor.nbytes();
@@ -83,7 +94,8 @@ std::string make_header(const std::string& path, const StateDict& tensors,
     text = header.dump();
   } catch (const nlohmann::json::exception& error) {
     throw Error(fmt::format("data::save_safetensors: {}: a tensor name or metadata string is not valid UTF-8, which "
-                            "the JSON header requires ({})", path, error.what()));
+                            "the JSON header requires ({})",
+                            path, error.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
@@ -152,8 +164,10 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   static std::atomic<std::uint64_t> saves{0};
   const std::string temp_path = fmt::format("{}.tmp.{}.{}", path, ::getpid(), saves++);
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  MG_CHECK(fd >= 0, "data::save_safetensors: cannot create the temporary file {}: {}; does the directory exist and "
-           "is it writable?", temp_path, std::strerror(errno));
+  MG_CHECK(fd >= 0,
+           "data::save_safetensors: cannot create the temporary file {}: {}; does the directory exist and "
+           "is it writable?",
+           temp_path, std::strerror(errno));
   try {
     const std::uint64_t header_length = header.size();  // little-endian, as the static_assert ensures
     write_all(fd, &header_length, sizeof header_length, temp_path);
@@ -207,16 +221,17 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   Entry entry{.name = name, .dtype = DType::F32, .shape = {}};
   const json& dtype = value["dtype"];
   std::optional<DType> known = dtype.is_string() ? dtype_from_file_name(dtype.get<std::string>()) : std::nullopt;
-  MG_CHECK(known.has_value(), "{} has dtype {}, which mixgrad cannot hold; it holds \"F32\", \"F16\", \"BF16\", "
-           "\"F64\" and \"I32\"{}", where, quoted(dtype),
+  MG_CHECK(known.has_value(),
+           "{} has dtype {}, which mixgrad cannot hold; it holds \"F32\", \"F16\", \"BF16\", "
+           "\"F64\" and \"I32\"{}",
+           where, quoted(dtype),
            dtype == "I64" ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))" : "");
   entry.dtype = *known;
 
   // Sizes below 2^63 fit a Shape; the running product must too, or the element count is meaningless.
   const json& shape = value["shape"];
   MG_CHECK(shape.is_array(), "{} has shape {}, not an array of sizes", where, quoted(shape));
-  MG_CHECK(shape.size() <= kMaxDims, "{} has {} dims, more than the {} mixgrad reads", where, shape.size(),
-           kMaxDims);
+  MG_CHECK(shape.size() <= kMaxDims, "{} has {} dims, more than the {} mixgrad reads", where, shape.size(), kMaxDims);
   std::int64_t numel = 1;
   for (const json& size : shape) {
     MG_CHECK(size.is_number_unsigned() && size.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
@@ -237,21 +252,25 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   entry.end = offsets[1].get<std::uint64_t>();
   MG_CHECK(entry.begin <= entry.end, "{} has data_offsets [{}, {}], which end before they begin", where, entry.begin,
            entry.end);
-  MG_CHECK(entry.end <= buffer_size, "{} has data_offsets [{}, {}] but the data buffer holds only {} bytes; the "
-           "file is truncated or the offsets are wrong", where, entry.begin, entry.end, buffer_size);
+  MG_CHECK(entry.end <= buffer_size,
+           "{} has data_offsets [{}, {}] but the data buffer holds only {} bytes; the "
+           "file is truncated or the offsets are wrong",
+           where, entry.begin, entry.end, buffer_size);
   MG_CHECK(entry.end - entry.begin == static_cast<std::uint64_t>(nbytes),
-           "{} has data_offsets [{}, {}] but shape {} of {} needs {} bytes", where, entry.begin, entry.end,
-           entry.shape, dtype.get<std::string>(), nbytes);
+           "{} has data_offsets [{}, {}] but shape {} of {} needs {} bytes", where, entry.begin, entry.end, entry.shape,
+           dtype.get<std::string>(), nbytes);
   return entry;
 }
 
 std::map<std::string, std::string> parse_metadata(const std::string& path, const json& value) {
-  MG_CHECK(value.is_object(), "data::load_safetensors: {}: '__metadata__' is a JSON {}, not an object of strings",
-           path, value.type_name());
+  MG_CHECK(value.is_object(), "data::load_safetensors: {}: '__metadata__' is a JSON {}, not an object of strings", path,
+           value.type_name());
   std::map<std::string, std::string> metadata;
   for (const auto& item : value.items()) {
-    MG_CHECK(item.value().is_string(), "data::load_safetensors: {}: metadata '{}' is {}, not a string; the format "
-             "allows only strings there", path, cut(item.key()), quoted(item.value()));
+    MG_CHECK(item.value().is_string(),
+             "data::load_safetensors: {}: metadata '{}' is {}, not a string; the format "
+             "allows only strings there",
+             path, cut(item.key()), quoted(item.value()));
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
   return metadata;
@@ -266,46 +285,60 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, std::uin
   std::uint64_t covered = 0;
   const Entry* previous = nullptr;
   for (const Entry& entry : entries) {
-    MG_CHECK(entry.begin >= covered, "data::load_safetensors: {}: tensors '{}' (data_offsets [{}, {}]) and '{}' "
-             "(data_offsets [{}, {}]) overlap in the data buffer", path, cut(previous ? previous->name : ""),
-             previous ? previous->begin : 0, covered, cut(entry.name), entry.begin, entry.end);
-    MG_CHECK(entry.begin == covered, "data::load_safetensors: {}: bytes [{}, {}) of the data buffer belong to no "
-             "tensor (a hole before '{}'); the tensors must cover the buffer exactly", path, covered, entry.begin,
-             cut(entry.name));
+    MG_CHECK(entry.begin >= covered,
+             "data::load_safetensors: {}: tensors '{}' (data_offsets [{}, {}]) and '{}' "
+             "(data_offsets [{}, {}]) overlap in the data buffer",
+             path, cut(previous ? previous->name : ""), previous ? previous->begin : 0, covered, cut(entry.name),
+             entry.begin, entry.end);
+    MG_CHECK(entry.begin == covered,
+             "data::load_safetensors: {}: bytes [{}, {}) of the data buffer belong to no "
+             "tensor (a hole before '{}'); the tensors must cover the buffer exactly",
+             path, covered, entry.begin, cut(entry.name));
     covered = entry.end;
     previous = &entry;
   }
-  MG_CHECK(covered == buffer_size, "data::load_safetensors: {}: the tensors cover {} bytes of the data buffer but it "
-           "holds {}: {} trailing bytes belong to no tensor", path, covered, buffer_size, buffer_size - covered);
+  MG_CHECK(covered == buffer_size,
+           "data::load_safetensors: {}: the tensors cover {} bytes of the data buffer but it "
+           "holds {}: {} trailing bytes belong to no tensor",
+           path, covered, buffer_size, buffer_size - covered);
 }
 
 }  // namespace
 
 SafetensorsFile load_safetensors(const std::string& path) {
   std::error_code error;
-  MG_CHECK(std::filesystem::is_regular_file(path, error), "data::load_safetensors: {}: no such file (or not a "
-           "regular file); check the path", path);
+  MG_CHECK(std::filesystem::is_regular_file(path, error),
+           "data::load_safetensors: {}: no such file (or not a "
+           "regular file); check the path",
+           path);
   const std::uint64_t file_size = std::filesystem::file_size(path, error);
   std::ifstream in(path, std::ios::binary);
   MG_CHECK(!error && in, "data::load_safetensors: {}: cannot open the file for reading: {}", path,
            std::strerror(errno));
-  MG_CHECK(file_size >= 8, "data::load_safetensors: {}: the file is {} bytes, shorter than the 8-byte header length "
-           "every safetensors file starts with; it is truncated or not a safetensors file", path, file_size);
+  MG_CHECK(file_size >= 8,
+           "data::load_safetensors: {}: the file is {} bytes, shorter than the 8-byte header length "
+           "every safetensors file starts with; it is truncated or not a safetensors file",
+           path, file_size);
 
   unsigned char length_bytes[8];
   in.read(reinterpret_cast<char*>(length_bytes), 8);
   std::uint64_t header_length = 0;
   for (int i = 7; i >= 0; --i) header_length = header_length << 8 | length_bytes[i];
-  MG_CHECK(header_length <= kMaxHeaderBytes, "data::load_safetensors: {}: the header length field says {} bytes, "
-           "over the format's limit of {}; the file is corrupt or not a safetensors file", path, header_length,
-           kMaxHeaderBytes);
-  MG_CHECK(header_length <= file_size - 8, "data::load_safetensors: {}: the header length field says {} bytes but "
-           "only {} bytes follow it; the file is truncated", path, header_length, file_size - 8);
+  MG_CHECK(header_length <= kMaxHeaderBytes,
+           "data::load_safetensors: {}: the header length field says {} bytes, "
+           "over the format's limit of {}; the file is corrupt or not a safetensors file",
+           path, header_length, kMaxHeaderBytes);
+  MG_CHECK(header_length <= file_size - 8,
+           "data::load_safetensors: {}: the header length field says {} bytes but "
+           "only {} bytes follow it; the file is truncated",
+           path, header_length, file_size - 8);
 
   std::string text(header_length, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_length));
-  MG_CHECK(in.gcount() == static_cast<std::streamsize>(header_length), "data::load_safetensors: {}: reading the "
-           "{}-byte header stopped after {} bytes", path, header_length, in.gcount());
+  MG_CHECK(in.gcount() == static_cast<std::streamsize>(header_length),
+           "data::load_safetensors: {}: reading the "
+           "{}-byte header stopped after {} bytes",
+           path, header_length, in.gcount());
   check_nesting(path, text);
   json header;
   try {
@@ -313,18 +346,22 @@ SafetensorsFile load_safetensors(const std::string& path) {
   } catch (const json::exception& error) {
     // Every failure of the parser, not only a syntax error: a number outside double's range
     // ({"a":1e999}) is an out_of_range, and must not escape as anything but an mg::Error.
-    throw Error(fmt::format("data::load_safetensors: {}: the header is not valid JSON: {}", path,
-                            cut_message(error.what())));
+    throw Error(
+        fmt::format("data::load_safetensors: {}: the header is not valid JSON: {}", path, cut_message(error.what())));
   }
-  MG_CHECK(header.is_object(), "data::load_safetensors: {}: the header is a JSON {}, not an object of tensor name -> "
-           "entry", path, header.type_name());
+  MG_CHECK(header.is_object(),
+           "data::load_safetensors: {}: the header is a JSON {}, not an object of tensor name -> "
+           "entry",
+           path, header.type_name());
 
   SafetensorsFile file;
   const std::uint64_t buffer_size = file_size - 8 - header_length;
   std::vector<Entry> entries;
   for (const auto& item : header.items()) {
-    if (item.key() == "__metadata__") file.metadata = parse_metadata(path, item.value());
-    else entries.push_back(parse_entry(path, item.key(), item.value(), buffer_size));
+    if (item.key() == "__metadata__")
+      file.metadata = parse_metadata(path, item.value());
+    else
+      entries.push_back(parse_entry(path, item.key(), item.value(), buffer_size));
   }
   check_tiling(path, entries, buffer_size);
 
@@ -333,8 +370,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
     Tensor tensor = Tensor::empty(entry.shape, {.dtype = entry.dtype});
     const auto nbytes = static_cast<std::streamsize>(entry.end - entry.begin);
     in.read(static_cast<char*>(tensor.data_ptr()), nbytes);
-    MG_CHECK(in.gcount() == nbytes, "data::load_safetensors: {}: reading tensor '{}' stopped after {} of {} bytes; "
-             "did the file change while it was read?", path, cut(entry.name), in.gcount(), nbytes);
+    MG_CHECK(in.gcount() == nbytes,
+             "data::load_safetensors: {}: reading tensor '{}' stopped after {} of {} bytes; "
+             "did the file change while it was read?",
+             path, cut(entry.name), in.gcount(), nbytes);
     file.tensors.emplace(entry.name, std::move(tensor));
   }
   return file;
@@ -342,12 +381,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
 void check_matches(const Tensor& stored, const Tensor& expected, const std::string& name, const std::string& path) {
   MG_CHECK(expected.defined(), "data::check_matches: {}: the tensor to load '{}' into is undefined", path, name);
-  MG_CHECK(stored.defined(), "data::check_matches: {}: the file has no tensor '{}' ({} {} expected); was it saved "
-           "from a different model?", path, name, expected.dtype(), expected.shape());
+  MG_CHECK(stored.defined(),
+           "data::check_matches: {}: the file has no tensor '{}' ({} {} expected); was it saved "
+           "from a different model?",
+           path, name, expected.dtype(), expected.shape());
   MG_CHECK(stored.dtype() == expected.dtype() && stored.shape() == expected.shape(),
            "data::check_matches: {}: tensor '{}' is {} {} in the file but {} {} is expected; was it saved from a "
-           "different model or precision recipe?", path, name, stored.dtype(), stored.shape(), expected.dtype(),
-           expected.shape());
+           "different model or precision recipe?",
+           path, name, stored.dtype(), stored.shape(), expected.dtype(), expected.shape());
 }
 
 }  // namespace mg::data

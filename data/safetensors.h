@@ -46,7 +46,7 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
-  StateDict tensors;                            // name -> a fresh CPU tensor that owns its data
+  StateDict tensors;  // name -> a fresh CPU tensor that owns its data
   std::map<std::string, std::string> metadata;  // "__metadata__"; empty when the file has none
 };
 

@@ -64,13 +64,14 @@ std::string run_bible() {
   // The shell exits 127 when it cannot find the program.
   MG_CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 127),
            "{}: the `bible` program is not installed; the King James Bible corpus comes from the Debian package "
-           "bible-kjv: apt-get install bible-kjv", op);
+           "bible-kjv: apt-get install bible-kjv",
+           op);
   MG_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "{}: `{}` failed (exit status {}); reinstall bible-kjv (apt-get install --reinstall bible-kjv)", op,
-           command, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+           "{}: `{}` failed (exit status {}); reinstall bible-kjv (apt-get install --reinstall bible-kjv)", op, command,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   MG_CHECK(text.size() >= static_cast<std::size_t>(TextCorpus::kMinCharacters),
-           "{}: `{}` printed {} bytes, not the Bible: is /usr/lib/bible.data there? reinstall bible-kjv", op,
-           command, text.size());
+           "{}: `{}` printed {} bytes, not the Bible: is /usr/lib/bible.data there? reinstall bible-kjv", op, command,
+           text.size());
   return text;
 }
 
@@ -92,7 +93,8 @@ void write_cache(const std::string& path, const std::string& text) {
   }
   fs::remove(temporary, ec);
   warn(fmt::format("mg::data::kjv_text: could not cache the King James Bible in '{}'; every run will call "
-                   "`bible` again (set MG_CACHE_DIR to a writable directory)", path));
+                   "`bible` again (set MG_CACHE_DIR to a writable directory)",
+                   path));
 }
 
 // The KJV ends with Revelation 22:21, "...be with you all. Amen." A cached file that does not end
@@ -105,14 +107,17 @@ TextCorpus::TextCorpus(std::string text, std::string source, double train_fracti
     : text_(std::move(text)), source_(std::move(source)) {
   const char* op = "mg::data::TextCorpus";
   const std::int64_t n = size();
-  MG_CHECK(n >= kMinCharacters, "{}: '{}' has {} characters; a corpus needs at least {} (each split must hold "
-           "a window of one input and one target)", op, source_, n, kMinCharacters);
+  MG_CHECK(n >= kMinCharacters,
+           "{}: '{}' has {} characters; a corpus needs at least {} (each split must hold "
+           "a window of one input and one target)",
+           op, source_, n, kMinCharacters);
   MG_CHECK(train_fraction > 0.0 && train_fraction < 1.0, "{}: train_fraction must be in (0, 1), got {}", op,
            train_fraction);
   const auto train_count = static_cast<std::int64_t>(std::floor(train_fraction * static_cast<double>(n)));
-  MG_CHECK(train_count >= 2 && n - train_count >= 2, "{}: a train_fraction of {} splits the {} characters of "
-           "'{}' into {} and {}; each split needs at least 2", op, train_fraction, n, source_, train_count,
-           n - train_count);
+  MG_CHECK(train_count >= 2 && n - train_count >= 2,
+           "{}: a train_fraction of {} splits the {} characters of "
+           "'{}' into {} and {}; each split needs at least 2",
+           op, train_fraction, n, source_, train_count, n - train_count);
 
   std::array<bool, 256> present{};
   for (char c : text_) present[static_cast<unsigned char>(c)] = true;
@@ -131,8 +136,10 @@ TextCorpus::TextCorpus(std::string text, std::string source, double train_fracti
 Tensor TextCorpus::encode(std::string_view text) const {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
-    MG_CHECK(id_of_byte_[byte] >= 0, "mg::data::TextCorpus::encode: character {} at position {} is not in the "
-             "vocabulary of '{}' ({} characters)", describe_byte(byte), i, source_, vocab_size());
+    MG_CHECK(id_of_byte_[byte] >= 0,
+             "mg::data::TextCorpus::encode: character {} at position {} is not in the "
+             "vocabulary of '{}' ({} characters)",
+             describe_byte(byte), i, source_, vocab_size());
   }
   return token_tensor(text, 0, text.size(), id_of_byte_);
 }
@@ -145,8 +152,10 @@ std::string TextCorpus::decode(const Tensor& ids) const {
   const std::int32_t* values = ids.data<std::int32_t>();
   std::string text(static_cast<std::size_t>(ids.numel()), '\0');
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
-    MG_CHECK(values[i] >= 0 && values[i] < vocab_size(), "{}: id {} at position {} is outside the vocabulary "
-             "of '{}' (ids 0..{})", op, values[i], i, source_, vocab_size() - 1);
+    MG_CHECK(values[i] >= 0 && values[i] < vocab_size(),
+             "{}: id {} at position {} is outside the vocabulary "
+             "of '{}' (ids 0..{})",
+             op, values[i], i, source_, vocab_size() - 1);
     text[static_cast<std::size_t>(i)] = vocabulary_[static_cast<std::size_t>(values[i])];
   }
   return text;

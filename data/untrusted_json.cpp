@@ -45,16 +45,21 @@ void check_nesting(const std::string& path, const std::string& text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
-      MG_CHECK(++depth <= kMaxHeaderDepth, "data::load_safetensors: {}: the header nests brackets deeper than {} "
-               "levels (at byte {}); a safetensors header nests 3, so the file is corrupt or hostile", path,
-               kMaxHeaderDepth, i);
+      MG_CHECK(++depth <= kMaxHeaderDepth,
+               "data::load_safetensors: {}: the header nests brackets deeper than {} "
+               "levels (at byte {}); a safetensors header nests 3, so the file is corrupt or hostile",
+               path, kMaxHeaderDepth, i);
     } else if (c == ']' || c == '}') {
       --depth;
     }

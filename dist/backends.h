@@ -8,8 +8,8 @@
 
 namespace mg::dist::detail {
 
-void init_mpi();                                          // MPI_Init_thread once; MPI_Finalize at exit
-std::shared_ptr<ProcessGroup> make_mpi_group();           // MPI_COMM_WORLD, CPU tensors
+void init_mpi();  // MPI_Init_thread once; MPI_Finalize at exit
+std::shared_ptr<ProcessGroup> make_mpi_group();  // MPI_COMM_WORLD, CPU tensors
 std::shared_ptr<ProcessGroup> make_nccl_group(Device device);  // NCCL over the world, its id sent by MPI
 [[noreturn]] void mpi_abort(int status);
 bool mpi_initialized();

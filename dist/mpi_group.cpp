@@ -51,11 +51,15 @@ void finalize_at_exit() {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::I32: return MPI_INT32_T;
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
     case DType::F16:
-    case DType::BF16: return MPI_UINT16_T;
+    case DType::BF16:
+      return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -67,8 +71,10 @@ MPI_Op mpi_op(DType dtype, ReduceOp op) {
 }
 
 int element_count(const Tensor& tensor, const char* collective) {
-  MG_CHECK(tensor.numel() <= INT32_MAX, "dist::{}: {} has {} elements; MPI counts are int, so send at most 2^31 - 1 "
-           "at a time", collective, tensor.shape(), tensor.numel());
+  MG_CHECK(tensor.numel() <= INT32_MAX,
+           "dist::{}: {} has {} elements; MPI counts are int, so send at most 2^31 - 1 "
+           "at a time",
+           collective, tensor.shape(), tensor.numel());
   return static_cast<int>(tensor.numel());
 }
 
@@ -130,7 +136,8 @@ class MpiGroup : public ProcessGroup {
     check_tensor("broadcast", tensor, ReduceOp::Sum);
     MG_CHECK(root >= 0 && root < size_, "dist::broadcast: root {} is not a rank of this group of {}", root, size_);
     check_mpi(MPI_Bcast(tensor.data_ptr(), element_count(tensor, "broadcast"), mpi_type(tensor.dtype()), root,
-                        MPI_COMM_WORLD), "MPI_Bcast");
+                        MPI_COMM_WORLD),
+              "MPI_Bcast");
     tensor.impl().storage->bump_version();  // written in place, like copy_
   }
 
@@ -184,7 +191,8 @@ void mpi_check_same(const std::string& what, const std::string& value) {
   theirs.resize(static_cast<std::size_t>(their_length));
   check_mpi(MPI_Bcast(theirs.data(), their_length, MPI_CHAR, first, MPI_COMM_WORLD), "MPI_Bcast");
   throw Error(fmt::format("dist: rank {} has {} '{}' but rank 0 has '{}'; every rank of a data-parallel job must be "
-                          "started with the same arguments", first, what, theirs, reference));
+                          "started with the same arguments",
+                          first, what, theirs, reference));
 }
 
 }  // namespace mg::dist::detail

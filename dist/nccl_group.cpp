@@ -26,20 +26,28 @@ void check_nccl(ncclResult_t result, const char* call) {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::I32: return ncclInt32;
-    case DType::F16: return ncclFloat16;
-    case DType::BF16: return ncclBfloat16;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::I32:
+      return ncclInt32;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;  // NCCL 2.10 and later
-    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;  // NCCL 2.10 and later
+    case ReduceOp::Max:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -73,8 +81,7 @@ class NcclGroup : public ProcessGroup {
     check_tensor("all_reduce", tensor, op);
     cuda::DeviceGuard guard(device_.index);
     check_nccl(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                             nccl_type(tensor.dtype()), nccl_op(op), comm_,
-                             cuda::stream(device_.index)),
+                             nccl_type(tensor.dtype()), nccl_op(op), comm_, cuda::stream(device_.index)),
                "ncclAllReduce");
     return std::make_unique<StreamOrderedWork>();
   }

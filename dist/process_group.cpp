@@ -25,15 +25,19 @@ int environment_number(std::initializer_list<const char*> names, int fallback) {
 
 void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, ReduceOp op) const {
   MG_CHECK(tensor.defined(), "dist::{} ({} group): the tensor is undefined", collective, backend());
-  MG_CHECK(tensor.device() == device(), "dist::{}: the tensor is on {}, but this {} group reduces tensors on {}; "
-           "move it there first, or use the group made by init_process_group({})", collective, tensor.device(),
-           backend(), device(), tensor.device());
+  MG_CHECK(tensor.device() == device(),
+           "dist::{}: the tensor is on {}, but this {} group reduces tensors on {}; "
+           "move it there first, or use the group made by init_process_group({})",
+           collective, tensor.device(), backend(), device(), tensor.device());
   MG_CHECK(op != ReduceOp::Max || tensor.dtype() == DType::F32 || tensor.dtype() == DType::F64 ||
                tensor.dtype() == DType::I32,
            "dist::{}: {} of a {} tensor {} is not supported; the max is kept for f32, f64 and i32 flags (cast "
-           "to f32 first)", collective, op_name(op), tensor.dtype(), tensor.shape());
-  MG_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()), "dist::{}: the avg of an {} tensor {} would not be a "
-           "whole number; sum it, or cast it to f32 first", collective, tensor.dtype(), tensor.shape());
+           "to f32 first)",
+           collective, op_name(op), tensor.dtype(), tensor.shape());
+  MG_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()),
+           "dist::{}: the avg of an {} tensor {} would not be a "
+           "whole number; sum it, or cast it to f32 first",
+           collective, tensor.dtype(), tensor.shape());
 }
 
 bool available() {
@@ -52,7 +56,9 @@ bool nccl_available() {
 #endif
 }
 
-bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
 
 int launched_world_size() { return environment_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1); }
 
@@ -67,7 +73,8 @@ std::shared_ptr<ProcessGroup> init_process_group(Device device) {
 #else
   throw Error(fmt::format("dist::init_process_group({}): this mixgrad has no NCCL backend (it needs a CUDA build, "
                           "-DMG_CUDA=ON, and NCCL: nccl.h and libnccl from the CUDA Toolkit or libnccl-dev); "
-                          "train on the CPU over MPI instead", device));
+                          "train on the CPU over MPI instead",
+                          device));
 #endif
 #else
   throw Error(fmt::format("dist::init_process_group({}): this mixgrad was built without MPI; install Open MPI "
@@ -79,8 +86,10 @@ std::shared_ptr<ProcessGroup> init_process_group(Device device) {
 void abort_job(const std::string& message) {
   const int rank = environment_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
   const int size = launched_world_size();
-  if (size > 1) std::fprintf(stderr, "error (rank %d of %d): %s\n", rank, size, message.c_str());
-  else std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (size > 1)
+    std::fprintf(stderr, "error (rank %d of %d): %s\n", rank, size, message.c_str());
+  else
+    std::fprintf(stderr, "error: %s\n", message.c_str());
   std::fflush(stderr);
 #ifdef MG_WITH_MPI
   if (detail::mpi_initialized()) detail::mpi_abort(1);

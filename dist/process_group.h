@@ -54,7 +54,7 @@ class ProcessGroup {
   virtual int rank() const = 0;  // 0 .. size() - 1
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi" or "nccl"
-  virtual Device device() const = 0;        // where its tensors must be
+  virtual Device device() const = 0;  // where its tensors must be
 
   // In place on every rank: `tensor` becomes the elementwise sum, mean or max over the ranks.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) { all_reduce_async(tensor, op)->wait(); }

@@ -16,8 +16,10 @@ void AsyncCopies::clear() {
 
 void AsyncCopies::issue(void* shared, const void* global, int bytes, int src_bytes, Landing landing) {
   const Copy copy{shared, global, bytes, src_bytes};
-  if (landing == Landing::AtIssue) copy.land();
-  else pending_.push_back(copy);
+  if (landing == Landing::AtIssue)
+    copy.land();
+  else
+    pending_.push_back(copy);
 }
 
 void AsyncCopies::commit() { group_ends_.push_back(pending_.size()); }

@@ -32,7 +32,7 @@ class AsyncCopies {
     int bytes, src_bytes;
     void land() const;
   };
-  std::vector<Copy> pending_;            // issued and not landed, oldest first
+  std::vector<Copy> pending_;  // issued and not landed, oldest first
   std::vector<std::size_t> group_ends_;  // the committed groups: where each ends in pending_
 };
 

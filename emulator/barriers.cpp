@@ -107,9 +107,7 @@ void Machine::collective(unsigned mask, const Collective& kind, void* lane_data,
 
 // ---- the public functions ------------------------------------------------------------------------------
 
-int block_barrier(int predicate, std::source_location where) {
-  return scheduler::machine().barrier(predicate, where);
-}
+int block_barrier(int predicate, std::source_location where) { return scheduler::machine().barrier(predicate, where); }
 
 void warp_collective(unsigned mask, const Collective& kind, void* lane_data, std::source_location where) {
   scheduler::machine().collective(mask, kind, lane_data, where);

@@ -23,7 +23,7 @@ namespace {
 
 constexpr int kMultiprocessors = 132;
 constexpr int kDefaultDynamicShared = 48 << 10;
-constexpr int kMaxDynamicShared = 227 << 10;      // the opt-in limit of a block
+constexpr int kMaxDynamicShared = 227 << 10;  // the opt-in limit of a block
 constexpr int kSharedPerMultiprocessor = 228 << 10;
 constexpr int kMaxThreadsPerMultiprocessor = 2048;
 constexpr int kMaxBlocksPerMultiprocessor = 32;
@@ -91,25 +91,36 @@ cudaError_t cudaGetLastError() { return std::exchange(runtime::last_error, cudaS
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    default:
+      return "cudaErrorUnknown";
   }
 }
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
+    case cudaSuccess:
+      return "no error";
     case cudaErrorInvalidValue:
       return "invalid argument (in the emulator: a copy's device side is not device memory in use, or a value is out "
              "of range)";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    default: return "unknown error";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    default:
+      return "unknown error";
   }
 }
 
@@ -132,10 +143,17 @@ cudaError_t cudaSetDevice(int device) {
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (!runtime::valid_device(device)) return failed(cudaErrorInvalidDevice);
   switch (attribute) {
-    case cudaDevAttrMultiProcessorCount: *value = runtime::kMultiprocessors; return cudaSuccess;
-    case cudaDevAttrMaxPitch: *value = 2147483647; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = runtime::kMaxDynamicShared; return cudaSuccess;
-    default: return failed(cudaErrorInvalidValue);
+    case cudaDevAttrMultiProcessorCount:
+      *value = runtime::kMultiprocessors;
+      return cudaSuccess;
+    case cudaDevAttrMaxPitch:
+      *value = 2147483647;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = runtime::kMaxDynamicShared;
+      return cudaSuccess;
+    default:
+      return failed(cudaErrorInvalidValue);
   }
 }
 

@@ -62,15 +62,11 @@ using std::isnan;
 
 // CUDA's min and max take any two arithmetic types (int with int64 here and there).
 template <class A, class B>
-  requires std::is_arithmetic_v<A> && std::is_arithmetic_v<B>
-constexpr std::common_type_t<A, B> min(A a, B b) {
-  return b < a ? b : a;
-}
+requires std::is_arithmetic_v<A> && std::is_arithmetic_v<B>
+constexpr std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
 template <class A, class B>
-  requires std::is_arithmetic_v<A> && std::is_arithmetic_v<B>
-constexpr std::common_type_t<A, B> max(A a, B b) {
-  return a < b ? b : a;
-}
+requires std::is_arithmetic_v<A> && std::is_arithmetic_v<B>
+constexpr std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
 
 inline float __int_as_float(int bits) { return std::bit_cast<float>(bits); }
 inline int __float_as_int(float value) { return std::bit_cast<int>(value); }
@@ -109,8 +105,8 @@ struct ShuffleXor {
       auto* lane = static_cast<ShuffleXor*>(lanes[l]);
       const int source = l ^ lane->lane_mask;
       if (source > 31 || !(mask & (1u << source)))
-        fail(fmt::format("__shfl_xor_sync: lane {} reads lane {}, which the mask {:#010x} leaves out", l, source,
-                         mask));
+        fail(
+            fmt::format("__shfl_xor_sync: lane {} reads lane {}, which the mask {:#010x} leaves out", l, source, mask));
       lane->result = static_cast<ShuffleXor*>(lanes[source])->value;
     }
   }
@@ -134,9 +130,9 @@ struct ReduceAdd {
 }  // namespace mg::emu
 
 template <class T>
-  requires(sizeof(T) == 4 || sizeof(T) == 8)
-T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32,
-                  std::source_location where = std::source_location::current()) {
+requires(sizeof(T) == 4 || sizeof(T) == 8) T
+    __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32,
+                    std::source_location where = std::source_location::current()) {
   if (width != 32) ::mg::emu::fail("__shfl_xor_sync: the emulator implements width 32 only");
   ::mg::emu::ShuffleXor<T> lane{value, lane_mask, T{}};
   ::mg::emu::warp_collective(mask, ::mg::emu::ShuffleXor<T>::kind, &lane, where);
@@ -152,8 +148,8 @@ inline unsigned __reduce_add_sync(unsigned mask, unsigned value,
 
 // Threads run one at a time on one host thread, so these are atomic already; std::atomic_ref says so.
 template <class T>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, unsigned> || std::is_same_v<T, unsigned long long>)
-T atomicAdd(T* address, T value) {
+requires(std::is_same_v<T, float> || std::is_same_v<T, unsigned> || std::is_same_v<T, unsigned long long>) T
+    atomicAdd(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
 }
 
@@ -176,29 +172,29 @@ cudaError_t cudaFuncSetAttribute(T* function, cudaFuncAttribute attribute, int v
 #define MG_LAUNCH_UNORDERED(kernel, grid, block, shared_bytes, stream) \
   MG_EMU_LAUNCH(kernel, grid, block, shared_bytes, stream, false)
 
-#define MG_EMU_LAUNCH(kernel, grid, block, shared_bytes, stream, ordered)                                  \
-  ::mg::emu::Launcher(::mg::emu::KernelSite{#kernel, __PRETTY_FUNCTION__, __FILE__, __LINE__, nullptr, ordered}, \
-                      grid, block, shared_bytes, stream, [&](auto&... arguments) { kernel(arguments...); },      \
-                      MG_EMU_KERNEL_ADDRESS(kernel))
+#define MG_EMU_LAUNCH(kernel, grid, block, shared_bytes, stream, ordered) \
+  ::mg::emu::Launcher( \
+      ::mg::emu::KernelSite{#kernel, __PRETTY_FUNCTION__, __FILE__, __LINE__, nullptr, ordered}, grid, block, \
+      shared_bytes, stream, [&](auto&... arguments) { kernel(arguments...); }, MG_EMU_KERNEL_ADDRESS(kernel))
 
 // The kernel's address, from the arguments' types (its attributes, such as the dynamic shared memory
 // opt-in, are kept by address): null when the kernel's parameters are not exactly those types.
-#define MG_EMU_KERNEL_ADDRESS(kernel)                                                                  \
-  [&](auto&... arguments) -> const void* {                                                             \
-    using Pointer = void (*)(std::remove_cvref_t<decltype(arguments)>...);                             \
-    if constexpr (requires { static_cast<Pointer>(kernel); })                                          \
-      return reinterpret_cast<const void*>(static_cast<Pointer>(kernel));                              \
-    else                                                                                               \
-      return nullptr;                                                                                  \
+#define MG_EMU_KERNEL_ADDRESS(kernel) \
+  [&](auto&... arguments) -> const void* { \
+    using Pointer = void (*)(std::remove_cvref_t<decltype(arguments)>...); \
+    if constexpr (requires { static_cast<Pointer>(kernel); }) \
+      return reinterpret_cast<const void*>(static_cast<Pointer>(kernel)); \
+    else \
+      return nullptr; \
   }
 
 // MG_SHARED(type, name): `__shared__ type name`, e.g. MG_SHARED(float[32], scratch). Here a reference
 // to the block's variable, made by the first thread of the block to reach the declaration.
 #define MG_SHARED(type, name) MG_SHARED_ALIGNED(alignof(std::type_identity_t<type>), type, name)
-#define MG_SHARED_ALIGNED(alignment, type, name)                                                        \
-  static const char mg_emu_key_##name = 0;                                                              \
-  std::type_identity_t<type>& name = *static_cast<std::type_identity_t<type>*>(::mg::emu::shared_variable( \
-      &mg_emu_key_##name, sizeof(std::type_identity_t<type>), alignment, #name))
+#define MG_SHARED_ALIGNED(alignment, type, name) \
+  static const char mg_emu_key_##name = 0; \
+  std::type_identity_t<type>& name = *static_cast<std::type_identity_t<type>*>( \
+      ::mg::emu::shared_variable(&mg_emu_key_##name, sizeof(std::type_identity_t<type>), alignment, #name))
 
 // MG_DYNAMIC_SHARED(type, name): `extern __shared__ type name[]` (aligned to 128 bytes), the
 // launch's dynamic shared memory.

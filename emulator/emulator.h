@@ -39,8 +39,8 @@ namespace mg::emu {
 
 // ---- settings (read from the environment once; tests may change them) ---------------------------
 
-enum class Order { Forward, Reverse, Random };   // of the threads of a block, and of the blocks
-enum class Landing { AtIssue, AtWait };          // when a cp.async copy reaches shared memory
+enum class Order { Forward, Reverse, Random };  // of the threads of a block, and of the blocks
+enum class Landing { AtIssue, AtWait };  // when a cp.async copy reaches shared memory
 
 struct Schedule {
   Order order;
@@ -67,12 +67,12 @@ std::vector<Schedule> parse_schedules(const std::string& text);
 
 // Where a launch comes from, for error messages (and the kernel's address, for its attributes).
 struct KernelSite {
-  const char* kernel;    // as written at the launch
+  const char* kernel;  // as written at the launch
   const char* function;  // the host function that launches it, with its template arguments
   const char* file;
   int line;
-  const void* address;   // the kernel function, or null when the launch names a template to deduce
-  bool ordered;          // false: MG_LAUNCH_UNORDERED (run once, not compared across schedules)
+  const void* address;  // the kernel function, or null when the launch names a template to deduce
+  bool ordered;  // false: MG_LAUNCH_UNORDERED (run once, not compared across schedules)
 };
 
 // Runs every block of the grid under each schedule, comparing the results (the race check).

@@ -126,8 +126,8 @@ void Fiber::prepare(Entry entry, void* argument) {
   std::memset(frame, 0, 11 * sizeof(std::uint64_t));
   std::memcpy(reinterpret_cast<char*>(frame), &fpu_control, sizeof fpu_control);
   std::memcpy(reinterpret_cast<char*>(frame) + 8, &mxcsr, sizeof mxcsr);
-  frame[5] = reinterpret_cast<std::uint64_t>(this);                      // r12
-  frame[8] = reinterpret_cast<std::uint64_t>(&mg_emu_fiber_entry);       // return address
+  frame[5] = reinterpret_cast<std::uint64_t>(this);  // r12
+  frame[8] = reinterpret_cast<std::uint64_t>(&mg_emu_fiber_entry);  // return address
   saved_sp_ = frame;
 #else
   getcontext(&context_);

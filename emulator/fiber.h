@@ -52,7 +52,7 @@ class Fiber {
   Entry entry_ = nullptr;
   void* argument_ = nullptr;
 
-  void* stack_ = nullptr;       // the mapping, guard page included
+  void* stack_ = nullptr;  // the mapping, guard page included
   std::size_t mapped_ = 0;
   void* stack_bottom_ = nullptr;  // the usable part, for AddressSanitizer
   std::size_t stack_size_ = 0;

@@ -38,13 +38,13 @@ struct Thread {
   State state = State::Runnable;
   bool started = false;
   std::source_location where;  // the barrier or collective it waits at
-  int predicate = 0;           // its __syncthreads_or argument, then the barrier's result
-  AsyncCopies copies;           // its cp.async copies in flight
+  int predicate = 0;  // its __syncthreads_or argument, then the barrier's result
+  AsyncCopies copies;  // its cp.async copies in flight
 };
 
 // The collective a warp's lanes are gathering at.
 struct Warp {
-  unsigned alive = 0;    // lanes the block has and that have not returned from the kernel
+  unsigned alive = 0;  // lanes the block has and that have not returned from the kernel
   unsigned arrived = 0;  // lanes that have arrived
   unsigned mask = 0;
   const Collective* kind = nullptr;

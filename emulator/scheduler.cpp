@@ -198,7 +198,8 @@ void Machine::exit_current() {
   w.alive &= ~lane_bit;
   if (w.arrived != 0 && (w.mask & lane_bit))
     fail(fmt::format("it returned from the kernel while other lanes of its warp wait for it at {} ({}) with mask "
-                     "{:#010x}", w.kind->name, site_of(w.where), w.mask));
+                     "{:#010x}",
+                     w.kind->name, site_of(w.where), w.mask));
   if (at_barrier_ > 0 && at_barrier_ + exited_ == thread_count())
     fail(fmt::format("divergent __syncthreads: {} threads of the block wait at {} but {} returned from the kernel "
                      "without reaching it (a barrier must be reached by every thread of the block, or by none)",
@@ -218,8 +219,9 @@ void Machine::exit_current() {
     }
   }
   throw Error(fmt::format("CUDA emulator: {}, block ({}, {}, {}): deadlock: no thread can go on ({} at a barrier, {} "
-                          "returned); waiting: {}", where_launched(), block_index.x, block_index.y, block_index.z,
-                          at_barrier_, exited_, waiting));
+                          "returned); waiting: {}",
+                          where_launched(), block_index.x, block_index.y, block_index.z, at_barrier_, exited_,
+                          waiting));
 }
 
 }  // namespace scheduler

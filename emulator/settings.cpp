@@ -12,9 +12,12 @@ namespace {
 
 const char* name_of(Order order) {
   switch (order) {
-    case Order::Forward: return "forward";
-    case Order::Reverse: return "reverse";
-    case Order::Random: return "random";
+    case Order::Forward:
+      return "forward";
+    case Order::Reverse:
+      return "reverse";
+    case Order::Random:
+      return "random";
   }
   return "?";
 }
@@ -45,17 +48,24 @@ std::vector<Schedule> parse_schedules(const std::string& text) {
     const std::size_t colon = item.find(':');
     const std::string order = item.substr(0, colon), landing = colon == std::string::npos ? "" : item.substr(colon + 1);
     Schedule s{};
-    if (order == "forward") s.order = Order::Forward;
-    else if (order == "reverse") s.order = Order::Reverse;
-    else if (order == "random") s.order = Order::Random;
+    if (order == "forward")
+      s.order = Order::Forward;
+    else if (order == "reverse")
+      s.order = Order::Reverse;
+    else if (order == "random")
+      s.order = Order::Random;
     else
       throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: the order must be forward, "
-                              "reverse or random", item, text));
-    if (landing == "issue") s.landing = Landing::AtIssue;
-    else if (landing == "wait") s.landing = Landing::AtWait;
+                              "reverse or random",
+                              item, text));
+    if (landing == "issue")
+      s.landing = Landing::AtIssue;
+    else if (landing == "wait")
+      s.landing = Landing::AtWait;
     else
       throw Error(fmt::format("CUDA emulator: schedule '{}' in MG_EMULATOR_SCHEDULES={}: write order:issue or "
-                              "order:wait (when cp.async copies land)", item, text));
+                              "order:wait (when cp.async copies land)",
+                              item, text));
     schedules.push_back(s);
   }
   MG_CHECK(!schedules.empty(), "CUDA emulator: MG_EMULATOR_SCHEDULES is empty; e.g. forward:issue,reverse:wait");

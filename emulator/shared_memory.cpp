@@ -12,8 +12,8 @@ namespace mg::emu {
 namespace {
 
 constexpr std::size_t kArenaBytes = 2 * SharedMemory::kStaticLimit;
-constexpr std::size_t kRedzone = 32;          // bytes between two variables
-constexpr unsigned char kPoisonByte = 0xFF;   // NaN in f32, f16 and bf16
+constexpr std::size_t kRedzone = 32;  // bytes between two variables
+constexpr unsigned char kPoisonByte = 0xFF;  // NaN in f32, f16 and bf16
 
 unsigned char* aligned_bytes(std::size_t alignment, std::size_t bytes) {
   void* memory = nullptr;

@@ -181,8 +181,8 @@ struct Load {
       auto* lane = static_cast<Lane*>(lanes[l]);
       for (int e = 0; e < Fragment::num_elements; ++e) {
         const int i = l * Fragment::num_elements + e;
-        lane->fragment->x[e] = first->pointer[offset(i / Fragment::kColumns, i % Fragment::kColumns, first->ldm,
-                                                     first->row_major)];
+        lane->fragment->x[e] =
+            first->pointer[offset(i / Fragment::kColumns, i % Fragment::kColumns, first->ldm, first->row_major)];
       }
     }
   }
@@ -212,8 +212,10 @@ struct Store {
 // The Tensor Core's view of an operand element: TF32 ignores the low 13 mantissa bits.
 template <bool kTf32, class Element>
 MG_EMU_HOT inline float operand(Element x) {
-  if constexpr (kTf32) return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) & 0xFFFFE000u);
-  else return widen(x);
+  if constexpr (kTf32)
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) & 0xFFFFE000u);
+  else
+    return widen(x);
 }
 
 template <class D, class A, class B, class C>

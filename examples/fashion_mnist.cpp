@@ -32,7 +32,8 @@ int main(int argc, char** argv) try {
   // skipped) are read back every 16 steps, all at once, and come with the step that read them.
   Generator generator(0);
   train::Trainer trainer(nn::mlp({784, 256, 256, 10}, generator),
-                         {.recipe = amp::Recipe::parse(recipe), .optimizer = {.name = "sgd", .lr = 0.05, .momentum = 0.9}});
+                         {.recipe = amp::Recipe::parse(recipe),
+                          .optimizer = {.name = "sgd", .lr = 0.05, .momentum = 0.9}});
   fmt::print("{}\n", trainer.recipe().describe());
   for (std::int64_t step = 1; step <= steps; ++step) {
     const data::Batch batch = loader.next();

@@ -37,15 +37,15 @@ int main(int argc, char** argv) try {
   // Runs inside the caller's autocast region: linear (GEMM + bias) in f16/bf16, relu in its input's dtype.
   auto model = [&](const Tensor& x) {
     Tensor h = relu(linear(x, w1, b1));  // (B, hidden)
-    return linear(h, w2, b2);            // (B, classes)
+    return linear(h, w2, b2);  // (B, classes)
   };
   auto make_batch = [&](std::int64_t size) {
     Tensor x = randn({size, features}, generator);
     return std::pair{x, argmax(matmul(x, teacher), 1)};
   };
 
-  fmt::print("training a {}-{}-{} MLP on a synthetic {}-class problem\nrecipe {}\n", features, hidden, classes,
-             classes, recipe.describe());
+  fmt::print("training a {}-{}-{} MLP on a synthetic {}-class problem\nrecipe {}\n", features, hidden, classes, classes,
+             recipe.describe());
   // The skipped steps are counted where the flags are, on the device: reading a flag every step
   // would make a GPU wait every step. The count is read only when printed.
   Tensor skipped = zeros({});
@@ -55,11 +55,11 @@ int main(int argc, char** argv) try {
     Tensor loss;
     {
       Autocast region = recipe.autocast();  // a disabled region for fp32
-      loss = cross_entropy(model(x), labels);    // on the f32 list: an f32 loss under every recipe
+      loss = cross_entropy(model(x), labels);  // on the f32 list: an f32 loss under every recipe
     }
     backward(scaler.scale(loss));  // loss * S (S = 1 without a scaler), outside the region
     scaler.step(optimizer);  // the update reads g / S; skipped, on the device, on inf/NaN
-    scaler.update();         // back off or grow S
+    scaler.update();  // back off or grow S
     if (scaler.is_enabled()) skipped = add(skipped, scaler.last_found_inf());
     if (step == 1 || step % 50 == 0) {
       fmt::print("step {:>4}  loss {:.4f}", step, loss.item());

@@ -36,11 +36,20 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
   if (random() % 2 == 0 || size < 16 || header_length > size - 16) return LLVMFuzzerMutate(data, size, max_size);
   const std::size_t buffer = 8 + header_length;
   const std::size_t offset = buffer + random() % (size - 8 - buffer + 1);
-  constexpr double kDoubles[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
-                                 -1.0, 0.5, 1e300, 0x1p53 + 2, 0x1p63, 0.0};
-  constexpr std::int32_t kInts[] = {-1, 0, std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min()};
-  if (random() % 2 == 0) std::memcpy(data + offset, &kDoubles[random() % std::size(kDoubles)], 8);
-  else std::memcpy(data + offset, &kInts[random() % std::size(kInts)], 4);
+  constexpr double kDoubles[] = {std::numeric_limits<double>::quiet_NaN(),
+                                 std::numeric_limits<double>::infinity(),
+                                 -1.0,
+                                 0.5,
+                                 1e300,
+                                 0x1p53 + 2,
+                                 0x1p63,
+                                 0.0};
+  constexpr std::int32_t kInts[] = {-1, 0, std::numeric_limits<std::int32_t>::max(),
+                                    std::numeric_limits<std::int32_t>::min()};
+  if (random() % 2 == 0)
+    std::memcpy(data + offset, &kDoubles[random() % std::size(kDoubles)], 8);
+  else
+    std::memcpy(data + offset, &kInts[random() % std::size(kInts)], 4);
   return size;
 }
 
@@ -61,7 +70,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       run.loader.load_state_dict(data_state);
       (void)run.trainer.step(run.loader.next());
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

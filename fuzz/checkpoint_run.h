@@ -28,7 +28,8 @@ struct CheckpointRun {
                          {.recipe = amp::Recipe::parse("float16_master"),
                           .optimizer = {.name = "adamw", .lr = 0.01},
                           .monitor = {.error_on_collapse = true}}};
-  data::DataLoader loader{randn({kExamples, 4}, generator), randint(0, 2, {kExamples}, generator),
+  data::DataLoader loader{randn({kExamples, 4}, generator),
+                          randint(0, 2, {kExamples}, generator),
                           {.batch_size = 4, .seed = 1}};
   data::TextCorpus corpus{"In the beginning God created the heaven and the earth."};
   data::TextBatcher text{corpus.train(), /*batch_size=*/2, /*context=*/8, /*seed=*/1};

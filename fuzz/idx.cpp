@@ -15,11 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // one IDX reader, in two opens (each costs zlib's buffers, about 2 MB under ASan).
   try {
     (void)mg::data::read_idx_images(path);
-  } catch (const mg::Error&) {
-  }
+  } catch (const mg::Error&) {}
   try {
     (void)mg::data::read_idx_labels(path, /*limit=*/2);
-  } catch (const mg::Error&) {
-  }
+  } catch (const mg::Error&) {}
   return 0;
 }

@@ -24,12 +24,11 @@ void write_safetensors_seeds(const std::filesystem::path& dir) {
                          {{"fc.weight", randn({3, 4}, generator)}, {"fc.bias", randn({3}, generator)}},
                          {{"step", "12"}, {"recipe", "mixed_float16"}});
   // Every dtype mixgrad holds, a 0-d tensor and an empty one.
-  data::save_safetensors(dir / "every_dtype.st",
-                         {{"half", randn({2, 2}, generator, {.dtype = DType::F16})},
-                          {"brain", randn({3}, generator, {.dtype = DType::BF16})},
-                          {"double", state_scalar(0.5)},
-                          {"ints", randint(-5, 5, {2}, generator)},
-                          {"empty", Tensor::empty({0, 4})}});
+  data::save_safetensors(dir / "every_dtype.st", {{"half", randn({2, 2}, generator, {.dtype = DType::F16})},
+                                                  {"brain", randn({3}, generator, {.dtype = DType::BF16})},
+                                                  {"double", state_scalar(0.5)},
+                                                  {"ints", randint(-5, 5, {2}, generator)},
+                                                  {"empty", Tensor::empty({0, 4})}});
 }
 
 // `run` after two steps, with the entries mixgrad train adds and the data state of `text` or of the
@@ -41,15 +40,18 @@ void write_checkpoint_seed(const std::filesystem::path& path, bool text) {
   if (text) (void)run.text.next();
   state_insert(extra, "data.", text ? run.text.state_dict() : run.loader.state_dict());
   train::save_checkpoint(path, run.trainer.checkpoint_objects(), extra,
-                         {{"data", text ? "text" : "fashion-mnist"}, {"model", "mlp"},
-                          {"precision", "float16_master"}, {"optimizer", "adamw"}});
+                         {{"data", text ? "text" : "fashion-mnist"},
+                          {"model", "mlp"},
+                          {"precision", "float16_master"},
+                          {"optimizer", "adamw"}});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fmt::print(stderr, "usage: {} CORPUS_DIR   (fuzz/corpus: writes its safetensors/ and checkpoint/ seeds)\n", argv[0]);
+    fmt::print(stderr, "usage: {} CORPUS_DIR   (fuzz/corpus: writes its safetensors/ and checkpoint/ seeds)\n",
+               argv[0]);
     return 2;
   }
   set_num_threads(1);
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
   write_safetensors_seeds(corpus / "safetensors");
   write_checkpoint_seed(corpus / "checkpoint" / "resume_images.st", false);
   write_checkpoint_seed(corpus / "checkpoint" / "resume_text.st", true);
-  fmt::print("fuzz_make_corpus: wrote the seeds of {}/safetensors and {}/checkpoint\n", corpus.string(), corpus.string());
+  fmt::print("fuzz_make_corpus: wrote the seeds of {}/safetensors and {}/checkpoint\n", corpus.string(),
+             corpus.string());
   return 0;
 }

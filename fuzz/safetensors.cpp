@@ -16,7 +16,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A file that was accepted must hold what its header promised: read every element (ASan sees a
     // tensor whose storage is shorter than its shape).
     for (const auto& [name, tensor] : file.tensors) (void)tensor.to_vector<double>();
-  } catch (const mg::Error&) {
-  }
+  } catch (const mg::Error&) {}
   return 0;
 }

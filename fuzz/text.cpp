@@ -23,7 +23,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     mg::data::TextBatcher batcher(corpus.train(), /*batch_size=*/2, /*context=*/4);
     (void)batcher.next();
-  } catch (const mg::Error&) {
-  }
+  } catch (const mg::Error&) {}
   return 0;
 }

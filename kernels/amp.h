@@ -50,8 +50,8 @@ struct ScaleRule {
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
   std::int64_t hysteresis = 1;  // consecutive overflows per backoff
-  double min_scale = 0.0;       // the backoff stops here
-  double max_scale = FLT_MAX;   // growth stops before passing this
+  double min_scale = 0.0;  // the backoff stops here
+  double max_scale = FLT_MAX;  // growth stops before passing this
 };
 // The same with limits: overflow_streak is i32 [1] beside the scale (undefined when hysteresis is 1).
 void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,

@@ -40,8 +40,8 @@ namespace {
 // Without the backend no tensor can be on a GPU (allocation fails first); checked all the same, so
 // a device pointer never reaches host code.
 void require_cpu(const char* kernel, const Tensor& out) {
-  MG_CHECK(out.device().is_cpu(), "kernel {}: tensors on {} need the CUDA backend, which this build lacks",
-           kernel, out.device());
+  MG_CHECK(out.device().is_cpu(), "kernel {}: tensors on {} need the CUDA backend, which this build lacks", kernel,
+           out.device());
 }
 #define MG_ROUTE(out, fn, ...) (require_cpu(#fn, out), cpu::fn(__VA_ARGS__))
 #endif
@@ -49,7 +49,8 @@ void require_cpu(const char* kernel, const Tensor& out) {
 // The optional FusedStep arguments of the optimizer kernels: inv_scale and found_inf are one f32
 // element each and the model copy matches the parameter, all on the parameter's device.
 void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& fused) {
-  for (const auto& [flag, name] : {std::pair{fused.scaling.inv_scale, "inv_scale"}, std::pair{fused.scaling.found_inf, "found_inf"}}) {
+  for (const auto& [flag, name] :
+       {std::pair{fused.scaling.inv_scale, "inv_scale"}, std::pair{fused.scaling.found_inf, "found_inf"}}) {
     MG_CHECK(!flag || (flag->defined() && flag->numel() == 1 && flag->dtype() == DType::F32 &&
                        flag->device() == param.device()),
              "kernel {}: {} must be one f32 element on {}, the parameter's device", kernel, name, param.device());
@@ -58,23 +59,20 @@ void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& 
     MG_CHECK(copy->defined() && copy->shape() == param.shape() && is_floating(copy->dtype()) &&
                  copy->device() == param.device() && !copy->shares_storage_with(param),
              "kernel {}: the model copy must be a floating tensor of the parameter's shape {} on {}, with storage "
-             "of its own", kernel, param.shape(), param.device());
+             "of its own",
+             kernel, param.shape(), param.device());
   }
 }
 
 }  // namespace
 
-void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars) {
-  MG_ROUTE(out, unary, op, x, out, scalars);
-}
+void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars) { MG_ROUTE(out, unary, op, x, out, scalars); }
 
 void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars) {
   MG_ROUTE(dx, unary_grad, op, g, saved, dx, scalars);
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  MG_ROUTE(out, binary, op, a, b, out);
-}
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) { MG_ROUTE(out, binary, op, a, b, out); }
 
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
   MG_ROUTE(out, ternary, op, x, y, z, out);
@@ -97,9 +95,7 @@ void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out,
   MG_ROUTE(out, reduce, op, x, shape, out, indices);
 }
 
-void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y) {
-  MG_ROUTE(y, softmax, x, shape, log, y);
-}
+void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y) { MG_ROUTE(y, softmax, x, shape, log, y); }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx) {
   MG_ROUTE(dx, softmax_backward, y, dy, shape, log, dx);
@@ -119,13 +115,9 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
   copy_bytes(src.data_ptr(), src.device(), dst.data_ptr(), dst.device(), src.nbytes(), "kernel copy_between_devices");
 }
 
-void cast(const Tensor& x, Tensor& out) {
-  MG_ROUTE(out, cast, x, out);
-}
+void cast(const Tensor& x, Tensor& out) { MG_ROUTE(out, cast, x, out); }
 
-void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
-  MG_ROUTE(out, permute, x, perm, out);
-}
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) { MG_ROUTE(out, permute, x, perm, out); }
 
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
                     std::int64_t length) {
@@ -158,13 +150,9 @@ void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& 
   MG_ROUTE(dgates, lstm_cell_backward, acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
 }
 
-void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
-  MG_ROUTE(cols, im2col, x, window, cols);
-}
+void im2col(const Tensor& x, const Window2d& window, Tensor& cols) { MG_ROUTE(cols, im2col, x, window, cols); }
 
-void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
-  MG_ROUTE(dx, col2im, cols, window, dx);
-}
+void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) { MG_ROUTE(dx, col2im, cols, window, dx); }
 
 bool conv2d_implicit(const Tensor& x, const Window2d& window) {
   return x.device().is_cpu() && cpu::conv2d_implicit(x, window);  // the GPU convolves through im2col
@@ -176,12 +164,14 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 }
 
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx) {
-  MG_CHECK(dx.device().is_cpu(), "kernel conv2d_input_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
+  MG_CHECK(dx.device().is_cpu(),
+           "kernel conv2d_input_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
   cpu::conv2d_input_grad(dy, weight, window, dx);
 }
 
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw) {
-  MG_CHECK(dw.device().is_cpu(), "kernel conv2d_weight_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
+  MG_CHECK(dw.device().is_cpu(),
+           "kernel conv2d_weight_grad: runs on the CPU only (kernels::conv2d_implicit says where)");
   cpu::conv2d_weight_grad(dy, x, window, dw);
 }
 
@@ -193,9 +183,7 @@ void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2
   MG_ROUTE(dx, max_pool2d_backward, dout, argmax, window, dx);
 }
 
-void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) {
-  MG_ROUTE(out, avg_pool2d, x, window, out);
-}
+void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) { MG_ROUTE(out, avg_pool2d, x, window, out); }
 
 void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx) {
   MG_ROUTE(dx, avg_pool2d_backward, dout, window, dx);
@@ -223,7 +211,8 @@ void check_unscale(const char* kernel, const std::vector<Tensor>& src, const std
              "kernel {}: gradient {} and its destination must be floating tensors of one size", kernel, i);
     MG_CHECK(src[i].device() == found_inf.device() && to->device() == found_inf.device(),
              "kernel {}: gradient {} is on {} and its destination on {}, but found_inf is on {}; one "
-             "optimizer's gradients live on one device", kernel, i, src[i].device(), to->device(), found_inf.device());
+             "optimizer's gradients live on one device",
+             kernel, i, src[i].device(), to->device(), found_inf.device());
   }
 }
 
@@ -245,8 +234,8 @@ void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHy
   MG_ROUTE(param, sgd, param, grad, momentum_buffer, hyper, count, fused);
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused) {
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount& count, const FusedStep& fused) {
   check_fused_step("adam", param, fused);
   MG_CHECK(step.defined() && step.numel() == 1 && step.dtype() == DType::I32 && step.device() == param.device(),
            "kernel adam: the step count must be one i32 element on {}, the parameter's device", param.device());
@@ -274,8 +263,9 @@ void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak
   MG_CHECK(growth_tracker.device() == scale.device() && found_inf.device() == scale.device(),
            "kernel update_scale: scale ({}), growth_tracker ({}) and found_inf ({}) must be on one device",
            scale.device(), growth_tracker.device(), found_inf.device());
-  MG_CHECK(rule.hysteresis == 1 || (overflow_streak.defined() && overflow_streak.numel() == 1 &&
-                                    overflow_streak.dtype() == DType::I32 && overflow_streak.device() == scale.device()),
+  MG_CHECK(rule.hysteresis == 1 ||
+               (overflow_streak.defined() && overflow_streak.numel() == 1 && overflow_streak.dtype() == DType::I32 &&
+                overflow_streak.device() == scale.device()),
            "kernel update_scale: hysteresis {} needs overflow_streak, i32 [1] on {}", rule.hysteresis, scale.device());
   MG_ROUTE(scale, update_scale, scale, growth_tracker, overflow_streak, found_inf, rule);
 }

@@ -17,21 +17,20 @@ namespace mg::kernels {
 // One enumerator per unit of kernels/pointwise.h: the differentiable ops, then tensor-scalar arithmetic.
 #define MG_UNARY_ENUMERATOR(Unit, ...) Unit,
 enum class UnaryOp : std::uint8_t {
-  MG_POINTWISE_OPS(MG_UNARY_ENUMERATOR)
-  MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_ENUMERATOR)
-  MG_SCALAR_OPS(MG_UNARY_ENUMERATOR)
+  MG_POINTWISE_OPS(MG_UNARY_ENUMERATOR) MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_ENUMERATOR)
+      MG_SCALAR_OPS(MG_UNARY_ENUMERATOR)
 };
 #undef MG_UNARY_ENUMERATOR
 
 enum class BinaryOp : std::uint8_t { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
 
 enum class TernaryOp : std::uint8_t {
-  Where,            // (mask, a, b): mask != 0 ? a : b
-  DivisorGrad,      // (g, quotient, divisor): the divisor's gradient of div and rdiv
-  PowBaseGrad,      // (g, base, exponent)
+  Where,  // (mask, a, b): mask != 0 ? a : b
+  DivisorGrad,  // (g, quotient, divisor): the divisor's gradient of div and rdiv
+  PowBaseGrad,  // (g, base, exponent)
   PowExponentGrad,  // (g, base, exponent)
-  MaximumGrad,      // (g, x, y): x's share of g in maximum(x, y); swap x and y for y's
-  MinimumGrad,      // (g, x, y): the same for minimum
+  MaximumGrad,  // (g, x, y): x's share of g in maximum(x, y); swap x and y for y's
+  MinimumGrad,  // (g, x, y): the same for minimum
 };
 
 // The scalar operands of the *Scalar ops: `a` is the scalar (the exponent of PowScalar); Clamp

@@ -16,16 +16,20 @@ namespace mg::kernels {
 // A unit with its scalars: Clamp{min, max}, LeakyRelu{slope}, MulScalar{a}, Exp{}.
 template <class Unit>
 constexpr Unit with_scalars(Scalars s) {
-  if constexpr (requires { Unit{s.a, s.b}; }) return Unit{s.a, s.b};
-  else if constexpr (requires { Unit{s.a}; }) return Unit{s.a};
-  else return Unit{};
+  if constexpr (requires { Unit{s.a, s.b}; })
+    return Unit{s.a, s.b};
+  else if constexpr (requires { Unit{s.a}; })
+    return Unit{s.a};
+  else
+    return Unit{};
 }
 
 template <class Fn>
 void visit_unary(UnaryOp op, Scalars s, Fn&& fn) {
   switch (op) {
 #define MG_UNARY_CASE(Unit, name, ...) \
-  case UnaryOp::Unit: return fn(with_scalars<functors::Unit>(s), #name);
+  case UnaryOp::Unit: \
+    return fn(with_scalars<functors::Unit>(s), #name);
     MG_POINTWISE_OPS(MG_UNARY_CASE)
     MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_CASE)
     MG_SCALAR_OPS(MG_UNARY_CASE)
@@ -48,7 +52,8 @@ template <class Fn>
 void visit_unary_grad(UnaryOp op, Scalars s, Fn&& fn) {
   switch (op) {
 #define MG_UNARY_GRAD_CASE(Unit, name, ...) \
-  case UnaryOp::Unit: return visit_backward(with_scalars<functors::Unit>(s), #name " backward", fn);
+  case UnaryOp::Unit: \
+    return visit_backward(with_scalars<functors::Unit>(s), #name " backward", fn);
     MG_POINTWISE_OPS(MG_UNARY_GRAD_CASE)
     MG_POINTWISE_OPS_WITH_PARAMETERS(MG_UNARY_GRAD_CASE)
     MG_SCALAR_OPS(MG_UNARY_GRAD_CASE)
@@ -60,13 +65,20 @@ template <class Fn>
 void visit_binary(BinaryOp op, Fn&& fn) {
   namespace f = functors;
   switch (op) {
-    case BinaryOp::Add: return fn(f::Add{}, "add");
-    case BinaryOp::Sub: return fn(f::Sub{}, "sub");
-    case BinaryOp::Mul: return fn(f::Mul{}, "mul");
-    case BinaryOp::Div: return fn(f::Div{}, "div");
-    case BinaryOp::Pow: return fn(f::Pow{}, "pow");
-    case BinaryOp::Maximum: return fn(f::Maximum{}, "maximum");
-    case BinaryOp::Minimum: return fn(f::Minimum{}, "minimum");
+    case BinaryOp::Add:
+      return fn(f::Add{}, "add");
+    case BinaryOp::Sub:
+      return fn(f::Sub{}, "sub");
+    case BinaryOp::Mul:
+      return fn(f::Mul{}, "mul");
+    case BinaryOp::Div:
+      return fn(f::Div{}, "div");
+    case BinaryOp::Pow:
+      return fn(f::Pow{}, "pow");
+    case BinaryOp::Maximum:
+      return fn(f::Maximum{}, "maximum");
+    case BinaryOp::Minimum:
+      return fn(f::Minimum{}, "minimum");
   }
 }
 
@@ -74,12 +86,18 @@ template <class Fn>
 void visit_ternary(TernaryOp op, Fn&& fn) {
   namespace f = functors;
   switch (op) {
-    case TernaryOp::Where: return fn(f::Where{}, "where");
-    case TernaryOp::DivisorGrad: return fn(f::DivisorGrad{}, "div backward");
-    case TernaryOp::PowBaseGrad: return fn(f::PowBaseGrad{}, "pow backward");
-    case TernaryOp::PowExponentGrad: return fn(f::PowExponentGrad{}, "pow backward");
-    case TernaryOp::MaximumGrad: return fn(f::MaximumGrad{}, "maximum backward");
-    case TernaryOp::MinimumGrad: return fn(f::MinimumGrad{}, "minimum backward");
+    case TernaryOp::Where:
+      return fn(f::Where{}, "where");
+    case TernaryOp::DivisorGrad:
+      return fn(f::DivisorGrad{}, "div backward");
+    case TernaryOp::PowBaseGrad:
+      return fn(f::PowBaseGrad{}, "pow backward");
+    case TernaryOp::PowExponentGrad:
+      return fn(f::PowExponentGrad{}, "pow backward");
+    case TernaryOp::MaximumGrad:
+      return fn(f::MaximumGrad{}, "maximum backward");
+    case TernaryOp::MinimumGrad:
+      return fn(f::MinimumGrad{}, "minimum backward");
   }
 }
 

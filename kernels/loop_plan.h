@@ -16,8 +16,8 @@ namespace mg::kernels {
 
 template <std::size_t N>
 struct LoopPlan {
-  std::vector<std::int64_t> sizes;                        // merged dims, outermost first
-  std::vector<std::array<std::int64_t, N + 1>> strides;   // per dim: out's stride, then each input's
+  std::vector<std::int64_t> sizes;  // merged dims, outermost first
+  std::vector<std::array<std::int64_t, N + 1>> strides;  // per dim: out's stride, then each input's
 };
 
 template <std::size_t N>

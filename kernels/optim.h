@@ -83,8 +83,8 @@ struct AdamHyper {
 };
 // step: i32 [1] on the parameter's device, the updates done so far (0 before the first); + 1 unless
 // the update is skipped.
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount& count, const FusedStep& fused = {});
 
 struct AdagradHyper {
   double lr = 0.0, lr_decay = 0.0, eps = 1e-10, weight_decay = 0.0;
@@ -102,8 +102,8 @@ void read_update_count(Device device, UpdateCount& count);
 namespace cpu {
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
          const FusedStep& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount& count, const FusedStep& fused = {});
 void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
              UpdateCount& count, const FusedStep& fused = {});
 }  // namespace cpu
@@ -112,8 +112,8 @@ void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const
 namespace cuda {
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
          const FusedStep& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount& count, const FusedStep& fused = {});
 void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
              UpdateCount& count, const FusedStep& fused = {});
 void clear_update_count(Device device, const Tensor* found_inf = nullptr);  // queued

@@ -28,8 +28,10 @@ namespace exact {
 template <class C>
 MG_HOST_DEVICE inline C mul(C a, C b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fmul_rn(a, b);
+  else
+    return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
@@ -37,8 +39,10 @@ MG_HOST_DEVICE inline C mul(C a, C b) {
 template <class C>
 MG_HOST_DEVICE inline C add(C a, C b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
-  else return __dadd_rn(a, b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fadd_rn(a, b);
+  else
+    return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
@@ -46,8 +50,10 @@ MG_HOST_DEVICE inline C add(C a, C b) {
 template <class C>
 MG_HOST_DEVICE inline C sub(C a, C b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
-  else return __dsub_rn(a, b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fsub_rn(a, b);
+  else
+    return __dsub_rn(a, b);
 #else
   return a - b;
 #endif
@@ -55,8 +61,10 @@ MG_HOST_DEVICE inline C sub(C a, C b) {
 template <class C>
 MG_HOST_DEVICE inline C div(C a, C b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);
-  else return __ddiv_rn(a, b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fdiv_rn(a, b);
+  else
+    return __ddiv_rn(a, b);
 #else
   return a / b;
 #endif
@@ -64,8 +72,10 @@ MG_HOST_DEVICE inline C div(C a, C b) {
 template <class C>
 MG_HOST_DEVICE inline C sqrt(C a) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fsqrt_rn(a);
-  else return __dsqrt_rn(a);
+  if constexpr (std::is_same_v<C, float>)
+    return __fsqrt_rn(a);
+  else
+    return __dsqrt_rn(a);
 #else
   return std::sqrt(a);
 #endif
@@ -74,8 +84,10 @@ MG_HOST_DEVICE inline C sqrt(C a) {
 template <class C>
 MG_HOST_DEVICE inline C fma(C a, C b, C c) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same_v<C, float>) return __fmaf_rn(a, b, c);
-  else return __fma_rn(a, b, c);
+  if constexpr (std::is_same_v<C, float>)
+    return __fmaf_rn(a, b, c);
+  else
+    return __fma_rn(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
@@ -90,8 +102,12 @@ struct SgdUpdate {
   bool nesterov, first_step;
 
   explicit SgdUpdate(const SgdHyper& h)
-      : lr(C(h.lr)), momentum(C(h.momentum)), one_minus_dampening(C(1) - C(h.dampening)),
-        weight_decay(C(h.weight_decay)), nesterov(h.nesterov), first_step(h.first_step) {}
+      : lr(C(h.lr)),
+        momentum(C(h.momentum)),
+        one_minus_dampening(C(1) - C(h.dampening)),
+        weight_decay(C(h.weight_decay)),
+        nesterov(h.nesterov),
+        first_step(h.first_step) {}
 
   // Updates p (and state[0]) for the gradient g; returns whether the change lr * d was non-zero.
   MG_HOST_DEVICE bool operator()(C& p, C g, C* state) const {
@@ -124,15 +140,24 @@ template <class C>
 struct AdamUpdate {
   C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
   C decay_factor;  // AdamW's 1 - lr * weight_decay
-  C step_size;     // lr / (1 - beta1^step)
-  C bias2_sqrt;    // sqrt(1 - beta2^step)
+  C step_size;  // lr / (1 - beta1^step)
+  C bias2_sqrt;  // sqrt(1 - beta2^step)
   double lr, beta1_f64, beta2_f64;  // what at_step needs in f64
   bool decoupled;
 
   explicit AdamUpdate(const AdamHyper& h)
-      : beta1(C(h.beta1)), one_minus_beta1(C(1.0 - h.beta1)), beta2(C(h.beta2)), one_minus_beta2(C(1.0 - h.beta2)),
-        eps(C(h.eps)), weight_decay(C(h.weight_decay)), decay_factor(C(1.0 - rounded_product(h.lr, h.weight_decay))),
-        step_size(C(0)), bias2_sqrt(C(1)), lr(h.lr), beta1_f64(h.beta1), beta2_f64(h.beta2),
+      : beta1(C(h.beta1)),
+        one_minus_beta1(C(1.0 - h.beta1)),
+        beta2(C(h.beta2)),
+        one_minus_beta2(C(1.0 - h.beta2)),
+        eps(C(h.eps)),
+        weight_decay(C(h.weight_decay)),
+        decay_factor(C(1.0 - rounded_product(h.lr, h.weight_decay))),
+        step_size(C(0)),
+        bias2_sqrt(C(1)),
+        lr(h.lr),
+        beta1_f64(h.beta1),
+        beta2_f64(h.beta2),
         decoupled(h.decoupled_weight_decay) {}
 
   // The functor for update number `step`. ::pow and ::sqrt are the same functions in host and device

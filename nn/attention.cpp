@@ -45,7 +45,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor scores = mul(matmul(q, k, {.transpose_b = true}), 1.0 / std::sqrt(static_cast<double>(D)));  // [BH, T, T]
   Tensor future = full({1}, -std::numeric_limits<double>::infinity(), {.dtype = scores.dtype()});
   Tensor weights = (*dropout_)(softmax(where(causal_mask(T, scores.device()), scores, future), -1));
-  Tensor heads = matmul(weights, v);                                                 // [BH, T, D]
+  Tensor heads = matmul(weights, v);  // [BH, T, D]
   Tensor joined = reshape(permute(reshape(heads, {B, heads_, T, D}), {0, 2, 1, 3}), {B, T, C});
   return (*proj)(joined);
 }
@@ -56,7 +56,8 @@ std::string CausalSelfAttention::type_name() const {
 
 TransformerBlock::TransformerBlock(std::int64_t embed_dim, std::int64_t heads, double dropout_p, Generator& generator) {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(embed_dim));
-  attention = register_module("attention", std::make_shared<CausalSelfAttention>(embed_dim, heads, dropout_p, generator));
+  attention = register_module("attention",
+                              std::make_shared<CausalSelfAttention>(embed_dim, heads, dropout_p, generator));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(embed_dim));
   fc = register_module("fc", std::make_shared<Linear>(embed_dim, 4 * embed_dim, true, generator));
   fc_proj = register_module("fc_proj", std::make_shared<Linear>(4 * embed_dim, embed_dim, true, generator));

@@ -11,7 +11,8 @@ Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t
     : options_(options) {
   MG_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && options.stride > 0 && options.padding >= 0,
            "nn::Conv2d: needs positive channels, kernel and stride and padding >= 0; got in {}, out {}, kernel {}, "
-           "stride {}, padding {}", in_channels, out_channels, kernel, options.stride, options.padding);
+           "stride {}, padding {}",
+           in_channels, out_channels, kernel, options.stride, options.padding);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel * kernel));
   weight = register_parameter("weight", uniform({out_channels, in_channels, kernel, kernel}, -bound, bound, generator));
   if (with_bias) bias = register_parameter("bias", uniform({out_channels}, -bound, bound, generator));

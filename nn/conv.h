@@ -19,7 +19,7 @@ class Conv2d : public Module {
   std::string type_name() const override;
 
   Tensor weight;  // [out, in, kernel, kernel]
-  Tensor bias;    // [out], or undefined
+  Tensor bias;  // [out], or undefined
 
  private:
   Conv2dOptions options_;

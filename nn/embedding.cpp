@@ -14,7 +14,8 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t dim, EmbeddingOpt
   if (const auto index = options.padding_idx) {
     MG_CHECK(*index >= -num_embeddings && *index < num_embeddings,
              "nn::Embedding: padding_idx {} is out of range for {} embeddings (valid: {}..{}, negative counting from "
-             "the end)", *index, num_embeddings, -num_embeddings, num_embeddings - 1);
+             "the end)",
+             *index, num_embeddings, -num_embeddings, num_embeddings - 1);
     padding_idx_ = *index < 0 ? *index + num_embeddings : *index;
   }
   Tensor table = randn({num_embeddings, dim}, generator);

@@ -9,8 +9,8 @@
 namespace mg::nn {
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias, Generator& generator) {
-  MG_CHECK(in_features > 0 && out_features > 0, "nn::Linear: needs positive sizes, got in {} and out {}",
-           in_features, out_features);
+  MG_CHECK(in_features > 0 && out_features > 0, "nn::Linear: needs positive sizes, got in {} and out {}", in_features,
+           out_features);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   weight = register_parameter("weight", uniform({out_features, in_features}, -bound, bound, generator));
   if (with_bias) bias = register_parameter("bias", uniform({out_features}, -bound, bound, generator));

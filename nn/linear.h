@@ -19,7 +19,7 @@ class Linear : public Module {
   std::string type_name() const override;
 
   Tensor weight;  // [out, in]
-  Tensor bias;    // [out], or undefined
+  Tensor bias;  // [out], or undefined
 };
 
 }  // namespace mg::nn

@@ -18,7 +18,8 @@ LSTM::LSTM(std::int64_t input_size, std::int64_t hidden_size, std::int64_t num_l
   for (std::int64_t l = 0; l < num_layers; ++l) {
     const std::int64_t in = l == 0 ? input_size : hidden_size;
     Layer layer;
-    layer.weight_ih = register_parameter(fmt::format("weight_ih_l{}", l), uniform({gates, in}, -bound, bound, generator));
+    layer.weight_ih = register_parameter(fmt::format("weight_ih_l{}", l),
+                                         uniform({gates, in}, -bound, bound, generator));
     layer.weight_hh = register_parameter(fmt::format("weight_hh_l{}", l),
                                          uniform({gates, hidden_size}, -bound, bound, generator));
     layer.bias_ih = register_parameter(fmt::format("bias_ih_l{}", l), uniform({gates}, -bound, bound, generator));

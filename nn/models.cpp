@@ -22,11 +22,14 @@ std::shared_ptr<Sequential> mlp(const std::vector<std::int64_t>& sizes, Generato
 }
 
 std::shared_ptr<Sequential> cnn(CnnOptions o, Generator& generator) {
-  MG_CHECK(o.image_size % 4 == 0 && o.image_size > 0, "nn::cnn: the image size must be a multiple of 4 (two 2x2 "
-           "poolings), got {}", o.image_size);
+  MG_CHECK(o.image_size % 4 == 0 && o.image_size > 0,
+           "nn::cnn: the image size must be a multiple of 4 (two 2x2 "
+           "poolings), got {}",
+           o.image_size);
   const std::int64_t pooled = o.image_size / 4;
   auto model = std::make_shared<Sequential>();
-  model->push_back(std::make_shared<Conv2d>(o.in_channels, o.channels1, 3, Conv2dOptions{.padding = 1}, true, generator));
+  model->push_back(
+      std::make_shared<Conv2d>(o.in_channels, o.channels1, 3, Conv2dOptions{.padding = 1}, true, generator));
   model->push_back(std::make_shared<ReLU>());
   model->push_back(std::make_shared<MaxPool2d>(Pool2dOptions{.kernel = 2}));
   model->push_back(std::make_shared<Conv2d>(o.channels1, o.channels2, 3, Conv2dOptions{.padding = 1}, true, generator));
@@ -49,8 +52,10 @@ CharLSTM::CharLSTM(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidd
 Tensor CharLSTM::forward(const Tensor& tokens) { return (*head)((*lstm)((*embedding)(tokens))); }
 
 TinyGPT::TinyGPT(GptOptions o, Generator& generator) : options_(o) {
-  MG_CHECK(o.vocab > 0 && o.block_size > 0 && o.layers > 0, "nn::TinyGPT: needs vocab, block_size and layers > 0, "
-           "got {}, {}, {}", o.vocab, o.block_size, o.layers);
+  MG_CHECK(o.vocab > 0 && o.block_size > 0 && o.layers > 0,
+           "nn::TinyGPT: needs vocab, block_size and layers > 0, "
+           "got {}, {}, {}",
+           o.vocab, o.block_size, o.layers);
   token_embedding = register_module("token_embedding", std::make_shared<Embedding>(o.vocab, o.embed_dim, generator));
   position_embedding = register_module("position_embedding",
                                        std::make_shared<Embedding>(o.block_size, o.embed_dim, generator));
@@ -60,8 +65,10 @@ TinyGPT::TinyGPT(GptOptions o, Generator& generator) : options_(o) {
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(o.embed_dim));
   head = register_module("head", std::make_shared<Linear>(o.embed_dim, o.vocab, true, generator));
   for (auto& [name, p] : named_parameters()) {
-    if (p.dim() == 2) init::normal_(p, 0.0, 0.02, generator);
-    else if (name.ends_with("bias")) init::constant_(p, 0.0);  // LayerNorm biases are zero already
+    if (p.dim() == 2)
+      init::normal_(p, 0.0, 0.02, generator);
+    else if (name.ends_with("bias"))
+      init::constant_(p, 0.0);  // LayerNorm biases are zero already
   }
 }
 
@@ -75,8 +82,8 @@ Tensor TinyGPT::forward(const Tensor& tokens) {
 }
 
 std::string TinyGPT::type_name() const {
-  return fmt::format("TinyGPT(vocab={}, block={}, embed={}, heads={}, layers={})", options_.vocab,
-                     options_.block_size, options_.embed_dim, options_.heads, options_.layers);
+  return fmt::format("TinyGPT(vocab={}, block={}, embed={}, heads={}, layers={})", options_.vocab, options_.block_size,
+                     options_.embed_dim, options_.heads, options_.layers);
 }
 
 }  // namespace mg::nn

@@ -131,18 +131,22 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   // Every check first, so that a bad file changes nothing.
   for (const auto& [name, value] : state) {
     auto it = own.find(name);
-    MG_CHECK(it != own.end(), "nn::Module::load_state_dict ({}): the state has '{}', which this model does not; "
-             "was it saved from a different architecture?", type_name(), name);
+    MG_CHECK(it != own.end(),
+             "nn::Module::load_state_dict ({}): the state has '{}', which this model does not; "
+             "was it saved from a different architecture?",
+             type_name(), name);
     MG_CHECK(value.defined() && value.shape() == it->second.shape() && value.dtype() == it->second.dtype(),
              "nn::Module::load_state_dict ({}): '{}' is {} {} in the state but {} {} in the model; build the model "
-             "with the same sizes and precision (Module::to) before loading", type_name(), name,
-             value.defined() ? fmt::format("{}", value.shape()) : "undefined",
+             "with the same sizes and precision (Module::to) before loading",
+             type_name(), name, value.defined() ? fmt::format("{}", value.shape()) : "undefined",
              value.defined() ? fmt::format("{}", value.dtype()) : "", it->second.shape(), it->second.dtype());
   }
   if (strict)
     for (const auto& [name, value] : own)
-      MG_CHECK(state.count(name), "nn::Module::load_state_dict ({}): the state lacks '{}' ({} {}); pass "
-               "strict = false to load a part of the model", type_name(), name, value.shape(), value.dtype());
+      MG_CHECK(state.count(name),
+               "nn::Module::load_state_dict ({}): the state lacks '{}' ({} {}); pass "
+               "strict = false to load a part of the model",
+               type_name(), name, value.shape(), value.dtype());
   NoGradGuard no_grad;
   for (const auto& [name, value] : state) Tensor(own.at(name)).copy_(value);
 }

@@ -119,8 +119,8 @@ class Sequential : public Module {
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   // Any number of modules of any layer type, in one expression (as torch::nn::Sequential(...)).
   template <class... Layers>
-    requires(sizeof...(Layers) > 0 && (std::is_base_of_v<Module, Layers> && ...))
-  explicit Sequential(std::shared_ptr<Layers>... modules) {
+  requires(sizeof...(Layers) > 0 &&
+           (std::is_base_of_v<Module, Layers> && ...)) explicit Sequential(std::shared_ptr<Layers>... modules) {
     (push_back(std::move(modules)), ...);
   }
   void push_back(std::shared_ptr<Module> module);

@@ -19,7 +19,7 @@ class BatchNorm : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override;
 
-  Tensor weight, bias;               // [C] parameters
+  Tensor weight, bias;  // [C] parameters
   Tensor running_mean, running_var;  // [C] f32 buffers: zeros and ones at the start
 
  private:

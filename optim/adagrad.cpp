@@ -17,8 +17,10 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
   MG_CHECK(std::isfinite(options.initial_accumulator_value) && options.initial_accumulator_value >= 0.0,
            "optim::Adagrad: initial_accumulator_value must be finite and >= 0, got {}",
            options.initial_accumulator_value);
-  MG_CHECK(std::isfinite(options.eps) && options.eps > 0.0, "optim::Adagrad: eps must be finite and > 0, got {} (with "
-           "0, a zero gradient into a zero sum is 0 / 0); PyTorch's default is 1e-10", options.eps);
+  MG_CHECK(std::isfinite(options.eps) && options.eps > 0.0,
+           "optim::Adagrad: eps must be finite and > 0, got {} (with "
+           "0, a zero gradient into a zero sum is 0 / 0); PyTorch's default is 1e-10",
+           options.eps);
   accumulators_.resize(Optimizer::parameters().size());
 }
 
@@ -37,7 +39,9 @@ void Adagrad::update(std::size_t index, Tensor& target, const Tensor& grad, doub
                  {.dtype = target.dtype(), .device = target.device()});
     a.step = zeros({}, {.dtype = DType::I32, .device = target.device()});
   }
-  const kernels::AdagradHyper hyper{.lr = lr, .lr_decay = options_.lr_decay, .eps = options_.eps,
+  const kernels::AdagradHyper hyper{.lr = lr,
+                                    .lr_decay = options_.lr_decay,
+                                    .eps = options_.eps,
                                     .weight_decay = weight_decay};
   kernels::adagrad(target, grad, a.sum, a.step, hyper, count, fused);
   accumulators_[index] = a;

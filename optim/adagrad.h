@@ -21,10 +21,10 @@ namespace mg::optim {
 // initial_accumulator_value >= 0, eps > 0 (an mg::Error names the option and the value otherwise).
 struct AdagradOptions {
   double lr = 0.01;
-  double lr_decay = 0.0;      // update t uses lr / (1 + (t - 1) * lr_decay)
+  double lr_decay = 0.0;  // update t uses lr / (1 + (t - 1) * lr_decay)
   double weight_decay = 0.0;  // L2: g += weight_decay * p
   double initial_accumulator_value = 0.0;  // the sum of squared gradients before the first update
-  double eps = 1e-10;         // added to sqrt(sum): a zero gradient into a zero sum changes nothing
+  double eps = 1e-10;  // added to sqrt(sum): a zero gradient into a zero sum changes nothing
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
 };
 

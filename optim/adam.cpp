@@ -36,8 +36,12 @@ void Adam::update(std::size_t index, Tensor& target, const Tensor& grad, double 
     m.exp_avg_sq = zeros(target.shape(), like);
     m.step = zeros({}, {.dtype = DType::I32, .device = target.device()});
   }
-  kernels::AdamHyper hyper{.lr = lr, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
-                           .weight_decay = weight_decay, .decoupled_weight_decay = decoupled_weight_decay_};
+  kernels::AdamHyper hyper{.lr = lr,
+                           .beta1 = options_.beta1,
+                           .beta2 = options_.beta2,
+                           .eps = options_.eps,
+                           .weight_decay = weight_decay,
+                           .decoupled_weight_decay = decoupled_weight_decay_};
   kernels::adam(target, grad, m.exp_avg, m.exp_avg_sq, m.step, hyper, count, fused);
   moments_[index] = m;
 }

@@ -5,7 +5,11 @@ namespace mg::optim {
 namespace {
 
 AdamOptions as_adam(const AdamWOptions& o) {
-  return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay,
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = o.weight_decay,
           .master_weights = o.master_weights};
 }
 

@@ -16,7 +16,7 @@ constexpr std::int64_t kChunk = 1024;
 double total_norm(const std::vector<Tensor>& gradients, double p) {
   const bool max_norm = std::isinf(p);
   double accumulated = 0.0;  // sum of |g|^p, or the largest |g|
-  bool saw_nan = false;      // max would drop a NaN that the sum keeps: remember it
+  bool saw_nan = false;  // max would drop a NaN that the sum keeps: remember it
   double values[kChunk];
   for (const Tensor& g : gradients) {
     // A gradient on a GPU is read from a host copy (a wait per tensor; clipping is not a hot path yet).
@@ -46,15 +46,20 @@ double total_norm(const std::vector<Tensor>& gradients, double p) {
 
 double clip_grad_norm_(const std::vector<Tensor>& gradients, double max_norm, double norm_type) {
   MG_CHECK(max_norm > 0.0, "optim::clip_grad_norm_: max_norm must be > 0 (or inf, never clip), got {}", max_norm);
-  MG_CHECK(norm_type > 0.0, "optim::clip_grad_norm_: norm_type must be > 0 (2: Euclidean, inf: largest magnitude), "
-           "got {}", norm_type);
+  MG_CHECK(norm_type > 0.0,
+           "optim::clip_grad_norm_: norm_type must be > 0 (2: Euclidean, inf: largest magnitude), "
+           "got {}",
+           norm_type);
   for (std::size_t i = 0; i < gradients.size(); ++i) {
     const Tensor& g = gradients[i];
-    MG_CHECK(g.defined(), "optim::clip_grad_norm_: gradient {} is undefined; pass only the gradients that exist "
-             "(optimizer.gradients(), or clip_grad_norm_(optimizer, ...))", i);
-    MG_CHECK(is_floating(g.dtype()) && g.device() == gradients[0].device(), "optim::clip_grad_norm_: gradient {} "
-             "is {} on {}; gradients must be floating tensors on one device ({})", i, g.dtype(), g.device(),
-             gradients[0].device());
+    MG_CHECK(g.defined(),
+             "optim::clip_grad_norm_: gradient {} is undefined; pass only the gradients that exist "
+             "(optimizer.gradients(), or clip_grad_norm_(optimizer, ...))",
+             i);
+    MG_CHECK(is_floating(g.dtype()) && g.device() == gradients[0].device(),
+             "optim::clip_grad_norm_: gradient {} "
+             "is {} on {}; gradients must be floating tensors on one device ({})",
+             i, g.dtype(), g.device(), gradients[0].device());
   }
   const double total = total_norm(gradients, norm_type);
   const double coefficient = max_norm / (total + 1e-6);

@@ -49,18 +49,23 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
     if (group.lr) check_lr(*group.lr, fmt::format("group {}'s learning rate", g));
     MG_CHECK(!group.weight_decay || (std::isfinite(*group.weight_decay) && *group.weight_decay >= 0.0),
              "{}: group {}'s weight_decay must be finite and >= 0, got {}", name_, g, group.weight_decay.value_or(0));
-    Group resolved{.begin = parameters_.size(), .end = parameters_.size() + group.parameters.size(),
-                   .lr = group.lr.value_or(lr), .weight_decay = group.weight_decay.value_or(weight_decay)};
+    Group resolved{.begin = parameters_.size(),
+                   .end = parameters_.size() + group.parameters.size(),
+                   .lr = group.lr.value_or(lr),
+                   .weight_decay = group.weight_decay.value_or(weight_decay)};
     for (Tensor& p : group.parameters) {
       const std::size_t i = parameters_.size();
       MG_CHECK(p.defined(), "{}: parameter {} (in {}) is undefined", name_, i, where);
       MG_CHECK(is_floating(p.dtype()) && p.is_leaf() && p.requires_grad(),
                "{}: parameter {} ({} {}, in {}) must be a floating leaf that requires grad; call "
-               "set_requires_grad(true)", name_, i, p.shape(), p.dtype(), where);
+               "set_requires_grad(true)",
+               name_, i, p.shape(), p.dtype(), where);
       auto [seen, inserted] = group_of.emplace(p.id(), g);
       MG_CHECK(inserted || seen->second != g, "{}: parameter {} ({}) appears twice in {}", name_, i, p.shape(), where);
-      MG_CHECK(inserted, "{}: parameter {} ({}) is in group {} and again in group {}; a parameter may belong to "
-               "only one group", name_, i, p.shape(), seen->second, g);
+      MG_CHECK(inserted,
+               "{}: parameter {} ({}) is in group {} and again in group {}; a parameter may belong to "
+               "only one group",
+               name_, i, p.shape(), seen->second, g);
       parameters_.push_back(std::move(p));
     }
     groups_.push_back(resolved);
@@ -144,8 +149,10 @@ double Optimizer::schedule_factor() const {
   if (!schedule_) return 1.0;
   const std::int64_t steps = step_count();
   const double factor = schedule_(steps);
-  MG_CHECK(std::isfinite(factor) && factor >= 0.0, "{}: the schedule returned {} at step {}; a learning-rate factor "
-           "must be finite and >= 0", name_, factor, steps);
+  MG_CHECK(std::isfinite(factor) && factor >= 0.0,
+           "{}: the schedule returned {} at step {}; a learning-rate factor "
+           "must be finite and >= 0",
+           name_, factor, steps);
   return factor;
 }
 
@@ -317,8 +324,10 @@ void Optimizer::check_keys(const StateDict& state, const std::string& owner) con
     MG_CHECK(value.defined(), "{}: entry '{}' is an undefined tensor", owner, key);
     if (key == "step_count") continue;
     if (auto group = parse_indexed(key, "group.")) {
-      MG_CHECK(group->index < groups_.size(), "{}: entry '{}' is for group {}, but {} has {} group(s); load it into "
-               "an optimizer built with the same parameter groups", owner, key, group->index, name_, groups_.size());
+      MG_CHECK(group->index < groups_.size(),
+               "{}: entry '{}' is for group {}, but {} has {} group(s); load it into "
+               "an optimizer built with the same parameter groups",
+               owner, key, group->index, name_, groups_.size());
       MG_CHECK(group->field == "lr" || group->field == "weight_decay" || group->field == "parameter_count",
                "{}: unknown entry '{}'; a group saves lr, weight_decay and parameter_count", owner, key);
       continue;
@@ -327,18 +336,21 @@ void Optimizer::check_keys(const StateDict& state, const std::string& owner) con
       MG_CHECK(parameter->index < parameters_.size(), "{}: entry '{}' is for parameter {}, but {} has {} parameters",
                owner, key, parameter->index, name_, parameters_.size());
       if (parameter->field == "master") {
-        MG_CHECK(masters_[parameter->index].defined(), "{}: entry '{}' is an f32 master, but parameter {} ({}) has "
+        MG_CHECK(masters_[parameter->index].defined(),
+                 "{}: entry '{}' is an f32 master, but parameter {} ({}) has "
                  "none here; build the optimizer with master_weights = true over the same f16/bf16 parameters",
                  owner, key, parameter->index, parameters_[parameter->index].dtype());
         continue;
       }
       MG_CHECK(std::find(entry_names.begin(), entry_names.end(), parameter->field) != entry_names.end(),
                "{}: entry '{}' is not state of {} with these options (its parameters' state is [{}]); was it saved "
-               "by another optimizer?", owner, key, name_, fmt::join(entry_names, ", "));
+               "by another optimizer?",
+               owner, key, name_, fmt::join(entry_names, ", "));
       continue;
     }
     throw Error(fmt::format("{}: unknown entry '{}'; {} saves step_count, group.<g>.lr, group.<g>.weight_decay, "
-                            "group.<g>.parameter_count and state.<index>.<name>", owner, key, name_));
+                            "group.<g>.parameter_count and state.<index>.<name>",
+                            owner, key, name_));
   }
 }
 
@@ -347,13 +359,17 @@ std::vector<Group> Optimizer::loaded_groups(const StateDict& state, const std::s
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::string prefix = fmt::format("group.{}.", g);
     const double count = state_value(state, prefix + "parameter_count", owner);
-    MG_CHECK(count == static_cast<double>(groups[g].size()), "{}: group {} was saved with {} parameters but has {} "
-             "here; build the optimizer with the same parameter groups", owner, g, count, groups[g].size());
+    MG_CHECK(count == static_cast<double>(groups[g].size()),
+             "{}: group {} was saved with {} parameters but has {} "
+             "here; build the optimizer with the same parameter groups",
+             owner, g, count, groups[g].size());
     groups[g].lr = state_value(state, prefix + "lr", owner);
     groups[g].weight_decay = state_value(state, prefix + "weight_decay", owner);
     MG_CHECK(std::isfinite(groups[g].lr) && groups[g].lr >= 0.0 && std::isfinite(groups[g].weight_decay) &&
-             groups[g].weight_decay >= 0.0, "{}: group {} has lr {} and weight_decay {}; both must be finite and "
-             ">= 0", owner, g, groups[g].lr, groups[g].weight_decay);
+                 groups[g].weight_decay >= 0.0,
+             "{}: group {} has lr {} and weight_decay {}; both must be finite and "
+             ">= 0",
+             owner, g, groups[g].lr, groups[g].weight_decay);
   }
   return groups;
 }
@@ -367,11 +383,14 @@ Optimizer::LoadedParameter Optimizer::loaded_parameter(const StateDict& state, s
   const Tensor& p = parameters_[i];
   if (masters_[i].defined()) {
     auto it = saved.find("master");
-    MG_CHECK(it != saved.end(), "{}: parameter {} ({} {}) keeps an f32 master, but the state has no entry "
-             "'state.{}.master'; was it saved without master_weights?", owner, i, p.shape(), p.dtype(), i);
-    MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == DType::F32, "{}: entry 'state.{}.master' "
-             "must be f32 {} (the master of parameter {}), got {} {}", owner, i, p.shape(), i, it->second.shape(),
-             it->second.dtype());
+    MG_CHECK(it != saved.end(),
+             "{}: parameter {} ({} {}) keeps an f32 master, but the state has no entry "
+             "'state.{}.master'; was it saved without master_weights?",
+             owner, i, p.shape(), p.dtype(), i);
+    MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == DType::F32,
+             "{}: entry 'state.{}.master' "
+             "must be f32 {} (the master of parameter {}), got {} {}",
+             owner, i, p.shape(), i, it->second.shape(), it->second.dtype());
     loaded.master = it->second.to(p.device());
     saved.erase(it);
   }
@@ -383,15 +402,16 @@ Optimizer::LoadedParameter Optimizer::loaded_parameter(const StateDict& state, s
     const Tensor& value = it->second;
     if (entry.kind == StateKind::Count) {
       // A per-parameter count lives in an i32 tensor (the fused kernels read it on the device).
-      MG_CHECK(value.numel() == 1, "{}: entry 'state.{}.{}' must hold one number, got shape {}", owner, i,
-               entry.name, value.shape());
+      MG_CHECK(value.numel() == 1, "{}: entry 'state.{}.{}' must hold one number, got shape {}", owner, i, entry.name,
+               value.shape());
       state_whole_number(state, fmt::format("state.{}.{}", i, entry.name), owner, 0,
                          std::numeric_limits<std::int32_t>::max());
       continue;
     }
     MG_CHECK(value.shape() == p.shape() && value.dtype() == dtype,
              "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}{}; load the state into a model of the "
-             "same shapes and dtypes", owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
+             "same shapes and dtypes",
+             owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
              masters_[i].defined() ? " (its f32 master's state)" : "");
     it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
   }

@@ -180,7 +180,7 @@ class Optimizer {
   void scale_pass(const Tensor& factor, Tensor& found_inf, bool all);
   // The checks of load_state_dict, each throwing before anything changes (optimizer.cpp says the order).
   struct LoadedParameter {
-    Tensor master;    // undefined without a master
+    Tensor master;  // undefined without a master
     StateDict state;  // empty: no state yet
   };
   void check_keys(const StateDict& state, const std::string& owner) const;

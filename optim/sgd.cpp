@@ -12,8 +12,10 @@ SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
 SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, "optim::SGD"),
       options_(options) {
-  MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0, "optim::SGD: momentum ({}) and dampening ({}) must "
-           "be >= 0", options.momentum, options.dampening);
+  MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0,
+           "optim::SGD: momentum ({}) and dampening ({}) must "
+           "be >= 0",
+           options.momentum, options.dampening);
   MG_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
            "optim::SGD: Nesterov momentum needs momentum > 0 and dampening = 0 (got {} and {})", options.momentum,
            options.dampening);
@@ -29,8 +31,11 @@ std::vector<Tensor> SGD::state() const {
 
 void SGD::update(std::size_t index, Tensor& target, const Tensor& grad, double lr, double weight_decay,
                  kernels::UpdateCount& count, const kernels::FusedStep& fused) {
-  kernels::SgdHyper hyper{.lr = lr, .momentum = options_.momentum, .dampening = options_.dampening,
-                          .weight_decay = weight_decay, .nesterov = options_.nesterov};
+  kernels::SgdHyper hyper{.lr = lr,
+                          .momentum = options_.momentum,
+                          .dampening = options_.dampening,
+                          .weight_decay = weight_decay,
+                          .nesterov = options_.nesterov};
   if (options_.momentum == 0.0) return kernels::sgd(target, grad, nullptr, hyper, count, fused);
   // The buffer becomes state only once the kernel has been given it.
   Tensor buffer = momentum_buffers_[index];

@@ -14,7 +14,7 @@ struct SgdOptions {
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;  // L2: added to the gradient (d = g + weight_decay * p)
-  bool nesterov = false;      // needs momentum > 0 and dampening == 0
+  bool nesterov = false;  // needs momentum > 0 and dampening == 0
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
 };
 

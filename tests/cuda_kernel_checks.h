@@ -52,8 +52,8 @@ inline Tensor uniform_values(const Shape& shape, DType dtype, double low, double
 }
 
 // Whole numbers in [low, high) times `scale` (a power of two keeps them exact in every dtype).
-inline Tensor whole_numbers(const Shape& shape, DType dtype, std::int64_t low, std::int64_t high,
-                            std::uint64_t seed, double scale = 1.0) {
+inline Tensor whole_numbers(const Shape& shape, DType dtype, std::int64_t low, std::int64_t high, std::uint64_t seed,
+                            double scale = 1.0) {
   Generator generator(seed);
   return mul(randint(low, high, shape, generator).to(DType::F32), scale).to(dtype);
 }

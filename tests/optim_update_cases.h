@@ -34,8 +34,8 @@ inline void check_identical(const Tensor& got_anywhere, const Tensor& expected_a
                       std::memcmp(got_bytes + i * size, expected_bytes + i * size, size) == 0;
     if (!same && mismatches++ == 0) first = i;
   }
-  INFO(mismatches << " of " << g.size() << " differ; element " << first << ": "
-                  << (mismatches ? g[first] : 0.0) << " instead of " << (mismatches ? e[first] : 0.0));
+  INFO(mismatches << " of " << g.size() << " differ; element " << first << ": " << (mismatches ? g[first] : 0.0)
+                  << " instead of " << (mismatches ? e[first] : 0.0));
   CHECK(mismatches == 0);
 }
 
@@ -103,8 +103,13 @@ inline std::vector<UpdateCase> update_cases() {
       {"adam", 2, adam_with({.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3})},
       {"adam + L2 weight decay", 2,
        adam_with({.lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1})},
-      {"adamw", 2, adam_with({.lr = 0.05, .beta1 = 0.85, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.2,
-                         .decoupled_weight_decay = true})},
+      {"adamw", 2,
+       adam_with({.lr = 0.05,
+                  .beta1 = 0.85,
+                  .beta2 = 0.9,
+                  .eps = 1e-6,
+                  .weight_decay = 0.2,
+                  .decoupled_weight_decay = true})},
       {"adagrad + lr decay", 1, adagrad_with({.lr = 0.05, .lr_decay = 0.5})},
       {"adagrad + weight decay, larger eps", 1, adagrad_with({.lr = 0.1, .eps = 1e-3, .weight_decay = 0.1})},
   };

@@ -13,7 +13,7 @@
 namespace mg::testing {
 
 struct Run {
-  int status = 0;      // the exit status; -1 when the process was killed by a signal
+  int status = 0;  // the exit status; -1 when the process was killed by a signal
   std::string output;  // stdout and stderr together
 };
 

@@ -37,8 +37,8 @@ inline std::shared_ptr<const ImageData> tiny_fashion() {
 // pseudo-random order (an LCG), so the model has something to learn and every run sees the same text.
 inline std::shared_ptr<const TextData> small_text() {
   static auto text = [] {
-    const char* words[] = {"the ", "lord ", "said ", "unto ", "moses, ", "and ", "it ", "was ", "so. ", "Behold ",
-                           "light ", "of ", "day; ", "night ", "came: ", "in ", "beginning "};
+    const char* words[] = {"the ",    "lord ",  "said ", "unto ", "moses, ", "and ",   "it ", "was ",      "so. ",
+                           "Behold ", "light ", "of ",   "day; ", "night ",  "came: ", "in ", "beginning "};
     std::string corpus;
     std::uint32_t state = 12345;
     while (corpus.size() < 60000) {

@@ -20,7 +20,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 struct WarningCapture {
   std::vector<std::string> messages;
   WarningHandler previous;
-  WarningCapture() { previous = set_warning_handler([this](const std::string& m) { messages.push_back(m); }); }
+  WarningCapture() {
+    previous = set_warning_handler([this](const std::string& m) { messages.push_back(m); });
+  }
   ~WarningCapture() { set_warning_handler(previous); }
 };
 

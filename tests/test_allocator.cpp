@@ -9,7 +9,7 @@ using namespace mg::testing;
 TEST_CASE("allocator: size classes waste at most a quarter") {
   CHECK(CachingCpuAllocator::size_class(1) == 256);
   CHECK(CachingCpuAllocator::size_class(256) == 256);
-  CHECK(CachingCpuAllocator::size_class(257) == 320);   // 256 + 64
+  CHECK(CachingCpuAllocator::size_class(257) == 320);  // 256 + 64
   CHECK(CachingCpuAllocator::size_class(1024) == 1024);
   CHECK(CachingCpuAllocator::size_class(1025) == 1280);
   CHECK(CachingCpuAllocator::size_class(3000) == 3072);

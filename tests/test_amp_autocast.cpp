@@ -60,10 +60,9 @@ void check_op_dtypes(DType low) {
                               cross_entropy(x, labels), mse_loss(x, x), sum(x), sum(x, 0), mean(x), mean(x, 1, true),
                               binary_cross_entropy_with_logits(x, x)});
     // InputDtype: every unlisted op runs in its input's dtype, low or f32.
-    expect_dtype(x.dtype(), {neg(x), relu(x), tanh(x), sigmoid(x), gelu(x), sqrt(x), abs(x), clamp(x, 0.6, 1.2),
-                             max(x), max(x, 0), reshape(x, {3, 2}), transpose(x, 0, 1), permute(x, {1, 0}),
-                             slice(x, 1, 0, 2), clone(x), broadcast_to(x, {4, 2, 3}), sum_to(x, {1, 3}),
-                             embedding(x, indices)});
+    expect_dtype(x.dtype(), {neg(x), relu(x), tanh(x), sigmoid(x), gelu(x), sqrt(x), abs(x), clamp(x, 0.6, 1.2), max(x),
+                             max(x, 0), reshape(x, {3, 2}), transpose(x, 0, 1), permute(x, {1, 0}), slice(x, 1, 0, 2),
+                             clone(x), broadcast_to(x, {4, 2, 3}), sum_to(x, {1, 3}), embedding(x, indices)});
     CHECK(argmax(x, 1).dtype() == DType::I32);
   }
 
@@ -293,7 +292,7 @@ TEST_CASE("autocast: a cast made under NoGradGuard never serves a grad-enabled u
     NoGradGuard no_grad;
     Tensor eval = matmul(x, w);  // e.g. an evaluation pass inside the training region
     CHECK_FALSE(eval.requires_grad());
-    matmul(x, w);                // a second no-grad use may reuse the no-grad cast
+    matmul(x, w);  // a second no-grad use may reuse the no-grad cast
   }
   Tensor train = matmul(x, w);
   CHECK(train.requires_grad());

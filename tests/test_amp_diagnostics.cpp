@@ -27,15 +27,26 @@ Tensor f16(const std::vector<double>& values, const Shape& shape, bool requires_
 }  // namespace
 
 TEST_CASE("diagnostics: gradient_stats counts each f16 hazard exactly") {
-  const std::vector<double> values{
-      0.0, -0.0,                              // zero
-      0x1p-26, 0x1p-25, 0x1p-50,              // flushed: 2^-25 is the tie between 0 and 2^-24, to even (0)
-      0x1p-24, 0x1p-20,                       // subnormal in f16: the smallest one survives
-      0x1p-25 * (1 + 0x1p-30),                // just above the tie: rounds up to 2^-24 (one rounding, not two)
-      70000.0, -70000.0,                      // overflow (>= 65520)
-      65519.0,                                // below the rounding boundary: 65504, finite
-      kInf, -kInf, kNaN,                      // non-finite
-      1.0, -1.0, 0.75, 3.0, 0x1p20};          // 2^20 (highest bin) also overflows f16
+  const std::vector<double> values{0.0,
+                                   -0.0,  // zero
+                                   0x1p-26,
+                                   0x1p-25,
+                                   0x1p-50,  // flushed: 2^-25 is the tie between 0 and 2^-24, to even (0)
+                                   0x1p-24,
+                                   0x1p-20,  // subnormal in f16: the smallest one survives
+                                   0x1p-25 *
+                                       (1 + 0x1p-30),  // just above the tie: rounds up to 2^-24 (one rounding, not two)
+                                   70000.0,
+                                   -70000.0,  // overflow (>= 65520)
+                                   65519.0,  // below the rounding boundary: 65504, finite
+                                   kInf,
+                                   -kInf,
+                                   kNaN,  // non-finite
+                                   1.0,
+                                   -1.0,
+                                   0.75,
+                                   3.0,
+                                   0x1p20};  // 2^20 (highest bin) also overflows f16
   const amp::GradientStats stats = amp::gradient_stats(f64(values, {static_cast<std::int64_t>(values.size())}, false));
   CHECK(stats.count == 19);
   CHECK(stats.zero == 2);
@@ -257,7 +268,10 @@ TEST_CASE("diagnostics: NameScope nests with '.' and restores the previous scope
     {
       NameScope inner("inner");
       CHECK(current_scope() == "outer.inner");
-      { NameScope deepest("fc"); CHECK(current_scope() == "outer.inner.fc"); }
+      {
+        NameScope deepest("fc");
+        CHECK(current_scope() == "outer.inner.fc");
+      }
       CHECK(current_scope() == "outer.inner");
     }
     CHECK(current_scope() == "outer");

@@ -70,8 +70,14 @@ std::map<Op, std::function<void()>> calls_of_every_op() {
       {Op::Mul, [=] { mul(xh, x); }},
       {Op::Div, [=] { div(xh, x); }},
       {Op::Where, [=] { where(mask, xh, x); }},
-      {Op::Cat, [=] { cat({xh, x}, 0); }},
-      {Op::Stack, [=] { stack({xh, x}, 0); }},
+      {Op::Cat,
+       [=] {
+         cat({xh, x}, 0);
+       }},
+      {Op::Stack,
+       [=] {
+         stack({xh, x}, 0);
+       }},
       {Op::Maximum, [=] { maximum(xh, x); }},
       {Op::Minimum, [=] { minimum(xh, x); }},
       {Op::BinaryCrossEntropy, [=] { binary_cross_entropy(half_x, x); }},
@@ -95,10 +101,22 @@ std::map<Op, std::function<void()>> calls_of_every_op() {
       {Op::Dropout, [=] { dropout(xh, 0.5, true); }},
       {Op::Cast, [=] { cast(xh, DType::BF16); }},
       {Op::ToDevice, [=] { to_device(xh, Device::cpu()); }},
-      {Op::BroadcastTo, [=] { broadcast_to(xh, {2, 2, 3}); }},
-      {Op::SumTo, [=] { sum_to(xh, {1, 3}); }},
-      {Op::Reshape, [=] { reshape(xh, {3, 2}); }},
-      {Op::Permute, [=] { permute(xh, {1, 0}); }},
+      {Op::BroadcastTo,
+       [=] {
+         broadcast_to(xh, {2, 2, 3});
+       }},
+      {Op::SumTo,
+       [=] {
+         sum_to(xh, {1, 3});
+       }},
+      {Op::Reshape,
+       [=] {
+         reshape(xh, {3, 2});
+       }},
+      {Op::Permute,
+       [=] {
+         permute(xh, {1, 0});
+       }},
       {Op::Transpose, [=] { transpose(xh, 0, 1); }},
       {Op::Slice, [=] { slice(xh, 1, 0, 2); }},
       {Op::Clone, [=] { clone(xh); }},
@@ -107,8 +125,8 @@ std::map<Op, std::function<void()>> calls_of_every_op() {
 
 // Ops that record no node of their own name: they are made of recorded ops (their backward comes
 // from their parts'), or compute no gradient (argmax), or do nothing here (to_device to its own device).
-const std::set<Op> kComposite{Op::MseLoss, Op::LayerNorm, Op::BatchNorm, Op::Argmax, Op::Dropout, Op::ToDevice,
-                              Op::Transpose, Op::Stack, Op::LogSumExp, Op::Var, Op::Min, Op::Argmin};
+const std::set<Op> kComposite{Op::MseLoss,   Op::LayerNorm, Op::BatchNorm, Op::Argmax, Op::Dropout, Op::ToDevice,
+                              Op::Transpose, Op::Stack,     Op::LogSumExp, Op::Var,    Op::Min,     Op::Argmin};
 
 }  // namespace
 
@@ -159,13 +177,18 @@ TEST_CASE("policy: every row names a real op that casts as its row says") {
     }
     const std::set<DType> casts(log.casts_to.begin(), log.casts_to.end());
     switch (row.policy) {
-      case CastPolicy::LowerPrecision: CHECK(casts == std::set<DType>{DType::F16}); break;  // f32 inputs down
-      case CastPolicy::Float32:                                                            // f16 inputs up
-      case CastPolicy::Promote: CHECK(casts.contains(DType::F32)); break;                  // the f16 side up
+      case CastPolicy::LowerPrecision:
+        CHECK(casts == std::set<DType>{DType::F16});
+        break;  // f32 inputs down
+      case CastPolicy::Float32:  // f16 inputs up
+      case CastPolicy::Promote:
+        CHECK(casts.contains(DType::F32));
+        break;  // the f16 side up
       case CastPolicy::InputDtype:  // nothing cast (the cast op itself is the one cast)
         CHECK(casts == (row.op == Op::Cast ? std::set<DType>{DType::BF16} : std::set<DType>{}));
         break;
-      case CastPolicy::Banned: break;
+      case CastPolicy::Banned:
+        break;
     }
   }
 }

@@ -118,7 +118,7 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   Tensor w2 = uniform({16, 4}, -0.3, 0.3, gen).set_requires_grad(true);
   recipe.cast_parameters({w1, w2});
   auto opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w1, w2},
-                                          optim::AdamOptions{.lr = 1e-3, .master_weights = recipe.master_weights});
+                                           optim::AdamOptions{.lr = 1e-3, .master_weights = recipe.master_weights});
   amp::MemoryReport before = amp::memory_report(*opt);
   CHECK(before.parameters == 192 * 2);
   CHECK(before.master_weights == 192 * 4);
@@ -141,8 +141,8 @@ TEST_CASE("recipes: memory_report counts bytes exactly and autocast halves saved
   // The f16 model gradients only: the fused step reads them times 1/S, and no f32 master gradient
   // exists (unscale_, for clipping, would make them: 192 * 4 bytes more).
   CHECK(after.gradients == 192 * 2);
-  CHECK(after.optimizer_state == 2 * 192 * 4);   // Adam's two f32 moments per master
-  CHECK(after.saved_activations == 0);           // backward released the tape
+  CHECK(after.optimizer_state == 2 * 192 * 4);  // Adam's two f32 moments per master
+  CHECK(after.saved_activations == 0);  // backward released the tape
   CHECK(after.total() == 384 + 768 + 384 + 1536);
   scaler.unscale_(*opt);
   CHECK(amp::memory_report(*opt).gradients == 192 * 2 + 192 * 4);  // f16 model gradients + f32 master gradients

@@ -13,7 +13,9 @@ TEST_CASE("monitor: min_scale floor and max_scale cap") {
   Driver capped({.growth_interval = 1}, {.max_scale = 131072});
   run_script(capped, {{'c', true, 131072, 0, 0, -1}, {'c', true, 131072, 0, 0, -1}, {'i', false, 65536, 0, 1, 2}});
   Driver floored({}, {.min_scale = 16384});
-  run_script(floored, {{'i', false, 32768, 0, 1, 0}, {'n', false, 16384, 0, 2, 1}, {'i', false, 16384, 0, 3, 2},
+  run_script(floored, {{'i', false, 32768, 0, 1, 0},
+                       {'n', false, 16384, 0, 2, 1},
+                       {'i', false, 16384, 0, 3, 2},
                        {'c', true, 16384, 1, 3, 2}});
   amp::GradScaler scaler;
   check_error([&] { amp::ScaleMonitor(scaler, {.max_scale = 1024}); }, "init_scale 65536 lies outside");
@@ -23,10 +25,14 @@ TEST_CASE("monitor: min_scale floor and max_scale cap") {
 
 TEST_CASE("monitor: hysteresis 3 backs off only after 3 consecutive overflows; a clean step resets the streak") {
   Driver d({.growth_interval = 3}, {.hysteresis = 3});
-  run_script(d, {{'i', false, 65536, 0, 1, 0}, {'i', false, 65536, 0, 2, 1}, {'i', false, 32768, 0, 3, 2},
-                 {'i', false, 32768, 0, 4, 3},   // the streak restarted after the backoff
-                 {'c', true, 32768, 1, 4, 3},    // ... and a clean step resets it
-                 {'i', false, 32768, 0, 5, 5}, {'n', false, 32768, 0, 6, 6}, {'i', false, 16384, 0, 7, 7}});
+  run_script(d, {{'i', false, 65536, 0, 1, 0},
+                 {'i', false, 65536, 0, 2, 1},
+                 {'i', false, 32768, 0, 3, 2},
+                 {'i', false, 32768, 0, 4, 3},  // the streak restarted after the backoff
+                 {'c', true, 32768, 1, 4, 3},  // ... and a clean step resets it
+                 {'i', false, 32768, 0, 5, 5},
+                 {'n', false, 32768, 0, 6, 6},
+                 {'i', false, 16384, 0, 7, 7}});
 }
 
 TEST_CASE("monitor: the collapse alarm warns once per run of skipped steps, or throws") {
@@ -56,10 +62,14 @@ TEST_CASE("monitor: state_dict resumes the counters and the policy; a bad one is
   Driver d({.growth_interval = 3}, {.min_scale = 2, .max_scale = 1e9, .hysteresis = 2});
   for (char c : std::string("cciic")) d.run(c);
   const StateDict saved = d.monitor.state_dict();
-  CHECK(scalars_of(saved) == std::map<std::string, double>{{"consecutive_skips", 0}, {"hysteresis", 2},
-                                                           {"last_overflow_step", 3}, {"max_scale", 1e9},
-                                                           {"min_scale", 2}, {"overflow_streak", 0},
-                                                           {"skipped_steps", 2}, {"steps", 5}});
+  CHECK(scalars_of(saved) == std::map<std::string, double>{{"consecutive_skips", 0},
+                                                           {"hysteresis", 2},
+                                                           {"last_overflow_step", 3},
+                                                           {"max_scale", 1e9},
+                                                           {"min_scale", 2},
+                                                           {"overflow_streak", 0},
+                                                           {"skipped_steps", 2},
+                                                           {"steps", 5}});
   Driver resumed;
   resumed.monitor.load_state_dict(saved);
   CHECK(resumed.monitor.options().hysteresis == 2);

@@ -17,10 +17,17 @@ TEST_CASE("scaler: PyTorch's dynamic scaling, step by step (growth_interval 3)")
   Driver d({.growth_interval = 3});
   CHECK(d.scaler.get_scale() == 65536.0);
   CHECK(d.monitor.last_overflow_step() == -1);
-  run_script(d, {{'c', true, 65536, 1, 0, -1},  {'c', true, 65536, 2, 0, -1},   {'c', true, 131072, 0, 0, -1},
-                 {'c', true, 131072, 1, 0, -1}, {'i', false, 65536, 0, 1, 4},   // overflow: x0.5, tracker reset
-                 {'c', true, 65536, 1, 1, 4},   {'c', true, 65536, 2, 1, 4},    {'n', false, 32768, 0, 2, 7},
-                 {'m', false, 16384, 0, 3, 8},  {'c', true, 16384, 1, 3, 8},    {'c', true, 16384, 2, 3, 8},
+  run_script(d, {{'c', true, 65536, 1, 0, -1},
+                 {'c', true, 65536, 2, 0, -1},
+                 {'c', true, 131072, 0, 0, -1},
+                 {'c', true, 131072, 1, 0, -1},
+                 {'i', false, 65536, 0, 1, 4},  // overflow: x0.5, tracker reset
+                 {'c', true, 65536, 1, 1, 4},
+                 {'c', true, 65536, 2, 1, 4},
+                 {'n', false, 32768, 0, 2, 7},
+                 {'m', false, 16384, 0, 3, 8},
+                 {'c', true, 16384, 1, 3, 8},
+                 {'c', true, 16384, 2, 3, 8},
                  {'c', true, 32768, 0, 3, 8}});
 }
 
@@ -55,8 +62,11 @@ TEST_CASE("scaler: the scale never becomes inf") {
 
 TEST_CASE("scaler: static mode keeps the scale and still skips overflowing steps") {
   Driver d({.init_scale = 1024, .growth_interval = 1, .dynamic = false});
-  run_script(d, {{'c', true, 1024, 0, 0, -1}, {'c', true, 1024, 0, 0, -1}, {'i', false, 1024, 0, 1, 2},
-                 {'n', false, 1024, 0, 2, 3}, {'c', true, 1024, 0, 2, 3}});
+  run_script(d, {{'c', true, 1024, 0, 0, -1},
+                 {'c', true, 1024, 0, 0, -1},
+                 {'i', false, 1024, 0, 1, 2},
+                 {'n', false, 1024, 0, 2, 3},
+                 {'c', true, 1024, 0, 2, 3}});
 }
 
 TEST_CASE("scaler: a disabled scaler is transparent") {
@@ -64,13 +74,13 @@ TEST_CASE("scaler: a disabled scaler is transparent") {
   Tensor loss = full({}, 3.0);
   CHECK(d.scaler.scale(loss).id() == loss.id());
   d.w.set_grad(from_vector({0.5, 0.25}, {2}));
-  d.scaler.unscale_(d.sgd);                 // no-op: the gradient is not divided
+  d.scaler.unscale_(d.sgd);  // no-op: the gradient is not divided
   check_values(d.w.grad(), {0.5, 0.25});
   CHECK(d.scaler.step(d.sgd));
-  CHECK(d.scaler.step(d.sgd));              // no stage tracking either: a plain optimizer step
+  CHECK(d.scaler.step(d.sgd));  // no stage tracking either: a plain optimizer step
   check_values(d.w.to(DType::F64), {1.0 - 0.5, -2.0 - 0.25});
   d.scaler.update();
-  d.scaler.update();                        // no step required: update() does nothing
+  d.scaler.update();  // no step required: update() does nothing
   CHECK(d.monitor.steps() == 0);
   CHECK(d.monitor.history().empty());
   CHECK(d.scaler.get_scale() == 1.0);  // PyTorch: 1.0 when scaling is disabled
@@ -81,10 +91,14 @@ TEST_CASE("scaler: state_dict/load_state_dict resumes every script position iden
   const std::string script = "cicciicccccniicc";
   const amp::GradScalerOptions options{.growth_interval = 3};
   const amp::ScaleMonitorOptions monitor_options{.hysteresis = 2};
-  struct State { bool stepped; double scale; std::int64_t tracker, steps, skipped, last; };
+  struct State {
+    bool stepped;
+    double scale;
+    std::int64_t tracker, steps, skipped, last;
+  };
   auto state_of = [](Driver& d, bool stepped) {
-    return State{stepped, d.scaler.get_scale(), d.scaler.growth_tracker(), d.monitor.steps(),
-                 d.monitor.skipped_steps(), d.monitor.last_overflow_step()};
+    return State{stepped,           d.scaler.get_scale(),      d.scaler.growth_tracker(),
+                 d.monitor.steps(), d.monitor.skipped_steps(), d.monitor.last_overflow_step()};
   };
   Driver reference(options, monitor_options);
   std::vector<State> expected;
@@ -124,9 +138,11 @@ TEST_CASE("scaler: a bad state dict is refused and changes nothing") {
   refused([](StateDict& s) { s["bogus"] = state_scalar(1.0); }, "unknown key 'bogus'");
   refused([](StateDict& s) { s["scale"] = state_scalar(0.0); }, "> 0");
   refused([](StateDict& s) { s["scale"] = state_scalar(-65536.0); }, "> 0");
-  refused([](StateDict& s) { s["growth_tracker"] = state_scalar(3.0); }, "inconsistent counters");  // == growth_interval
+  refused([](StateDict& s) { s["growth_tracker"] = state_scalar(3.0); },
+          "inconsistent counters");  // == growth_interval
   refused([](StateDict& s) { s["growth_interval"] = state_scalar(4.5); }, "whole number");
-  refused([](StateDict& s) { s["skipped_steps"] = state_scalar(1.0); }, "unknown key 'skipped_steps'");  // the monitor's
+  refused([](StateDict& s) { s["skipped_steps"] = state_scalar(1.0); },
+          "unknown key 'skipped_steps'");  // the monitor's
 }
 
 TEST_CASE("scaler: misuse of the step protocol is a clear error") {
@@ -161,7 +177,7 @@ TEST_CASE("scaler: unscale_ then step divides the gradients exactly once") {
   d.scaler.unscale_(d.sgd);
   check_values(d.w.grad(), {0.5, 0.25}, 0.0, 0.0);
   CHECK(d.scaler.step(d.sgd));
-  check_values(d.w.grad(), {0.5, 0.25}, 0.0, 0.0);          // not divided again
+  check_values(d.w.grad(), {0.5, 0.25}, 0.0, 0.0);  // not divided again
   check_values(d.w, {1.0 - 0.5 * 0.5, -2.0 - 0.5 * 0.25}, 0.0, 0.0);  // lr 0.5, all exact
   d.scaler.update();
 }
@@ -182,7 +198,8 @@ TEST_CASE("scaler: unscaling is exact for powers of two; inf/NaN is found in any
   };
   set_scaled();
   scaler.unscale_(sgd);
-  for (std::size_t i = 0; i < params.size(); ++i) check_values(params[i].grad(), truth[i].to_vector<double>(), 0.0, 0.0);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    check_values(params[i].grad(), truth[i].to_vector<double>(), 0.0, 0.0);
   amp::ScaleMonitor monitor(scaler);
   CHECK(scaler.step(sgd));
   monitor.update(&sgd);

@@ -17,8 +17,8 @@
 
 using namespace mg;
 using mg::testing::Run;
-using mg::testing::TempDir;
 using mg::testing::run_command;
+using mg::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,9 +33,9 @@ const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 5
 TEST_CASE("--help documents every flag of train") {
   Run run = mixgrad("train --help");
   CHECK(run.status == 0);
-  for (const char* flag : {"--data", "--model", "--precision", "--device", "--epochs", "--steps", "--batch",
-                           "--optimizer", "--lr", "--momentum", "--seed", "--subset", "--log", "--save", "--resume",
-                           "--summary", "--tf32"})
+  for (const char* flag :
+       {"--data", "--model", "--precision", "--device", "--epochs", "--steps", "--batch", "--optimizer", "--lr",
+        "--momentum", "--seed", "--subset", "--log", "--save", "--resume", "--summary", "--tf32"})
     CHECK_MESSAGE(run.output.find(flag) != std::string::npos, flag);
 }
 
@@ -46,7 +46,8 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --batch 0 --steps 1", "--batch: 0 is not allowed: give a whole number >= 1"},
       {"train --steps 2.5", "--steps: 2.5 is not allowed"},
       {"train --steps many", "--steps: many is not allowed"},
-      {"train --context 5000 --data text --model lstm", "--context: 5000 is not allowed: give a whole number from 2 to 4096"},
+      {"train --context 5000 --data text --model lstm",
+       "--context: 5000 is not allowed: give a whole number from 2 to 4096"},
       {"train --threads 0 --steps 1", "--threads: 0 is not allowed: give a whole number from 1 to 1024"},
       {"train --lr -1 --steps 1", "--lr: -1 is not allowed: give a finite learning rate >= 0"},
       {"train --lr inf --steps 1", "--lr: inf is not allowed"},
@@ -83,8 +84,8 @@ TEST_CASE("a flag given twice takes its last value, so scripts can pass defaults
 
 TEST_CASE("with no length a run trains one epoch of images, and says what it runs and when it ends") {
   TempDir tmp;
-  Run run = mixgrad(fmt::format("train --model mlp --subset 256 --batch 64 --threads 1 --summary {}",
-                                tmp / "summary.json"));
+  Run run = mixgrad(
+      fmt::format("train --model mlp --subset 256 --batch 64 --threads 1 --summary {}", tmp / "summary.json"));
   REQUIRE(run.status == 0);
   CHECK(run.output.find("mixgrad train: on cpu; 1 thread(s), f32 GEMM by ") != std::string::npos);
   CHECK(run.output.find("step 1/4  smoothed loss ") != std::string::npos);  // a pipe: plain lines
@@ -123,7 +124,8 @@ TEST_CASE("a diverging run stops with an error and status 1, keeping its log") {
   // With the GradScaler: every step is skipped as the scale backs off; 100 in a row end the run.
   Run scaled = mixgrad(kSmallRun + " --lr 1e30 --steps 300 --precision mixed_float16");
   CHECK(scaled.status == 1);
-  CHECK(scaled.output.find("error: amp::GradScaler: the last 100 steps all had inf/NaN gradients") != std::string::npos);
+  CHECK(scaled.output.find("error: amp::GradScaler: the last 100 steps all had inf/NaN gradients") !=
+        std::string::npos);
 }
 
 TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
@@ -147,13 +149,13 @@ TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
 
   std::ifstream file(tmp / "summary.json");
   nlohmann::json summary = nlohmann::json::parse(file);
-  for (const char* key : {"recipe", "model", "steps", "skipped_steps", "final_scale", "test_accuracy",
-                          "train_seconds", "peak_rss_bytes"})
+  for (const char* key :
+       {"recipe", "model", "steps", "skipped_steps", "final_scale", "test_accuracy", "train_seconds", "peak_rss_bytes"})
     CHECK_MESSAGE(summary.contains(key), key);
   CHECK(summary["recipe"] == "mixed_float16");
   CHECK(summary["steps"] == 6);
   CHECK(summary["final_scale"].get<double>() == 65536.0);  // 6 clean steps: no growth, no backoff
-  CHECK(summary["test_accuracy"].get<double>() > 0.25);    // 10 classes: guessing gives 0.10
+  CHECK(summary["test_accuracy"].get<double>() > 0.25);  // 10 classes: guessing gives 0.10
   CHECK(summary["peak_rss_bytes"].get<std::int64_t>() > 0);
 }
 
@@ -161,14 +163,17 @@ TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
 // state) to N steps, a save, and N more steps in a new process that resumes.
 TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process") {
   TempDir tmp;
-  for (const char* flags : {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam"}) {
+  for (const char* flags :
+       {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam"}) {
     INFO(flags);
     const std::string base = kSmallRun + " " + flags;
     REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {} --summary {}", tmp / "straight.safetensors",
-                                       tmp / "straight.json")).status == 0);
+                                       tmp / "straight.json"))
+                .status == 0);
     REQUIRE(mixgrad(base + fmt::format(" --steps 5 --save {}", tmp / "half.safetensors")).status == 0);
     REQUIRE(mixgrad(base + fmt::format(" --steps 10 --resume {} --save {} --summary {}", tmp / "half.safetensors",
-                                       tmp / "resumed.safetensors", tmp / "resumed.json")).status == 0);
+                                       tmp / "resumed.safetensors", tmp / "resumed.json"))
+                .status == 0);
     // The reported loss too: the mean of the last steps, the steps before the resume included.
     std::ifstream straight_json(tmp / "straight.json"), resumed_json(tmp / "resumed.json");
     const nlohmann::json straight_summary = nlohmann::json::parse(straight_json);
@@ -195,8 +200,8 @@ TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process"
 TEST_CASE("a resume that does not fit the run is refused and says why") {
   TempDir tmp;
   REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 2 --save {}", tmp / "sgd.safetensors")).status == 0);
-  Run other_recipe = mixgrad(kSmallRun + fmt::format(" --steps 4 --precision float16_master --resume {}",
-                                                     tmp / "sgd.safetensors"));
+  Run other_recipe = mixgrad(kSmallRun +
+                             fmt::format(" --steps 4 --precision float16_master --resume {}", tmp / "sgd.safetensors"));
   CHECK(other_recipe.status == 1);
   CHECK(other_recipe.output.find("error:") != std::string::npos);
   Run past = mixgrad(kSmallRun + fmt::format(" --steps 1 --resume {}", tmp / "sgd.safetensors"));
@@ -257,8 +262,9 @@ TEST_CASE("--device cuda: the host waits once per 16 steps, for the steps' numbe
   for (const char* precision : {"fp32", "mixed_float16", "float16_master"}) {
     INFO(precision);
     const auto summary = tmp / fmt::format("{}.json", precision);
-    REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 40 --precision {} --device cuda --summary {}", precision,
-                                            summary)).status == 0);
+    REQUIRE(
+        mixgrad(kSmallRun + fmt::format(" --steps 40 --precision {} --device cuda --summary {}", precision, summary))
+            .status == 0);
     std::ifstream json(summary);
     CHECK(nlohmann::json::parse(json)["host_waits"].get<int>() == 3);  // after steps 16, 32 and 40
   }

@@ -37,9 +37,9 @@ TEST_CASE("update_scale (CPU): PyTorch's rule, by hand") {
     double tracker;
   };
   // growth_interval 3: the third clean step in a row doubles the scale; an overflow halves it.
-  const std::vector<Row> rows{{false, 65536, 1}, {false, 65536, 2}, {false, 131072, 0}, {true, 65536, 0},
-                              {false, 65536, 1}, {true, 32768, 0},  {false, 32768, 1},  {false, 32768, 2},
-                              {false, 65536, 0}};
+  const std::vector<Row> rows{{false, 65536, 1}, {false, 65536, 2}, {false, 131072, 0},
+                              {true, 65536, 0},  {false, 65536, 1}, {true, 32768, 0},
+                              {false, 32768, 1}, {false, 32768, 2}, {false, 65536, 0}};
   for (std::size_t i = 0; i < rows.size(); ++i) {
     INFO("step " << i);
     kernels::update_scale(scale, tracker, rows[i].found_inf ? overflow : clean, 2.0, 0.5, 3);
@@ -102,7 +102,8 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
     found_inf = ones({});
     const Tensor overflowed = with_value(uniform_in({257}, DType::F16, 4, -1.0, 1.0), 7, kInf);
     const Tensor half = factor(0.5);
-    c.run(false, 1, master, overflowed, state, count, {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
+    c.run(false, 1, master, overflowed, state, count,
+          {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
     check_identical(master, master_before, "master");
     check_identical(model, model_before, "model copy");
     for (int k = 0; k < c.states; ++k) check_identical(state[k], state_before[k], "state");
@@ -110,9 +111,11 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
   }
   Tensor w = zeros({3}), g = zeros({3}), bad_flag = zeros({2}), short_copy = zeros({2}, {.dtype = DType::F16});
   UpdateCount count;
-  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.found_inf = &bad_flag}}); }, "kernel sgd");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.found_inf = &bad_flag}}); },
+              "kernel sgd");
   check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.model_copy = &short_copy}); }, "kernel sgd");
-  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.inv_scale = &bad_flag}}); }, "inv_scale");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.inv_scale = &bad_flag}}); },
+              "inv_scale");
   Tensor m = zeros({3}), v = zeros({3}), f32_steps = zeros({});
   check_error([&] { kernels::adam(w, g, m, v, f32_steps, {.lr = 0.1}, count); }, "the step count must be one i32");
 }
@@ -129,8 +132,8 @@ Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
 // clear); F64 stands for none.
 void check_update_on_gpu(const UpdateCase& c, DType param_dtype, DType grad_dtype, std::int64_t numel, int steps,
                          DType model_dtype = DType::F64, double inv_scale = 1.0) {
-  INFO(c.name << ": parameter " << dtype_name(param_dtype) << ", gradient " << dtype_name(grad_dtype) << ", "
-              << numel << " elements");
+  INFO(c.name << ": parameter " << dtype_name(param_dtype) << ", gradient " << dtype_name(grad_dtype) << ", " << numel
+              << " elements");
   const bool fused_master = model_dtype != DType::F64;
   Tensor p_cpu = uniform_in({numel}, param_dtype, 5, 0.5, 1.5), p_gpu = gpu(p_cpu);
   Tensor model_cpu = fused_master ? p_cpu.to(model_dtype) : Tensor();
@@ -171,8 +174,8 @@ void check_update_on_gpu(const UpdateCase& c, DType param_dtype, DType grad_dtyp
 
 TEST_CASE("unscale (GPU): one pass over many tensors of odd sizes and mixed dtypes, bit for bit the CPU's") {
   if (!have_gpu()) return;
-  const std::vector<std::pair<DType, DType>> pairs{{DType::F32, DType::F32}, {DType::F16, DType::F32},
-                                                   {DType::BF16, DType::F32}, {DType::F16, DType::F16},
+  const std::vector<std::pair<DType, DType>> pairs{{DType::F32, DType::F32},   {DType::F16, DType::F32},
+                                                   {DType::BF16, DType::F32},  {DType::F16, DType::F16},
                                                    {DType::BF16, DType::BF16}, {DType::F32, DType::F16}};
   const std::vector<std::int64_t> sizes{1, 3, 4, 5, 17, 1000, 4097, 16383, 16384, 16385, 40001};
   for (double value : {0x1p-10, 1.0 / 3.0}) {
@@ -261,8 +264,12 @@ TEST_CASE("update_scale (GPU): the CPU's scale and tracker after every step") {
 // The limits amp::ScaleMonitor sets (hysteresis 2, a floor, a cap), on both devices, step by step.
 TEST_CASE("update_scale with limits (GPU): the CPU's scale, tracker and streak after every step") {
   if (!have_gpu()) return;
-  const kernels::ScaleRule rule{.growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 2, .hysteresis = 2,
-                                .min_scale = 4096.0, .max_scale = 65536.0};
+  const kernels::ScaleRule rule{.growth_factor = 2.0,
+                                .backoff_factor = 0.5,
+                                .growth_interval = 2,
+                                .hysteresis = 2,
+                                .min_scale = 4096.0,
+                                .max_scale = 65536.0};
   Tensor scale_cpu = full({1}, 16384.0), tracker_cpu = zeros({1}, {.dtype = DType::I32});
   Tensor streak_cpu = zeros({1}, {.dtype = DType::I32});
   Tensor scale_gpu = gpu(scale_cpu), tracker_gpu = gpu(tracker_cpu), streak_gpu = gpu(streak_cpu);
@@ -281,8 +288,10 @@ TEST_CASE("update_scale with limits (GPU): the CPU's scale, tracker and streak a
 
 TEST_CASE("sgd, adam and adagrad (GPU): bit for bit the CPU's, lost-update counts included") {
   if (!have_gpu()) return;
-  const std::vector<std::pair<DType, DType>> dtypes{{DType::F32, DType::F32}, {DType::F16, DType::F16},
-                                                    {DType::BF16, DType::BF16}, {DType::F32, DType::F16},
+  const std::vector<std::pair<DType, DType>> dtypes{{DType::F32, DType::F32},
+                                                    {DType::F16, DType::F16},
+                                                    {DType::BF16, DType::BF16},
+                                                    {DType::F32, DType::F16},
                                                     {DType::F16, DType::F32}};
   for (const UpdateCase& c : update_cases())
     for (const auto& [param_dtype, grad_dtype] : dtypes)
@@ -312,7 +321,8 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
       UpdateCount count;
       kernels::cuda::clear_update_count(Device::cuda());
       const Tensor half = factor(0.5, Device::cuda());
-      c.run(true, 1, master, overflowed, state, count, {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
+      c.run(true, 1, master, overflowed, state, count,
+            {.scaling = {.inv_scale = &half, .found_inf = &found_inf}, .model_copy = &model});
       kernels::cuda::read_update_count(Device::cuda(), count);
       check_identical(master, master_before, "master");
       check_identical(model, model_before, "model copy");
@@ -323,4 +333,3 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
 }
 
 #endif  // MG_WITH_CUDA
-

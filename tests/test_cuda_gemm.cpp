@@ -36,7 +36,6 @@
 using namespace mg;
 using namespace mg::testing;
 
-
 namespace {
 
 struct Size {
@@ -55,8 +54,14 @@ Operands operands(Size size, bool transpose_a, bool transpose_b, DType dtype, st
   const Shape b_shape = transpose_b ? Shape{size.batch, size.n, size.k} : Shape{size.batch, size.k, size.n};
   Tensor a = randn(a_shape, generator).to(dtype);
   Tensor b = randn(b_shape, generator).to(dtype);
-  return {a, b, {.batch = size.batch, .m = size.m, .n = size.n, .k = size.k, .transpose_a = transpose_a,
-                 .transpose_b = transpose_b}};
+  return {a,
+          b,
+          {.batch = size.batch,
+           .m = size.m,
+           .n = size.n,
+           .k = size.k,
+           .transpose_a = transpose_a,
+           .transpose_b = transpose_b}};
 }
 
 // S of the header: the largest sum of |products| of one element, plus the largest |bias|.
@@ -108,8 +113,9 @@ TEST_CASE("gemm epilogue on the CPU: hand-computed bias and relu") {
   const kernels::GemmShape shape{.m = 2, .n = 2, .k = 2};
   kernels::cpu::gemm(a, b, c, shape, {.bias = from_vector({-20, -60}, {2}, {.dtype = DType::F32})});
   check_values(c, {-1, -38, 23, -10});  // [[19, 22], [43, 50]] + [-20, -60]
-  kernels::cpu::gemm(a, b, c, shape, {.bias = from_vector({-20, -60}, {2}, {.dtype = DType::F32}),
-                                      .activation = kernels::Activation::Relu});
+  kernels::cpu::gemm(a, b, c, shape,
+                     {.bias = from_vector({-20, -60}, {2}, {.dtype = DType::F32}),
+                      .activation = kernels::Activation::Relu});
   check_values(c, {0, 0, 23, 0});
 }
 
@@ -126,8 +132,8 @@ TEST_CASE("gemm epilogue on the CPU: bias then relu/gelu against an f64 loop, ev
       for (int layout = 0; layout < 4; ++layout) {
         const bool ta = layout & 1, tb = layout & 2;
         INFO("in " << dtype_name(d.in) << ", out " << dtype_name(d.out) << ", bias " << dtype_name(d.bias)
-                   << ", activation " << static_cast<int>(activation) << ", transpose_a " << ta
-                   << ", transpose_b " << tb);
+                   << ", activation " << static_cast<int>(activation) << ", transpose_a " << ta << ", transpose_b "
+                   << tb);
         const Operands in = operands(size, ta, tb, d.in, 11 + layout);
         Generator generator(29);
         const Tensor bias = randn({size.n}, generator).to(d.bias);
@@ -159,8 +165,8 @@ TEST_CASE("gemm epilogue on the CPU: bias then relu/gelu against an f64 loop, ev
         // of the output for its one rounding, and half of f16's subnormal spacing.
         const double unit = d.in == DType::F64 ? 0x1p-53 : 0x1p-24;
         const double rounding = d.out == DType::F16 || d.out == DType::BF16 ? tolerance(d.out, 0.5) : 0.0;
-        check_values(c, expected, rounding, 2.0 * static_cast<double>(size.k + 2) * unit * scale +
-                                                (d.out == DType::F16 ? 0x1p-25 : 0.0));
+        check_values(c, expected, rounding,
+                     2.0 * static_cast<double>(size.k + 2) * unit * scale + (d.out == DType::F16 ? 0x1p-25 : 0.0));
       }
     }
   }
@@ -243,11 +249,11 @@ void check_gpu_gemm_exact(const Operands& in, DType out, const kernels::GemmEpil
 }
 
 const std::vector<Size>& sizes() {
-  static const std::vector<Size> all = {
-      {1, 1, 1, 1},     {1, 7, 7, 7},      {1, 15, 15, 15},   {1, 17, 17, 17},  {1, 127, 127, 127},
-      {1, 128, 128, 128}, {1, 129, 129, 129}, {1, 136, 200, 40}, {1, 128, 256, 784},  // MLP layer 1
-      {1, 128, 10, 256},  {1, 5, 10, 784},    {1, 4, 8, 0},                           // classifier; k = 0
-      {3, 17, 33, 40},    {3, 136, 200, 40}};                                         // batched
+  static const std::vector<Size> all = {{1, 1, 1, 1},       {1, 7, 7, 7},       {1, 15, 15, 15},
+                                        {1, 17, 17, 17},    {1, 127, 127, 127}, {1, 128, 128, 128},
+                                        {1, 129, 129, 129}, {1, 136, 200, 40},  {1, 128, 256, 784},  // MLP layer 1
+                                        {1, 128, 10, 256},  {1, 5, 10, 784},    {1, 4, 8, 0},  // classifier; k = 0
+                                        {3, 17, 33, 40},    {3, 136, 200, 40}};  // batched
   return all;
 }
 
@@ -358,9 +364,9 @@ TEST_CASE("cuda gemm: split-K, every kernel that splits, against the CPU and exa
   // = 2500 x 8 + 7): the zero-fill along k, within a slice.
   const std::vector<Size> sizes = {{2, 64, 40, 6008}, {3, 3, 9, 20007}};
   Generator generator(17);
-  std::vector<Mode> modes{Mode{DType::F16, DType::F16, false}, Mode{DType::F16, DType::F32, false},
+  std::vector<Mode> modes{Mode{DType::F16, DType::F16, false},   Mode{DType::F16, DType::F32, false},
                           Mode{DType::BF16, DType::BF16, false}, Mode{DType::BF16, DType::F32, false},
-                          Mode{DType::F32, DType::F32, false}, Mode{DType::F32, DType::F32, true}};
+                          Mode{DType::F32, DType::F32, false},   Mode{DType::F32, DType::F32, true}};
   std::vector<int> layouts{0, 1, 2, 3};
   if (reduced_sizes()) {  // every kernel that splits, both operand orders, each output precision once
     modes = {modes[0], modes[3], modes[4], modes[5]};

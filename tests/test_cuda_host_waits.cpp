@@ -32,9 +32,9 @@ TEST_CASE("optimizer (GPU): steps skipped on the device; step count and lost upd
   const std::uint64_t mark = cuda::host_waits();
   for (const Tensor* flag : {&clean, &overflow, &clean, &overflow}) sgd.step({.found_inf = flag});
   CHECK(cuda::host_waits() == mark);  // four steps queued, nothing read
-  CHECK(sgd.step_count() == 2);       // one read for all four
+  CHECK(sgd.step_count() == 2);  // one read for all four
   CHECK(cuda::host_waits() == mark + 1);
-  CHECK(sgd.step_count() == 2);       // already read
+  CHECK(sgd.step_count() == 2);  // already read
   CHECK(cuda::host_waits() == mark + 1);
   const kernels::UpdateCount last = sgd.last_update();  // the last step taken, not the skipped one after it
   CHECK(last.nonzero == 4);
@@ -130,8 +130,8 @@ TEST_CASE("host waits of one step under a GradScaler on a GPU, by phase: none fo
       CHECK(stepped);  // asking is what waits
       CHECK(cuda::host_waits() - mark == 1);
     }
-    MESSAGE(name << ": host waits per step: forward " << forward << ", backward "
-            << backward_pass << ", scaler.step " << step << ", scaler.update " << update);
+    MESSAGE(name << ": host waits per step: forward " << forward << ", backward " << backward_pass << ", scaler.step "
+                 << step << ", scaler.update " << update);
     CHECK(forward == 0);  // the labels were uploaded from the host: checked there (issue 31; it was 1)
     CHECK(backward_pass == 0);
     CHECK(step == 0);
@@ -149,8 +149,11 @@ TEST_CASE("Trainer on a GPU: no host wait per step; one batched read every read_
     INFO(recipe);
     Generator generator(5);
     auto model = std::shared_ptr<nn::Module>(nn::mlp({8, 16, 4}, generator));
-    train::Trainer trainer(model, {.recipe = amp::Recipe::parse(recipe), .optimizer = {.name = "adam", .lr = 0.01},
-                                   .device = Device::cuda(), .monitor = {.hysteresis = 2}, .read_every = 4});
+    train::Trainer trainer(model, {.recipe = amp::Recipe::parse(recipe),
+                                   .optimizer = {.name = "adam", .lr = 0.01},
+                                   .device = Device::cuda(),
+                                   .monitor = {.hysteresis = 2},
+                                   .read_every = 4});
     const Tensor x = uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0);  // batches on the CPU, as a loader gives them
     const Tensor labels = from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32});
     std::vector<std::uint64_t> waits;

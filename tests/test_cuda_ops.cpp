@@ -68,8 +68,8 @@ void compare(const std::string& what, const Tensor& gpu, const Tensor& cpu, DTyp
   CHECK(gpu.dtype() == cpu.dtype());
   CHECK(gpu.shape() == cpu.shape());
   const double error = normalised_error(gpu.to(Device::cpu()), cpu);
-  CHECK_MESSAGE(error <= allowed(dtype, factor), what << ": normalised error " << error << " > "
-                                                      << allowed(dtype, factor));
+  CHECK_MESSAGE(error <= allowed(dtype, factor),
+                what << ": normalised error " << error << " > " << allowed(dtype, factor));
 }
 
 // Runs one case in one dtype on both devices and compares values and gradients.
@@ -132,19 +132,23 @@ std::vector<OpCase> op_cases() {
       {"maximum ties", {{5, 9}}, [](const Inputs& x) { return maximum(x[0], relu(x[0])); }, 1},
       {"where", {{6, 5}, {6, 5}}, [](const Inputs& x) { return where(relu(x[0]), x[0], x[1]); }, 1},
       // an i32 mask (0 or 1: relu of [-2, 2) truncated), broadcast along the rows: read as its own type
-      {"where i32 mask", {{6, 1}, {6, 5}, {6, 5}},
-       [](const Inputs& x) { return where(cast(relu(x[0]), DType::I32), x[1], x[2]); }, 1},
+      {"where i32 mask",
+       {{6, 1}, {6, 5}, {6, 5}},
+       [](const Inputs& x) { return where(cast(relu(x[0]), DType::I32), x[1], x[2]); },
+       1},
       // GEMMs: K-long f32 sums in another order, then one rounding
       {"matmul", {{17, 40}, {40, 9}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
-      {"matmul NT", {{17, 40}, {9, 40}},
-       [](const Inputs& x) { return matmul(x[0], x[1], {.transpose_b = true}); }, 8},
-      {"matmul TN", {{40, 17}, {40, 9}},
-       [](const Inputs& x) { return matmul(x[0], x[1], {.transpose_a = true}); }, 8},
+      {"matmul NT", {{17, 40}, {9, 40}}, [](const Inputs& x) { return matmul(x[0], x[1], {.transpose_b = true}); }, 8},
+      {"matmul TN", {{40, 17}, {40, 9}}, [](const Inputs& x) { return matmul(x[0], x[1], {.transpose_a = true}); }, 8},
       {"batched matmul", {{3, 5, 16}, {3, 16, 7}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
       {"matmul broadcast batch", {{1, 5, 16}, {3, 16, 7}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
       {"matmul vector", {{5, 16}, {16}}, [](const Inputs& x) { return matmul(x[0], x[1]); }, 8},
-      {"linear 784 to 10", {{8, 784}, {10, 784}, {10}},
-       [](const Inputs& x) { return linear(x[0], x[1], x[2]); }, 16, -0.1, 0.1},
+      {"linear 784 to 10",
+       {{8, 784}, {10, 784}, {10}},
+       [](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+       16,
+       -0.1,
+       0.1},
       // reductions
       {"sum all", {m}, [](const Inputs& x) { return sum(x[0]); }, 16},
       {"sum dim 0", {m}, [](const Inputs& x) { return sum(x[0], 0); }, 8},
@@ -152,9 +156,19 @@ std::vector<OpCase> op_cases() {
       {"max dim 1", {m}, [](const Inputs& x) { return max(x[0], 1); }, 1},
       {"max dim 1 of 3 (inner > 1)", {{5, 3, 4}}, [](const Inputs& x) { return max(x[0], 1); }, 1},
       {"min dim 0", {m}, [](const Inputs& x) { return min(x[0], 0); }, 1},
-      {"sum dims 0 and 2", {{5, 3, 4}}, [](const Inputs& x) { return sum(x[0], {0, 2}); }, 8},
+      {"sum dims 0 and 2",
+       {{5, 3, 4}},
+       [](const Inputs& x) {
+         return sum(x[0], {0, 2});
+       },
+       8},
       {"logsumexp dim 1", {m}, [](const Inputs& x) { return logsumexp(x[0], {1}); }, 8},
-      {"var dims 0 and 2", {{5, 3, 4}}, [](const Inputs& x) { return var(x[0], {0, 2}); }, 8},
+      {"var dims 0 and 2",
+       {{5, 3, 4}},
+       [](const Inputs& x) {
+         return var(x[0], {0, 2});
+       },
+       8},
       {"std dim 1", {m}, [](const Inputs& x) { return mg::std(x[0], {1}, {.keepdim = true}); }, 8},
       // softmax and losses (f32 math inside)
       {"softmax", {{6, 11}}, [](const Inputs& x) { return softmax(x[0], -1); }, 4},
@@ -162,20 +176,35 @@ std::vector<OpCase> op_cases() {
       {"mse", {{6, 5}, {6, 5}}, [](const Inputs& x) { return mse_loss(x[0], x[1]); }, 8},
       // norms: f32 statistics
       {"layer_norm", {{6, 32}, {32}, {32}}, [](const Inputs& x) { return layer_norm(x[0], x[1], x[2]); }, 8},
-      {"batch_norm", {{8, 3, 4, 4}, {3}, {3}},
-       [](const Inputs& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2]); }, 8},
+      {"batch_norm",
+       {{8, 3, 4, 4}, {3}, {3}},
+       [](const Inputs& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], x[2]); },
+       8},
       // convolution and pooling
-      {"conv2d", {{2, 3, 9, 9}, {4, 3, 3, 3}, {4}},
-       [](const Inputs& x) { return conv2d(x[0], x[1], x[2], {.stride = 2, .padding = 1}); }, 8},
-      {"max_pool2d overlapping", {{2, 3, 7, 7}},
-       [](const Inputs& x) { return max_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1}); }, 1},
+      {"conv2d",
+       {{2, 3, 9, 9}, {4, 3, 3, 3}, {4}},
+       [](const Inputs& x) { return conv2d(x[0], x[1], x[2], {.stride = 2, .padding = 1}); },
+       8},
+      {"max_pool2d overlapping",
+       {{2, 3, 7, 7}},
+       [](const Inputs& x) { return max_pool2d(x[0], {.kernel = 3, .stride = 2, .padding = 1}); },
+       1},
       {"avg_pool2d", {{2, 3, 8, 8}}, [](const Inputs& x) { return avg_pool2d(x[0], {.kernel = 2}); }, 2},
       // data movement: exact
       {"transpose", {{4, 5, 6}}, [](const Inputs& x) { return transpose(x[0], 0, 2); }, 0},
-      {"cat and slice", {{3, 4}, {3, 2}},
-       [](const Inputs& x) { return slice(cat({x[0], x[1]}, 1), 1, 1, 5); }, 0},
+      {"cat and slice",
+       {{3, 4}, {3, 2}},
+       [](const Inputs& x) {
+         return slice(cat({x[0], x[1]}, 1), 1, 1, 5);
+       },
+       0},
       // along dim 0 each block is one contiguous run: one plain copy instead of a 2-D one
-      {"cat dim 0", {{2, 5}, {3, 5}}, [](const Inputs& x) { return cat({x[0], x[1]}, 0); }, 0},
+      {"cat dim 0",
+       {{2, 5}, {3, 5}},
+       [](const Inputs& x) {
+         return cat({x[0], x[1]}, 0);
+       },
+       0},
   };
 }
 
@@ -190,8 +219,8 @@ TEST_CASE("every op on a GPU matches the CPU, forward and backward, in f32, f16 
 TEST_CASE("casts on a GPU are the CPU's bit for bit, subnormals, overflow, NaN and i32 included") {
   if (!have_gpu()) return;
   // NaN and -inf as well: to i32 they must give the CPU's 0 and saturation, not the hardware's choice.
-  const Tensor values = from_vector({0.0, -0.0, 1.0, 65504.0, 65520.0, 0x1p-24, 0x1p-25, 1e-30, -3.75, 16777217.0,
-                                     3e9, -3e9, 1.0 / 3.0, std::numeric_limits<double>::quiet_NaN(),
+  const Tensor values = from_vector({0.0, -0.0, 1.0, 65504.0, 65520.0, 0x1p-24, 0x1p-25, 1e-30, -3.75, 16777217.0, 3e9,
+                                     -3e9, 1.0 / 3.0, std::numeric_limits<double>::quiet_NaN(),
                                      -std::numeric_limits<double>::infinity()},
                                     {15});
   for (DType from : {DType::F32, DType::F16, DType::BF16, DType::I32})
@@ -230,8 +259,8 @@ TEST_CASE("embedding, dropout and the LSTM recurrence on a GPU match the CPU") {
   // Dropout draws the same Philox words on either device: the same mask, exactly.
   Tensor x = uniform({33, 17}, -1.0, 1.0, generator);
   Generator cpu_gen(3), gpu_gen(3);
-  check_close(dropout(x.to(Device::cuda()), 0.3, true, gpu_gen).to(Device::cpu()), dropout(x, 0.3, true, cpu_gen),
-              0.0, 0.0);
+  check_close(dropout(x.to(Device::cuda()), 0.3, true, gpu_gen).to(Device::cpu()), dropout(x, 0.3, true, cpu_gen), 0.0,
+              0.0);
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     INFO(dtype_name(dtype));
     Tensor table = uniform({11, 6}, -1.0, 1.0, generator).to(dtype).detach().set_requires_grad(true);
@@ -252,9 +281,9 @@ TEST_CASE("embedding, dropout and the LSTM recurrence on a GPU match the CPU") {
     CHECK(gpu_table.grad().to(Device::cpu()).to_vector<double>()[3 * 6] == 0.0);
 
     const std::int64_t T = 5, B = 3, H = 8;
-    Inputs cpu_in{uniform({T, B, 4 * H}, -1.0, 1.0, generator).to(dtype), uniform({4 * H, H}, -0.5, 0.5, generator).to(dtype),
-                  uniform({4 * H}, -0.5, 0.5, generator).to(dtype), uniform({B, H}, -0.5, 0.5, generator).to(dtype),
-                  uniform({B, H}, -0.5, 0.5, generator).to(dtype)};
+    Inputs cpu_in{uniform({T, B, 4 * H}, -1.0, 1.0, generator).to(dtype),
+                  uniform({4 * H, H}, -0.5, 0.5, generator).to(dtype), uniform({4 * H}, -0.5, 0.5, generator).to(dtype),
+                  uniform({B, H}, -0.5, 0.5, generator).to(dtype), uniform({B, H}, -0.5, 0.5, generator).to(dtype)};
     Inputs gpu_in;
     for (Tensor& t : cpu_in) {
       t = t.detach().set_requires_grad(true);
@@ -280,13 +309,16 @@ TEST_CASE("the example models train on a GPU under every recipe as they do on th
       for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
         const Device device = on_gpu ? Device::cuda() : Device::cpu();
         Generator generator(21);
-        std::shared_ptr<nn::Sequential> model =
-            std::string(model_name) == "mlp" ? nn::mlp({784, 64, 10}, generator)
-                                             : nn::cnn({.channels1 = 4, .channels2 = 8, .hidden = 16}, generator);
+        std::shared_ptr<nn::Sequential> model = std::string(model_name) == "mlp"
+                                                    ? nn::mlp({784, 64, 10}, generator)
+                                                    : nn::cnn({.channels1 = 4, .channels2 = 8, .hidden = 16},
+                                                              generator);
         model->to(recipe.parameter_dtype);
         model->to(device);
-        auto optimizer = std::make_unique<optim::SGD>(
-            model->parameters(), optim::SgdOptions{.lr = 0.05, .momentum = 0.9, .master_weights = recipe.master_weights});
+        auto optimizer = std::make_unique<optim::SGD>(model->parameters(),
+                                                      optim::SgdOptions{.lr = 0.05,
+                                                                        .momentum = 0.9,
+                                                                        .master_weights = recipe.master_weights});
         amp::GradScaler scaler = recipe.make_scaler();
         // One batch, five steps on it: random labels on random images carry nothing to learn across
         // batches (the loss of fresh batches wanders around ln 10), but one batch is fitted step by step.

@@ -17,10 +17,14 @@ using kernels::ReduceShape;
 
 TEST_CASE("cuda reduce: sum, mean and max match the CPU bit for bit on whole numbers, NaN and ties included") {
   if (!have_gpu()) return;
-  const View views[] = {{37, 129, 1, "a warp per row"},        {3, 5000, 1, "a block per row"},
-                        {1, 100003, 1, "rows in 13 parts"},     {2, 17, 7, "columns, one part"},
-                        {3, 129, 5, "columns in 5 parts"},      {1, 10000, 2, "columns in 250 parts"},
-                        {37, 1, 1, "n = 1"},                    {4, 1, 3, "n = 1, inner > 1"}};
+  const View views[] = {{37, 129, 1, "a warp per row"},
+                        {3, 5000, 1, "a block per row"},
+                        {1, 100003, 1, "rows in 13 parts"},
+                        {2, 17, 7, "columns, one part"},
+                        {3, 129, 5, "columns in 5 parts"},
+                        {1, 10000, 2, "columns in 250 parts"},
+                        {37, 1, 1, "n = 1"},
+                        {4, 1, 3, "n = 1, inner > 1"}};
   for (DType dtype : kFloating) {
     for (const View& v : views) {
       INFO(dtype_name(dtype) << " [" << v.outer << ", " << v.n << ", " << v.inner << "]: " << v.path);
@@ -75,8 +79,10 @@ TEST_CASE("cuda reduce: sums of real values within the reordering tolerance") {
 
 TEST_CASE("cuda softmax and log_softmax: forward and backward, every launch path") {
   if (!have_gpu()) return;
-  const View views[] = {{37, 129, 1, "a warp per row"}, {3, 5000, 1, "a block per row"},
-                        {3, 129, 5, "a thread per row"}, {5, 1, 1, "n = 1"}};
+  const View views[] = {{37, 129, 1, "a warp per row"},
+                        {3, 5000, 1, "a block per row"},
+                        {3, 129, 5, "a thread per row"},
+                        {5, 1, 1, "n = 1"}};
   for (DType dtype : kFloating) {
     for (const View& v : views) {
       for (bool log : {false, true}) {
@@ -93,8 +99,10 @@ TEST_CASE("cuda softmax and log_softmax: forward and backward, every launch path
         // reorder(n) + 3 eps (expf: 3 ulp between the backends), plus logf's ulp (|log_sum| < 21: 16 eps).
         // log_softmax = x - max - log_sum carries that absolute difference; softmax = exp(it) turns it
         // into a relative one, plus the argument's rounding (|argument| < 33: 16 eps) and expf's 3 ulp.
-        if (log) check_near(y_gpu, y, 4.0, (reorder(v.n) + 19.0) * kEps32);
-        else check_near(y_gpu, y, reorder(v.n) + 38.0);
+        if (log)
+          check_near(y_gpu, y, 4.0, (reorder(v.n) + 19.0) * kEps32);
+        else
+          check_near(y_gpu, y, reorder(v.n) + 38.0);
 
         const Tensor dy = uniform_values(shape, dtype, -1.0, 1.0, 22);
         Tensor dx = cpu_empty(shape, dtype), dx_gpu = poisoned(shape, dtype);
@@ -104,8 +112,8 @@ TEST_CASE("cuda softmax and log_softmax: forward and backward, every launch path
         // by |y| <= 1 times that. log_softmax: dx = dy - exp(y) dot with dot = sum(dy), off by reorder(n)
         // eps of the row's sum |dy|, times exp(y) <= 1.
         // (The NaN row is NaN on both; it is left out of the scale.)
-        const double scale =
-            log ? std::exp(max_ignoring_nan(y)) * mg::max(sum(abs(dy.to(DType::F32)), 1)).item() + 1.0 : 2.0;
+        const double scale = log ? std::exp(max_ignoring_nan(y)) * mg::max(sum(abs(dy.to(DType::F32)), 1)).item() + 1.0
+                                 : 2.0;
         check_near(dx_gpu, dx, 8.0, reorder(v.n) * scale * kEps32);
       }
     }

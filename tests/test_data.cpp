@@ -132,8 +132,8 @@ TEST_CASE("load_fashion_mnist finds .gz or plain files and checks that they agre
   fs::remove(dir / "t10k-labels-idx1-ubyte");
   check_error_names([&] { data::load_fashion_mnist(dir.path.string(), data::Split::Test); },
                     {"t10k-labels-idx1-ubyte.gz", dir.path.string(), "apt-get install dataset-fashion-mnist"});
-  check_error_names([&] { data::load_fashion_mnist(dir / "nowhere"); }, {"nowhere", "does not exist",
-                    "dataset-fashion-mnist"});
+  check_error_names([&] { data::load_fashion_mnist(dir / "nowhere"); },
+                    {"nowhere", "does not exist", "dataset-fashion-mnist"});
   CHECK(data::fashion_mnist_classes()[9] == "Ankle boot");
 }
 
@@ -351,8 +351,8 @@ TEST_CASE("TextBatcher: random windows whose targets are the inputs shifted by o
   data::TextBatcher resumed(tokens, 4, 8);
   resumed.load_state_dict(batcher.state_dict());
   CHECK(resumed.step() == 3);
-  for (int i = 0; i < 3; ++i) CHECK(resumed.next().inputs.to_vector<std::int32_t>() ==
-                                    batcher.next().inputs.to_vector<std::int32_t>());
+  for (int i = 0; i < 3; ++i)
+    CHECK(resumed.next().inputs.to_vector<std::int32_t>() == batcher.next().inputs.to_vector<std::int32_t>());
   check_error_names([&] { data::TextBatcher(tokens, 4, 100); }, {"TextBatcher", "101 tokens is longer than the 100"});
   check_error_names([&] { data::TextBatcher(tokens, 0, 8); }, {"TextBatcher", "batch_size must be >= 1"});
   check_error_names([&] { data::TextBatcher(zeros({100}), 4, 8); }, {"1-D i32"});

@@ -56,13 +56,27 @@ TEST_CASE("Shard: the shards of every batch, in rank order, are the batch one pr
     CHECK(b.global_rows == 5);
   }
 
-  check_error_names([] { make_loader({.batch_size = 4, .shard = {2, 2}}); }, {"DataLoader", "shard 2 of 2 does not exist"});
+  check_error_names(
+      [] {
+        make_loader({.batch_size = 4, .shard = {2, 2}});
+      },
+      {"DataLoader", "shard 2 of 2 does not exist"});
   // 10 rows in batches of 3 leave a last batch of 1 row: not enough for 2 ranks.
-  check_error_names([] { make_loader({.batch_size = 3, .shard = {0, 2}}); },
-                    {"DataLoader", "a batch of 1 rows cannot be shared by 2 ranks", "last batch of 1"});
+  check_error_names(
+      [] {
+        make_loader({.batch_size = 3, .shard = {0, 2}});
+      },
+      {"DataLoader", "a batch of 1 rows cannot be shared by 2 ranks", "last batch of 1"});
   make_loader({.batch_size = 3, .drop_last = true, .shard = {0, 2}});  // without it: fine
-  check_error_names([] { make_loader({.batch_size = 2, .shard = {0, 3}}); },
-                    {"DataLoader", "a batch of 2 rows cannot be shared by 3 ranks", "use a batch of at least 3"});
-  check_error_names([&] { data::TextBatcher(tokens, 2, 8, 3, {0, 3}); }, {"TextBatcher", "a batch of 2 windows cannot "
-                    "be shared by 3 ranks"});
+  check_error_names(
+      [] {
+        make_loader({.batch_size = 2, .shard = {0, 3}});
+      },
+      {"DataLoader", "a batch of 2 rows cannot be shared by 3 ranks", "use a batch of at least 3"});
+  check_error_names(
+      [&] {
+        data::TextBatcher(tokens, 2, 8, 3, {0, 3});
+      },
+      {"TextBatcher", "a batch of 2 windows cannot "
+                      "be shared by 3 ranks"});
 }

@@ -208,8 +208,10 @@ TEST_CASE("dist: DataParallel's gradients are the mean of the ranks', bit for bi
     for (std::size_t i = 0; i < one->parameters().size(); ++i) {
       const Tensor mine = model->parameters()[i].grad();
       const Tensor reference = one->parameters()[i].grad();
-      if (dtype == DType::F32) CHECK(mine.host_bytes("test") == reference.host_bytes("test"));
-      else check_close(mine.to(DType::F32), reference.to(DType::F32), tolerance(DType::F16, 1.0), 1e-6);
+      if (dtype == DType::F32)
+        CHECK(mine.host_bytes("test") == reference.host_bytes("test"));
+      else
+        check_close(mine.to(DType::F32), reference.to(DType::F32), tolerance(DType::F16, 1.0), 1e-6);
     }
     // One step on the whole batch: the same gradient up to the order of the sums over 64 rows.
     std::shared_ptr<nn::Module> whole = mlp(3);
@@ -302,7 +304,8 @@ TEST_CASE("dist: f16 and bf16 on the wire send half the bytes; the mean stays wi
       const double subnormal_step = wire == DType::F16 ? std::ldexp(1.0, -24) : 0.0;
       int outside = 0;
       for (std::size_t k = 0; k < got.size(); ++k)
-        outside += std::fabs(got[k] - exact[k]) > dtype_eps(wire) / 2 * (halves[k] + std::fabs(exact[k])) + subnormal_step;
+        outside += std::fabs(got[k] - exact[k]) >
+                   dtype_eps(wire) / 2 * (halves[k] + std::fabs(exact[k])) + subnormal_step;
       CHECK(outside == 0);
     }
     CHECK(same_on_every_rank(parameters));
@@ -321,8 +324,11 @@ int train_two_ways(const std::string& recipe_name, double init_scale, const std:
   const amp::Recipe recipe = amp::Recipe::parse(recipe_name);
   const Examples data = examples();
   const train::OptimizerSpec sgd{.name = "sgd", .lr = 0.05, .momentum = 0.9};
-  train::Trainer replica(mlp(3), {.recipe = recipe, .optimizer = sgd, .scaler = {.init_scale = init_scale},
-                                  .process_group = world_ptr(), .data_parallel = {.bucket_bytes = 2048}});
+  train::Trainer replica(mlp(3), {.recipe = recipe,
+                                  .optimizer = sgd,
+                                  .scaler = {.init_scale = init_scale},
+                                  .process_group = world_ptr(),
+                                  .data_parallel = {.bucket_bytes = 2048}});
   data::DataLoader shards(data.x, data.y, {.batch_size = 16, .seed = 7, .shard = {world().rank(), 2}});
 
   train::Trainer one(mlp(3), {.recipe = recipe, .optimizer = sgd, .scaler = {.init_scale = init_scale}});

@@ -18,8 +18,8 @@
 
 using namespace mg;
 using mg::testing::Run;
-using mg::testing::TempDir;
 using mg::testing::run_command;
+using mg::testing::TempDir;
 
 namespace {
 
@@ -31,7 +31,9 @@ Run shell(const std::string& command) {
 }
 
 Run mixgrad(const std::string& arguments) { return shell(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
-Run two_ranks(const std::string& arguments) { return shell(fmt::format("{} {} {}", MG_MPIRUN, MG_CLI_PATH, arguments)); }
+Run two_ranks(const std::string& arguments) {
+  return shell(fmt::format("{} {} {}", MG_MPIRUN, MG_CLI_PATH, arguments));
+}
 
 const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --threads 1";
 
@@ -77,8 +79,8 @@ TEST_CASE("mpirun -n 2 mixgrad train: rank 0 alone writes, and the losses are on
   REQUIRE(two_losses.size() == 8);
   REQUIRE(one_losses.size() == 8);
   for (std::size_t i = 0; i < 8; ++i) CHECK(two_losses[i] == doctest::Approx(one_losses[i]).epsilon(1e-4));
-  CHECK(std::fabs(summary["test_accuracy"].get<double>() - summary_of(tmp / "one.json")["test_accuracy"].get<double>())
-        < 0.02);
+  CHECK(std::fabs(summary["test_accuracy"].get<double>() -
+                  summary_of(tmp / "one.json")["test_accuracy"].get<double>()) < 0.02);
 }
 
 TEST_CASE("mpirun: resume is exact on 2 ranks, and a 2-rank checkpoint resumes in one process") {
@@ -87,7 +89,8 @@ TEST_CASE("mpirun: resume is exact on 2 ranks, and a 2-rank checkpoint resumes i
   REQUIRE(two_ranks(flags + fmt::format(" --steps 10 --save {}", tmp / "straight.safetensors")).status == 0);
   REQUIRE(two_ranks(flags + fmt::format(" --steps 5 --save {}", tmp / "half.safetensors")).status == 0);
   REQUIRE(two_ranks(flags + fmt::format(" --steps 10 --resume {} --save {}", tmp / "half.safetensors",
-                                        tmp / "resumed.safetensors")).status == 0);
+                                        tmp / "resumed.safetensors"))
+              .status == 0);
   const StateDict straight = data::load_safetensors(tmp / "straight.safetensors").tensors;
   const StateDict resumed = data::load_safetensors(tmp / "resumed.safetensors").tensors;
   REQUIRE(straight.size() == resumed.size());
@@ -103,8 +106,8 @@ TEST_CASE("mpirun: resume is exact on 2 ranks, and a 2-rank checkpoint resumes i
 
 TEST_CASE("mpirun: f16 on the wire halves the bytes; --bucket-kb sets the buckets") {
   TempDir tmp;
-  Run run = two_ranks(kSmallRun + fmt::format(" --steps 4 --allreduce-dtype f16 --bucket-kb 1 --summary {}",
-                                              tmp / "f16.json"));
+  Run run = two_ranks(kSmallRun +
+                      fmt::format(" --steps 4 --allreduce-dtype f16 --bucket-kb 1 --summary {}", tmp / "f16.json"));
   INFO(run.output);
   REQUIRE(run.status == 0);
   // Buckets close once they hold 1 KiB: each of the 3 layers (bias, then weight) is one.

@@ -48,37 +48,37 @@ TEST_CASE("dtype: sizes, names, eps and max") {
 
 TEST_CASE("dtype: f16 rounding edge cases") {
   const float smallest_subnormal = std::ldexp(1.0f, -24);
-  CHECK(through_f16(smallest_subnormal) == smallest_subnormal);             // 2^-24 survives
+  CHECK(through_f16(smallest_subnormal) == smallest_subnormal);  // 2^-24 survives
   CHECK(bits(half(smallest_subnormal)) == 0x0001);
-  CHECK(through_f16(std::ldexp(1.0f, -25)) == 0.0f);                        // tie between 0 and 2^-24: even is 0
-  CHECK(through_f16(1.5f * std::ldexp(1.0f, -25)) == smallest_subnormal);   // above the tie: up
-  CHECK(through_f16(std::ldexp(1.0f, -14)) == std::ldexp(1.0f, -14));       // min normal
+  CHECK(through_f16(std::ldexp(1.0f, -25)) == 0.0f);  // tie between 0 and 2^-24: even is 0
+  CHECK(through_f16(1.5f * std::ldexp(1.0f, -25)) == smallest_subnormal);  // above the tie: up
+  CHECK(through_f16(std::ldexp(1.0f, -14)) == std::ldexp(1.0f, -14));  // min normal
   CHECK(bits(half(std::ldexp(1.0f, -14))) == 0x0400);
   CHECK(through_f16(3.0f * std::ldexp(1.0f, -24)) == 3.0f * std::ldexp(1.0f, -24));  // subnormals are kept
-  CHECK(through_f16(65504.0f) == 65504.0f);                                 // max, exact
-  CHECK(through_f16(65519.0f) == 65504.0f);                                 // below the tie: down
-  CHECK(std::isinf(through_f16(65520.0f)));                                 // the tie rounds to even: inf
+  CHECK(through_f16(65504.0f) == 65504.0f);  // max, exact
+  CHECK(through_f16(65519.0f) == 65504.0f);  // below the tie: down
+  CHECK(std::isinf(through_f16(65520.0f)));  // the tie rounds to even: inf
   CHECK(std::isinf(through_f16(1e6f)));
   CHECK(std::isinf(through_f16(-INFINITY)));
   CHECK(through_f16(-INFINITY) < 0);
   CHECK(std::isnan(through_f16(NAN)));
   CHECK(std::signbit(through_f16(-0.0f)));
-  CHECK(through_f16(1.0f + std::ldexp(1.0f, -11)) == 1.0f);                  // tie at 1: to even (1.0)
+  CHECK(through_f16(1.0f + std::ldexp(1.0f, -11)) == 1.0f);  // tie at 1: to even (1.0)
   CHECK(through_f16(1.0f + 3.0f * std::ldexp(1.0f, -11)) == 1.0f + std::ldexp(1.0f, -9));  // tie: to even (up)
   CHECK(through_f16(2049.0f) == 2048.0f);  // above 2048 the spacing is 2: 2048 + 1 is lost
 }
 
 TEST_CASE("dtype: bf16 rounding edge cases") {
-  CHECK(through_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);                       // tie: to even
+  CHECK(through_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);  // tie: to even
   CHECK(through_bf16(1.0f + 3.0f * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
   CHECK(through_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 1.0f + std::ldexp(1.0f, -7));
   const float bf16_max = std::bit_cast<float>(0x7F7F0000u);
   CHECK(through_bf16(bf16_max) == bf16_max);
-  CHECK(std::isinf(through_bf16(std::numeric_limits<float>::max())));           // above max + half ulp: inf
-  CHECK(through_bf16(std::ldexp(1.0f, -133)) == std::ldexp(1.0f, -133));        // smallest subnormal
-  CHECK(through_bf16(std::ldexp(1.0f, -134)) == 0.0f);                          // tie: to even (0)
+  CHECK(std::isinf(through_bf16(std::numeric_limits<float>::max())));  // above max + half ulp: inf
+  CHECK(through_bf16(std::ldexp(1.0f, -133)) == std::ldexp(1.0f, -133));  // smallest subnormal
+  CHECK(through_bf16(std::ldexp(1.0f, -134)) == 0.0f);  // tie: to even (0)
   CHECK(through_bf16(1.5f * std::ldexp(1.0f, -134)) == std::ldexp(1.0f, -133));
-  CHECK(through_bf16(std::ldexp(1.0f, -100)) == std::ldexp(1.0f, -100));        // f32's range: no underflow
+  CHECK(through_bf16(std::ldexp(1.0f, -100)) == std::ldexp(1.0f, -100));  // f32's range: no underflow
   CHECK(std::isnan(through_bf16(NAN)));
   // A NaN whose payload lies only in the low bits must stay NaN, not become inf.
   CHECK(std::isnan(through_bf16(std::bit_cast<float>(0x7F800001u))));
@@ -105,7 +105,8 @@ TEST_CASE("dtype: the F16C bulk path matches the portable path bit for bit") {
   std::vector<float> inputs;
   Generator generator(7);
   Tensor random_bits = randint(0, std::int64_t{1} << 32, {1 << 16}, generator, {.dtype = DType::F64});
-  for (double v : random_bits.to_vector<double>()) inputs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(v)));
+  for (double v : random_bits.to_vector<double>())
+    inputs.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(v)));
   for (int e = -26; e <= 16; ++e)
     for (float m : {1.0f, 1.5f, 1.25f, 1.0009765625f, 1.00048828125f}) inputs.push_back(std::ldexp(m, e));
   std::vector<half> h_fast(inputs.size()), h_portable(inputs.size());
@@ -126,8 +127,8 @@ TEST_CASE("dtype: f64 rounds to f16 and bf16 once, not through f32") {
   CHECK(static_cast<float>(half(static_cast<float>(x))) == 1.0f);  // the double rounding we avoid
   const double y = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
   CHECK(static_cast<float>(scalar_cast<bfloat16>(y)) == 1.0f + std::ldexp(1.0f, -7));
-  Tensor t = from_vector({x, -x, 65520.0, std::ldexp(1.0, -25), std::ldexp(1.0, -25) * 1.0000001},
-                         {5}, {.dtype = DType::F64});
+  Tensor t = from_vector({x, -x, 65520.0, std::ldexp(1.0, -25), std::ldexp(1.0, -25) * 1.0000001}, {5},
+                         {.dtype = DType::F64});
   std::vector<double> h = t.to(DType::F16).to_vector<double>();
   CHECK(h[0] == 1.0 + std::ldexp(1.0, -10));
   CHECK(h[1] == -(1.0 + std::ldexp(1.0, -10)));

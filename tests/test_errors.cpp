@@ -57,8 +57,11 @@ TEST_CASE("errors: non-scalar backward without a seed") {
 
 TEST_CASE("errors: labels out of range are caught before the kernel") {
   Tensor logits = zeros({2, 3}, {.requires_grad = true});
-  check_error([&] { cross_entropy(logits, from_vector({0, 3}, {2}, {.dtype = DType::I32})); },
-              "mg::cross_entropy: label 3 at row 1 is out of range for 3 classes");
+  check_error(
+      [&] {
+        cross_entropy(logits, from_vector({0, 3}, {2}, {.dtype = DType::I32}));
+      },
+      "mg::cross_entropy: label 3 at row 1 is out of range for 3 classes");
   check_error([&] { cross_entropy(logits, from_vector({0, -1}, {2}, {.dtype = DType::I32})); }, "label -1");
   check_error([&] { cross_entropy(logits, from_vector({0, 1}, {2})); }, "labels must be i32");
   check_error([&] { cross_entropy(logits, from_vector({0}, {1}, {.dtype = DType::I32})); }, "must be [rows]");

@@ -56,8 +56,8 @@ double sum_of_ones(std::int64_t k, kernels::Accumulation accumulation, Device de
 
 // A [m, k] by [k, n] product of N(0, 1) f16 values, stored in the layouts the flags say, with f16
 // accumulation on `device`, against the f64 reference of the rule; C in `out`.
-void check_random_product(std::int64_t m, std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b,
-                          DType out, Device device) {
+void check_random_product(std::int64_t m, std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, DType out,
+                          Device device) {
   INFO("m " << m << " n " << n << " k " << k << " transpose_a " << transpose_a << " transpose_b " << transpose_b
             << " out " << out << " on " << device);
   Generator generator(static_cast<std::uint64_t>(m * 1000 + n * 10 + k));
@@ -69,7 +69,8 @@ void check_random_product(std::int64_t m, std::int64_t n, std::int64_t k, bool t
   Tensor c = Tensor::empty({m, n}, {.dtype = out, .device = device});
   {
     kernels::GemmAccumulationGuard guard(kernels::Accumulation::F16);
-    kernels::gemm(stored_a, stored_b, c, {.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b});
+    kernels::gemm(stored_a, stored_b, c,
+                  {.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b});
   }
   const std::vector<double> got = c.to(Device::cpu()).to_vector<double>();
   std::size_t off = 0;
@@ -100,7 +101,7 @@ TEST_CASE("gemm accumulation: f32 by default, and the guard restores the mode it
 TEST_CASE("gemm accumulation on the CPU: k ones sum to k in f32, and stop at 16384 in f16 (blocks of 8)") {
   const Device cpu = Device::cpu();
   CHECK(sum_of_ones(65536, kernels::Accumulation::F32, cpu) == 65536);
-  CHECK(sum_of_ones(2048, kernels::Accumulation::F16, cpu) == 2048);    // every integer to 2048 is an f16
+  CHECK(sum_of_ones(2048, kernels::Accumulation::F16, cpu) == 2048);  // every integer to 2048 is an f16
   CHECK(sum_of_ones(16384, kernels::Accumulation::F16, cpu) == 16384);  // + 8 is exact below 2^14 (spacing <= 8)
   CHECK(sum_of_ones(65536, kernels::Accumulation::F16, cpu) == 16384);  // 16384 + 8 is a tie, kept at even 16384
   // A last partial block: 16384 + 5 rounds to 16384 as well; 2048 + 3 (spacing 2) to 2052.

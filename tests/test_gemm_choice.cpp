@@ -30,10 +30,15 @@ const CpuFeatures kAvxCpu{.avx = true};
 
 // A build that links OpenBLAS, whose detection picked `core`, running on `cpu`; Eigen compiled for
 // AVX-512 unless told otherwise (it then runs at the CPU's width at most).
-GemmChoiceInputs inputs(const std::string& core, CpuFeatures cpu,
-                        VectorWidth eigen_width = VectorWidth::Avx512) {
-  return {.mg_gemm = std::nullopt, .have_openblas = true, .openblas_core = core, .openblas_version = "0.3.21",
-          .cpu = cpu, .micro = {}, .eigen_width = eigen_width, .eigen_version = "3.4.0"};
+GemmChoiceInputs inputs(const std::string& core, CpuFeatures cpu, VectorWidth eigen_width = VectorWidth::Avx512) {
+  return {.mg_gemm = std::nullopt,
+          .have_openblas = true,
+          .openblas_core = core,
+          .openblas_version = "0.3.21",
+          .cpu = cpu,
+          .micro = {},
+          .eigen_width = eigen_width,
+          .eigen_version = "3.4.0"};
 }
 
 GemmChoiceInputs with_mg_gemm(GemmChoiceInputs in, const std::string& value) {
@@ -255,8 +260,8 @@ Reference reference_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
 void check_library(GemmLibrary library, DType dtype, const GemmShape& s, std::uint64_t seed) {
   const double unit = dtype == DType::F64 ? 0x1p-53 : 0x1p-24;
   const std::string what = fmt::format("{}, {}, batch {}, m {}, n {}, k {}, transpose_a {}, transpose_b {}",
-                                       library == GemmLibrary::Eigen ? "Eigen" : "OpenBLAS", dtype_name(dtype),
-                                       s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b);
+                                       library == GemmLibrary::Eigen ? "Eigen" : "OpenBLAS", dtype_name(dtype), s.batch,
+                                       s.m, s.n, s.k, s.transpose_a, s.transpose_b);
   INFO(what);
   Generator generator(seed);
   const Tensor a = randn({s.batch, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k}, generator).to(dtype);
@@ -276,11 +281,15 @@ void check_library(GemmLibrary library, DType dtype, const GemmShape& s, std::ui
 
 TEST_CASE("gemm choice: Eigen and OpenBLAS both meet the f32 and f64 GEMM contract") {
   std::vector<GemmLibrary> libraries{GemmLibrary::Eigen};
-  if (kernels::cpu::gemm_choice_inputs().have_openblas) libraries.push_back(GemmLibrary::OpenBlas);
-  else MESSAGE("OpenBLAS half skipped: this build has no OpenBLAS");
+  if (kernels::cpu::gemm_choice_inputs().have_openblas)
+    libraries.push_back(GemmLibrary::OpenBlas);
+  else
+    MESSAGE("OpenBLAS half skipped: this build has no OpenBLAS");
   // The MLP's GEMMs at batch 128 (forward NT, dW = dY^T X as TN, dX = dY W as NN), odd sizes, a batch of
   // 3, a long accumulation, and every layout.
-  struct Case { std::int64_t batch, m, n, k; };
+  struct Case {
+    std::int64_t batch, m, n, k;
+  };
   const std::vector<Case> cases{{1, 128, 256, 784}, {1, 256, 784, 128}, {1, 128, 10, 256}, {1, 1, 1, 1},
                                 {1, 17, 7, 33},     {3, 5, 9, 65},      {1, 3, 2, 4099}};
   std::uint64_t seed = 0;
@@ -289,7 +298,11 @@ TEST_CASE("gemm choice: Eigen and OpenBLAS both meet the f32 and f64 GEMM contra
       for (const Case& c : cases)
         for (int layout = 0; layout < 4; ++layout)
           check_library(library, dtype,
-                        {.batch = c.batch, .m = c.m, .n = c.n, .k = c.k, .transpose_a = (layout & 1) != 0,
+                        {.batch = c.batch,
+                         .m = c.m,
+                         .n = c.n,
+                         .k = c.k,
+                         .transpose_a = (layout & 1) != 0,
                          .transpose_b = (layout & 2) != 0},
                         ++seed);
 }
@@ -301,6 +314,8 @@ TEST_CASE("gemm choice: asking for OpenBLAS in a build without it is an error") 
   }
   Tensor c = zeros({2, 2});
   check_error(
-      [&] { kernels::cpu::gemm_on(GemmLibrary::OpenBlas, ones({2, 2}), ones({2, 2}), c, {.m = 2, .n = 2, .k = 2}); },
+      [&] {
+        kernels::cpu::gemm_on(GemmLibrary::OpenBlas, ones({2, 2}), ones({2, 2}), c, {.m = 2, .n = 2, .k = 2});
+      },
       "kernels::cpu::gemm_on");
 }

@@ -48,7 +48,9 @@ std::vector<float> values_of(const Tensor& t) {
   return values;
 }
 
-std::uint16_t bits_of(float bf16_value) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(bf16_value) >> 16); }
+std::uint16_t bits_of(float bf16_value) {
+  return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(bf16_value) >> 16);
+}
 
 // C's element (i, j) of product t as the kernel's arithmetic must compute it, before the epilogue.
 float chain(MicroArith arith, const Operands& x, std::int64_t t, std::int64_t i, std::int64_t j) {
@@ -67,9 +69,12 @@ float chain(MicroArith arith, const Operands& x, std::int64_t t, std::int64_t i,
 
 float activate(Activation activation, float x) {
   switch (activation) {
-    case Activation::None: return x;
-    case Activation::Relu: return functors::Relu{}(x);
-    case Activation::Gelu: return functors::Gelu{}(x);
+    case Activation::None:
+      return x;
+    case Activation::Relu:
+      return functors::Relu{}(x);
+    case Activation::Gelu:
+      return functors::Gelu{}(x);
   }
   return x;
 }
@@ -77,7 +82,8 @@ float activate(Activation activation, float x) {
 // C = act(op(A) op(B) + bias) on `kernel`, checked bit for bit against the chains; returns mismatches.
 int mismatches(const MicroKernel& kernel, DType dtype, DType c_dtype, const Case& c, bool transpose_a, bool transpose_b,
                Activation activation, bool with_bias, std::uint64_t seed) {
-  const GemmShape s{.batch = c.batch, .m = c.m, .n = c.n, .k = c.k, .transpose_a = transpose_a, .transpose_b = transpose_b};
+  const GemmShape s{
+      .batch = c.batch, .m = c.m, .n = c.n, .k = c.k, .transpose_a = transpose_a, .transpose_b = transpose_b};
   Generator generator(seed);
   const Tensor a = randn({c.batch, transpose_a ? c.k : c.m, transpose_a ? c.m : c.k}, generator).to(dtype);
   const Tensor b = randn({c.batch, transpose_b ? c.n : c.k, transpose_b ? c.k : c.n}, generator).to(dtype);
@@ -99,7 +105,8 @@ int mismatches(const MicroKernel& kernel, DType dtype, DType c_dtype, const Case
         convert(&activated, DType::F32, &rounded, c_dtype, 1);
         convert(&rounded, c_dtype, &want, DType::F32, 1);
         const float value = got[static_cast<std::size_t>((t * c.m + i) * c.n + j)];
-        const bool same = std::isnan(want) ? std::isnan(value) : std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(value);
+        const bool same = std::isnan(want) ? std::isnan(value)
+                                           : std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(value);
         if (!same && wrong++ < 3)
           MESSAGE("C[" << t << "," << i << "," << j << "] = " << value << ", the chain gives " << want);
       }
@@ -116,15 +123,17 @@ std::vector<DType> dtypes_of(const MicroKernel& kernel) {
 TEST_CASE("packed GEMM: every kernel, dtype and layout gives exactly the chain of its arithmetic") {
   // k = 515 crosses the FMA kernels' block of k (384), k = 1030 the dot kernel's (512); m = 130 crosses
   // a block of rows (120); n = 1030 a block of columns (1024). Sizes 1 and odd ones leave edge tiles.
-  const std::vector<Case> cases{{1, 1, 1, 1}, {1, 13, 33, 7}, {2, 25, 70, 515}, {1, 130, 40, 1030}, {1, 3, 1030, 5}, {1, 4, 5, 0}};
+  const std::vector<Case> cases{{1, 1, 1, 1},       {1, 13, 33, 7},  {2, 25, 70, 515},
+                                {1, 130, 40, 1030}, {1, 3, 1030, 5}, {1, 4, 5, 0}};
   for (const MicroKernel* kernel : runnable_microkernels())
     for (DType dtype : dtypes_of(*kernel))
       for (const Case& c : cases)
         for (int layout = 0; layout < 4; ++layout) {
           const bool transpose_a = layout & 1, transpose_b = layout & 2;
-          INFO(kernel->name << " " << dtype_name(dtype) << " batch " << c.batch << " m " << c.m << " n " << c.n << " k " << c.k
-                            << " transpose_a " << transpose_a << " transpose_b " << transpose_b);
-          CHECK(mismatches(*kernel, dtype, dtype, c, transpose_a, transpose_b, Activation::None, false, 1 + layout) == 0);
+          INFO(kernel->name << " " << dtype_name(dtype) << " batch " << c.batch << " m " << c.m << " n " << c.n << " k "
+                            << c.k << " transpose_a " << transpose_a << " transpose_b " << transpose_b);
+          CHECK(mismatches(*kernel, dtype, dtype, c, transpose_a, transpose_b, Activation::None, false, 1 + layout) ==
+                0);
         }
 }
 
@@ -137,7 +146,8 @@ TEST_CASE("packed GEMM: the epilogue (bias, ReLU, GELU) on the f32 sums, then on
           INFO(kernel->name << " " << dtype_name(dtype) << " into " << dtype_name(c_dtype) << ", activation "
                             << static_cast<int>(activation));
           CHECK(mismatches(*kernel, dtype, c_dtype, c, false, true, activation, true, 11) == 0);
-          CHECK(mismatches(*kernel, dtype, c_dtype, c, false, false, activation, activation == Activation::None, 12) == 0);
+          CHECK(mismatches(*kernel, dtype, c_dtype, c, false, false, activation, activation == Activation::None, 12) ==
+                0);
         }
 }
 
@@ -147,7 +157,8 @@ TEST_CASE("packed GEMM: the same bits on 1 and 2 threads") {
   const Tensor a = randn({200, 300}, generator).to(DType::BF16), b = randn({300, 260}, generator).to(DType::BF16);
   const GemmShape s{.m = 200, .n = 260, .k = 300};
   for (const MicroKernel* kernel : runnable_microkernels()) {
-    Tensor one = Tensor::empty({200, 260}, {.dtype = DType::BF16}), two = Tensor::empty({200, 260}, {.dtype = DType::BF16});
+    Tensor one = Tensor::empty({200, 260}, {.dtype = DType::BF16}),
+           two = Tensor::empty({200, 260}, {.dtype = DType::BF16});
     set_num_threads(1);
     gemm_packed(*kernel, a, b, one, s);
     set_num_threads(2);

@@ -38,12 +38,12 @@ bool same_bits(float x, float y) {
 std::uint16_t random_bf16(std::mt19937& rng) {
   const std::uint32_t kind = rng() % 100, sign = (rng() & 1u) << 15, mantissa = rng() & 0x7Fu;
   if (kind < 80) return static_cast<std::uint16_t>(sign | (120u + rng() % 16) << 7 | mantissa);  // 2^-7 .. 2^8
-  if (kind < 84) return static_cast<std::uint16_t>(sign);                                        // +-0
-  if (kind < 88) return static_cast<std::uint16_t>(sign | std::max(mantissa, 1u));                // subnormal
-  if (kind < 92) return static_cast<std::uint16_t>(sign | (1u + rng() % 8) << 7 | mantissa);      // tiny normal
-  if (kind < 96) return static_cast<std::uint16_t>(sign | (240u + rng() % 14) << 7 | mantissa);   // huge
-  if (kind < 98) return static_cast<std::uint16_t>(sign | 0x7F80u);                               // inf
-  return static_cast<std::uint16_t>(0x7FC0u | mantissa);                                          // NaN
+  if (kind < 84) return static_cast<std::uint16_t>(sign);  // +-0
+  if (kind < 88) return static_cast<std::uint16_t>(sign | std::max(mantissa, 1u));  // subnormal
+  if (kind < 92) return static_cast<std::uint16_t>(sign | (1u + rng() % 8) << 7 | mantissa);  // tiny normal
+  if (kind < 96) return static_cast<std::uint16_t>(sign | (240u + rng() % 14) << 7 | mantissa);  // huge
+  if (kind < 98) return static_cast<std::uint16_t>(sign | 0x7F80u);  // inf
+  return static_cast<std::uint16_t>(0x7FC0u | mantissa);  // NaN
 }
 
 // Runs `kernel` on random panels, `steps` steps, into a tile of row stride ld; returns the tile.
@@ -51,7 +51,8 @@ std::vector<float> run_kernel(const MicroKernel& kernel, std::int64_t steps, std
                               std::uint32_t seed, bool specials) {
   std::mt19937 rng(seed);
   const bool pairs = kernel.arith == MicroArith::Bf16Dot;
-  std::vector<std::uint32_t> a(static_cast<std::size_t>(steps * kernel.mr)), b(static_cast<std::size_t>(steps * kernel.nr));
+  std::vector<std::uint32_t> a(static_cast<std::size_t>(steps * kernel.mr)),
+      b(static_cast<std::size_t>(steps * kernel.nr));
   for (auto* panel : {&a, &b})
     for (std::uint32_t& word : *panel) {
       if (pairs) {
@@ -96,7 +97,8 @@ TEST_CASE("bf16 dot step: subnormal inputs count as zero, subnormal results are 
   CHECK(dot(0x1p-130f, 0.0f, 0.0f, 0.0f, 0.0f) == 0.0f);
   // FTZ on the result: 2^-70 * 2^-60 = 2^-130 is subnormal, written as zero of its sign (the even
   // product, -0 * 0 = -0, keeps that sign: -0 + -0 = -0, where +0 would make it +0).
-  const float positive = dot(0.0f, 0.0f, 0x1p-70f, 0.0f, 0x1p-60f), negative = dot(0.0f, -0.0f, -0x1p-70f, 0.0f, 0x1p-60f);
+  const float positive = dot(0.0f, 0.0f, 0x1p-70f, 0.0f, 0x1p-60f),
+              negative = dot(0.0f, -0.0f, -0x1p-70f, 0.0f, 0x1p-60f);
   CHECK(positive == 0.0f);
   CHECK_FALSE(std::signbit(positive));
   CHECK(negative == 0.0f);
@@ -130,12 +132,15 @@ TEST_CASE("bf16 dot step: the instruction follows the same rules, case by case")
   };
   for (const auto& [acc, a_even, a_odd, b_even, b_odd] : cases) {
     // One step of k; every row of A and column of B holds the same pair, so every lane computes it.
-    std::vector<std::uint32_t> a(static_cast<std::size_t>(kernel->mr), bf16_bits(a_even) | std::uint32_t{bf16_bits(a_odd)} << 16);
-    std::vector<std::uint32_t> b(static_cast<std::size_t>(kernel->nr), bf16_bits(b_even) | std::uint32_t{bf16_bits(b_odd)} << 16);
+    std::vector<std::uint32_t> a(static_cast<std::size_t>(kernel->mr),
+                                 bf16_bits(a_even) | std::uint32_t{bf16_bits(a_odd)} << 16);
+    std::vector<std::uint32_t> b(static_cast<std::size_t>(kernel->nr),
+                                 bf16_bits(b_even) | std::uint32_t{bf16_bits(b_odd)} << 16);
     std::vector<float> tile(static_cast<std::size_t>(kernel->mr * kernel->nr), acc);
     kernel->run(1, a.data(), b.data(), tile.data(), kernel->nr, true);
     const float want = dot(acc, a_even, a_odd, b_even, b_odd);
-    INFO("acc " << acc << ", pairs (" << a_even << ", " << a_odd << ") (" << b_even << ", " << b_odd << "): the model gives " << want);
+    INFO("acc " << acc << ", pairs (" << a_even << ", " << a_odd << ") (" << b_even << ", " << b_odd
+                << "): the model gives " << want);
     for (float got : tile) REQUIRE(same_bits(got, want));
   }
 }

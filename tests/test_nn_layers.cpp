@@ -41,7 +41,8 @@ std::vector<Tensor> with_input(const nn::Module& module, const Tensor& input) {
 }
 
 void check_layer_gradients(const std::string& name, nn::Module& layer, const Tensor& x) {
-  check_gradients(name, [&](const std::vector<Tensor>& in) { return layer(in.back()); }, with_input(layer, x));
+  check_gradients(
+      name, [&](const std::vector<Tensor>& in) { return layer(in.back()); }, with_input(layer, x));
 }
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
@@ -238,10 +239,12 @@ TEST_CASE("nn layers: Dropout drops with a fixed generator (gradchecked) and is 
   CHECK(dropped > 0);  // 32 elements at p = 0.5: all kept or all dropped has chance 2^-31
   CHECK(dropped < 32);
   // The mask must be the same in every evaluation gradcheck makes: reseed before each.
-  check_gradients("Dropout train", [&](const std::vector<Tensor>& in) {
-    generator.manual_seed(7);
-    return dropout(in[0]);
-  }, {x});
+  check_gradients("Dropout train",
+                  [&](const std::vector<Tensor>& in) {
+                    generator.manual_seed(7);
+                    return dropout(in[0]);
+                  },
+                  {x});
   dropout.eval();
   check_values(dropout(x), xv, 0.0, 0.0);
   check_layer_gradients("Dropout eval", dropout, x);
@@ -258,7 +261,8 @@ TEST_CASE("nn layers: Embedding looks rows up and its gradient sums repeated row
   for (int row : {0, 2, 2, 4, 0, 2})
     for (int d = 0; d < 3; ++d) expected.push_back(w[row * 3 + d]);
   check_values(y, expected, 0.0, 0.0);
-  check_gradients("Embedding", [&](const std::vector<Tensor>&) { return embedding(indices); }, embedding.parameters());
+  check_gradients(
+      "Embedding", [&](const std::vector<Tensor>&) { return embedding(indices); }, embedding.parameters());
 }
 
 TEST_CASE("nn layers: LSTM (2 layers, T = 3) matches the gate formula and is gradchecked, state included") {
@@ -273,10 +277,13 @@ TEST_CASE("nn layers: LSTM (2 layers, T = 3) matches the gate formula and is gra
   Tensor h0 = random_f64({2, 2, 2}, -1, 1, 51), c0 = random_f64({2, 2, 2}, -1, 1, 52);
   std::vector<Tensor> inputs = lstm.parameters();
   inputs.insert(inputs.end(), {x, h0, c0});
-  check_gradients("LSTM with initial and final state", [&](const std::vector<Tensor>& in) {
-    auto [out, state] = lstm.forward_with_state(in[in.size() - 3], {in[in.size() - 2], in.back()});
-    return cat({reshape(out, {-1}), reshape(state.h, {-1}), reshape(state.c, {-1})}, 0);
-  }, inputs);
+  check_gradients(
+      "LSTM with initial and final state",
+      [&](const std::vector<Tensor>& in) {
+        auto [out, state] = lstm.forward_with_state(in[in.size() - 3], {in[in.size() - 2], in.back()});
+        return cat({reshape(out, {-1}), reshape(state.h, {-1}), reshape(state.c, {-1})}, 0);
+      },
+      inputs);
 }
 
 TEST_CASE("nn layers: CausalSelfAttention is causal (bit-exactly), exact at T = 1, and gradchecked") {

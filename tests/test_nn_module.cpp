@@ -46,8 +46,7 @@ TEST_CASE("named parameters and buffers are dotted paths in registration order")
 TEST_CASE("Sequential names its children 0, 1, ... and runs them in order") {
   auto model = nn::mlp({6, 5, 3});
   CHECK(model->size() == 4);  // Flatten, Linear, ReLU, Linear
-  CHECK(names_of(model->named_parameters()) ==
-        std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias"});
+  CHECK(names_of(model->named_parameters()) == std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias"});
   Tensor x = randn({2, 6});
   auto& first = dynamic_cast<nn::Linear&>((*model)[1]);
   auto& second = dynamic_cast<nn::Linear&>((*model)[3]);
@@ -60,14 +59,12 @@ TEST_CASE("Sequential from a list of modules in one expression, as torch::nn::Se
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(),
                                                 std::make_shared<nn::Linear>(5, 3));
   CHECK(model->size() == 3);
-  CHECK(names_of(model->named_parameters()) ==
-        std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  CHECK(names_of(model->named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
   Tensor x = randn({2, 6});
   auto& first = dynamic_cast<nn::Linear&>((*model)[0]);
   auto& second = dynamic_cast<nn::Linear&>((*model)[2]);
   check_close((*model)(x), second(relu(first(x))), 0.0);
-  check_error([] { nn::Sequential(std::make_shared<nn::ReLU>(), std::shared_ptr<nn::Linear>()); },
-              "child '1' is null");
+  check_error([] { nn::Sequential(std::make_shared<nn::ReLU>(), std::shared_ptr<nn::Linear>()); }, "child '1' is null");
 }
 
 TEST_CASE("train and eval reach every child") {
@@ -86,7 +83,7 @@ TEST_CASE("to(dtype) converts parameters in place and keeps BatchNorm's statisti
   net.fc1->weight.set_grad(zeros({3, 4}));
   net.to(DType::F16);
   CHECK(weight.dtype() == DType::F16);  // the same tensor, now f16
-  CHECK(!weight.grad().defined());      // a gradient of the old dtype is dropped
+  CHECK(!weight.grad().defined());  // a gradient of the old dtype is dropped
   const std::vector<float> after = weight.to_vector<float>();
   for (std::size_t i = 0; i < before.size(); ++i) CHECK(static_cast<double>(after[i]) == to_f16(before[i]));
   CHECK(net.bn->weight.dtype() == DType::F16);

@@ -26,17 +26,17 @@ namespace {
 
 // Which dtype a module's output has under a recipe, by the cast lists (autograd/cast_policy.h).
 enum class Output {
-  Gemm,        // ends in linear/conv2d (lower-precision list): the autocast dtype (f32 under fp32)
-  Float32,     // ends in an f32 residual stream or an LSTM's f32 state: f32 always
-  Norm,        // a norm layer (f32 list): f32 always; with f32 parameters the reference's computation
+  Gemm,  // ends in linear/conv2d (lower-precision list): the autocast dtype (f32 under fp32)
+  Float32,  // ends in an f32 residual stream or an LSTM's f32 state: f32 always
+  Norm,  // a norm layer (f32 list): f32 always; with f32 parameters the reference's computation
   Activation,  // no parameters, input-dtype policy: fed the autocast dtype, as after a Linear layer
-  Parameter,   // an Embedding lookup: the table's dtype, the recipe's parameter dtype
+  Parameter,  // an Embedding lookup: the table's dtype, the recipe's parameter dtype
 };
 
 struct Case {
   std::string name;
   std::function<std::shared_ptr<nn::Module>(Generator&)> build;  // same seed, same weights
-  std::function<Tensor(Generator&)> input;                       // f32 values or i32 tokens
+  std::function<Tensor(Generator&)> input;  // f32 values or i32 tokens
   Output output;
   std::int64_t stages;  // for the tolerance: roundings in series (GEMMs, norms, recurrent steps)
   std::int64_t classes = 0;  // > 0: the loss is cross entropy over the last dim
@@ -69,13 +69,14 @@ std::function<std::shared_ptr<nn::Module>(Generator&)> norm(std::int64_t feature
 std::vector<Case> cases() {
   using enum Output;
   return {
-      {"Linear", [](Generator& g) -> std::shared_ptr<nn::Module> {
-         return std::make_shared<nn::Linear>(16, 8, true, g);
-       },
+      {"Linear",
+       [](Generator& g) -> std::shared_ptr<nn::Module> { return std::make_shared<nn::Linear>(16, 8, true, g); },
        values({4, 16}), Gemm, 1},
-      {"Conv2d", [](Generator& g) -> std::shared_ptr<nn::Module> {
+      {"Conv2d",
+       [](Generator& g) -> std::shared_ptr<nn::Module> {
          return std::make_shared<nn::Conv2d>(2, 3, 3, Conv2dOptions{.padding = 1}, true, g);
-       }, values({2, 2, 6, 6}), Gemm, 1},
+       },
+       values({2, 2, 6, 6}), Gemm, 1},
       {"MaxPool2d", make<nn::MaxPool2d>(Pool2dOptions{.kernel = 2}), values({2, 3, 4, 4}), Activation, 1},
       {"AvgPool2d", make<nn::AvgPool2d>(Pool2dOptions{.kernel = 2}), values({2, 3, 4, 4}), Activation, 1},
       {"BatchNorm1d", norm<nn::BatchNorm1d>(5), values({6, 5}), Norm, 1},
@@ -87,48 +88,58 @@ std::vector<Case> cases() {
       {"GELU", make<nn::GELU>(), values({4, 8}), Activation, 1},
       {"Tanh", make<nn::Tanh>(), values({4, 8}), Activation, 1},
       {"Flatten", make<nn::Flatten>(), values({2, 3, 2, 2}), Activation, 1},
-      {"Embedding", [](Generator& g) -> std::shared_ptr<nn::Module> {
-         return std::make_shared<nn::Embedding>(10, 6, g);
-       },
+      {"Embedding",
+       [](Generator& g) -> std::shared_ptr<nn::Module> { return std::make_shared<nn::Embedding>(10, 6, g); },
        tokens(10, {3, 4}), Parameter, 1},
       // 2 layers x 4 steps, each a GEMM (over in + H = 11 terms) and the gate math.
       {"LSTM", [](Generator& g) -> std::shared_ptr<nn::Module> { return std::make_shared<nn::LSTM>(6, 5, 2, g); },
        values({2, 4, 6}), Float32, 8},
       // qkv, scores, weights x v, proj: four GEMMs in series.
-      {"CausalSelfAttention", [](Generator& g) -> std::shared_ptr<nn::Module> {
+      {"CausalSelfAttention",
+       [](Generator& g) -> std::shared_ptr<nn::Module> {
          return std::make_shared<nn::CausalSelfAttention>(8, 2, 0.0, g);
-       }, values({2, 5, 8}), Gemm, 4},
+       },
+       values({2, 5, 8}), Gemm, 4},
       // Two norms and six GEMMs.
-      {"TransformerBlock", [](Generator& g) -> std::shared_ptr<nn::Module> {
-         return std::make_shared<nn::TransformerBlock>(8, 2, 0.0, g);
-       }, values({2, 5, 8}), Float32, 8},
-      {"mlp 16-32-4", [](Generator& g) -> std::shared_ptr<nn::Module> { return nn::mlp({16, 32, 4}, g); },
+      {"TransformerBlock",
+       [](Generator& g) -> std::shared_ptr<nn::Module> { return std::make_shared<nn::TransformerBlock>(8, 2, 0.0, g); },
+       values({2, 5, 8}), Float32, 8},
+      {"mlp 16-32-4",
+       [](Generator& g) -> std::shared_ptr<nn::Module> {
+         return nn::mlp({16, 32, 4}, g);
+       },
        values({8, 16}), Gemm, 2, 4},
       // Two convolutions and two Linear layers.
-      {"cnn small", [](Generator& g) -> std::shared_ptr<nn::Module> {
-         return nn::cnn(
-             {.in_channels = 1, .image_size = 8, .channels1 = 3, .channels2 = 4, .hidden = 8, .classes = 3}, g);
-       }, values({2, 1, 8, 8}), Gemm, 4, 3},
-      // 2 layers x 5 steps of the LSTM, then the head.
-      {"CharLSTM", [](Generator& g) -> std::shared_ptr<nn::Module> {
-         return std::make_shared<nn::CharLSTM>(7, 5, 6, 2, g);
+      {"cnn small",
+       [](Generator& g) -> std::shared_ptr<nn::Module> {
+         return nn::cnn({.in_channels = 1, .image_size = 8, .channels1 = 3, .channels2 = 4, .hidden = 8, .classes = 3},
+                        g);
        },
+       values({2, 1, 8, 8}), Gemm, 4, 3},
+      // 2 layers x 5 steps of the LSTM, then the head.
+      {"CharLSTM",
+       [](Generator& g) -> std::shared_ptr<nn::Module> { return std::make_shared<nn::CharLSTM>(7, 5, 6, 2, g); },
        tokens(7, {2, 5}), Gemm, 11, 7},
       // 2 blocks (8 stages each), the final norm and the head.
-      {"TinyGPT small", [](Generator& g) -> std::shared_ptr<nn::Module> {
+      {"TinyGPT small",
+       [](Generator& g) -> std::shared_ptr<nn::Module> {
          return std::make_shared<nn::TinyGPT>(
              nn::GptOptions{.vocab = 11, .block_size = 8, .embed_dim = 8, .heads = 2, .layers = 2}, g);
-       }, tokens(11, {2, 6}), Gemm, 18, 11},
+       },
+       tokens(11, {2, 6}), Gemm, 18, 11},
   };
 }
 
 DType expected_dtype(Output output, const amp::Recipe& recipe) {
   switch (output) {
     case Output::Gemm:
-    case Output::Activation: return recipe.autocast_dtype.value_or(DType::F32);
+    case Output::Activation:
+      return recipe.autocast_dtype.value_or(DType::F32);
     case Output::Float32:
-    case Output::Norm: return DType::F32;
-    case Output::Parameter: return recipe.parameter_dtype;
+    case Output::Norm:
+      return DType::F32;
+    case Output::Parameter:
+      return recipe.parameter_dtype;
   }
   return DType::F32;
 }
@@ -257,7 +268,9 @@ TEST_CASE("nn recipes: 30 SGD steps of a small MLP reduce the loss under every r
     std::shared_ptr<nn::Sequential> model = nn::mlp({features, 32, classes}, generator);
     model->to(recipe.parameter_dtype);
     std::vector<Tensor> parameters = model->parameters();
-    auto optimizer = std::make_unique<optim::SGD>(parameters, optim::SgdOptions{.lr = 0.2, .master_weights = recipe.master_weights});
+    auto optimizer = std::make_unique<optim::SGD>(parameters,
+                                                  optim::SgdOptions{.lr = 0.2,
+                                                                    .master_weights = recipe.master_weights});
     amp::GradScaler scaler = recipe.make_scaler();
     CHECK(scaler.is_enabled() == (recipe.loss_scaling != amp::LossScaling::None));
 

@@ -38,7 +38,7 @@ TEST_CASE("numerics: an update 2048 times smaller than the weight is lost in f16
   // vanishes. This is why the paper keeps an f32 master copy of the weights.
   Tensor weight16 = ones({1}, {.dtype = DType::F16});
   Tensor update16 = full({1}, std::ldexp(1.0, -12), {.dtype = DType::F16});  // representable by itself
-  CHECK(add(weight16, update16).item() == 1.0);                               // but lost in the sum
+  CHECK(add(weight16, update16).item() == 1.0);  // but lost in the sum
   Tensor weight32 = ones({1});
   CHECK(add(weight32, update16.to(DType::F32)).item() == 1.0 + std::ldexp(1.0, -12));
   // The same update applied 4096 times: f16 weights never move, f32 master weights gain 1.

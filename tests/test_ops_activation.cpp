@@ -29,8 +29,8 @@ std::vector<double> map_values(const Tensor& x, double (*f)(double)) {
 }  // namespace
 
 TEST_CASE("silu: values, f16/bf16 rounded once, infinities and NaN, gradient") {
-  check_values(silu(f64({0, 1, -1, 20}, {4}, false)),
-               {0, 0.7310585786300049, -0.2689414213699951, 19.999999958776925}, 1e-15);
+  check_values(silu(f64({0, 1, -1, 20}, {4}, false)), {0, 0.7310585786300049, -0.2689414213699951, 19.999999958776925},
+               1e-15);
   const Tensor x32 = uniform_in({256}, DType::F32, 1, -8, 8);
   // exp and the division in f32: a few ulps, and the store.
   check_values(silu(x32), map_values(x32, exact_silu), tolerance(DType::F32, 4), 1e-30);
@@ -126,9 +126,15 @@ struct Edge {
 std::vector<Edge> edges(const std::string& op, double largest, double smallest) {
   const double nan = kNaN, inf = kInf;
   if (op == "exp")  // dy = g y
-    return {{"+inf", inf, inf, inf},      {"-inf", -inf, 0, 0},       {"NaN", nan, nan, nan},
-            {"+0", 0.0, 1, 1},            {"-0", -0.0, 1, 1},         {"largest", largest, inf, inf},
-            {"-largest", -largest, 0, 0}, {"subnormal", smallest, 1, 1}, {"-subnormal", -smallest, 1, 1}};
+    return {{"+inf", inf, inf, inf},
+            {"-inf", -inf, 0, 0},
+            {"NaN", nan, nan, nan},
+            {"+0", 0.0, 1, 1},
+            {"-0", -0.0, 1, 1},
+            {"largest", largest, inf, inf},
+            {"-largest", -largest, 0, 0},
+            {"subnormal", smallest, 1, 1},
+            {"-subnormal", -smallest, 1, 1}};
   if (op == "log")  // dy = g / x
     return {{"+inf", inf, inf, 0},
             {"-inf", -inf, nan, -0.0},
@@ -140,13 +146,25 @@ std::vector<Edge> edges(const std::string& op, double largest, double smallest) 
             {"subnormal", smallest, std::log(smallest), 1 / smallest},
             {"-subnormal", -smallest, nan, -1 / smallest}};
   if (op == "tanh")  // dy = g (1 - y^2)
-    return {{"+inf", inf, 1, 0},          {"-inf", -inf, -1, 0},      {"NaN", nan, nan, nan},
-            {"+0", 0.0, 0.0, 1},          {"-0", -0.0, -0.0, 1},      {"largest", largest, 1, 0},
-            {"-largest", -largest, -1, 0}, {"subnormal", smallest, smallest, 1}, {"-subnormal", -smallest, -smallest, 1}};
+    return {{"+inf", inf, 1, 0},
+            {"-inf", -inf, -1, 0},
+            {"NaN", nan, nan, nan},
+            {"+0", 0.0, 0.0, 1},
+            {"-0", -0.0, -0.0, 1},
+            {"largest", largest, 1, 0},
+            {"-largest", -largest, -1, 0},
+            {"subnormal", smallest, smallest, 1},
+            {"-subnormal", -smallest, -smallest, 1}};
   if (op == "sigmoid")  // dy = g y (1 - y)
-    return {{"+inf", inf, 1, 0},          {"-inf", -inf, 0, 0},         {"NaN", nan, nan, nan},
-            {"+0", 0.0, 0.5, 0.25},       {"-0", -0.0, 0.5, 0.25},      {"largest", largest, 1, 0},
-            {"-largest", -largest, 0, 0}, {"subnormal", smallest, 0.5, 0.25}, {"-subnormal", -smallest, 0.5, 0.25}};
+    return {{"+inf", inf, 1, 0},
+            {"-inf", -inf, 0, 0},
+            {"NaN", nan, nan, nan},
+            {"+0", 0.0, 0.5, 0.25},
+            {"-0", -0.0, 0.5, 0.25},
+            {"largest", largest, 1, 0},
+            {"-largest", -largest, 0, 0},
+            {"subnormal", smallest, 0.5, 0.25},
+            {"-subnormal", -smallest, 0.5, 0.25}};
   REQUIRE(op == "gelu");  // dy = g (Phi(x) + x phi(x)); x Phi(x) of a subnormal is x / 2, a tie that rounds to even
   return {{"+inf", inf, inf, nan},
           {"-inf", -inf, nan, nan},
@@ -160,16 +178,21 @@ std::vector<Edge> edges(const std::string& op, double largest, double smallest) 
 }
 
 // `expected` rounded once to `dtype`, as the op's result is.
-double rounded(double expected, DType dtype) { return from_vector({expected}, {1}, {.dtype = DType::F64}).to(dtype).item(); }
+double rounded(double expected, DType dtype) {
+  return from_vector({expected}, {1}, {.dtype = DType::F64}).to(dtype).item();
+}
 
 // got must be expected (rounded to the dtype): NaN for NaN, the same infinity, the same zero with its
 // sign, and otherwise within 2 ulps of the dtype (f32 math within a few f32 ulps, then one rounding).
 void check_edge(const char* what, double got, double exact, DType dtype) {
   const double expected = rounded(exact, dtype);
   INFO(std::string(what) << ": got " << got << ", expected " << expected);
-  if (std::isnan(expected)) CHECK(std::isnan(got));
-  else if (std::isinf(expected) || expected == 0) CHECK((got == expected && std::signbit(got) == std::signbit(expected)));
-  else CHECK(std::fabs(got - expected) <= 2 * dtype_eps(dtype) * std::fabs(expected));
+  if (std::isnan(expected))
+    CHECK(std::isnan(got));
+  else if (std::isinf(expected) || expected == 0)
+    CHECK((got == expected && std::signbit(got) == std::signbit(expected)));
+  else
+    CHECK(std::fabs(got - expected) <= 2 * dtype_eps(dtype) * std::fabs(expected));
 }
 
 }  // namespace

@@ -66,8 +66,8 @@ ConvReference reference_conv2d(const Tensor& x, const Tensor& weight, const Tens
 //   + (K + 2) unit abs_sum    K = C KH KW products and sums, plus the bias add, in the compute
 //                             precision (unit 2^-24 for f32 accumulation, 2^-53 for f64), any order;
 //   + atol                    half the spacing of f16 subnormals (2^-25) per rounding.
-void check_against_reference(const Tensor& y, const ConvReference& r, std::int64_t terms_per_output,
-                             double final_rtol, double unit, double atol) {
+void check_against_reference(const Tensor& y, const ConvReference& r, std::int64_t terms_per_output, double final_rtol,
+                             double unit, double atol) {
   REQUIRE(y.shape() == r.shape);
   const std::vector<double> got = y.to_vector<double>();
   const double terms = static_cast<double>(terms_per_output + 2);
@@ -78,8 +78,8 @@ void check_against_reference(const Tensor& y, const ConvReference& r, std::int64
   }
 }
 
-void check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options,
-                  double final_rtol, double unit, double atol = 0.0) {
+void check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options, double final_rtol,
+                  double unit, double atol = 0.0) {
   INFO(fmt::format("x {}, weight {}, bias {}, stride {}, padding {}, dtype {}", x.shape(), weight.shape(),
                    bias.defined(), options.stride, options.padding, x.dtype()));
   Tensor y = conv2d(x, weight, bias, options);
@@ -104,14 +104,14 @@ ConvInputs conv_inputs(const Geometry& g, std::uint64_t seed, DType dtype = DTyp
 }
 
 const std::vector<Geometry> kForwardGeometries = {
-    {1, 1, 5, 7, 1, 3, 3, 1, 0, true},   // batch 1, one channel, non-square input
-    {3, 2, 6, 5, 4, 3, 3, 2, 1, true},   // batch 3, stride 2, padding 1
+    {1, 1, 5, 7, 1, 3, 3, 1, 0, true},  // batch 1, one channel, non-square input
+    {3, 2, 6, 5, 4, 3, 3, 2, 1, true},  // batch 3, stride 2, padding 1
     {2, 3, 4, 6, 2, 1, 1, 1, 0, false},  // 1x1 kernel, no bias
-    {1, 2, 7, 9, 3, 5, 5, 2, 2, true},   // 5x5 kernel, stride 2, padding 2
+    {1, 2, 7, 9, 3, 5, 5, 2, 2, true},  // 5x5 kernel, stride 2, padding 2
     {3, 2, 5, 4, 3, 3, 3, 1, 2, false},  // padding 2 around a 3x3 kernel: corner outputs read 1 pixel
-    {1, 3, 4, 5, 2, 1, 1, 2, 1, true},   // 1x1 with padding: the border outputs are the bias alone
+    {1, 3, 4, 5, 2, 1, 1, 2, 1, true},  // 1x1 with padding: the border outputs are the bias alone
     {2, 2, 5, 5, 2, 5, 5, 1, 0, false},  // the kernel covers the whole input: 1x1 output
-    {2, 2, 6, 7, 3, 2, 3, 2, 1, true},   // a non-square 2x3 kernel
+    {2, 2, 6, 7, 3, 2, 3, 2, 1, true},  // a non-square 2x3 kernel
 };
 
 // Max or average pooling in f64 over x's values: padding is skipped by max (it never wins) and
@@ -152,11 +152,11 @@ PoolReference reference_pool2d(const Tensor& x, Pool2dOptions o, bool is_max) {
 }
 
 const std::vector<Pool2dOptions> kPoolOptions = {
-    {.kernel = 2},                              // non-overlapping
-    {.kernel = 3, .stride = 2, .padding = 1},   // overlapping, padded
-    {.kernel = 3, .stride = 1, .padding = 1},   // every pixel in up to 9 windows
-    {.kernel = 2, .stride = 1},                 // overlapping, no padding
-    {.kernel = 4, .stride = 3, .padding = 2},   // padding = kernel / 2, the most allowed
+    {.kernel = 2},  // non-overlapping
+    {.kernel = 3, .stride = 2, .padding = 1},  // overlapping, padded
+    {.kernel = 3, .stride = 1, .padding = 1},  // every pixel in up to 9 windows
+    {.kernel = 2, .stride = 1},  // overlapping, no padding
+    {.kernel = 4, .stride = 3, .padding = 2},  // padding = kernel / 2, the most allowed
 };
 
 }  // namespace
@@ -187,11 +187,11 @@ TEST_CASE("conv2d: f64 and f32 forward match direct loops over every geometry") 
 
 TEST_CASE("conv2d: gradcheck of x, weight and bias") {
   const std::vector<Geometry> geometries = {
-      {2, 2, 5, 4, 3, 3, 3, 1, 1, true},   // stride 1, padding 1
-      {1, 2, 6, 7, 2, 3, 3, 2, 0, true},   // stride 2, non-square input
+      {2, 2, 5, 4, 3, 3, 3, 1, 1, true},  // stride 1, padding 1
+      {1, 2, 6, 7, 2, 3, 3, 2, 0, true},  // stride 2, non-square input
       {2, 1, 5, 5, 2, 5, 5, 2, 2, false},  // 5x5, stride 2, padding 2, no bias
-      {1, 3, 4, 4, 2, 1, 1, 1, 0, true},   // 1x1
-      {1, 2, 5, 6, 2, 2, 3, 2, 1, true},   // non-square kernel
+      {1, 3, 4, 4, 2, 1, 1, 1, 0, true},  // 1x1
+      {1, 2, 5, 6, 2, 2, 3, 2, 1, true},  // non-square kernel
   };
   std::uint64_t seed = 100;
   for (const Geometry& g : geometries) {
@@ -336,25 +336,25 @@ TEST_CASE("max_pool2d: NaN propagates and takes the gradient; padding never wins
 
 TEST_CASE("conv2d and pooling: bad input names the op") {
   Tensor x = zeros({1, 2, 4, 4}), w = zeros({3, 2, 3, 3});
-  check_error([&] { conv2d(zeros({2, 4, 4}), w); }, "mg::conv2d");                           // x rank 3
-  check_error([&] { conv2d(x, zeros({3, 2, 3})); }, "mg::conv2d");                          // weight rank 3
-  check_error([&] { conv2d(x, zeros({3, 1, 3, 3})); }, "mg::conv2d");                       // 2 vs 1 channels
-  check_error([&] { conv2d(x, zeros({3, 2, 5, 5})); }, "mg::conv2d");                       // 5x5 in 4x4
-  check_error([&] { conv2d(x, zeros({3, 2, 7, 7}), {}, {.padding = 1}); }, "mg::conv2d");   // 7x7 in 6x6
+  check_error([&] { conv2d(zeros({2, 4, 4}), w); }, "mg::conv2d");  // x rank 3
+  check_error([&] { conv2d(x, zeros({3, 2, 3})); }, "mg::conv2d");  // weight rank 3
+  check_error([&] { conv2d(x, zeros({3, 1, 3, 3})); }, "mg::conv2d");  // 2 vs 1 channels
+  check_error([&] { conv2d(x, zeros({3, 2, 5, 5})); }, "mg::conv2d");  // 5x5 in 4x4
+  check_error([&] { conv2d(x, zeros({3, 2, 7, 7}), {}, {.padding = 1}); }, "mg::conv2d");  // 7x7 in 6x6
   check_error([&] { conv2d(x, w, {}, {.stride = 0}); }, "mg::conv2d");
   check_error([&] { conv2d(x, w, {}, {.padding = -1}); }, "mg::conv2d");
-  check_error([&] { conv2d(x, w, zeros({2})); }, "mg::conv2d");                             // bias [2], not [3]
-  check_error([&] { conv2d(x.to(DType::F16), w); }, "mg::conv2d");                          // f16 x, f32 weight
-  check_error([&] { conv2d(x, w, zeros({3}, {.dtype = DType::F16})); }, "mg::conv2d");       // f16 bias
+  check_error([&] { conv2d(x, w, zeros({2})); }, "mg::conv2d");  // bias [2], not [3]
+  check_error([&] { conv2d(x.to(DType::F16), w); }, "mg::conv2d");  // f16 x, f32 weight
+  check_error([&] { conv2d(x, w, zeros({3}, {.dtype = DType::F16})); }, "mg::conv2d");  // f16 bias
   for (const char* op : {"mg::max_pool2d", "mg::avg_pool2d"}) {
     auto pool = [op](const Tensor& t, Pool2dOptions o) {
       return std::string(op) == "mg::max_pool2d" ? max_pool2d(t, o) : avg_pool2d(t, o);
     };
     check_error([&] { pool(x, {.kernel = 2, .padding = 2}); }, op);  // padding > kernel / 2
     check_error([&] { pool(x, {.kernel = 3, .padding = 2}); }, op);
-    check_error([&] { pool(zeros({2, 4, 4}), {}); }, op);             // rank 3
+    check_error([&] { pool(zeros({2, 4, 4}), {}); }, op);  // rank 3
     check_error([&] { pool(x, {.kernel = 0}); }, op);
     check_error([&] { pool(x, {.kernel = 2, .stride = -1}); }, op);
-    check_error([&] { pool(x, {.kernel = 5}); }, op);                  // 5x5 in 4x4
+    check_error([&] { pool(x, {.kernel = 5}); }, op);  // 5x5 in 4x4
   }
 }

@@ -120,7 +120,9 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
   // sum (on the CPU's implicit path, kernels/conv.h, or the im2col GEMM elsewhere), then one rounding.
   // The f64 reference, and its sum of |terms|, come from the f64 convolution (gradchecked in
   // test_ops_conv) of the same rounded values: dW of (x, dy), and of (|x|, |dy|).
-  const std::vector<Geometry> geometries{{3, 3, 9, 8, 4, 3, 1, 1}, {2, 5, 14, 14, 6, 3, 1, 1}, {2, 2, 8, 7, 3, 3, 2, 1}};
+  const std::vector<Geometry> geometries{{3, 3, 9, 8, 4, 3, 1, 1},
+                                         {2, 5, 14, 14, 6, 3, 1, 1},
+                                         {2, 2, 8, 7, 3, 3, 2, 1}};
   std::uint64_t seed = 70;
   for (DType dtype : {DType::F32, DType::F16, DType::BF16})
     for (const Geometry& g : geometries) {
@@ -133,11 +135,17 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
       Tensor y = conv2d(x, weight, bias, o);
       const Tensor dy = uniform_in(y.shape(), dtype, seed++, -1.0, 1.0);
       backward(y, dy);
-      INFO(fmt::format("{}: x [{}, {}, {}, {}], {} out channels, stride {}, padding {}, implicit GEMM {}", dtype_name(dtype),
-                       g.batch, g.channels, g.height, g.width, g.out_channels, g.stride, g.padding,
-                       kernels::conv2d_implicit(x, {.batch = g.batch, .channels = g.channels, .height = g.height,
-                                                    .width = g.width, .kernel_h = g.kernel, .kernel_w = g.kernel,
-                                                    .stride_h = g.stride, .stride_w = g.stride, .pad_h = g.padding,
+      INFO(fmt::format("{}: x [{}, {}, {}, {}], {} out channels, stride {}, padding {}, implicit GEMM {}",
+                       dtype_name(dtype), g.batch, g.channels, g.height, g.width, g.out_channels, g.stride, g.padding,
+                       kernels::conv2d_implicit(x, {.batch = g.batch,
+                                                    .channels = g.channels,
+                                                    .height = g.height,
+                                                    .width = g.width,
+                                                    .kernel_h = g.kernel,
+                                                    .kernel_w = g.kernel,
+                                                    .stride_h = g.stride,
+                                                    .stride_w = g.stride,
+                                                    .pad_h = g.padding,
                                                     .pad_w = g.padding})));
       REQUIRE(weight.grad().dtype() == dtype);
       const auto f64_grads = [&](const Tensor& x64, const Tensor& dy64) {
@@ -149,7 +157,8 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
       const auto [dw, db] = f64_grads(x.to(DType::F64), dy.to(DType::F64));
       const auto [dw_abs, db_abs] = f64_grads(abs(x.to(DType::F64)), abs(dy.to(DType::F64)));
       const double terms = static_cast<double>(g.batch * y.size(2) * y.size(3) + 2);
-      const auto check = [&](const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& scale) {
+      const auto check = [&](const std::vector<double>& got, const std::vector<double>& want,
+                             const std::vector<double>& scale) {
         for (std::size_t i = 0; i < got.size(); ++i) {
           INFO("element " << i << ": got " << got[i] << ", f64 " << want[i]);
           CHECK(std::fabs(got[i] - want[i]) <= tolerance(dtype, 0.5) * std::fabs(want[i]) + terms * 0x1p-24 * scale[i]);

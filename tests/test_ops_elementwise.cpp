@@ -46,13 +46,13 @@ double subnormal_slack(DType dtype) { return dtype == DType::F16 ? 0x1p-25 : 0.0
 
 // One unary op (or tensor-scalar form) and everything the shared checks need.
 struct UnaryCase {
-  std::string error_name;          // what an error message must name, e.g. "mg::exp"
+  std::string error_name;  // what an error message must name, e.g. "mg::exp"
   UnaryFn op;
-  Reference reference;             // the exact math in f64, written independently of the kernels
-  double low, high;                // domain of the random forward checks
-  std::vector<double> grad_points; // six f64 gradcheck inputs, away from kinks, inside the domain
-  double f32_ulps;                 // error of the f32 math in units of f32 eps (incl. its own rounding)
-  bool exact = false;              // the result is one of the (representable) inputs: no rounding at all
+  Reference reference;  // the exact math in f64, written independently of the kernels
+  double low, high;  // domain of the random forward checks
+  std::vector<double> grad_points;  // six f64 gradcheck inputs, away from kinks, inside the domain
+  double f32_ulps;  // error of the f32 math in units of f32 eps (incl. its own rounding)
+  bool exact = false;  // the result is one of the (representable) inputs: no rounding at all
 };
 
 // f32 forward, f16/bf16 forward, an f64 gradcheck and the i32 error, for one unary case.
@@ -86,8 +86,8 @@ void check_binary_errors(const BinaryFn& op, const std::string& name) {
 }
 
 // f32, f16 and bf16 forward of a binary op on broadcast shapes [4, 5] x [5] against f64 loops.
-void check_binary_precision(const BinaryFn& op, const std::function<double(double, double)>& reference,
-                            double a_low, double a_high, double b_low, double b_high, double f32_ulps) {
+void check_binary_precision(const BinaryFn& op, const std::function<double(double, double)>& reference, double a_low,
+                            double a_high, double b_low, double b_high, double f32_ulps) {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     INFO("dtype " << dtype_name(dtype));
     Tensor a = rounded_uniform({4, 5}, a_low, a_high, 21, dtype), b = rounded_uniform({5}, b_low, b_high, 22, dtype);
@@ -242,15 +242,15 @@ TEST_CASE("where: selection, broadcasting, gradcheck and bad input") {
 
 TEST_CASE("neg: forward, gradcheck, low precision and bad input") {
   check_values(neg(tensor({1, -2.5, 0})), {-1, 2.5, 0});
-  check_unary({"mg::neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -2, 2,
-               kPoints, 0, true});
+  check_unary(
+      {"mg::neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }, -2, 2, kPoints, 0, true});
 }
 
 TEST_CASE("exp: forward, gradcheck, low precision and bad input") {
   check_values(exp(f64({0, 1, -1}, {3}, false)), {1, kE, 1 / kE}, 1e-15);
   // expf is within 1 f32 ulp.
-  check_unary({"mg::exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -2, 2,
-               kPoints, 1});
+  check_unary(
+      {"mg::exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -2, 2, kPoints, 1});
 }
 
 TEST_CASE("log: forward, gradcheck, low precision and bad input") {
@@ -271,8 +271,8 @@ TEST_CASE("abs: forward, gradient at zero, gradcheck, low precision and bad inpu
   Tensor x = f64({-2, 0, 3}, {3});
   backward(sum(abs(x)));
   check_values(x.grad(), {-1, 0, 1});  // sign(x), 0 at the kink
-  check_unary({"mg::abs", [](const Tensor& t) { return abs(t); }, [](double v) { return std::fabs(v); }, -2, 2,
-               kPoints, 0, true});
+  check_unary({"mg::abs", [](const Tensor& t) { return abs(t); }, [](double v) { return std::fabs(v); }, -2, 2, kPoints,
+               0, true});
 }
 
 TEST_CASE("clamp: forward, gradient at the bounds, gradcheck, low precision and bad input") {
@@ -290,15 +290,20 @@ TEST_CASE("clamp: forward, gradient at the bounds, gradcheck, low precision and 
 TEST_CASE("tanh: forward, gradcheck, low precision and bad input") {
   check_values(tanh(f64({0, 1, -1}, {3}, false)), {0, 0.7615941559557649, -0.7615941559557649}, 1e-15);
   // tanhf is within 2 f32 ulps.
-  check_unary({"mg::tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -2, 2,
-               kPoints, 2});
+  check_unary(
+      {"mg::tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -2, 2, kPoints, 2});
 }
 
 TEST_CASE("sigmoid: forward, gradcheck, low precision and bad input") {
   check_values(sigmoid(f64({0, std::log(3.0), -std::log(3.0)}, {3}, false)), {0.5, 0.75, 0.25}, 1e-15);
   // 1 / (1 + exp(-x)) in f32: three roundings (exp, add, divide) of at most 0.5 ulp each.
-  check_unary({"mg::sigmoid", [](const Tensor& x) { return sigmoid(x); },
-               [](double x) { return 0.5 * (1 + std::tanh(x / 2)); }, -4, 4, {-3.5, -0.3, 0.2, 0.7, 1.9, -1}, 2});
+  check_unary({"mg::sigmoid",
+               [](const Tensor& x) { return sigmoid(x); },
+               [](double x) { return 0.5 * (1 + std::tanh(x / 2)); },
+               -4,
+               4,
+               {-3.5, -0.3, 0.2, 0.7, 1.9, -1},
+               2});
 }
 
 TEST_CASE("relu: forward, gradient at zero, gradcheck, low precision and bad input") {
@@ -318,8 +323,8 @@ TEST_CASE("gelu: exact erf form, gradcheck, low precision and bad input") {
   // erf is within kVectorMathUlps = 6 ulps (kernels/cpu/vector_math.h): 22 * 6 + 4 = 136 ulps,
   // an absolute error below 4e-7 on this range.
   check_unary({"mg::gelu", [](const Tensor& x) { return gelu(x); },
-               [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -2, 3,
-               kPoints, 22 * kernels::cpu::vector_math::kVectorMathUlps + 4});
+               [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -2, 3, kPoints,
+               22 * kernels::cpu::vector_math::kVectorMathUlps + 4});
 }
 
 // The tensor-scalar forms: x op s for exact f16/bf16 inputs is one correctly rounded f32 operation
@@ -339,20 +344,20 @@ TEST_CASE("sub: tensor-scalar form") {
 
 TEST_CASE("rsub: scalar minus tensor") {
   check_values(rsub(10, tensor({1, 2, 4})), {9, 8, 6});
-  check_unary({"mg::sub", [](const Tensor& t) { return rsub(1.5, t); }, [](double v) { return 1.5 - v; }, -2, 2,
-               kPoints, 0.5});
+  check_unary(
+      {"mg::sub", [](const Tensor& t) { return rsub(1.5, t); }, [](double v) { return 1.5 - v; }, -2, 2, kPoints, 0.5});
 }
 
 TEST_CASE("mul: tensor-scalar form") {
   check_values(mul(tensor({1, 2, 4}), -3), {-3, -6, -12});
-  check_unary({"mg::mul", [](const Tensor& t) { return mul(t, 3.0); }, [](double v) { return v * 3; }, -2, 2,
-               kPoints, 0.5});
+  check_unary(
+      {"mg::mul", [](const Tensor& t) { return mul(t, 3.0); }, [](double v) { return v * 3; }, -2, 2, kPoints, 0.5});
 }
 
 TEST_CASE("div: tensor-scalar form") {
   check_values(div(tensor({1, 2, 4}), 4), {0.25, 0.5, 1});
-  check_unary({"mg::div", [](const Tensor& t) { return div(t, 3.0); }, [](double v) { return v / 3; }, -2, 2,
-               kPoints, 0.5});
+  check_unary(
+      {"mg::div", [](const Tensor& t) { return div(t, 3.0); }, [](double v) { return v / 3; }, -2, 2, kPoints, 0.5});
 }
 
 TEST_CASE("rdiv: scalar divided by tensor") {

@@ -74,7 +74,10 @@ TEST_CASE("embedding: f16 and bf16 weight gradients accumulate in f32") {
   // Each occurrence adds a gradient of 1.0 to its row. A running f16 sum stops at 2048 (2048 + 1
   // rounds back to 2048), a bf16 one at 256; summed in f32 and rounded once, the counts below come
   // out exactly (3000, 1000 and 4096 are representable in the weight's dtype).
-  struct Case { DType dtype; std::size_t first; };
+  struct Case {
+    DType dtype;
+    std::size_t first;
+  };
   for (Case c : {Case{DType::F16, 3000}, Case{DType::BF16, 1000}}) {
     INFO("dtype " << dtype_name(c.dtype));
     Tensor w = zeros({3, 2}, {.dtype = c.dtype, .requires_grad = true});
@@ -86,15 +89,21 @@ TEST_CASE("embedding: f16 and bf16 weight gradients accumulate in f32") {
 
 TEST_CASE("embedding: bad indices, dtypes and shapes") {
   Tensor w = ones({4, 3});
-  check_error([&] { embedding(w, indices_of({0, 4}, {2})); },
-              "mg::embedding: index 4 at position 1 is out of range for 4 embeddings");
+  check_error(
+      [&] {
+        embedding(w, indices_of({0, 4}, {2}));
+      },
+      "mg::embedding: index 4 at position 1 is out of range for 4 embeddings");
   check_error([&] { embedding(w, indices_of({-1}, {1})); }, "mg::embedding: index -1 at position 0");
   check_error([&] { embedding(w, tensor({0, 1})); }, "mg::embedding: indices must be i32, got f32");
   check_error([] { embedding(ones({4}), indices_of({0}, {1})); },
               "mg::embedding: the weight must be [num_embeddings, dim]");
   check_error([] { embedding(ones({4, 3, 2}), indices_of({0}, {1})); }, "mg::embedding: the weight must be");
-  check_error([] { embedding(from_vector({1, 2}, {1, 2}, {.dtype = DType::I32}), indices_of({0}, {1})); },
-              "mg::embedding: needs a floating-point tensor");
+  check_error(
+      [] {
+        embedding(from_vector({1, 2}, {1, 2}, {.dtype = DType::I32}), indices_of({0}, {1}));
+      },
+      "mg::embedding: needs a floating-point tensor");
   // The check runs before anything is computed or recorded: the tape does not grow.
   Tensor p = ones({2, 2}, {.requires_grad = true});
   const std::size_t nodes = tape_size();
@@ -122,8 +131,11 @@ TEST_CASE("embedding: padding_idx is looked up but gets no gradient, as PyTorch'
   std::vector<double> expected = plain.grad().to_vector<double>();
   std::fill(expected.begin() + 8, expected.end(), 0.0);  // row 2
   check_values(padded.grad(), expected, 0, 0);
-  check_error([] { embedding(ones({4, 3}), indices_of({0}, {1}), 4); },
-              "mg::embedding: padding_idx 4 is out of range for 4 embeddings (valid: -4..3");
+  check_error(
+      [] {
+        embedding(ones({4, 3}), indices_of({0}, {1}), 4);
+      },
+      "mg::embedding: padding_idx 4 is out of range for 4 embeddings (valid: -4..3");
   check_error([] { embedding(ones({4, 3}), indices_of({0}, {1}), -5); }, "mg::embedding: padding_idx -5");
 }
 

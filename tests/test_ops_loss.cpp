@@ -63,8 +63,8 @@ TEST_CASE("binary cross entropy: forward values against f64 by hand") {
   // log is clamped at -100 (PyTorch): a confident wrong answer costs 100, not inf.
   check_values(binary_cross_entropy(f64({0, 1}, {2}, false), f64({1, 0}, {2}, false), Reduction::None), {100, 100});
   // The logits form stays finite where exp(-x) would overflow and sigmoid would round to 0.
-  check_values(binary_cross_entropy_with_logits(f64({-800, 800}, {2}, false), f64({1, 0}, {2}, false),
-                                                Reduction::None), {800, 800});
+  check_values(binary_cross_entropy_with_logits(f64({-800, 800}, {2}, false), f64({1, 0}, {2}, false), Reduction::None),
+               {800, 800});
   // Without autocast the result has the input's dtype (math in f32, one rounding).
   Tensor x16 = x.detach().to(DType::F16), t16 = t.detach().to(DType::F16);
   Tensor loss16 = binary_cross_entropy_with_logits(x16, t16, Reduction::None);
@@ -78,7 +78,9 @@ TEST_CASE("binary cross entropy: gradients by central differences") {
   for (Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     INFO("reduction " << static_cast<int>(reduction));
     check_gradients("binary_cross_entropy_with_logits",
-                    [&](const std::vector<Tensor>& in) { return binary_cross_entropy_with_logits(in[0], in[1], reduction); },
+                    [&](const std::vector<Tensor>& in) {
+                      return binary_cross_entropy_with_logits(in[0], in[1], reduction);
+                    },
                     {x, t});
     check_gradients("binary_cross_entropy",
                     [&](const std::vector<Tensor>& in) { return binary_cross_entropy(in[0], t_const, reduction); },
@@ -106,7 +108,8 @@ TEST_CASE("cross_entropy: logits near 1e4 keep the max out of every probability'
   // (x - max) is exact and only small numbers round, as in PyTorch's log_softmax.
   const std::int64_t rows = 4, classes = 7;
   Generator generator(7);
-  std::vector<double> offsets = uniform({rows, classes}, -5.0, 0.0, generator, {.dtype = DType::F64}).to_vector<double>();
+  std::vector<double> offsets =
+      uniform({rows, classes}, -5.0, 0.0, generator, {.dtype = DType::F64}).to_vector<double>();
   const double centres[rows] = {1e4, -1e4, 3e4, 0.5};
   std::vector<double> logit_values(offsets.size());
   for (std::size_t i = 0; i < offsets.size(); ++i) logit_values[i] = centres[i / classes] + offsets[i];
@@ -154,17 +157,17 @@ TEST_CASE("cross_entropy: a row holding +inf or NaN, or only -inf, is NaN in los
   // torch.nn.functional.cross_entropy(x[r:r+1], label[r:r+1]) and its gradient (torch 1.13): a lone
   // -inf is a probability of 0 (and an infinite loss where it is the label); anything else that is
   // not finite makes the whole row NaN.
-  const std::vector<double> logit_values{1, kInf, 2,      // +inf
-                                         1, kNaN, 2,      // NaN
-                                         -kInf, 0, 1,     // a -inf alone: finite probabilities
-                                         -kInf, 0, 1,     // ... and the label on it
+  const std::vector<double> logit_values{1,     kInf,  2,  // +inf
+                                         1,     kNaN,  2,  // NaN
+                                         -kInf, 0,     1,  // a -inf alone: finite probabilities
+                                         -kInf, 0,     1,  // ... and the label on it
                                          -kInf, -kInf, -kInf,  // only -inf: NaN (no class has any weight)
-                                         kInf, kInf, 0};  // two +inf
+                                         kInf,  kInf,  0};  // two +inf
   const std::vector<double> labels{0, 2, 1, 0, 1, 2};
   const double p1 = 0.2689414322376251, p2 = 0.7310585975646973;  // softmax([0, 1]), torch in f32
   const std::vector<double> loss_torch{kNaN, kNaN, 1.31326162815094, kInf, kNaN, kNaN};
-  const std::vector<double> dlogits_torch{kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, 0, -p2, p2, -1, p1, p2,
-                                          kNaN, kNaN, kNaN, kNaN, kNaN, kNaN};
+  const std::vector<double> dlogits_torch{kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, 0,    -p2,  p2,
+                                          -1,   p1,   p2,   kNaN, kNaN, kNaN, kNaN, kNaN, kNaN};
   for (Device device : devices()) {
     INFO("on " << fmt::format("{}", device));
     const auto [loss, dlogits] = loss_and_gradient(logit_values, {6, 3}, labels, device);
@@ -182,21 +185,26 @@ TEST_CASE("cross_entropy: label_smoothing as PyTorch's, with ignore_index and ev
   check_values(cross_entropy(f64(logits, {3, 3}, false), labels, smoothed), {1.057906749019998}, 1e-15);
   check_values(cross_entropy(f64(logits, {3, 3}, false), labels, {.reduction = Reduction::Sum, .label_smoothing = 0.2}),
                {2.115813498039996}, 1e-15);
-  check_values(cross_entropy(f64(logits, {3, 3}, false), labels, {.reduction = Reduction::None, .label_smoothing = 0.2}),
+  check_values(cross_entropy(f64(logits, {3, 3}, false), labels,
+                             {.reduction = Reduction::None, .label_smoothing = 0.2}),
                {1.4310354507746117, 0.0, 0.6847780472653844}, 1e-15, 1e-15);
   Tensor x = f64(logits, {3, 3});
   backward(cross_entropy(x, labels, smoothed));
-  check_values(x.grad(), {-0.31772138452225884, 0.2809325262725479, 0.036788858249710905, 0, 0, 0,
-                          0.0726374454752094, 0.0726374454752094, -0.1452748909504188}, 1e-14, 1e-16);
+  check_values(x.grad(),
+               {-0.31772138452225884, 0.2809325262725479, 0.036788858249710905, 0, 0, 0, 0.0726374454752094,
+                0.0726374454752094, -0.1452748909504188},
+               1e-14, 1e-16);
   // Smoothing 1: the target is uniform, so the loss is each row's mean of -log p; 0 is the plain loss.
   const Tensor t = f64(logits, {3, 3}, false), labels_all = i32({0, 1, 2}, {3});
   const Tensor uniform_target = mean(neg(mean(log_softmax(t, 1), 1)));
   check_values(cross_entropy(t, labels_all, {.label_smoothing = 1.0}), {uniform_target.item()}, 1e-15);
   check_values(cross_entropy(t, labels_all, {.label_smoothing = 0.0}), {cross_entropy(t, labels_all).item()}, 0, 0);
   for (Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
-    check_gradients("cross_entropy label_smoothing", [&](const std::vector<Tensor>& in) {
-      return cross_entropy(in[0], labels, {.reduction = reduction, .label_smoothing = 0.3});
-    }, {random_f64({3, 3}, -2, 2, 21)});
+    check_gradients("cross_entropy label_smoothing",
+                    [&](const std::vector<Tensor>& in) {
+                      return cross_entropy(in[0], labels, {.reduction = reduction, .label_smoothing = 0.3});
+                    },
+                    {random_f64({3, 3}, -2, 2, 21)});
   }
   // f16 logits: f32 math, the loss rounded once into f16; every row ignored: NaN, as PyTorch.
   const Tensor h = f64(logits, {3, 3}, false).to(DType::F16);
@@ -204,8 +212,14 @@ TEST_CASE("cross_entropy: label_smoothing as PyTorch's, with ignore_index and ev
   CHECK(loss.dtype() == DType::F16);
   check_values(loss, {1.057906749019998}, tolerance(DType::F16, 0.5) + tolerance(DType::F32, 8));
   CHECK(std::isnan(cross_entropy(f64(logits, {3, 3}, false), i32({-100, -100, -100}, {3}), smoothed).item()));
-  check_error([] { cross_entropy(ones({2, 3}), i32({0, 1}, {2}), {.label_smoothing = 1.5}); },
-              "mg::cross_entropy: label_smoothing must be in [0, 1], got 1.5");
-  check_error([] { cross_entropy(ones({2, 3}), i32({0, 3}, {2}), {.label_smoothing = 0.1}); },
-              "mg::cross_entropy: label 3 at row 1 is out of range");
+  check_error(
+      [] {
+        cross_entropy(ones({2, 3}), i32({0, 1}, {2}), {.label_smoothing = 1.5});
+      },
+      "mg::cross_entropy: label_smoothing must be in [0, 1], got 1.5");
+  check_error(
+      [] {
+        cross_entropy(ones({2, 3}), i32({0, 3}, {2}), {.label_smoothing = 0.1});
+      },
+      "mg::cross_entropy: label 3 at row 1 is out of range");
 }

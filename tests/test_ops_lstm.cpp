@@ -36,8 +36,10 @@ struct Inputs {
 };
 
 Inputs random_inputs(std::int64_t T, std::int64_t B, std::int64_t H, std::uint64_t seed, bool requires_grad = true) {
-  return {random_f64({T, B, 4 * H}, -1.5, 1.5, seed, requires_grad), random_f64({4 * H, H}, -0.8, 0.8, seed + 1, requires_grad),
-          random_f64({4 * H}, -0.5, 0.5, seed + 2, requires_grad), random_f64({B, H}, -0.9, 0.9, seed + 3, requires_grad),
+  return {random_f64({T, B, 4 * H}, -1.5, 1.5, seed, requires_grad),
+          random_f64({4 * H, H}, -0.8, 0.8, seed + 1, requires_grad),
+          random_f64({4 * H}, -0.5, 0.5, seed + 2, requires_grad),
+          random_f64({B, H}, -0.9, 0.9, seed + 3, requires_grad),
           random_f64({B, H}, -2.0, 2.0, seed + 4, requires_grad)};
 }
 
@@ -68,7 +70,8 @@ TEST_CASE("lstm_recurrence: gradients of every input by central differences") {
   for (auto [T, B, H] : {std::array<std::int64_t, 3>{1, 2, 2}, {4, 3, 2}}) {
     INFO("T " << T << " B " << B << " H " << H);
     const Inputs in = random_inputs(T, B, H, 100 + static_cast<std::uint64_t>(T));
-    check_gradients("lstm_recurrence", [](const std::vector<Tensor>& x) { return lstm_recurrence(x[0], x[1], x[2], x[3], x[4]); },
+    check_gradients("lstm_recurrence",
+                    [](const std::vector<Tensor>& x) { return lstm_recurrence(x[0], x[1], x[2], x[3], x[4]); },
                     {in.gates_x, in.w, in.b, in.h0, in.c0});
   }
 }
@@ -133,7 +136,8 @@ TEST_CASE("lstm_recurrence: bad input is refused with a clear error") {
   check_error([&] { lstm_recurrence(gx, w, zeros({4}), h, c); }, "bias_hh must be [4H]");
   check_error([&] { lstm_recurrence(gx, w, b, zeros({2, 2}), c); }, "h0 and c0 must be [B, H]");
   check_error([&] { lstm_recurrence(gx, cast(w, DType::F16), b, h, c); }, "mg::lstm_recurrence");
-  check_error([&] { lstm_recurrence(gx, w, b, cast(h, DType::F16), cast(c, DType::F16)); }, "the state (h0, c0) must have the gates' dtype");
+  check_error([&] { lstm_recurrence(gx, w, b, cast(h, DType::F16), cast(c, DType::F16)); },
+              "the state (h0, c0) must have the gates' dtype");
   check_error([&] { lstm_recurrence(gx, w, cast(b, DType::F64), h, c); }, "bias_hh must have the gates' dtype (f32)");
 }
 

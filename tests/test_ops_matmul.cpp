@@ -70,8 +70,8 @@ Reference reference_matmul(const Tensor& a, const Tensor& b, MatmulOptions o) {
 void check_matmul(const Tensor& a, const Tensor& b, MatmulOptions o, double final_rtol, double unit,
                   double extra_atol = 0.0) {
   const Dims d = dims_of(a, b, o);
-  INFO("m " << d.m << ", n " << d.n << ", k " << d.k << ", batch " << d.batch << ", transpose_a "
-            << o.transpose_a << ", transpose_b " << o.transpose_b << ", dtype " << dtype_name(a.dtype()));
+  INFO("m " << d.m << ", n " << d.n << ", k " << d.k << ", batch " << d.batch << ", transpose_a " << o.transpose_a
+            << ", transpose_b " << o.transpose_b << ", dtype " << dtype_name(a.dtype()));
   Reference r = reference_matmul(a, b, o);
   Tensor c = matmul(a, b, o);
   CHECK(c.dtype() == a.dtype());
@@ -142,7 +142,9 @@ TEST_CASE("matmul: 3-D x 2-D shares the right operand across the batch") {
 }
 
 TEST_CASE("matmul: odd sizes 1, 7, 17 and [5,784]x[784,10]") {
-  struct Case { std::int64_t m, n, k; };
+  struct Case {
+    std::int64_t m, n, k;
+  };
   for (Case s : {Case{1, 1, 1}, Case{1, 1, 7}, Case{7, 7, 1}, Case{17, 7, 17}, Case{1, 17, 7}, Case{5, 10, 784}}) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool ta = layout & 1, tb = layout & 2;
@@ -213,20 +215,30 @@ TEST_CASE("matmul: f16/bf16 accumulate in f32") {
 }
 
 TEST_CASE("matmul: bad shapes, dtypes and layouts") {
-  check_error([] { matmul(ones({2, 3}), ones({4, 5})); },
-              "mg::matmul: inner dimensions differ: [2, 3] has k = 3 but [4, 5]");
+  check_error(
+      [] {
+        matmul(ones({2, 3}), ones({4, 5}));
+      },
+      "mg::matmul: inner dimensions differ: [2, 3] has k = 3 but [4, 5]");
   check_error([] { matmul(ones({2, 3}), ones({4, 3}), {.transpose_a = true}); }, "mg::matmul: inner dimensions differ");
-  check_error([] { matmul(ones({2, 3, 4}), ones({3, 4, 5})); },
-              "mg::matmul: batch sizes differ and do not broadcast: [2, 3, 4] and [3, 4, 5]");
+  check_error(
+      [] {
+        matmul(ones({2, 3, 4}), ones({3, 4, 5}));
+      },
+      "mg::matmul: batch sizes differ and do not broadcast: [2, 3, 4] and [3, 4, 5]");
   check_error([] { matmul(ones({2, 5, 3, 4}), ones({3, 4, 5})); }, "mg::matmul: batch sizes differ");
   check_error([] { matmul(ones({3}), ones({4})); }, "mg::matmul: inner dimensions differ: [3] has k = 3 but [4]");
   check_error([] { matmul(ones({2, 3}), ones({2})); }, "mg::matmul: inner dimensions differ");
-  check_error([] { matmul(ones({3}), ones({3}), {.transpose_a = true}); }, "mg::matmul: a 1-D operand takes no transpose");
+  check_error([] { matmul(ones({3}), ones({3}), {.transpose_a = true}); },
+              "mg::matmul: a 1-D operand takes no transpose");
   check_error([] { matmul(ones({}), ones({3})); }, "mg::matmul: needs operands of at least one dim");
   check_error([] { matmul(ones({2, 3, 4}), ones({4, 5}), {.transpose_a = true}); }, "mg::matmul");
   check_error([] { matmul(ones({2, 3, 4}), ones({5, 6})); }, "mg::matmul: inner dimensions differ");
-  check_error([] { matmul(ones({2, 3}), ones({3, 2}, {.dtype = DType::F16})); },
-              "mg::matmul: inputs have different dtypes");
+  check_error(
+      [] {
+        matmul(ones({2, 3}), ones({3, 2}, {.dtype = DType::F16}));
+      },
+      "mg::matmul: inputs have different dtypes");
   check_error([] { matmul(ones({2, 3}, {.dtype = DType::BF16}), ones({3, 2}, {.dtype = DType::F16})); }, "mg::matmul");
   Tensor i = from_vector({1, 2, 3, 4}, {2, 2}, {.dtype = DType::I32});
   check_error([&] { matmul(i, i); }, "mg::matmul: needs a floating-point tensor");
@@ -256,7 +268,8 @@ TEST_CASE("linear: x W^T + b by hand, gradients, autocast keeps the output low p
 
 TEST_CASE("linear: any number of leading dims, and a 1-D input, as torch.nn.functional.linear") {
   // x [2, 3, 5, 4] is 30 rows of 4: each output row is the same as linear of that row alone.
-  const Tensor x = random_f64({2, 3, 5, 4}, -1, 1, 11), w = random_f64({7, 4}, -1, 1, 12), b = random_f64({7}, -1, 1, 13);
+  const Tensor x = random_f64({2, 3, 5, 4}, -1, 1, 11), w = random_f64({7, 4}, -1, 1, 12),
+               b = random_f64({7}, -1, 1, 13);
   const Tensor y = linear(x, w, b);
   CHECK(y.shape() == Shape{2, 3, 5, 7});
   const Tensor rows = linear(reshape(x, {30, 4}), w, b);
@@ -279,20 +292,25 @@ TEST_CASE("linear: any number of leading dims, and a 1-D input, as torch.nn.func
   CHECK(no_features.shape() == Shape{2, 3});
   check_values(no_features, {0.5, -1, 2, 0.5, -1, 2});
   CHECK(linear(f64({}, {0, 2}, false), w2, b2).shape() == Shape{0, 3});
-  check_error([] { linear(full({}, 1.0, {.dtype = DType::F64}), f64({1, 2}, {1, 2})); },
-              "mg::linear: needs x [..., in]");
+  check_error(
+      [] {
+        linear(full({}, 1.0, {.dtype = DType::F64}), f64({1, 2}, {1, 2}));
+      },
+      "mg::linear: needs x [..., in]");
 }
 
 TEST_CASE("gemm_widened_b: B widened once gives the bits of gemm, for f16, bf16 and f32 (nothing widened)") {
   for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
     CAPTURE(dtype);
-    const Tensor a = mg::testing::uniform_in({33, 70}, dtype, 1, -1, 1), b = mg::testing::uniform_in({50, 70}, dtype, 2, -1, 1);
+    const Tensor a = mg::testing::uniform_in({33, 70}, dtype, 1, -1, 1),
+                 b = mg::testing::uniform_in({50, 70}, dtype, 2, -1, 1);
     const Tensor widened = kernels::widen_gemm_operand(b);
     // Only the "widen" path keeps a copy; a microkernel widens as it packs (kernels/cpu/blas_choice.h).
     const kernels::cpu::GemmChoice& choice = kernels::cpu::gemm_choice();
     CHECK(widened.defined() == (dtype != DType::F32 && !(dtype == DType::F16 ? choice.f16 : choice.bf16)));
     const kernels::GemmShape shape{.m = 33, .n = 50, .k = 70, .transpose_b = true};
-    Tensor expected = Tensor::empty({33, 50}, {.dtype = DType::F32}), got = Tensor::empty({33, 50}, {.dtype = DType::F32});
+    Tensor expected = Tensor::empty({33, 50}, {.dtype = DType::F32}),
+           got = Tensor::empty({33, 50}, {.dtype = DType::F32});
     kernels::gemm(a, b, expected, shape);
     kernels::gemm_widened_b(a, b, widened, got, shape);
     CHECK(got.to_vector<float>() == expected.to_vector<float>());
@@ -367,10 +385,12 @@ TEST_CASE("matmul: 1-D operands as torch.matmul: dot, matrix-vector, vector-matr
 }
 
 TEST_CASE("matmul: batch dims broadcast as torch.matmul, against loops; gradients summed back") {
-  struct Case { Shape a, b; };
-  for (const Case& c : {Case{{1, 2, 3}, {4, 3, 5}}, Case{{4, 2, 3}, {1, 3, 5}}, Case{{2, 3}, {4, 3, 5}},
-                        Case{{2, 1, 2, 3}, {3, 3, 5}}, Case{{2, 3, 2, 3}, {2, 3, 3, 5}}, Case{{2, 3, 2, 3}, {3, 5}},
-                        Case{{3, 1, 2, 3}, {1, 4, 3, 2}}}) {
+  struct Case {
+    Shape a, b;
+  };
+  for (const Case& c :
+       {Case{{1, 2, 3}, {4, 3, 5}}, Case{{4, 2, 3}, {1, 3, 5}}, Case{{2, 3}, {4, 3, 5}}, Case{{2, 1, 2, 3}, {3, 3, 5}},
+        Case{{2, 3, 2, 3}, {2, 3, 3, 5}}, Case{{2, 3, 2, 3}, {3, 5}}, Case{{3, 1, 2, 3}, {1, 4, 3, 2}}}) {
     INFO("a " << fmt::format("{}", c.a) << ", b " << fmt::format("{}", c.b));
     const Tensor a = random_operand(c.a, 11), b = random_operand(c.b, 12);
     Shape batch;
@@ -387,10 +407,13 @@ TEST_CASE("matmul: batch dims broadcast as torch.matmul, against loops; gradient
   const Tensor nn_form = matmul(transpose(a, 1, 2), transpose(b, 1, 2));
   check_close(matmul(a, b, {.transpose_a = true, .transpose_b = true}), nn_form, 1e-14, 1e-14);
   check_gradients("matmul broadcast TT",
-                  [](const std::vector<Tensor>& in) { return matmul(in[0], in[1], {.transpose_a = true, .transpose_b = true}); },
+                  [](const std::vector<Tensor>& in) {
+                    return matmul(in[0], in[1], {.transpose_a = true, .transpose_b = true});
+                  },
                   {a, b});
   // f16 operands: exact products, f32 sums, one rounding, whichever operand is repeated.
-  const Tensor ah = random_f64({1, 4, 64}, -1, 1, 15, false).to(DType::F16), bh = random_f64({3, 64, 2}, -1, 1, 16, false).to(DType::F16);
+  const Tensor ah = random_f64({1, 4, 64}, -1, 1, 15, false).to(DType::F16),
+               bh = random_f64({3, 64, 2}, -1, 1, 16, false).to(DType::F16);
   Shape batch;
   const std::vector<double> expected = broadcast_reference(ah, bh, batch);
   check_values(matmul(ah, bh), expected, tolerance(DType::F16, 0.5), 65 * 0x1p-24 * 64);

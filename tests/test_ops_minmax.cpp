@@ -39,7 +39,9 @@ Extremes line_minimums(const Tensor& x, std::int64_t dim) {
     for (std::int64_t i = 0; i < inner; ++i) {
       std::int64_t best = 0;
       for (std::int64_t j = 1; j < n; ++j)
-        if (v[static_cast<std::size_t>((o * n + j) * inner + i)] < v[static_cast<std::size_t>((o * n + best) * inner + i)]) best = j;
+        if (v[static_cast<std::size_t>((o * n + j) * inner + i)] <
+            v[static_cast<std::size_t>((o * n + best) * inner + i)])
+          best = j;
       out.values.push_back(v[static_cast<std::size_t>((o * n + best) * inner + i)]);
       out.positions.push_back(static_cast<double>(best));
     }
@@ -108,7 +110,8 @@ TEST_CASE("maximum and minimum: promote under autocast; bad shapes and dtypes") 
     CHECK(maximum(uniform_in({2}, DType::F16, 3), uniform_in({2}, DType::F32, 4)).dtype() == DType::F32);
   }
   check_error([] { maximum(ones({2, 3}), ones({4})); }, "mg::maximum: shapes [2, 3] and [4] cannot be broadcast");
-  check_error([] { minimum(ones({2}), ones({2}, {.dtype = DType::F16})); }, "mg::minimum: inputs have different dtypes");
+  check_error([] { minimum(ones({2}), ones({2}, {.dtype = DType::F16})); },
+              "mg::minimum: inputs have different dtypes");
   check_error([] { maximum(tensor({1}, {.dtype = DType::I32}), tensor({1}, {.dtype = DType::I32})); },
               "mg::maximum: needs a floating-point tensor");
 }
@@ -182,9 +185,11 @@ TEST_CASE("max_with_indices and min_with_indices: torch.max(x, dim) and torch.mi
       check_values(small.values, min(v, dim, keepdim).to_vector<double>(), 0, 0);
       check_values(small.indices, argmin(v, dim, keepdim).to_vector<double>(), 0, 0);
     }
-    check_gradients("max_with_indices", [dim](const std::vector<Tensor>& in) { return max_with_indices(in[0], dim).values; },
+    check_gradients("max_with_indices",
+                    [dim](const std::vector<Tensor>& in) { return max_with_indices(in[0], dim).values; },
                     {distinct_values()});
-    check_gradients("min_with_indices", [dim](const std::vector<Tensor>& in) { return min_with_indices(in[0], dim, true).values; },
+    check_gradients("min_with_indices",
+                    [dim](const std::vector<Tensor>& in) { return min_with_indices(in[0], dim, true).values; },
                     {distinct_values()});
   }
   for (DType dtype : {DType::F16, DType::BF16}) {  // selected values: exact in any dtype

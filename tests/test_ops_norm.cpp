@@ -280,10 +280,12 @@ TEST_CASE("dropout: the gradient is mask / (1 - p), in f32 and by gradcheck in f
     INFO("element " << i);
     CHECK(grad[i] == (yv[i] == 0.0f ? 0.0f : scale));  // x > 0, so y = 0 exactly where dropped
   }
-  check_gradients("dropout", [p](const auto& t) {
-    Generator same_mask(62);  // a fresh generator per evaluation: the same mask every time
-    return dropout(t[0], p, true, same_mask);
-  }, {random_f64({4, 5}, -1.0, 1.0, 63)});
+  check_gradients("dropout",
+                  [p](const auto& t) {
+                    Generator same_mask(62);  // a fresh generator per evaluation: the same mask every time
+                    return dropout(t[0], p, true, same_mask);
+                  },
+                  {random_f64({4, 5}, -1.0, 1.0, 63)});
 }
 
 TEST_CASE("dropout: in f16 the survivors are x / (1 - p) rounded once") {
@@ -307,8 +309,10 @@ TEST_CASE("dropout: in f16 the survivors are x / (1 - p) rounded once") {
     std::size_t dropped = 0;
     for (std::size_t i = 0; i < y.size(); ++i) {
       INFO("x " << values[i] << ": got " << y[i] << ", expected " << expected[i]);
-      if (y[i] == 0.0) ++dropped;
-      else CHECK(y[i] == expected[i]);
+      if (y[i] == 0.0)
+        ++dropped;
+      else
+        CHECK(y[i] == expected[i]);
     }
     const double count = static_cast<double>(n);
     CHECK(std::fabs(static_cast<double>(dropped) / count - p) <= 5 * std::sqrt(p * (1 - p) / count));
@@ -317,15 +321,15 @@ TEST_CASE("dropout: in f16 the survivors are x / (1 - p) rounded once") {
 
 TEST_CASE("layer_norm, batch_norm and dropout: bad input names the op") {
   Tensor x = zeros({2, 4});
-  check_error([&] { layer_norm(x, zeros({3})); }, "mg::layer_norm");         // weight [3] for 4 features
+  check_error([&] { layer_norm(x, zeros({3})); }, "mg::layer_norm");  // weight [3] for 4 features
   check_error([&] { layer_norm(x, zeros({4}), zeros({2, 2})); }, "mg::layer_norm");
   check_error([&] { layer_norm(x, {}, {}, -1.0); }, "mg::layer_norm");
-  check_error([&] { layer_norm(zeros({}), {}, {}); }, "mg::layer_norm");      // no last dim
-  check_error([&] { batch_norm(zeros({1, 3}), {}, {}, {}, {}); }, "mg::batch_norm");        // one value per channel
+  check_error([&] { layer_norm(zeros({}), {}, {}); }, "mg::layer_norm");  // no last dim
+  check_error([&] { batch_norm(zeros({1, 3}), {}, {}, {}, {}); }, "mg::batch_norm");  // one value per channel
   check_error([&] { batch_norm(zeros({1, 3, 1, 1}), {}, {}, {}, {}); }, "mg::batch_norm");
-  check_error([&] { batch_norm(zeros({4}), {}, {}, {}, {}); }, "mg::batch_norm");           // rank 1
-  check_error([&] { batch_norm(x, {}, {}, zeros({3}), {}); }, "mg::batch_norm");            // weight [3] for C = 4
-  check_error([&] { batch_norm(x, zeros({4}), {}, {}, {}); }, "mg::batch_norm");            // one running stat
+  check_error([&] { batch_norm(zeros({4}), {}, {}, {}, {}); }, "mg::batch_norm");  // rank 1
+  check_error([&] { batch_norm(x, {}, {}, zeros({3}), {}); }, "mg::batch_norm");  // weight [3] for C = 4
+  check_error([&] { batch_norm(x, zeros({4}), {}, {}, {}); }, "mg::batch_norm");  // one running stat
   check_error([&] { batch_norm(x, {}, {}, {}, {}, {.training = false}); }, "mg::batch_norm");  // eval, no stats
   check_error([&] { batch_norm(x, {}, {}, {}, {}, {.momentum = 1.5}); }, "mg::batch_norm");
   // One value per channel is fine in evaluation mode.
@@ -338,6 +342,10 @@ TEST_CASE("layer_norm, batch_norm and dropout: bad input names the op") {
 TEST_CASE("layer_norm and batch_norm: f16 input with f32 weight outside autocast is an error") {
   // README: "No implicit casts outside autocast: mixing f32 and f16 in one op is an mg::Error".
   Tensor xh = zeros({2, 4}, {.dtype = DType::F16});
-  SUBCASE("layer_norm") { check_error([&] { layer_norm(xh, ones({4})); }, "mg::layer_norm"); }
-  SUBCASE("batch_norm") { check_error([&] { batch_norm(xh, {}, {}, ones({4}), zeros({4})); }, "mg::batch_norm"); }
+  SUBCASE("layer_norm") {
+    check_error([&] { layer_norm(xh, ones({4})); }, "mg::layer_norm");
+  }
+  SUBCASE("batch_norm") {
+    check_error([&] { batch_norm(xh, {}, {}, ones({4}), zeros({4})); }, "mg::batch_norm");
+  }
 }

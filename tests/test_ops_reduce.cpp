@@ -49,8 +49,10 @@ std::vector<double> reduce_reference(const Tensor& x, std::int64_t dim, LineFn f
 Shape reduced_shape(const Tensor& x, std::int64_t dim, bool keepdim) {
   Shape s = x.shape();
   const auto d = static_cast<std::size_t>(dim < 0 ? dim + x.dim() : dim);
-  if (keepdim) s[d] = 1;
-  else s.erase(s.begin() + static_cast<std::ptrdiff_t>(d));
+  if (keepdim)
+    s[d] = 1;
+  else
+    s.erase(s.begin() + static_cast<std::ptrdiff_t>(d));
   return s;
 }
 
@@ -160,8 +162,8 @@ TEST_CASE("sum and mean of a million f32 values: within log2(n) eps of the f64 s
       const double exact = line_sum(values.to_vector<double>());  // every term >= 0: sum |x| = sum x
       auto check_sum = [&](const Tensor& got, double expected, const char* what) {
         for (double v : got.to_vector<double>()) {
-          INFO(std::string(what) << ": " << v << " vs f64 " << expected << ", relative error " << std::fabs(v - expected) / expected
-                    << " (bound " << bound << ")");
+          INFO(std::string(what) << ": " << v << " vs f64 " << expected << ", relative error "
+                                 << std::fabs(v - expected) / expected << " (bound " << bound << ")");
           CHECK(std::fabs(v - expected) <= bound * expected);
         }
       };
@@ -297,7 +299,7 @@ TEST_CASE("argmax: flat and along dims, keepdim, first maximum, not differentiab
   CHECK(argmax(x, -1, true).shape() == Shape{2, 1});
   check_values(argmax(x, -1, true), {1, 2}, 0, 0);
   CHECK_FALSE(argmax(x, 1).requires_grad());
-  check_values(argmax(tensor({2, 7, 7, 1})), {1}, 0, 0);       // ties: the first
+  check_values(argmax(tensor({2, 7, 7, 1})), {1}, 0, 0);  // ties: the first
   check_values(argmax(from_vector({4, 4, 1, 4}, {2, 2}), 0), {0, 0}, 0, 0);
   // 1.0001 and 1.0002 both round to 1 in f16: the tie then goes to the first.
   check_values(argmax(tensor({1.0001, 1.0002, 0.5}, {.dtype = DType::F16})), {0}, 0, 0);
@@ -322,9 +324,14 @@ TEST_CASE("broadcast_to: values, gradcheck and bad shapes") {
   CHECK(b.shape() == Shape{4, 2, 3});
   check_values(b, expected);
   check_gradients("broadcast_to [2,1]->[4,2,3]",
-                  [](const std::vector<Tensor>& in) { return broadcast_to(in[0], {4, 2, 3}); },
+                  [](const std::vector<Tensor>& in) {
+                    return broadcast_to(in[0], {4, 2, 3});
+                  },
                   {random_f64({2, 1}, -1, 1, 2)});
-  check_gradients("broadcast_to {}->[2,3]", [](const std::vector<Tensor>& in) { return broadcast_to(in[0], {2, 3}); },
+  check_gradients("broadcast_to {}->[2,3]",
+                  [](const std::vector<Tensor>& in) {
+                    return broadcast_to(in[0], {2, 3});
+                  },
                   {random_f64({}, -1, 1, 3)});
   check_values(broadcast_to(from_vector({0.1, -3}, {2, 1}, {.dtype = DType::F16}), {2, 2}),
                {0.0999755859375, 0.0999755859375, -3, -3}, 0, 0);  // f16 values copied, not rounded again
@@ -348,11 +355,17 @@ TEST_CASE("sum_to: values, gradcheck, f16 accumulation and bad shapes") {
   std::vector<double> yv = y.to_vector<double>(), expected(2, 0.0);
   for (std::size_t i = 0; i < 24; ++i) expected[(i / 3) % 2] += yv[i];
   check_values(sum_to(y, {2, 1}), expected, 1e-14, 1e-14);
-  check_gradients("sum_to [4,2,3]->[2,1]", [](const std::vector<Tensor>& in) { return sum_to(in[0], {2, 1}); },
+  check_gradients("sum_to [4,2,3]->[2,1]",
+                  [](const std::vector<Tensor>& in) {
+                    return sum_to(in[0], {2, 1});
+                  },
                   {random_f64({4, 2, 3}, -1, 1, 2)});
   check_gradients("sum_to [2,3]->{}", [](const std::vector<Tensor>& in) { return sum_to(in[0], {}); },
                   {random_f64({2, 3}, -1, 1, 3)});
-  check_gradients("sum_to [2,3]->[1,3]", [](const std::vector<Tensor>& in) { return sum_to(in[0], {1, 3}); },
+  check_gradients("sum_to [2,3]->[1,3]",
+                  [](const std::vector<Tensor>& in) {
+                    return sum_to(in[0], {1, 3});
+                  },
                   {random_f64({2, 3}, -1, 1, 4)});
   // Summed in f32 and rounded once: a running f16 sum would stop at 2048, a bf16 one at 256.
   check_values(sum_to(ones({4096, 1}, {.dtype = DType::F16}), {1}), {4096}, 0, 0);

@@ -68,9 +68,12 @@ Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, b
   Shape out;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     bool is_reduced = dims.empty();
-    for (std::int64_t r : dims) is_reduced |= static_cast<std::size_t>(r < 0 ? r + static_cast<std::int64_t>(shape.size()) : r) == d;
-    if (!is_reduced) out.push_back(shape[d]);
-    else if (keepdim) out.push_back(1);
+    for (std::int64_t r : dims)
+      is_reduced |= static_cast<std::size_t>(r < 0 ? r + static_cast<std::int64_t>(shape.size()) : r) == d;
+    if (!is_reduced)
+      out.push_back(shape[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -199,7 +202,8 @@ TEST_CASE("var and std: every list of dims, corrections 0, 1 and 2.5, against f6
         const Tensor v = var(x, dims, options), s = mg::std(x, dims, options);
         CHECK(v.shape() == reduced_shape(x.shape(), dims, keepdim));
         CHECK(s.shape() == v.shape());
-        std::vector<double> expected = reduce_reference(x, dims, [&](const auto& line) { return line_var(line, correction); });
+        std::vector<double> expected = reduce_reference(x, dims,
+                                                        [&](const auto& line) { return line_var(line, correction); });
         check_values(v, expected, 1e-13, 1e-15);
         for (double& e : expected) e = std::sqrt(e);
         check_values(s, expected, 1e-13, 1e-15);
@@ -236,9 +240,11 @@ TEST_CASE("var and std: gradcheck, f16 without overflow or cancellation, f32 und
                       {random_f64({2, 3, 4}, -2, 2, 10)});
       check_gradients("std", [&](const std::vector<Tensor>& in) { return mg::std(in[0], dims, options); },
                       {random_f64({2, 3, 4}, -2, 2, 11)});
-      check_gradients("std keepdim", [&](const std::vector<Tensor>& in) {
-        return mg::std(in[0], dims, {.correction = correction, .keepdim = true});
-      }, {random_f64({2, 3, 4}, -2, 2, 12)});
+      check_gradients("std keepdim",
+                      [&](const std::vector<Tensor>& in) {
+                        return mg::std(in[0], dims, {.correction = correction, .keepdim = true});
+                      },
+                      {random_f64({2, 3, 4}, -2, 2, 12)});
     }
   }
   // Squares of 1000 overflow f16 (65504) and a sum-of-squares formula would cancel; from the

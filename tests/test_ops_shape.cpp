@@ -42,7 +42,10 @@ TEST_CASE("reshape: -1 inference, a view that shares storage") {
 }
 
 TEST_CASE("reshape: gradcheck and bad shapes") {
-  check_gradients("reshape [2,3]->[3,2]", [](const std::vector<Tensor>& in) { return reshape(in[0], {3, 2}); },
+  check_gradients("reshape [2,3]->[3,2]",
+                  [](const std::vector<Tensor>& in) {
+                    return reshape(in[0], {3, 2});
+                  },
                   {random_f64({2, 3}, -1, 1, 1)});
   check_gradients("reshape [2,3,4]->[-1]", [](const std::vector<Tensor>& in) { return in[0].reshape({-1}); },
                   {random_f64({2, 3, 4}, -1, 1, 2)});
@@ -95,9 +98,15 @@ TEST_CASE("permute: out dim d is x dim dims[d]") {
   CHECK(permute(x, {1, 0, 2}).shape() == Shape{3, 2, 4});
   check_values(permute(x, {1, 0, 2}), rows_kept, 0, 0);
   check_values(permute(x, {0, 1, 2}), v, 0, 0);
-  check_gradients("permute 2 0 1", [](const std::vector<Tensor>& in) { return permute(in[0], {2, 0, 1}); },
+  check_gradients("permute 2 0 1",
+                  [](const std::vector<Tensor>& in) {
+                    return permute(in[0], {2, 0, 1});
+                  },
                   {random_f64({2, 3, 4}, -1, 1, 2)});
-  check_gradients("permute 1 0 2", [](const std::vector<Tensor>& in) { return permute(in[0], {1, 0, 2}); },
+  check_gradients("permute 1 0 2",
+                  [](const std::vector<Tensor>& in) {
+                    return permute(in[0], {1, 0, 2});
+                  },
                   {random_f64({2, 3, 4}, -1, 1, 3)});
   check_values(permute(i32(kBigInts, {1, 3, 2}), {2, 0, 1}), kBigIntsTransposed, 0, 0);
   check_error([&] { permute(x, {0, 1}); }, "mg::permute: 2 dims given for a tensor with shape [2, 3, 4]");
@@ -131,8 +140,11 @@ TEST_CASE("cat: gradcheck and bad input") {
   check_error([] { cat({}, 0); }, "mg::cat: needs at least one tensor");
   check_error([&] { cat({a, ones({2, 3})}, 0); }, "mg::cat: tensor 1 has shape [2, 3] but tensor 0 has [2, 2]");
   check_error([&] { cat({a, ones({2})}, 0); }, "mg::cat: tensor 1 has shape [2]");
-  check_error([&] { cat({a, ones({2, 2}, {.dtype = DType::F16})}, 0); },
-              "mg::cat: tensor 1 is f16 but tensor 0 is f32");
+  check_error(
+      [&] {
+        cat({a, ones({2, 2}, {.dtype = DType::F16})}, 0);
+      },
+      "mg::cat: tensor 1 is f16 but tensor 0 is f32");
   check_error([&] { cat({a, a}, 2); }, "mg::cat: dim 2 is out of range");
 }
 
@@ -156,8 +168,11 @@ TEST_CASE("stack: a new dim at the front, middle or end") {
   check_error([] { stack({}, 0); }, "mg::stack: needs at least one tensor");
   check_error([&] { stack({a, ones({2})}, 0); }, "mg::stack: tensor 1 has shape [2] but tensor 0 has [3]");
   check_error([&] { stack({a, b}, 2); }, "mg::stack: dim 2 is out of range");
-  check_error([&] { stack({a, ones({3}, {.dtype = DType::F16})}, 0); },
-              "mg::stack: tensor 1 is f16 but tensor 0 is f32");
+  check_error(
+      [&] {
+        stack({a, ones({3}, {.dtype = DType::F16})}, 0);
+      },
+      "mg::stack: tensor 1 is f16 but tensor 0 is f32");
 }
 
 TEST_CASE("slice: a view along dim 0, a copy along other dims") {
@@ -184,12 +199,12 @@ TEST_CASE("slice: a view along dim 0, a copy along other dims") {
 
 TEST_CASE("slice: negative and out-of-range bounds clamp like Python") {
   Tensor x = arange(12).reshape({4, 3});
-  check_values(slice(x, 0, -2, 4), {6, 7, 8, 9, 10, 11});   // x[-2:4]
-  check_values(slice(x, 0, 1, -2), {3, 4, 5});               // x[1:-2]
-  check_values(slice(x, 1, -1, 3), {2, 5, 8, 11});           // x[:, -1:3]
+  check_values(slice(x, 0, -2, 4), {6, 7, 8, 9, 10, 11});  // x[-2:4]
+  check_values(slice(x, 0, 1, -2), {3, 4, 5});  // x[1:-2]
+  check_values(slice(x, 1, -1, 3), {2, 5, 8, 11});  // x[:, -1:3]
   check_values(slice(x, 0, -10, 10), arange(12).to_vector<double>());  // x[-10:10]: everything
   check_values(slice(x, 1, -10, 2), {0, 1, 3, 4, 6, 7, 9, 10});
-  CHECK(slice(x, 0, 3, 1).shape() == Shape{0, 3});            // begin past end: empty
+  CHECK(slice(x, 0, 3, 1).shape() == Shape{0, 3});  // begin past end: empty
   CHECK(slice(x, 0, 4, 100).shape() == Shape{0, 3});
   CHECK(slice(x, 1, 5, 10).shape() == Shape{4, 0});
   CHECK(slice(x, 1, -1, -2).shape() == Shape{4, 0});

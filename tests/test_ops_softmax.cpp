@@ -159,7 +159,7 @@ TEST_CASE("softmax: f16 and bf16 against an f64 reference") {
   for (DType dtype : {DType::F16, DType::BF16}) {
     INFO("dtype " << dtype_name(dtype));
     Generator generator(7);
-    Tensor rows = uniform({3, 16}, -4, 4, generator).to(dtype);    // exact inputs
+    Tensor rows = uniform({3, 16}, -4, 4, generator).to(dtype);  // exact inputs
     Tensor middle = uniform({2, 16, 3}, -4, 4, generator).to(dtype);
     for (auto [x, dim] : {std::pair{rows, std::int64_t{1}}, std::pair{middle, std::int64_t{1}}}) {
       Tensor x64 = x.to(DType::F64);
@@ -224,10 +224,11 @@ TEST_CASE("cross_entropy: gradcheck for every reduction, with ignore_index rows"
   Tensor labels = labels_of({0, 3, -100, 1, -100});
   for (Reduction reduction : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     INFO("reduction " << static_cast<int>(reduction));
-    check_gradients(
-        "cross_entropy",
-        [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], labels, {.reduction = reduction}); },
-        {random_f64({5, 4}, -3, 3, 1)});
+    check_gradients("cross_entropy",
+                    [&](const std::vector<Tensor>& in) {
+                      return cross_entropy(in[0], labels, {.reduction = reduction});
+                    },
+                    {random_f64({5, 4}, -3, 3, 1)});
   }
   Tensor custom = labels_of({2, 0, 1, 2, 3});
   check_gradients("cross_entropy ignore_index 2",
@@ -267,8 +268,11 @@ TEST_CASE("cross_entropy: bad input") {
   check_error([&] { cross_entropy(logits, labels_of({0, 1, 2})); }, "mg::cross_entropy: labels must be [rows] = [2]");
   check_error([] { cross_entropy(ones({3}), labels_of({0})); }, "mg::cross_entropy: logits must be [rows, classes]");
   check_error([] { cross_entropy(ones({1, 2, 3}), labels_of({0})); }, "mg::cross_entropy: logits must be");
-  check_error([] { cross_entropy(from_vector({1, 2}, {1, 2}, {.dtype = DType::I32}), labels_of({0})); },
-              "mg::cross_entropy: needs a floating-point tensor");
+  check_error(
+      [] {
+        cross_entropy(from_vector({1, 2}, {1, 2}, {.dtype = DType::I32}), labels_of({0}));
+      },
+      "mg::cross_entropy: needs a floating-point tensor");
   check_error([] { cross_entropy(zeros({0, 3}), labels_of({})); }, "mg::cross_entropy: the tensor is empty");
 }
 

@@ -43,8 +43,10 @@ void adam_reference(const optim::AdamOptions& o, bool decoupled, Vec& p, AdamSta
   const double bias1 = 1.0 - std::pow(o.beta1, s.t), bias2 = 1.0 - std::pow(o.beta2, s.t);
   for (std::size_t i = 0; i < p.size(); ++i) {
     double g = g_in[i];
-    if (decoupled) p[i] *= 1.0 - lr * o.weight_decay;
-    else g += o.weight_decay * p[i];
+    if (decoupled)
+      p[i] *= 1.0 - lr * o.weight_decay;
+    else
+      g += o.weight_decay * p[i];
     s.m[i] = o.beta1 * s.m[i] + (1.0 - o.beta1) * g;
     s.v[i] = o.beta2 * s.v[i] + (1.0 - o.beta2) * g * g;
     p[i] -= lr / bias1 * s.m[i] / (std::sqrt(s.v[i]) / std::sqrt(bias2) + o.eps);
@@ -89,7 +91,8 @@ void check_against_reference(DType dtype, const MakeOptimizer& make, const Refer
   }
 }
 
-void check_sgd(DType dtype, optim::SgdOptions o, double tol, const std::function<bool(int, std::size_t)>& present = {}) {
+void check_sgd(DType dtype, optim::SgdOptions o, double tol,
+               const std::function<bool(int, std::size_t)>& present = {}) {
   auto buffers = std::make_shared<std::vector<Vec>>(2);
   check_against_reference(
       dtype, [o](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), o); },
@@ -111,8 +114,11 @@ void check_adam(DType dtype, optim::AdamOptions o, bool decoupled, double tol,
       dtype,
       [o, decoupled](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
         if (!decoupled) return std::make_unique<optim::Adam>(std::move(p), o);
-        return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1,
-                                              .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+        return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = o.lr,
+                                                                                .beta1 = o.beta1,
+                                                                                .beta2 = o.beta2,
+                                                                                .eps = o.eps,
+                                                                                .weight_decay = o.weight_decay});
       },
       [o, decoupled, states](std::size_t i, Vec& p, const Vec& g, double lr) {
         adam_reference(o, decoupled, p, (*states)[i], g, lr);
@@ -279,13 +285,19 @@ TEST_CASE("optim: parameter groups step with their own lr and weight decay; set_
 
 TEST_CASE("optim: parameter groups refuse a parameter in two groups and bad overrides") {
   Tensor w = f64({1, 2}, {2}), b = f64({3}, {1});
-  check_error([&] { optim::SGD({{.parameters = {w, b}}, {.parameters = {b}}}); },
-              "optim::SGD: parameter 2 ([1]) is in group 0 and again in group 1; a parameter may belong to only one");
+  check_error(
+      [&] {
+        optim::SGD({{.parameters = {w, b}}, {.parameters = {b}}});
+      },
+      "optim::SGD: parameter 2 ([1]) is in group 0 and again in group 1; a parameter may belong to only one");
   check_error([&] { optim::Adam({{.parameters = {w}}, {.parameters = {b, b}}}); }, "appears twice in group 1");
   check_error([&] { optim::AdamW({{.parameters = {w}, .lr = -1.0}}); }, "optim::AdamW: group 0's learning rate");
   check_error([&] { optim::SGD({{.parameters = {w}, .weight_decay = NAN}}); }, "group 0's weight_decay");
-  check_error([&] { optim::SGD({{.parameters = {w}}, {.parameters = {f64({1}, {1}, false)}}}); },
-              "parameter 1 ([1] f64, in group 1) must be a floating leaf that requires grad");
+  check_error(
+      [&] {
+        optim::SGD({{.parameters = {w}}, {.parameters = {f64({1}, {1}, false)}}});
+      },
+      "parameter 1 ([1] f64, in group 1) must be a floating leaf that requires grad");
   check_error([&] { optim::AdamW({w}, {.weight_decay = -0.1}); }, "optim::AdamW: weight_decay must be finite");
 }
 

@@ -78,8 +78,9 @@ void check_against_reference(DType dtype, const optim::AdagradOptions& o) {
   Generator gen(42);
   std::vector<Tensor> params{uniform({3}, -2, 2, gen, {.dtype = dtype}).set_requires_grad(true),
                              uniform({2, 2}, -2, 2, gen, {.dtype = dtype}).set_requires_grad(true)};
-  optim::Adagrad adagrad(
-      {{.parameters = {params[0]}}, {.parameters = {params[1]}, .lr = o.lr / 2, .weight_decay = 0.0}}, o);
+  optim::Adagrad adagrad({{.parameters = {params[0]}},
+                          {.parameters = {params[1]}, .lr = o.lr / 2, .weight_decay = 0.0}},
+                         o);
   std::vector<Vec> expected{params[0].to_vector<double>(), params[1].to_vector<double>()};
   std::vector<AdagradState> states(2);
   const double tol = reference_tolerance(dtype);
@@ -188,9 +189,9 @@ TEST_CASE("Adagrad with master weights: f32 masters of f16 parameters step like 
     check_close(with_master.state().at(0), f32.state().at(0), 0.0, 0.0);
   }
   CHECK(with_master.state().at(0).dtype() == DType::F32);
-  CHECK(keys_of(with_master.state_dict()) ==
-        std::vector<std::string>{"group.0.lr", "group.0.parameter_count", "group.0.weight_decay", "state.0.master",
-                                 "state.0.step", "state.0.sum", "step_count"});
+  CHECK(keys_of(with_master.state_dict()) == std::vector<std::string>{"group.0.lr", "group.0.parameter_count",
+                                                                      "group.0.weight_decay", "state.0.master",
+                                                                      "state.0.step", "state.0.sum", "step_count"});
 
   // From a zero sum the first update is lr * sign(g): 2^-12 at 1.0, a tie below half of f16's spacing
   // there (2^-11) that rounds back to 1.0. Without a master every such update is lost; with one, none.
@@ -299,8 +300,11 @@ TEST_CASE("Adagrad: load_state_dict refuses bad state, naming the entry, and cha
   refused([](StateDict& s) { s.erase("state.0.step"); },
           "optim::Adagrad::load_state_dict: parameter 0 has state but no entry 'state.0.step'");
   refused([](StateDict& s) { s.erase("state.0.sum"); }, "no entry 'state.0.sum'");
-  refused([](StateDict& s) { s["state.0.sum"] = f64({1, 2, 3}, {3}, false); },
-          "entry 'state.0.sum' is [3] f64, but parameter 0 is [2] f64");
+  refused(
+      [](StateDict& s) {
+        s["state.0.sum"] = f64({1, 2, 3}, {3}, false);
+      },
+      "entry 'state.0.sum' is [3] f64, but parameter 0 is [2] f64");
   refused([](StateDict& s) { s["state.0.sum"] = ones({2}); },
           "entry 'state.0.sum' is [2] f32, but parameter 0 is [2] f64");
   refused([](StateDict& s) { s["state.0.step"] = state_scalar(2.5); },

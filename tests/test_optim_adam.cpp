@@ -22,9 +22,11 @@ using Vec = std::vector<double>;
 // The starting parameter and the five gradients fed to both optimizers (rounded to f32 from these
 // doubles, as torch.tensor(..., dtype=torch.float32) does).
 const Vec kParam{0.5, -1.25, 2.0, 0.3};
-const std::vector<Vec> kGradients{
-    {0.1, -0.2, 0.3, -0.4}, {0.25, 0.5, -0.75, 1.0}, {-0.6, 0.7, 0.05, -0.01}, {0.9, -0.03, 0.2, 0.4},
-    {-0.15, 0.35, -0.45, 0.8}};
+const std::vector<Vec> kGradients{{0.1, -0.2, 0.3, -0.4},
+                                  {0.25, 0.5, -0.75, 1.0},
+                                  {-0.6, 0.7, 0.05, -0.01},
+                                  {0.9, -0.03, 0.2, 0.4},
+                                  {-0.15, 0.35, -0.45, 0.8}};
 
 struct AfterFiveSteps {
   Vec param, exp_avg, exp_avg_sq;
@@ -66,10 +68,14 @@ TEST_CASE("Adam with L2 weight decay: five f32 steps equal torch.optim.Adam's bi
                              {0.0595935062, 0.0619967207, 0.0220901817, 0.174594164},
                              {0.00131890189, 0.000658261881, 0.00083803141, 0.0020761448}};
   for (Device device : devices()) {
-    check_five_steps(device, [](std::vector<Tensor> p) {
-      return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.999,
-                                                                            .eps = 1e-8, .weight_decay = 0.1});
-    }, torch);
+    check_five_steps(
+        device,
+        [](std::vector<Tensor> p) {
+          return std::make_unique<optim::Adam>(
+              std::move(p),
+              optim::AdamOptions{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+        },
+        torch);
   }
 }
 
@@ -80,9 +86,13 @@ TEST_CASE("AdamW: five f32 steps equal torch.optim.AdamW's bit for bit") {
                              {0.0709920004, 0.18961601, -0.103824005, 0.292352021},
                              {0.00126324326, 0.000901510648, 0.000895409845, 0.00195630384}};
   for (Device device : devices()) {
-    check_five_steps(device, [](std::vector<Tensor> p) {
-      return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.999,
-                                                                              .eps = 1e-6, .weight_decay = 0.05});
-    }, torch);
+    check_five_steps(
+        device,
+        [](std::vector<Tensor> p) {
+          return std::make_unique<optim::AdamW>(
+              std::move(p),
+              optim::AdamWOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.05});
+        },
+        torch);
   }
 }

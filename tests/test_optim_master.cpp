@@ -29,7 +29,7 @@ TEST_CASE("master weights: float16_master keeps updates of 2^-12 that float16_pu
     const double m = 1.0 - k * update;  // exact in f32
     check_values(opt.master(0), std::vector<double>(4, m), 0.0, 0.0);
     check_values(w, std::vector<double>(4, to_f16(m)), 0.0, 0.0);  // the f16 copy: round(master)
-    CHECK(amp::lost_update_fraction(opt) == 0.0);                   // counted in the masters
+    CHECK(amp::lost_update_fraction(opt) == 0.0);  // counted in the masters
   }
   check_values(w, std::vector<double>(4, 1.0 - std::ldexp(1.0, -8)), 0.0, 0.0);  // the copy moved too
 
@@ -321,7 +321,7 @@ TEST_CASE("master weights: groups keep their overrides over the masters") {
   b.set_grad(full({2}, 1.0, {.dtype = DType::F16}));
   mw.step();
   check_values(w, std::vector<double>(4, 1.0 - 0.5 * (1.0 + 0.5)), 0.0, 0.0);  // lr 0.5, wd 0.5: exact
-  check_values(b, {0.75, 0.75}, 0.0, 0.0);                                    // lr 0.25, no decay
+  check_values(b, {0.75, 0.75}, 0.0, 0.0);  // lr 0.25, no decay
   mw.set_lr(1, 0.125);
   CHECK(mw.lr(1) == 0.125);
   mw.set_lr(0.0625);  // every group
@@ -385,7 +385,8 @@ TEST_CASE("master weights: state_dict holds the masters; a bad one changes nothi
   check_error([&] { fresh.load_state_dict(wrong); }, "has no entry 'state.0.master'");
   wrong = saved;
   wrong.erase("step_count");
-  check_error([&] { fresh.load_state_dict(wrong); }, "optim::SGD::load_state_dict: the state has no entry 'step_count'");
+  check_error([&] { fresh.load_state_dict(wrong); },
+              "optim::SGD::load_state_dict: the state has no entry 'step_count'");
   check_values(fresh.master(0), {5.0, 5.0}, 0.0, 0.0);  // the masters were checked first, then not copied
   check_values(v, {5.0, 5.0}, 0.0, 0.0);
   CHECK(fresh.step_count() == 0);

@@ -100,7 +100,6 @@ TEST_CASE("optim: set_schedule scales the learning rate per step; set_lr changes
   CHECK(sgd.lr() == 2.0 / 16.0);
 }
 
-
 TEST_CASE("schedule: the factor multiplies every group's lr; a bad factor stops the step before any update") {
   Tensor a = f64({1.0}, {1}), b = f64({1.0}, {1});
   optim::SGD sgd({{.parameters = {a}}, {.parameters = {b}, .lr = 0.25}}, {.lr = 1.0});
@@ -267,8 +266,11 @@ TEST_CASE("clip: bad arguments are refused before any gradient changes") {
   check_error([&] { optim::clip_grad_norm_({g}, NAN); }, "max_norm must be > 0");
   check_error([&] { optim::clip_grad_norm_({g}, 1.0, 0.0); }, "norm_type must be > 0");
   check_error([&] { optim::clip_grad_norm_({g, Tensor()}, 1.0); }, "gradient 1 is undefined");
-  check_error([&] { optim::clip_grad_norm_({g, from_vector({1.0}, {1}, {.dtype = DType::I32})}, 1.0); },
-              "gradient 1 is i32");
+  check_error(
+      [&] {
+        optim::clip_grad_norm_({g, from_vector({1.0}, {1}, {.dtype = DType::I32})}, 1.0);
+      },
+      "gradient 1 is i32");
   check_values(g, {3.0, 4.0}, 0.0, 0.0);
 }
 

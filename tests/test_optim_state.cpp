@@ -77,11 +77,11 @@ TEST_CASE("state_dict: Adam and AdamW save both moments and each parameter's own
     adamw.step();
   }
   const StateDict state = adamw.state_dict();
-  CHECK(keys_of(state) == std::vector<std::string>{
-                              "group.0.lr", "group.0.parameter_count", "group.0.weight_decay", "group.1.lr",
-                              "group.1.parameter_count", "group.1.weight_decay", "state.0.exp_avg",
-                              "state.0.exp_avg_sq", "state.0.step", "state.1.exp_avg", "state.1.exp_avg_sq",
-                              "state.1.step", "step_count"});
+  CHECK(keys_of(state) == std::vector<std::string>{"group.0.lr", "group.0.parameter_count", "group.0.weight_decay",
+                                                   "group.1.lr", "group.1.parameter_count", "group.1.weight_decay",
+                                                   "state.0.exp_avg", "state.0.exp_avg_sq", "state.0.step",
+                                                   "state.1.exp_avg", "state.1.exp_avg_sq", "state.1.step",
+                                                   "step_count"});
   CHECK(state_value(state, "step_count", "test") == 3.0);
   CHECK(state_value(state, "state.0.step", "test") == 3.0);
   CHECK(state_value(state, "state.1.step", "test") == 2.0);
@@ -104,16 +104,24 @@ TEST_CASE("load_state_dict: every malformed state is refused before anything cha
     check_error([&] { sgd.load_state_dict(state); }, message);
     CHECK(same_state(sgd.state_dict(), before));
   };
-  refused([](StateDict& s) { s.erase("step_count"); }, "optim::SGD::load_state_dict: the state has no entry 'step_count'");
+  refused([](StateDict& s) { s.erase("step_count"); },
+          "optim::SGD::load_state_dict: the state has no entry 'step_count'");
   refused([](StateDict& s) { s.erase("group.0.lr"); }, "no entry 'group.0.lr'");
-  refused([](StateDict& s) { s["step_count"] = state_scalar(1.5); }, "entry 'step_count' must be a whole number from 0 to 9007199254740992, got 1.5");
+  refused([](StateDict& s) { s["step_count"] = state_scalar(1.5); },
+          "entry 'step_count' must be a whole number from 0 to 9007199254740992, got 1.5");
   refused([](StateDict& s) { s["group.0.lr"] = state_scalar(-1.0); }, "group 0 has lr -1");
-  refused([](StateDict& s) { s["state.0.momentum_buffer"] = f64({1, 2, 3}, {3}, false); },
-          "entry 'state.0.momentum_buffer' is [3] f64, but parameter 0 is [2] f64");
+  refused(
+      [](StateDict& s) {
+        s["state.0.momentum_buffer"] = f64({1, 2, 3}, {3}, false);
+      },
+      "entry 'state.0.momentum_buffer' is [3] f64, but parameter 0 is [2] f64");
   refused([](StateDict& s) { s["state.0.momentum_buffer"] = ones({2}); }, "is [2] f32, but parameter 0 is [2] f64");
-  refused([](StateDict& s) { s["state.0.exp_avg"] = f64({0, 0}, {2}, false); },
-          "entry 'state.0.exp_avg' is not state of optim::SGD with these options (its parameters' state is "
-          "[momentum_buffer]); was it saved by another optimizer?");
+  refused(
+      [](StateDict& s) {
+        s["state.0.exp_avg"] = f64({0, 0}, {2}, false);
+      },
+      "entry 'state.0.exp_avg' is not state of optim::SGD with these options (its parameters' state is "
+      "[momentum_buffer]); was it saved by another optimizer?");
   refused([](StateDict& s) { s["state.2.momentum_buffer"] = f64({0}, {1}, false); },
           "entry 'state.2.momentum_buffer' is for parameter 2, but optim::SGD has 2 parameters");
   refused([](StateDict& s) { s["group.1.lr"] = state_scalar(0.1); }, "is for group 1, but optim::SGD has 1 group(s)");
@@ -128,7 +136,8 @@ TEST_CASE("load_state_dict: every malformed state is refused before anything cha
   c.set_grad(f64({1.0, 1.0}, {2}, false));
   adam.step();
   check_error([&] { sgd.load_state_dict(adam.state_dict()); }, "is not state of optim::SGD");
-  check_error([&] { adam.load_state_dict(sgd.state_dict()); }, "entry 'state.0.momentum_buffer' is not state of optim::Adam");
+  check_error([&] { adam.load_state_dict(sgd.state_dict()); },
+              "entry 'state.0.momentum_buffer' is not state of optim::Adam");
   StateDict no_step = adam.state_dict();
   no_step.erase("state.0.step");
   check_error([&] { adam.load_state_dict(no_step); }, "parameter 0 has state but no entry 'state.0.step'");
@@ -152,7 +161,7 @@ TEST_CASE("load_state_dict: copies into the existing state; a parameter without 
   const Tensor buffer = target.state()[0];
   target.load_state_dict(saved);
   CHECK(same_state(target.state_dict(), saved));
-  REQUIRE(target.state().size() == 1);        // d's buffer is gone with the saved state
+  REQUIRE(target.state().size() == 1);  // d's buffer is gone with the saved state
   CHECK(target.state()[0].shares_storage_with(buffer));  // a's values, written into c's buffer
   CHECK(target.lr() == 0.1);
   CHECK(target.step_count() == 1);
@@ -215,7 +224,8 @@ void check_resume_is_bit_exact(const std::string& recipe_name, const MakeOptimiz
   const amp::Recipe recipe = amp::Recipe::parse(recipe_name);
   Generator gen(17);
   std::vector<Batch> batches;
-  for (std::size_t k = 0; k < 2 * n; ++k) batches.push_back({uniform({16, 4}, -1, 1, gen), uniform({16, 3}, -1, 1, gen)});
+  for (std::size_t k = 0; k < 2 * n; ++k)
+    batches.push_back({uniform({16, 4}, -1, 1, gen), uniform({16, 3}, -1, 1, gen)});
   const Trainer trainer{recipe, batches};
 
   std::vector<Tensor> model = make_model(3);
@@ -279,7 +289,9 @@ TEST_CASE("resume: Adagrad (lr_decay on per-parameter step counts, groups) is bi
     INFO(recipe);
     check_resume_is_bit_exact(recipe, [recipe](const std::vector<Tensor>& model) {
       return std::make_unique<optim::Adagrad>(
-          groups_of(model), optim::AdagradOptions{.lr = 0.05, .lr_decay = 0.1, .weight_decay = 1e-3,
+          groups_of(model), optim::AdagradOptions{.lr = 0.05,
+                                                  .lr_decay = 0.1,
+                                                  .weight_decay = 1e-3,
                                                   .master_weights = amp::Recipe::parse(recipe).master_weights});
     });
   }
@@ -288,8 +300,9 @@ TEST_CASE("resume: Adagrad (lr_decay on per-parameter step counts, groups) is bi
 TEST_CASE("resume: float16_master (f32 masters, AdamW, GradScaler, schedule) is bit-exact") {
   check_resume_is_bit_exact("float16_master", [](const std::vector<Tensor>& model) {
     const amp::Recipe recipe = amp::Recipe::parse("float16_master");
-    auto optimizer = std::make_unique<optim::AdamW>(
-        groups_of(model), optim::AdamWOptions{.lr = 0.01, .master_weights = recipe.master_weights});
+    auto optimizer = std::make_unique<optim::AdamW>(groups_of(model),
+                                                    optim::AdamWOptions{.lr = 0.01,
+                                                                        .master_weights = recipe.master_weights});
     optimizer->set_schedule(optim::linear_warmup(3, optim::cosine_decay(9, 0.1)));
     return optimizer;
   });

@@ -27,12 +27,13 @@ TEST_CASE("E2: without master weights f16 loses its updates and accuracy; with t
   const E2Result r = run_e2(small_e2(), small_fashion());
   for (const auto* runs : {&r.constant_lr, &r.decaying_lr}) {
     const RunResult &fp32 = by_id(*runs, "V0"), &pure = by_id(*runs, "V1"), &master = by_id(*runs, "V2");
-    INFO((runs == &r.constant_lr ? "constant lr" : "decaying lr") << ": fp32 " << fp32.final_accuracy
-         << ", float16_pure " << pure.final_accuracy << " (lost " << pure.lost_update_fraction << "), float16_master "
-         << master.final_accuracy << " (lost " << master.lost_update_fraction << ")");
-    CHECK(fp32.final_accuracy > 0.3);                      // fp32 learned something to lose (chance: 0.1)
-    CHECK(pure.lost_update_fraction > 0.5);                // most updates round away in f16 weights
-    CHECK(master.lost_update_fraction < 0.05);             // the f32 masters keep them
+    INFO((runs == &r.constant_lr ? "constant lr" : "decaying lr")
+         << ": fp32 " << fp32.final_accuracy << ", float16_pure " << pure.final_accuracy << " (lost "
+         << pure.lost_update_fraction << "), float16_master " << master.final_accuracy << " (lost "
+         << master.lost_update_fraction << ")");
+    CHECK(fp32.final_accuracy > 0.3);  // fp32 learned something to lose (chance: 0.1)
+    CHECK(pure.lost_update_fraction > 0.5);  // most updates round away in f16 weights
+    CHECK(master.lost_update_fraction < 0.05);  // the f32 masters keep them
     CHECK(std::fabs(master.final_accuracy - fp32.final_accuracy) < 0.02);
     CHECK(pure.final_accuracy < fp32.final_accuracy + 0.01);  // losing updates never helps
   }
@@ -78,9 +79,10 @@ TEST_CASE("E4 organic: an autoencoder's own output gradients flush in f16 unless
   auto flushed = [](const RunResult& run) { return run.log.back().logit_zero_in_f16_fraction; };
   const RunResult &fp32 = by_id(r.organic, "V0"), &unscaled = by_id(r.organic, "V2"), &fixed = by_id(r.organic, "V3"),
                   &dynamic = by_id(r.organic, "V4");
-  INFO("output gradients zero in f16 at the end: fp32 " << flushed(fp32) << ", V2 " << flushed(unscaled) << ", V3 "
-       << flushed(fixed) << ", V4 " << flushed(dynamic) << "; test loss fp32 " << fp32.final_test_loss << ", V2 "
-       << unscaled.final_test_loss << ", V4 " << dynamic.final_test_loss);
+  INFO("output gradients zero in f16 at the end: fp32 "
+       << flushed(fp32) << ", V2 " << flushed(unscaled) << ", V3 " << flushed(fixed) << ", V4 " << flushed(dynamic)
+       << "; test loss fp32 " << fp32.final_test_loss << ", V2 " << unscaled.final_test_loss << ", V4 "
+       << dynamic.final_test_loss);
   // Every run learned to reconstruct: below the loss of predicting 0.5 everywhere (log 2).
   for (const RunResult& run : r.organic) CHECK(run.final_test_loss < 0.6);
   // (sigmoid - pixel) / (128 x 784) is below 2^-25 for every pixel the model has within ~3e-3.
@@ -250,7 +252,8 @@ TEST_CASE("E3's long run: a checkpoint every N steps, each weight's zero and flu
     CHECK(c.all_flushed <= *std::max_element(c.flushed.begin(), c.flushed.end()) + 1e-12);
   }
   // The first checkpoint whose share reaches a threshold, or none.
-  const std::vector<E3Checkpoint> by_hand{{.step = 100, .all_flushed = 0.01}, {.step = 200, .all_flushed = 0.06},
+  const std::vector<E3Checkpoint> by_hand{{.step = 100, .all_flushed = 0.01},
+                                          {.step = 200, .all_flushed = 0.06},
                                           {.step = 300, .all_flushed = 0.04}};
   auto all = [](const E3Checkpoint& c) { return c.all_flushed; };
   CHECK(first_step_reaching(by_hand, all, 0.05) == std::optional<std::int64_t>(200));
@@ -286,9 +289,15 @@ TEST_CASE("E5: a text run scores bits per character; scaling keeps the logit gra
   // The mechanism: with the loss x 2^-16 (plain SGD), the logit gradients sink below f16's range, and
   // only a matching loss scale keeps them.
   auto sunk = [&](const Variant& v) {
-    return logit_flush_fraction(run(RunConfig{.variant = v, .make_model = char_lstm(small_text()->vocab, 16, 32),
-                                              .text = small_text(), .context = 16, .steps = 10, .batch = 16,
-                                              .lr = 0.5, .loss_multiplier = std::ldexp(1.0, -16), .log_every = 5,
+    return logit_flush_fraction(run(RunConfig{.variant = v,
+                                              .make_model = char_lstm(small_text()->vocab, 16, 32),
+                                              .text = small_text(),
+                                              .context = 16,
+                                              .steps = 10,
+                                              .batch = 16,
+                                              .lr = 0.5,
+                                              .loss_multiplier = std::ldexp(1.0, -16),
+                                              .log_every = 5,
                                               .record_activation_gradients = true}));
   };
   const double unscaled = sunk(variant("V2")), matched = sunk(variant("V3", 65536));
@@ -305,10 +314,17 @@ TEST_CASE("E5: a text run scores bits per character; scaling keeps the logit gra
   REQUIRE(with_gpt.models.size() == 2);
   REQUIRE(with_gpt.models[1].runs.size() == 2);
   for (const RunResult& gpt : with_gpt.models[1].runs) CHECK(std::isfinite(gpt.final_bpc));
-  mg::testing::check_error([] {
-    run(RunConfig{.variant = variant("V0"), .make_model = char_lstm(small_text()->vocab, 8, 8), .text = small_text(),
-                  .context = 8, .steps = 1, .optimizer = "adam", .loss_multiplier = 0.5});
-  }, "use 1 with adam");
+  mg::testing::check_error(
+      [] {
+        run(RunConfig{.variant = variant("V0"),
+                      .make_model = char_lstm(small_text()->vocab, 8, 8),
+                      .text = small_text(),
+                      .context = 8,
+                      .steps = 1,
+                      .optimizer = "adam",
+                      .loss_multiplier = 0.5});
+      },
+      "use 1 with adam");
 }
 
 TEST_CASE("E6: every variant trains; half-precision storage halves the activations") {

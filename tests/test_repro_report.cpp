@@ -63,7 +63,8 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   }
   const fs::path out = tmp.path / "out";
   const std::string md = read(out / "report.md");
-  for (const char* needle : {"## E2", "Figure 2a", "## E3", "## E4", "Table 2", "**Verdict.**", "| k |", "test preamble"})
+  for (const char* needle :
+       {"## E2", "Figure 2a", "## E3", "## E4", "Table 2", "**Verdict.**", "| k |", "test preamble"})
     CHECK_MESSAGE(md.find(needle) != std::string::npos, needle);
   for (const char* csv : {"e2_runs.csv", "e2_steps.csv", "e4_sweep_runs.csv", "e4_sweep_steps.csv",
                           "e4_organic_runs.csv", "e4_organic_steps.csv"}) {
@@ -93,9 +94,9 @@ TEST_CASE("the report: report.md with every experiment's section, CSVs with head
   CHECK(long_run.find("\n20,") != std::string::npos);
   CHECK(long_run.find(",all weights,268800,") != std::string::npos);
   CHECK(md.find("reaches 5% at step") != std::string::npos);
-  for (const char* plot : {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k",
-                           "e4_activation_zeros_by_k", "e4_organic_output_flush", "e3_weights_cnn",
-                           "e3_activations_mlp", "e3_weights_over_training"}) {
+  for (const char* plot :
+       {"e2_accuracy_constant", "e2_lost_updates_decaying", "e4_accuracy_by_k", "e4_activation_zeros_by_k",
+        "e4_organic_output_flush", "e3_weights_cnn", "e3_activations_mlp", "e3_weights_over_training"}) {
     CHECK(fs::exists(out / (std::string(plot) + ".gp")));
     CHECK(fs::exists(out / (std::string(plot) + ".dat")));
     if (have_gnuplot()) {
@@ -129,10 +130,12 @@ TEST_CASE("plots: coinciding curves stay apart, no curve runs along the frame, c
   }
   Series constant_scale{.name = "V3 scale", .x = {0, 400}, .y = {1024, 1024}, .style = 3};
   Series bars{.name = "CNN", .x = {0, 1, 2}, .y = {1, 0.9, 1.1}};
-  report.add(Section{.id = "T", .title = "plots",
+  report.add(Section{.id = "T",
+                     .title = "plots",
                      .plots = {Plot{.name = "lines", .series = {fp32, master}},
                                Plot{.name = "scale", .log_y = 2, .series = {constant_scale}},
-                               Plot{.name = "bars", .kind = PlotKind::bars,
+                               Plot{.name = "bars",
+                                    .kind = PlotKind::bars,
                                     .x_ticks = {{0, "V0 fp32"}, {1, "V1 float16_pure"}, {2, "V2 float16_master"}},
                                     .series = {bars}}}});
   const fs::path out = tmp.path / "plots";
@@ -157,7 +160,8 @@ TEST_CASE("plots: coinciding curves stay apart, no curve runs along the frame, c
   CHECK(bar_script.find("\"V1 float16_pure\" 1") != std::string::npos);
   CHECK(y_range_of(bar_script).first == 0);  // bars start at 0
   if (have_gnuplot())
-    for (const char* plot : {"lines", "scale", "bars"}) CHECK_MESSAGE(fs::exists(out / (std::string(plot) + ".png")), plot);
+    for (const char* plot : {"lines", "scale", "bars"})
+      CHECK_MESSAGE(fs::exists(out / (std::string(plot) + ".png")), plot);
 }
 
 TEST_CASE("E6's plots: the variants are categories, drawn as bars") {

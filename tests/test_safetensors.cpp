@@ -162,7 +162,7 @@ TEST_CASE("the file layout byte for byte: length field, JSON padded with spaces 
       R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},"b":{"dtype":"F32","shape":[],"data_offsets":[6,10]}})"
       "     ";  // 107 bytes of JSON + 5 spaces = 112, a multiple of 8
   const std::string data = std::string("\x00\x3c\x00\xc0\x00\x38", 6)  // f16 1, -2, 0.5
-                           + std::string("\x00\x00\x40\x40", 4);      // f32 3
+                           + std::string("\x00\x00\x40\x40", 4);  // f32 3
   CHECK(read_bytes(path) == le64(112) + header + data);
 
   // The reference implementation's own expected bytes (its tests test_empty, test_serialization and
@@ -185,7 +185,8 @@ TEST_CASE("a file written by numpy (tests/safetensors_reader.py write) loads wit
   const std::string path = tmp / "numpy.safetensors";
   run_reader("write '" + path + "'");
   const data::SafetensorsFile file = data::load_safetensors(path);
-  CHECK(file.metadata == std::map<std::string, std::string>{{"format", "np"}, {"writer", "tests/safetensors_reader.py"}});
+  CHECK(file.metadata ==
+        std::map<std::string, std::string>{{"format", "np"}, {"writer", "tests/safetensors_reader.py"}});
   REQUIRE(file.tensors.size() == 5);
   // The values the script writes, rounded here by mixgrad from the same doubles (once, to nearest even).
   const double inf = std::numeric_limits<double>::infinity();
@@ -193,8 +194,7 @@ TEST_CASE("a file written by numpy (tests/safetensors_reader.py write) loads wit
                   from_vector({0.1, -2.5, 3.4028234663852886e38, 1e-45, -0.0, inf}, {2, 3}));
   check_identical(file.tensors.at("layer.half"),
                   from_vector({0.1, 65504.0, std::ldexp(1.0, -24), -1.0 / 3.0}, {4}, {.dtype = DType::F16}));
-  check_identical(file.tensors.at("labels"),
-                  from_vector({-2147483648.0, 0, 2147483647.0}, {3}, {.dtype = DType::I32}));
+  check_identical(file.tensors.at("labels"), from_vector({-2147483648.0, 0, 2147483647.0}, {3}, {.dtype = DType::I32}));
   check_identical(file.tensors.at("scale"), state_scalar(0.1));
   check_identical(file.tensors.at("empty"), zeros({0, 3}));
 }
@@ -227,8 +227,10 @@ TEST_CASE("the independent numpy reader reads what mixgrad writes, value for val
     for (std::size_t i = 0; i < expected.size(); ++i) {
       const double value = std::strtod(printed[i].c_str(), nullptr);
       INFO("element " << i << ": " << printed[i]);
-      if (std::isnan(expected[i])) CHECK(std::isnan(value));
-      else CHECK(std::bit_cast<std::uint64_t>(value) == std::bit_cast<std::uint64_t>(expected[i]));
+      if (std::isnan(expected[i]))
+        CHECK(std::isnan(value));
+      else
+        CHECK(std::bit_cast<std::uint64_t>(value) == std::bit_cast<std::uint64_t>(expected[i]));
     }
   }
 }
@@ -243,8 +245,8 @@ TEST_CASE("a missing file, a directory and a file cut short at any point are ref
   const std::string bytes = read_bytes(good);
   const std::size_t header_end = 8 + static_cast<unsigned char>(bytes[0]);  // the header is < 256 bytes here
   REQUIRE(bytes.size() == header_end + 24);
-  for (std::size_t size : {0ul, 3ul, 7ul, 8ul, 8 + (header_end - 8) / 2, header_end - 1, header_end,
-                           header_end + 10, header_end + 16, bytes.size() - 1}) {
+  for (std::size_t size : {0ul, 3ul, 7ul, 8ul, 8 + (header_end - 8) / 2, header_end - 1, header_end, header_end + 10,
+                           header_end + 16, bytes.size() - 1}) {
     INFO("cut to " << size << " of " << bytes.size() << " bytes");
     write_bytes(cut, bytes.substr(0, size));
     check_load_error(cut, {"truncated"});
@@ -380,11 +382,17 @@ TEST_CASE("a save that fails leaves the previous checkpoint byte-identical and n
 TEST_CASE("check_matches: a stored tensor must have the dtype and shape it is loaded into") {
   const Tensor weight = zeros({3, 4});
   CHECK_NOTHROW(data::check_matches(ones({3, 4}), weight, "fc.weight", "m.safetensors"));
-  check_error([&] { data::check_matches(zeros({3, 4}, {.dtype = DType::F16}), weight, "fc.weight", "m.safetensors"); },
-              "data::check_matches: m.safetensors: tensor 'fc.weight' is f16 [3, 4] in the file but f32 [3, 4] is "
-              "expected");
-  check_error([&] { data::check_matches(zeros({4, 3}), weight, "fc.weight", "m.safetensors"); },
-              "tensor 'fc.weight' is f32 [4, 3] in the file but f32 [3, 4]");
+  check_error(
+      [&] {
+        data::check_matches(zeros({3, 4}, {.dtype = DType::F16}), weight, "fc.weight", "m.safetensors");
+      },
+      "data::check_matches: m.safetensors: tensor 'fc.weight' is f16 [3, 4] in the file but f32 [3, 4] is "
+      "expected");
+  check_error(
+      [&] {
+        data::check_matches(zeros({4, 3}), weight, "fc.weight", "m.safetensors");
+      },
+      "tensor 'fc.weight' is f32 [4, 3] in the file but f32 [3, 4]");
   check_error([&] { data::check_matches(Tensor(), weight, "fc.weight", "m.safetensors"); },
               "the file has no tensor 'fc.weight' (f32 [3, 4] expected)");
 }

@@ -66,9 +66,7 @@ TEST_CASE("tape: NoGradGuard and inputs without grad record nothing") {
     Tensor y = exp(x);
     CHECK_FALSE(y.requires_grad());
     CHECK(tape_size() == 0);
-    {
-      NoGradGuard nested;
-    }
+    { NoGradGuard nested; }
     CHECK_FALSE(grad_enabled());  // restored to the outer guard's state
   }
   CHECK(grad_enabled());
@@ -120,7 +118,7 @@ TEST_CASE("tape: f16 gradients meeting at one tensor are summed in f32 and round
   double exact = 0.0;
   for (double v : values) exact += v;
   const double half_ulp = 0.5 * dtype_eps(DType::F16) * 256.0;  // ulp of f16 in [256, 512) is 2^-10 * 256
-  Tensor w = ones({1}, {.dtype = DType::F16, .requires_grad = true});   // a leaf: the leaves' path
+  Tensor w = ones({1}, {.dtype = DType::F16, .requires_grad = true});  // a leaf: the leaves' path
   Tensor w32 = ones({1}, {.requires_grad = true});
   Tensor loss = zeros({1}, {.dtype = DType::F16}), loss32 = zeros({1}, {.dtype = DType::F16});
   Tensor w16 = cast(w32, DType::F16);  // not a leaf: the pending path, then the cast back to f32

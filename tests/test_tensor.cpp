@@ -121,7 +121,7 @@ TEST_CASE("tensor: random distributions have the right range and moments") {
   for (double v : g) mean += v, square += v * v;
   mean /= n;
   double variance = square / n - mean * mean;
-  CHECK(std::fabs(mean) < 5 / std::sqrt(n));           // sd of the mean: 1/sqrt(n)
+  CHECK(std::fabs(mean) < 5 / std::sqrt(n));  // sd of the mean: 1/sqrt(n)
   CHECK(std::fabs(variance - 1.0) < 5 * std::sqrt(2.0 / n));  // sd of the variance: sqrt(2/n)
 
   std::vector<double> w = uniform({1000}, -3, 5, generator).to_vector<double>();

@@ -35,13 +35,12 @@ std::vector<std::vector<unsigned char>> trained_bytes(const std::string& model_n
   set_num_threads(threads);
   Generator generator(7);
   amp::Recipe recipe = amp::Recipe::parse(recipe_name);
-  std::shared_ptr<nn::Module> model =
-      model_name == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}, generator))
-                          : std::shared_ptr<nn::Module>(nn::cnn({}, generator));
+  std::shared_ptr<nn::Module> model = model_name == "mlp"
+                                          ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}, generator))
+                                          : std::shared_ptr<nn::Module>(nn::cnn({}, generator));
   model->to(recipe.parameter_dtype);
-  auto optimizer = train::make_optimizer(
-      {.name = model_name == "mlp" ? "sgd" : "adam", .lr = 0.01, .momentum = 0.9}, model->parameters(),
-      recipe.master_weights);
+  auto optimizer = train::make_optimizer({.name = model_name == "mlp" ? "sgd" : "adam", .lr = 0.01, .momentum = 0.9},
+                                         model->parameters(), recipe.master_weights);
   amp::GradScaler scaler = recipe.make_scaler();
   Tensor x = randn({batch, 1, 28, 28}, generator);
   Tensor labels = randint(0, 10, {batch}, generator);

@@ -71,7 +71,7 @@ TEST_CASE("checkpoints: model, optimizer, scaler, generator and extra entries co
   train_steps(*net, sgd, scaler, 3);
   manual_seed(77);
   train::save_checkpoint(tmp / "run.safetensors", {net.get(), &sgd, &scaler}, {{"epoch", state_scalar(4.0)}},
-                      {{"note", "test"}});
+                         {{"note", "test"}});
   const auto expected_model = values_of(net->state_dict());
   const auto expected_optimizer = values_of(sgd.state_dict());
   const auto expected_scaler = scalars_of(scaler.state_dict());
@@ -81,7 +81,8 @@ TEST_CASE("checkpoints: model, optimizer, scaler, generator and extra entries co
   optim::SGD other_sgd(other->parameters(), {.lr = 0.01, .momentum = 0.9});
   amp::GradScaler other_scaler({.init_scale = 1024.0, .growth_interval = 2});
   manual_seed(1);
-  train::LoadedCheckpoint loaded = train::load_checkpoint(tmp / "run.safetensors", {other.get(), &other_sgd, &other_scaler});
+  train::LoadedCheckpoint loaded = train::load_checkpoint(tmp / "run.safetensors",
+                                                          {other.get(), &other_sgd, &other_scaler});
   CHECK(values_of(other->state_dict()) == expected_model);
   CHECK(values_of(other_sgd.state_dict()) == expected_optimizer);
   CHECK(scalars_of(other_scaler.state_dict()) == expected_scaler);
@@ -112,10 +113,17 @@ TEST_CASE("checkpoints: a file that does not fit changes nothing, even when only
   CHECK(values_of(other->state_dict()) == model_before);
   CHECK(values_of(adam.state_dict()) == adam_before);
   // A model-only file cannot restore an optimizer; a plain safetensors file is not a checkpoint.
-  check_error([&] { train::load_checkpoint(tmp / "model.safetensors", {other.get(), &adam, nullptr}); }, "holds no optimizer state");
+  check_error(
+      [&] {
+        train::load_checkpoint(tmp / "model.safetensors", {other.get(), &adam, nullptr});
+      },
+      "holds no optimizer state");
   data::save_safetensors(tmp / "plain.safetensors", {{"w", ones({2})}});
-  check_error([&] { train::load_checkpoint(tmp / "plain.safetensors", {other.get(), nullptr, nullptr}); },
-              "not a mixgrad checkpoint");
+  check_error(
+      [&] {
+        train::load_checkpoint(tmp / "plain.safetensors", {other.get(), nullptr, nullptr});
+      },
+      "not a mixgrad checkpoint");
   CHECK(values_of(other->state_dict()) == model_before);
 }
 

@@ -23,8 +23,7 @@ struct Batch {
 std::vector<Batch> batches(int count) {
   Generator generator(9);
   std::vector<Batch> all;
-  for (int i = 0; i < count; ++i)
-    all.push_back({uniform({8, 6}, -2.0, 2.0, generator), randint(0, 4, {8}, generator)});
+  for (int i = 0; i < count; ++i) all.push_back({uniform({8, 6}, -2.0, 2.0, generator), randint(0, 4, {8}, generator)});
   return all;
 }
 
@@ -57,7 +56,8 @@ TEST_CASE("trainer: a step is the loop written out by hand, bit for bit, under e
   for (const std::string& name : amp::Recipe::names()) {
     INFO(name);
     const amp::Recipe recipe = amp::Recipe::parse(name);
-    train::Trainer trainer(small_mlp(), {.recipe = recipe, .optimizer = {.name = "sgd", .lr = 0.1, .momentum = 0.9},
+    train::Trainer trainer(small_mlp(), {.recipe = recipe,
+                                         .optimizer = {.name = "sgd", .lr = 0.1, .momentum = 0.9},
                                          .scaler = {.init_scale = 1024}});
     // The same by hand: dtype, optimizer with the recipe's masters, scaler, then the loop.
     std::shared_ptr<nn::Module> model = small_mlp();
@@ -97,8 +97,8 @@ TEST_CASE("trainer: the setup follows the recipe; make_optimizer knows four opti
   CHECK(bf16.model().parameters()[0].dtype() == DType::F32);
   CHECK_FALSE(bf16.optimizer().master(0).defined());
   CHECK_FALSE(bf16.scaler().is_enabled());
-  train::Trainer adagrad(small_mlp(), {.recipe = amp::Recipe::parse("float16_master"),
-                                       .optimizer = {.name = "adagrad", .lr = 0.2}});
+  train::Trainer adagrad(small_mlp(),
+                         {.recipe = amp::Recipe::parse("float16_master"), .optimizer = {.name = "adagrad", .lr = 0.2}});
   CHECK(adagrad.optimizer().name() == "optim::Adagrad");
   CHECK(adagrad.optimizer().lr() == 0.2);
   CHECK(adagrad.optimizer().master(0).dtype() == DType::F32);
@@ -115,8 +115,8 @@ TEST_CASE("trainer: observers see the phases in order; the gradients they see ca
   train::Trainer plain(small_mlp(), {.recipe = amp::Recipe::parse("fp32")});
   PhaseLog plain_log;
   plain.step(data[0].x, data[0].y, {&plain_log});
-  CHECK(plain_log.phases == std::vector<std::string>{"before_forward", "after_forward", "before_backward",
-                                                     "after_backward"});
+  CHECK(plain_log.phases ==
+        std::vector<std::string>{"before_forward", "after_forward", "before_backward", "after_backward"});
   // A static scale of 2^10 and a multiplier of 2^3, in f32: powers of two, so the gradient the
   // observer sees is the plain one times 2^13 exactly.
   amp::Recipe scaled_recipe = amp::Recipe::parse("fp32");

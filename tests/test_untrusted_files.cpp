@@ -80,12 +80,13 @@ TEST_CASE("an untrusted value or name in an error message is cut to a few dozen 
   TempDir tmp;
   std::string sizes = "1";
   for (int i = 0; i < 20'000; ++i) sizes += ",1";
-  write_header_file(tmp / "long.safetensors", R"({"t":{"dtype":"F32","shape":"x)" + std::string(100'000, 'y') +
-                                                  R"(","data_offsets":[0,4]}})");
+  write_header_file(tmp / "long.safetensors",
+                    R"({"t":{"dtype":"F32","shape":"x)" + std::string(100'000, 'y') + R"(","data_offsets":[0,4]}})");
   check_refused(tmp / "long.safetensors", "bytes), not an array of sizes");
   write_header_file(tmp / "name.safetensors", "{\"" + std::string(100'000, 'n') + R"(":{"dtype":"I64"}})");
   check_refused(tmp / "name.safetensors", "nnn... (100000 bytes)");
-  write_header_file(tmp / "dims.safetensors", R"({"t":{"dtype":"F32","shape":[)" + sizes + R"(],"data_offsets":[0,4]}})");
+  write_header_file(tmp / "dims.safetensors",
+                    R"({"t":{"dtype":"F32","shape":[)" + sizes + R"(],"data_offsets":[0,4]}})");
   check_refused(tmp / "dims.safetensors", "has 20001 dims, more than the 64 mixgrad reads");
 }
 

@@ -58,9 +58,11 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -104, 89, kVectorMathUlps},  // through subnormal results and overflow
+      {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -104, 89,
+       kVectorMathUlps},  // through subnormal results and overflow
       {"exp", FloatFn{vm::exp}, [](double x) { return std::exp(x); }, -10, 10, kVectorMathUlps},
-      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-44, 1e-36, kVectorMathUlps},  // subnormal inputs
+      {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-44, 1e-36,
+       kVectorMathUlps},  // subnormal inputs
       {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 1e-6, 100, kVectorMathUlps},
       {"log", FloatFn{vm::log}, [](double x) { return std::log(x); }, 0.5, 2, kVectorMathUlps},  // near log(1) = 0
       {"tanh", FloatFn{vm::tanh}, [](double x) { return std::tanh(x); }, -12, 12, kTanhUlps},
@@ -119,8 +121,8 @@ TEST_CASE("vectorised functions keep the scalar functors' special values, in pla
   CHECK(y[1] == inf);
   CHECK(std::isnan(y[2]));
   CHECK(y[3] == 1.0f);
-  CHECK(y[5] == inf);                    // overflows like expf
-  CHECK(y[6] == std::exp(-100.0f));      // a subnormal, not flushed
+  CHECK(y[5] == inf);  // overflows like expf
+  CHECK(y[6] == std::exp(-100.0f));  // a subnormal, not flushed
   vm::log(x.data(), y.data(), 8);
   CHECK(std::isnan(y[0]));
   CHECK(y[1] == inf);
@@ -166,7 +168,8 @@ TEST_CASE("vectorised functions keep the scalar functors' special values, in pla
   std::vector<float> in_place(x);
   vm::exp(in_place.data(), in_place.data(), 8);
   vm::exp(x.data(), y.data(), 8);
-  for (std::size_t i = 0; i < x.size(); ++i) CHECK((in_place[i] == y[i] || (std::isnan(in_place[i]) && std::isnan(y[i]))));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    CHECK((in_place[i] == y[i] || (std::isnan(in_place[i]) && std::isnan(y[i]))));
 }
 
 TEST_CASE("f16 and bf16 results rounded from the vectorised functions are the correctly rounded value or a neighbour") {
@@ -179,17 +182,21 @@ TEST_CASE("f16 and bf16 results rounded from the vectorised functions are the co
       c.fn(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
       for (std::size_t i = 0; i < x.size(); ++i) reference[i] = static_cast<float>(c.reference(x[i]));
       const Tensor ours = from_vector(std::vector<double>(y.begin(), y.end()), {static_cast<std::int64_t>(y.size())})
-                              .to(dtype).to(DType::F64);
-      const Tensor exact =
-          from_vector(std::vector<double>(reference.begin(), reference.end()), {static_cast<std::int64_t>(y.size())})
-              .to(dtype).to(DType::F64);
+                              .to(dtype)
+                              .to(DType::F64);
+      const Tensor exact = from_vector(std::vector<double>(reference.begin(), reference.end()),
+                                       {static_cast<std::int64_t>(y.size())})
+                               .to(dtype)
+                               .to(DType::F64);
       std::int64_t different = 0;
       for (std::size_t i = 0; i < x.size(); ++i) {
         const double a = ours.data<double>()[i], b = exact.data<double>()[i];
         if (a == b || (std::isnan(a) && std::isnan(b))) continue;
         ++different;
         // A neighbour: one step of the dtype's mantissa (or of its subnormal spacing) away.
-        REQUIRE(std::fabs(a - b) <= std::max(std::fabs(b), dtype == DType::F16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126)) * dtype_eps(dtype) * 2.0);
+        REQUIRE(std::fabs(a - b) <=
+                std::max(std::fabs(b), dtype == DType::F16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126)) *
+                    dtype_eps(dtype) * 2.0);
       }
       // Only results within a few f32 ulps of a rounding boundary can differ: a tiny fraction.
       CHECK(different <= static_cast<std::int64_t>(x.size()) / 1000);

@@ -33,7 +33,8 @@ inline bool reduced_sizes() {
 // (no GPU, and not the CUDA emulator build), and returns: `if (!have_gpu()) return;`.
 inline bool have_gpu() {
   if (cuda_device_count() > 0) return true;
-  MESSAGE("skipped: no CUDA device visible; " << (built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend"));
+  MESSAGE("skipped: no CUDA device visible; "
+          << (built_with_cuda() ? "this build has CUDA" : "this build has no CUDA backend"));
   return false;
 }
 
@@ -65,9 +66,12 @@ inline void check_values(const Tensor& got, const std::vector<double>& expected,
   REQUIRE(values.size() == expected.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
     INFO("element " << i << ": got " << values[i] << ", expected " << expected[i]);
-    if (std::isnan(expected[i])) CHECK(std::isnan(values[i]));
-    else if (std::isinf(expected[i])) CHECK(values[i] == expected[i]);
-    else CHECK(std::fabs(values[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]));
+    if (std::isnan(expected[i]))
+      CHECK(std::isnan(values[i]));
+    else if (std::isinf(expected[i]))
+      CHECK(values[i] == expected[i]);
+    else
+      CHECK(std::fabs(values[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]));
   }
 }
 

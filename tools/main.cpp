@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "Train a model on Fashion-MNIST or text in a precision recipe");
   mg::tools::add_train_flags(*train, options);
   mg::tools::repro::ReproOptions repro_options;
-  CLI::App* repro = app.add_subcommand("repro", "Reproduce the paper's experiments: a report with tables, CSVs and plots");
+  CLI::App* repro = app.add_subcommand("repro",
+                                       "Reproduce the paper's experiments: a report with tables, CSVs and plots");
   mg::tools::repro::add_repro_flags(*repro, repro_options);
   try {
     app.parse(argc, argv);
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
     return app.exit(help);  // --help: the text, exit status 0
   } catch (const CLI::ParseError& error) {
     // One line, as for every other bad value: the flag, the value and what is allowed.
-    const std::string command =
-        app.get_subcommands().empty() ? "mixgrad" : "mixgrad " + app.get_subcommands().front()->get_name();
+    const std::string command = app.get_subcommands().empty() ? "mixgrad"
+                                                              : "mixgrad " + app.get_subcommands().front()->get_name();
     fmt::print(stderr, "error: mixgrad: {}; see {} --help\n", error.what(), command);
     return 1;
   }

@@ -17,7 +17,11 @@ double without_nan_sign(double value) { return std::isnan(value) ? std::fabs(val
 }  // namespace
 
 Progress::Progress(std::int64_t first_step, std::int64_t total, std::string unit, bool show_scale, bool quiet)
-    : first_step_(first_step), total_(total), unit_(std::move(unit)), show_scale_(show_scale), quiet_(quiet),
+    : first_step_(first_step),
+      total_(total),
+      unit_(std::move(unit)),
+      show_scale_(show_scale),
+      quiet_(quiet),
       terminal_(isatty(fileno(stdout)) != 0) {}
 
 void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skipped_total) {
@@ -52,8 +56,8 @@ void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skip
 std::string Progress::eta_text(const StepRecord& r) const {
   const std::int64_t done = r.step - first_step_;
   if (done <= 0 || r.seconds <= 0) return "?";
-  const auto seconds = static_cast<std::int64_t>(r.seconds / static_cast<double>(done) *
-                                                 static_cast<double>(total_ - r.step) + 0.5);
+  const auto seconds = static_cast<std::int64_t>(
+      r.seconds / static_cast<double>(done) * static_cast<double>(total_ - r.step) + 0.5);
   if (seconds < 60) return fmt::format("{}s", seconds);
   if (seconds < 3600) return fmt::format("{}m{:02}s", seconds / 60, seconds % 60);
   return fmt::format("{}h{:02}m", seconds / 3600, seconds % 3600 / 60);

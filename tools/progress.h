@@ -49,7 +49,7 @@ class MetricsLog {
  public:
   MetricsLog(const std::string& path, bool append);
   void write(const StepRecord& record);  // throws when the row cannot be written
-  void close();                          // flushes the last rows; throws when they cannot be written
+  void close();  // flushes the last rows; throws when they cannot be written
   bool enabled() const { return file_.is_open(); }
 
  private:

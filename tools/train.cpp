@@ -57,13 +57,17 @@ Device train_device(const TrainOptions& o) {
   return Device::cuda(dist::launched_by_mpirun() ? dist::local_rank() : 0);
 }
 
-DType wire_dtype(const std::string& name) { return name == "f16" ? DType::F16 : name == "bf16" ? DType::BF16 : DType::F32; }
+DType wire_dtype(const std::string& name) {
+  return name == "f16" ? DType::F16 : name == "bf16" ? DType::BF16 : DType::F32;
+}
 
 Task image_task(const TrainOptions& o, data::Shard shard) {
-  auto train_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
+  auto train_set = standardized(
+      data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
   auto test_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Test));
   auto loader = std::make_shared<data::DataLoader>(train_set->images, train_set->labels,
-                                                   data::DataLoaderOptions{.batch_size = o.batch, .seed = o.seed,
+                                                   data::DataLoaderOptions{.batch_size = o.batch,
+                                                                           .seed = o.seed,
                                                                            .shard = shard});
   Task task;
   task.model = o.model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}))
@@ -73,8 +77,8 @@ Task image_task(const TrainOptions& o, data::Shard shard) {
   task.load_data_state = [loader](const StateDict& s) { loader->load_state_dict(s); };
   task.batches_per_epoch = loader->batches_per_epoch();
   task.unit = "img";
-  task.evaluate = [test_set, model = task.model, device = train_device(o), batch = o.batch](
-                      TrainSummary summary, const amp::Recipe& recipe) {
+  task.evaluate = [test_set, model = task.model, device = train_device(o), batch = o.batch](TrainSummary summary,
+                                                                                            const amp::Recipe& recipe) {
     summary.test_accuracy = train::test_accuracy(*model, test_set->images, test_set->labels, recipe, device, batch);
     return summary;
   };
@@ -83,15 +87,17 @@ Task image_task(const TrainOptions& o, data::Shard shard) {
 
 Task text_task(const TrainOptions& o, data::Shard shard) {
   auto corpus = std::make_shared<data::TextCorpus>(o.text_file.empty() ? data::kjv_corpus()
-                                                                        : data::load_text_file(o.text_file));
+                                                                       : data::load_text_file(o.text_file));
   Tensor train_tokens = corpus->train();
   if (o.subset > 0 && o.subset < train_tokens.numel()) train_tokens = train_tokens.slice(0, o.subset).clone();
   auto batcher = std::make_shared<data::TextBatcher>(train_tokens, o.batch, o.context, o.seed, shard);
   Task task;
   const std::int64_t vocab = corpus->vocab_size();
-  if (o.model == "lstm") task.model = std::make_shared<nn::CharLSTM>(vocab, 64, 256, 1);
-  else task.model = std::make_shared<nn::TinyGPT>(nn::GptOptions{.vocab = vocab, .block_size = o.context,
-                                                                 .embed_dim = 128, .heads = 4, .layers = 4});
+  if (o.model == "lstm")
+    task.model = std::make_shared<nn::CharLSTM>(vocab, 64, 256, 1);
+  else
+    task.model = std::make_shared<nn::TinyGPT>(
+        nn::GptOptions{.vocab = vocab, .block_size = o.context, .embed_dim = 128, .heads = 4, .layers = 4});
   task.next = [batcher] {
     data::TextBatch b = batcher->next();
     return data::Batch{b.inputs, b.targets, b.global_rows};
@@ -99,8 +105,8 @@ Task text_task(const TrainOptions& o, data::Shard shard) {
   task.data_state = [batcher] { return batcher->state_dict(); };
   task.load_data_state = [batcher](const StateDict& s) { batcher->load_state_dict(s); };
   task.unit = "char";
-  task.evaluate = [corpus, model = task.model, context = o.context, device = train_device(o)](
-                      TrainSummary summary, const amp::Recipe& recipe) {
+  task.evaluate = [corpus, model = task.model, context = o.context,
+                   device = train_device(o)](TrainSummary summary, const amp::Recipe& recipe) {
     summary.val_bits_per_char = train::bits_per_char(*model, corpus->validation(), context, recipe, device);
     return summary;
   };
@@ -117,8 +123,8 @@ void stop_if_diverged(const StepRecord& record, const TrainOptions& o, bool scal
   throw Error(fmt::format("mixgrad train: the loss is {} at step {}, and {} has no loss scaler to skip such a step: "
                           "the run diverged (found at step {}: the losses are read every few steps, and the weights "
                           "took the updates of steps {}..{}). Lower --lr (it is {:g}){}",
-                          std::fabs(record.loss), record.step, o.precision, last_step, record.step, last_step, record.lr,
-                          o.log.empty() ? "" : fmt::format("; {} has every step so far", o.log)));
+                          std::fabs(record.loss), record.step, o.precision, last_step, record.step, last_step,
+                          record.lr, o.log.empty() ? "" : fmt::format("; {} has every step so far", o.log)));
 }
 
 double mean_of(const std::deque<double>& values) {
@@ -156,8 +162,8 @@ RunPosition resume(const TrainOptions& o, train::Trainer& trainer, Task& task, c
   if (o.resume.empty()) return position;
   train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, trainer.checkpoint_objects());
   for (const auto& [key, value] : identity)
-    MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume,
-             key, loaded.metadata[key], value);
+    MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume, key,
+             loaded.metadata[key], value);
   // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
   // must not become a loop that runs for ever, backwards or from a truncated count.
   const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", o.resume);
@@ -180,13 +186,15 @@ void print_header(const TrainOptions& o, train::Trainer& trainer, const TrainSum
   const Device device = trainer.device();
   fmt::print("mixgrad train: {} on {}, {} parameters; {}; steps {}..{} of batch {}\n", o.model, o.data,
              summary.parameters, trainer.recipe().describe(), step, total, o.batch);
-  fmt::print("mixgrad train: on {}; {}\n", device, device.is_cpu() ? fmt::format("{} thread(s), f32 GEMM by {}",
-             mg::num_threads(), kernels::cpu::gemm_backend()) : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
+  fmt::print("mixgrad train: on {}; {}\n", device,
+             device.is_cpu()
+                 ? fmt::format("{} thread(s), f32 GEMM by {}", mg::num_threads(), kernels::cpu::gemm_backend())
+                 : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
   if (const train::DataParallel* replicas = trainer.data_parallel())
     fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
-               "averaged in {} bucket(s) of {} ({} KiB per step)\n", summary.ranks, replicas->group().backend(),
-               o.batch / summary.ranks, replicas->last_sync().buckets, o.allreduce_dtype,
-               replicas->last_sync().payload_bytes / 1024);
+               "averaged in {} bucket(s) of {} ({} KiB per step)\n",
+               summary.ranks, replicas->group().backend(), o.batch / summary.ranks, replicas->last_sync().buckets,
+               o.allreduce_dtype, replicas->last_sync().payload_bytes / 1024);
 }
 
 // The steps' numbers as they arrive, in batches (train::Trainer reads them every read_every steps, in
@@ -195,7 +203,12 @@ class StepNumbersSink {
  public:
   StepNumbersSink(const TrainOptions& o, train::Trainer& trainer, RunPosition& position, Progress& progress,
                   MetricsLog& log)
-      : o_(o), trainer_(trainer), position_(position), progress_(progress), log_(log), first_step_(position.step),
+      : o_(o),
+        trainer_(trainer),
+        position_(position),
+        progress_(progress),
+        log_(log),
+        first_step_(position.step),
         skipped_(trainer.monitor().skipped_steps()) {}  // a resumed run's count so far
 
   // A step was taken at `seconds` into the run, on `items` examples; its numbers come later.
@@ -205,8 +218,12 @@ class StepNumbersSink {
     for (const train::StepNumbers& n : read) {
       const auto [seconds, items] = queued_.front();
       queued_.pop_front();
-      const StepRecord record{.step = n.step + first_step_, .loss = n.loss, .lr = n.lr, .scale = n.scale,
-                              .skipped = n.skipped, .seconds = seconds};
+      const StepRecord record{.step = n.step + first_step_,
+                              .loss = n.loss,
+                              .lr = n.lr,
+                              .scale = n.scale,
+                              .skipped = n.skipped,
+                              .seconds = seconds};
       stop_if_diverged(record, o_, trainer_.scaler().is_enabled(), position_.step, log_);
       position_.recent_losses.push_back(n.loss);
       if (position_.recent_losses.size() > kFinalLossSteps) position_.recent_losses.pop_front();
@@ -232,8 +249,8 @@ void save_run(const std::string& path, train::Trainer& trainer, Task& task, cons
               const Identity& identity) {
   const std::vector<double> losses(position.recent_losses.begin(), position.recent_losses.end());
   StateDict extra{{"step", state_scalar(static_cast<double>(position.step))},
-                  {"recent_losses", from_vector(losses, {static_cast<std::int64_t>(losses.size())},
-                                                {.dtype = DType::F64})}};
+                  {"recent_losses",
+                   from_vector(losses, {static_cast<std::int64_t>(losses.size())}, {.dtype = DType::F64})}};
   state_insert(extra, "data.", task.data_state());
   train::save_checkpoint(path, trainer.checkpoint_objects(), extra, identity);
 }
@@ -315,9 +332,16 @@ TrainSummary train(const TrainOptions& o) {
 }
 
 std::string TrainSummary::to_json() const {
-  nlohmann::ordered_json j{{"recipe", recipe}, {"model", model}, {"data", data}, {"parameters", parameters},
-                           {"steps", steps}, {"skipped_steps", skipped_steps}, {"final_scale", final_scale},
-                           {"final_loss", final_loss}, {"final_loss_steps", final_loss_steps}, {"ranks", ranks}};
+  nlohmann::ordered_json j{{"recipe", recipe},
+                           {"model", model},
+                           {"data", data},
+                           {"parameters", parameters},
+                           {"steps", steps},
+                           {"skipped_steps", skipped_steps},
+                           {"final_scale", final_scale},
+                           {"final_loss", final_loss},
+                           {"final_loss_steps", final_loss_steps},
+                           {"ranks", ranks}};
   if (test_accuracy) j["test_accuracy"] = *test_accuracy;
   if (val_bits_per_char) j["val_bits_per_char"] = *val_bits_per_char;
   j["train_seconds"] = train_seconds;
@@ -335,8 +359,8 @@ std::string TrainSummary::to_line() const {
   std::string metric = test_accuracy ? fmt::format("test accuracy {:.2f}%", 100 * *test_accuracy)
                                      : fmt::format("val {:.3f} bits/char", val_bits_per_char.value_or(0));
   return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), mean loss of the last {} steps "
-                     "{:.4f}, {:.1f} s of training, peak RSS {:.0f} MiB", recipe, model, data, metric, steps,
-                     skipped_steps, final_scale, final_loss_steps, final_loss,
+                     "{:.4f}, {:.1f} s of training, peak RSS {:.0f} MiB",
+                     recipe, model, data, metric, steps, skipped_steps, final_scale, final_loss_steps, final_loss,
                      train_seconds, static_cast<double>(peak_rss_bytes) / (1 << 20));
 }
 

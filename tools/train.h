@@ -22,18 +22,18 @@ inline constexpr std::size_t kFinalLossSteps = 100;
 struct TrainSummary {
   std::string recipe, model, data;
   std::int64_t parameters = 0;
-  std::int64_t steps = 0;          // steps done in all (including those before a resume)
+  std::int64_t steps = 0;  // steps done in all (including those before a resume)
   std::int64_t skipped_steps = 0;  // steps the GradScaler skipped (inf/NaN gradients)
   double final_scale = 1;
-  double final_loss = 0;           // mean training loss of the last kFinalLossSteps steps (fewer in a shorter
-                                   // run), counted across a --resume: a resumed run reports a straight one's
+  double final_loss = 0;  // mean training loss of the last kFinalLossSteps steps (fewer in a shorter
+      // run), counted across a --resume: a resumed run reports a straight one's
   std::int64_t final_loss_steps = 0;  // how many steps final_loss averages
-  std::optional<double> test_accuracy;      // fashion-mnist: on the 10,000 test images
+  std::optional<double> test_accuracy;  // fashion-mnist: on the 10,000 test images
   std::optional<double> val_bits_per_char;  // text: on the whole validation split
-  double train_seconds = 0;        // this process's training loop, evaluation excluded
-  double items_per_second = 0;     // images or characters per second of training
+  double train_seconds = 0;  // this process's training loop, evaluation excluded
+  double items_per_second = 0;  // images or characters per second of training
   std::int64_t peak_rss_bytes = 0;
-  int rank = 0, ranks = 1;         // data-parallel: this process's rank and the number of ranks
+  int rank = 0, ranks = 1;  // data-parallel: this process's rank and the number of ranks
   double allreduce_wait_seconds = 0;  // data-parallel: rank 0's time waiting for gradient all-reduces
   std::int64_t allreduce_bytes_per_step = 0;  // data-parallel: gradient bytes each rank sends per step
   // --device cuda: how often the training loop made the host wait for the GPU: once per read of the

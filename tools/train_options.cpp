@@ -19,39 +19,59 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
   // A flag given twice takes its last value, so a script's defaults can be overridden by the
   // arguments it passes on (scripts/run --optimizer sgd).
   c.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  c.add_option("--data", o.data, "Data set: fashion-mnist (/usr/share/datasets/fashion-mnist) or text (the King "
-               "James Bible, or --text-file)")->check(CLI::IsMember({"fashion-mnist", "text"}))->capture_default_str();
-  c.add_option("--model", o.model, "Model: mlp (784-256-256-10) or cnn (two 3x3 convolutions) for fashion-mnist; "
+  c.add_option("--data", o.data,
+               "Data set: fashion-mnist (/usr/share/datasets/fashion-mnist) or text (the King "
+               "James Bible, or --text-file)")
+      ->check(CLI::IsMember({"fashion-mnist", "text"}))
+      ->capture_default_str();
+  c.add_option("--model", o.model,
+               "Model: mlp (784-256-256-10) or cnn (two 3x3 convolutions) for fashion-mnist; "
                "lstm (char LSTM) or gpt (a tiny GPT) for text")
-      ->check(CLI::IsMember({"mlp", "cnn", "lstm", "gpt"}))->capture_default_str();
-  c.add_option("--precision", o.precision, "Precision recipe: fp32, mixed_float16, mixed_bfloat16, float16_master, "
+      ->check(CLI::IsMember({"mlp", "cnn", "lstm", "gpt"}))
+      ->capture_default_str();
+  c.add_option("--precision", o.precision,
+               "Precision recipe: fp32, mixed_float16, mixed_bfloat16, float16_master, "
                "float16_pure or bfloat16_pure (amp/recipe.h)")
-      ->check(CLI::IsMember(amp::Recipe::names()))->capture_default_str();
-  c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  c.add_option("--threads", o.threads, "CPU threads for the CPU kernels (default: MG_NUM_THREADS, else every core "
+      ->check(CLI::IsMember(amp::Recipe::names()))
+      ->capture_default_str();
+  c.add_option("--device", o.device, "Device: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  c.add_option("--threads", o.threads,
+               "CPU threads for the CPU kernels (default: MG_NUM_THREADS, else every core "
                "this process may use); results are the same bits on any count (kernels/threads.h)")
       ->check(whole_number_in(1, 1024));
-  c.add_flag("--tf32", o.tf32, "With --device cuda: run the f32 GEMMs on Tensor Cores in TF32 (operands rounded to "
+  c.add_flag("--tf32", o.tf32,
+             "With --device cuda: run the f32 GEMMs on Tensor Cores in TF32 (operands rounded to "
              "10 mantissa bits, sums in f32; about 7x the f32 rate of an H100), as PyTorch's allow_tf32. Off: fp32 "
              "means fp32");
-  auto* epochs = c.add_option("--epochs", o.epochs, "Train for this many epochs in all (fashion-mnist; the default "
-                              "when no length is given is 1 epoch)")->check(whole_number_in(1));
-  auto* steps = c.add_option("--steps", o.steps, fmt::format("Train until this many steps in all, counting the steps "
-                             "of a resumed checkpoint (text: default {})", kDefaultTextSteps))
+  auto* epochs = c.add_option("--epochs", o.epochs,
+                              "Train for this many epochs in all (fashion-mnist; the default "
+                              "when no length is given is 1 epoch)")
+                     ->check(whole_number_in(1));
+  auto* steps = c.add_option("--steps", o.steps,
+                             fmt::format("Train until this many steps in all, counting the steps "
+                                         "of a resumed checkpoint (text: default {})",
+                                         kDefaultTextSteps))
                     ->check(whole_number_in(1));
   epochs->excludes(steps);
   c.add_option("--batch", o.batch, "Batch size (default 128 for images, 32 for text)")->check(whole_number_in(1));
   c.add_option("--context", o.context, "Text: characters per training window (2 to 4096)")
-      ->check(whole_number_in(2, 4096))->capture_default_str();
+      ->check(whole_number_in(2, 4096))
+      ->capture_default_str();
   c.add_option("--optimizer", o.optimizer, "Optimizer: sgd (with momentum), adam, adamw or adagrad")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adagrad"}))->capture_default_str();
-  c.add_option_function<double>("--lr", [&o](const double& lr) { o.lr = lr; },
-                                "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw, "
-                                "0.01 for adagrad; 0 runs forward and backward but leaves the weights as they are)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw", "adagrad"}))
+      ->capture_default_str();
+  c.add_option_function<double>(
+       "--lr", [&o](const double& lr) { o.lr = lr; },
+       "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw, "
+       "0.01 for adagrad; 0 runs forward and backward but leaves the weights as they are)")
       ->check(finite_number_in(0, std::numeric_limits<double>::max(), "a finite learning rate >= 0"));
   c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
-      ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))->capture_default_str();
-  c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")->check(seed_value())
+      ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))
+      ->capture_default_str();
+  c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")
+      ->check(seed_value())
       ->capture_default_str();
   c.add_option("--subset", o.subset, "Train on the first N examples only (characters, for text)")
       ->check(whole_number_in(1));
@@ -63,20 +83,25 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->check(CLI::ExistingFile);
   c.add_option("--summary", o.summary, "Write a JSON summary of the run");
   c.add_flag("--quiet", o.quiet, "No progress output, only the closing line");
-  c.add_option("--bucket-kb", o.bucket_kb, "Under mpirun (data-parallel): KiB of gradients per all-reduce bucket; "
-               "each bucket is sent as soon as backward has its gradients")->check(whole_number_in(1, 1 << 20))
+  c.add_option("--bucket-kb", o.bucket_kb,
+               "Under mpirun (data-parallel): KiB of gradients per all-reduce bucket; "
+               "each bucket is sent as soon as backward has its gradients")
+      ->check(whole_number_in(1, 1 << 20))
       ->capture_default_str();
-  c.add_option("--allreduce-dtype", o.allreduce_dtype, "Under mpirun (data-parallel): the gradients' dtype on the "
+  c.add_option("--allreduce-dtype", o.allreduce_dtype,
+               "Under mpirun (data-parallel): the gradients' dtype on the "
                "wire: f32, or f16 / bf16 for half the bytes (summed in f32, rounded to it)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
 }
 
 std::string describe(const TrainOptions& o) {
   return fmt::format("--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
                      "--context {} --optimizer {} --lr {} --momentum {} --seed {} --subset {} --text-file '{}' "
-                     "--resume '{}' --bucket-kb {} --allreduce-dtype {}", o.data, o.model, o.precision, o.device,
-                     o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer, o.lr.value_or(0), o.momentum, o.seed,
-                     o.subset, o.text_file, o.resume, o.bucket_kb, o.allreduce_dtype);
+                     "--resume '{}' --bucket-kb {} --allreduce-dtype {}",
+                     o.data, o.model, o.precision, o.device, o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer,
+                     o.lr.value_or(0), o.momentum, o.seed, o.subset, o.text_file, o.resume, o.bucket_kb,
+                     o.allreduce_dtype);
 }
 
 void finalize(TrainOptions& o) {
@@ -88,13 +113,14 @@ void finalize(TrainOptions& o) {
   if (o.epochs == 0 && o.steps == 0) (images ? o.epochs : o.steps) = images ? 1 : kDefaultTextSteps;
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
   MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
-           "multiplies in f32); add --device cuda, or drop --tf32");
+                                          "multiplies in f32); add --device cuda, or drop --tf32");
   if (o.threads > 0) mg::set_num_threads(static_cast<int>(o.threads));
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");
     if (cuda_emulated())
-      warn("mixgrad train --device cuda: cuda:0 is the CUDA emulator of this build (-DMG_CUDA=EMULATE), which "
-           "runs the GPU kernels on the CPU to check them: a step takes hundreds of times as long as with --device cpu");
+      warn(
+          "mixgrad train --device cuda: cuda:0 is the CUDA emulator of this build (-DMG_CUDA=EMULATE), which "
+          "runs the GPU kernels on the CPU to check them: a step takes hundreds of times as long as with --device cpu");
   }
   for (const std::string* path : {&o.log, &o.save, &o.summary}) {
     if (path->empty()) continue;

@@ -15,30 +15,30 @@ namespace mg::tools {
 inline constexpr std::int64_t kDefaultTextSteps = 1000;
 
 struct TrainOptions {
-  std::string data = "fashion-mnist";   // fashion-mnist | text
-  std::string model = "mlp";            // mlp | cnn (fashion-mnist); lstm | gpt (text)
-  std::string precision = "fp32";       // an amp::Recipe name
-  std::string device = "cpu";           // cpu | cuda
-  std::int64_t threads = 0;             // CPU kernels' threads (mg::set_num_threads); 0: MG_NUM_THREADS or every core
-  bool tf32 = false;                    // cuda: f32 GEMMs on Tensor Cores in TF32 (kernels::set_allow_tf32)
-  std::int64_t epochs = 0;              // total epochs (fashion-mnist); 0: use --steps
-  std::int64_t steps = 0;               // total steps, counting those before --resume; 0: use --epochs
-                                        // (neither: 1 epoch of images, kDefaultTextSteps of text)
-  std::int64_t batch = 0;               // 0: 128 for images, 32 for text
-  std::int64_t context = 64;            // text: characters per training window
-  std::string optimizer = "sgd";        // sgd | adam | adamw | adagrad
-  std::optional<double> lr;             // unset: 0.05 for sgd, 1e-3 for adam and adamw, 0.01 for adagrad
-  double momentum = 0.9;                // sgd only
+  std::string data = "fashion-mnist";  // fashion-mnist | text
+  std::string model = "mlp";  // mlp | cnn (fashion-mnist); lstm | gpt (text)
+  std::string precision = "fp32";  // an amp::Recipe name
+  std::string device = "cpu";  // cpu | cuda
+  std::int64_t threads = 0;  // CPU kernels' threads (mg::set_num_threads); 0: MG_NUM_THREADS or every core
+  bool tf32 = false;  // cuda: f32 GEMMs on Tensor Cores in TF32 (kernels::set_allow_tf32)
+  std::int64_t epochs = 0;  // total epochs (fashion-mnist); 0: use --steps
+  std::int64_t steps = 0;  // total steps, counting those before --resume; 0: use --epochs
+      // (neither: 1 epoch of images, kDefaultTextSteps of text)
+  std::int64_t batch = 0;  // 0: 128 for images, 32 for text
+  std::int64_t context = 64;  // text: characters per training window
+  std::string optimizer = "sgd";  // sgd | adam | adamw | adagrad
+  std::optional<double> lr;  // unset: 0.05 for sgd, 1e-3 for adam and adamw, 0.01 for adagrad
+  double momentum = 0.9;  // sgd only
   std::uint64_t seed = 0;
-  std::int64_t subset = 0;              // train on the first N examples (characters, for text); 0: all
-  std::string text_file;                // text: a plain-text file instead of the King James Bible
-  std::string log;                      // CSV: one row per step
-  std::string save;                     // checkpoint written at the end
-  std::string resume;                   // checkpoint to continue from
-  std::string summary;                  // JSON summary of the run
-  bool quiet = false;                   // no progress output, only the closing line
+  std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all
+  std::string text_file;  // text: a plain-text file instead of the King James Bible
+  std::string log;  // CSV: one row per step
+  std::string save;  // checkpoint written at the end
+  std::string resume;  // checkpoint to continue from
+  std::string summary;  // JSON summary of the run
+  bool quiet = false;  // no progress output, only the closing line
   // Data-parallel runs (under mpirun, train/data_parallel.h): --batch is the global batch.
-  std::int64_t bucket_kb = 256;         // gradient bytes per all-reduce bucket, in KiB
+  std::int64_t bucket_kb = 256;  // gradient bytes per all-reduce bucket, in KiB
   std::string allreduce_dtype = "f32";  // f32 | f16 | bf16: the gradients' dtype on the wire
 };
 

@@ -65,7 +65,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
   auto format = file.metadata.find("format");
   MG_CHECK(format != file.metadata.end() && format->second == kFormat,
            "{}: {} is a safetensors file but not a mixgrad checkpoint (no metadata format = {}); to read its "
-           "tensors use data::load_safetensors", op, path, kFormat);
+           "tensors use data::load_safetensors",
+           op, path, kFormat);
   MG_CHECK(file.metadata["version"] == kVersion, "{}: {} is checkpoint version '{}'; this build reads version {}", op,
            path, file.metadata["version"], kVersion);
   const StateDict model_state = state_subset(file.tensors, "model.");
@@ -77,10 +78,12 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
   auto rng = file.tensors.find("rng.default");
   MG_CHECK(rng != file.tensors.end() && rng->second.dtype() == DType::I32 && rng->second.numel() == 4,
            "{}: {}: the entry rng.default (four i32 words) is missing or malformed", op, path);
-  MG_CHECK(!objects.optimizer || !optimizer_state.empty(), "{}: {} holds no optimizer state; it was saved without "
-           "one (load it with a null optimizer to restore the model alone)", op, path);
-  MG_CHECK(!objects.scaler || !scaler_state.empty(), "{}: {} holds no GradScaler state; it was saved without one",
+  MG_CHECK(!objects.optimizer || !optimizer_state.empty(),
+           "{}: {} holds no optimizer state; it was saved without "
+           "one (load it with a null optimizer to restore the model alone)",
            op, path);
+  MG_CHECK(!objects.scaler || !scaler_state.empty(), "{}: {} holds no GradScaler state; it was saved without one", op,
+           path);
 
   // Each load_state_dict checks before it writes; if a later part is refused, the model (and the
   // optimizer, harmlessly when it was the one refused) are put back, so a file that does not fit

@@ -42,7 +42,7 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
                      const std::map<std::string, std::string>& metadata = {});
 
 struct LoadedCheckpoint {
-  StateDict extra;                              // the "extra." entries, prefix removed
+  StateDict extra;  // the "extra." entries, prefix removed
   std::map<std::string, std::string> metadata;  // the file's metadata
 };
 // Restores every object given (and the default generator) from `path`.

@@ -24,15 +24,18 @@ DataParallel::DataParallel(std::shared_ptr<dist::ProcessGroup> group, nn::Module
     : group_(std::move(group)), options_(options) {
   MG_CHECK(group_ != nullptr, "{}: the process group is null; make one with dist::init_process_group", kName);
   MG_CHECK(options_.bucket_bytes >= 1, "{}: bucket_bytes must be >= 1, got {}", kName, options_.bucket_bytes);
-  MG_CHECK(is_floating(options_.wire_dtype) && options_.wire_dtype != DType::F64, "{}: the gradients travel as f32, "
-           "f16 or bf16, not {}", kName, options_.wire_dtype);
+  MG_CHECK(is_floating(options_.wire_dtype) && options_.wire_dtype != DType::F64,
+           "{}: the gradients travel as f32, "
+           "f16 or bf16, not {}",
+           kName, options_.wire_dtype);
   for (const Tensor& p : model.parameters())
     if (p.requires_grad()) parameters_.push_back(p);
   MG_CHECK(!parameters_.empty(), "{}: the model has no parameter that requires grad: nothing to synchronise", kName);
   for (const Tensor& p : parameters_)
-    MG_CHECK(p.device() == group_->device(), "{}: a parameter {} {} is on {}, but the {} group reduces tensors on {}; "
-             "move the model there first (model.to(device))", kName, p.shape(), p.dtype(), p.device(),
-             group_->backend(), group_->device());
+    MG_CHECK(p.device() == group_->device(),
+             "{}: a parameter {} {} is on {}, but the {} group reduces tensors on {}; "
+             "move the model there first (model.to(device))",
+             kName, p.shape(), p.dtype(), p.device(), group_->backend(), group_->device());
 
   // One starting point for every replica: rank 0's weights, and its buffers (BatchNorm's statistics).
   NoGradGuard no_grad;
@@ -75,8 +78,10 @@ std::vector<std::vector<std::size_t>> DataParallel::bucket_layout() const {
 Tensor DataParallel::global_mean(const Tensor& local, double fraction) const {
   MG_CHECK(local.numel() == 1 && local.dtype() == DType::F32, "{}::global_mean: expects one f32 element, got {} {}",
            kName, local.shape(), local.dtype());
-  MG_CHECK(fraction > 0.0 && fraction <= 1.0, "{}::global_mean: this rank's fraction of the batch must be in (0, 1], "
-           "got {}", kName, fraction);
+  MG_CHECK(fraction > 0.0 && fraction <= 1.0,
+           "{}::global_mean: this rank's fraction of the batch must be in (0, 1], "
+           "got {}",
+           kName, fraction);
   NoGradGuard no_grad;
   Tensor mean = mul(local.detach(), fraction);
   group_->all_reduce(mean, dist::ReduceOp::Sum);
@@ -95,9 +100,11 @@ void DataParallel::ready(const Tensor& leaf) {
   auto found = where_.find(leaf.id());
   if (found == where_.end()) return;  // a leaf that is not one of the model's parameters
   Bucket& bucket = buckets_[found->second.first];
-  MG_CHECK(!bucket.work, "{}: a second backward inside one GradientSync (parameter {} {} got another gradient after "
+  MG_CHECK(!bucket.work,
+           "{}: a second backward inside one GradientSync (parameter {} {} got another gradient after "
            "its bucket was sent); to accumulate micro-batches, run their backward passes without a GradientSync and "
-           "open one around the last backward only", kName, leaf.shape(), leaf.dtype());
+           "open one around the last backward only",
+           kName, leaf.shape(), leaf.dtype());
   if (++bucket.ready == bucket.parameters.size()) {
     launch(bucket);
     ++stats_.launched_during_backward;
@@ -136,11 +143,11 @@ void DataParallel::unpack(Bucket& bucket) {
   bucket.work->wait();
   bucket.work.reset();
   const bool divide_after = options_.wire_dtype == DType::F32 && group_->size() > 1;
-  if (divide_after)
-    kernels::unary(kernels::UnaryOp::MulScalar, bucket.flat, bucket.flat, {.a = 1.0 / group_->size()});
+  if (divide_after) kernels::unary(kernels::UnaryOp::MulScalar, bucket.flat, bucket.flat, {.a = 1.0 / group_->size()});
   for (std::size_t slot = 0; slot < bucket.parameters.size(); ++slot) {
     const Tensor& p = parameters_[bucket.parameters[slot]];
-    if (!p.grad().defined()) p.impl().grad = Tensor::empty(p.shape(), {.dtype = p.dtype(), .device = p.device()}).impl_ptr();
+    if (!p.grad().defined())
+      p.impl().grad = Tensor::empty(p.shape(), {.dtype = p.dtype(), .device = p.device()}).impl_ptr();
     Tensor grad = flat_view(p.grad());
     kernels::cast(bucket.flat.slice(bucket.offsets[slot], bucket.offsets[slot] + p.numel()), grad);
     grad.impl().storage->bump_version();

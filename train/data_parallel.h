@@ -58,7 +58,7 @@ struct DataParallelOptions {
 struct SyncStats {
   std::int64_t buckets = 0;
   std::int64_t launched_during_backward = 0;  // buckets sent before backward returned
-  std::int64_t payload_bytes = 0;             // gradient bytes each rank hands to the all-reduce per step
+  std::int64_t payload_bytes = 0;  // gradient bytes each rank hands to the all-reduce per step
   double wait_seconds = 0;  // finish()'s time in all-reduces: the communication backward did not hide
 };
 
@@ -85,12 +85,12 @@ class DataParallel : private GradReadyHook {
   friend class GradientSync;
   struct Bucket {
     std::vector<std::size_t> parameters;  // indices into parameters_
-    std::vector<std::int64_t> offsets;    // where each one's gradient starts in `flat`
-    Tensor flat;                          // [elements] of the wire dtype, on the group's device
-    std::size_t ready = 0;                // parameters whose gradient backward has handed over
-    std::unique_ptr<dist::Work> work;     // the all-reduce in flight
+    std::vector<std::int64_t> offsets;  // where each one's gradient starts in `flat`
+    Tensor flat;  // [elements] of the wire dtype, on the group's device
+    std::size_t ready = 0;  // parameters whose gradient backward has handed over
+    std::unique_ptr<dist::Work> work;  // the all-reduce in flight
   };
-  void begin();   // GradientSync's constructor
+  void begin();  // GradientSync's constructor
   void finish();  // GradientSync::finish
   void abandon();  // a backward that threw: waits for what is in flight, sends nothing more
   void ready(const Tensor& leaf) override;

@@ -54,16 +54,18 @@ void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::
 
 double test_loss(nn::Module& model, const Tensor& inputs, const Tensor& targets, Loss loss, const amp::Recipe& recipe,
                  Device device, std::int64_t batch) {
-  MG_CHECK(batch >= 1 && inputs.size(0) == targets.size(0) && inputs.size(0) >= 1, "train::test_loss: needs batch "
-           ">= 1 and as many targets as inputs (at least one), got batch {}, inputs {}, targets {}", batch,
-           inputs.shape(), targets.shape());
+  MG_CHECK(batch >= 1 && inputs.size(0) == targets.size(0) && inputs.size(0) >= 1,
+           "train::test_loss: needs batch "
+           ">= 1 and as many targets as inputs (at least one), got batch {}, inputs {}, targets {}",
+           batch, inputs.shape(), targets.shape());
   Scoring scoring(model);
   double sum = 0;
   const std::int64_t n = inputs.size(0);
   for (std::int64_t begin = 0; begin < n; begin += batch) {
     const std::int64_t end = std::min(begin + batch, n);
     Autocast region = recipe.autocast();
-    const Tensor value = mean_loss(loss, model(inputs.slice(begin, end).to(device)), targets.slice(begin, end).to(device));
+    const Tensor value = mean_loss(loss, model(inputs.slice(begin, end).to(device)),
+                                   targets.slice(begin, end).to(device));
     sum += value.item() * static_cast<double>(end - begin);
   }
   return sum / static_cast<double>(n);

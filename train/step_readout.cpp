@@ -13,12 +13,13 @@ void StepReadout::push(std::int64_t step, double lr, const Tensor& loss, const T
   MG_CHECK(loss.defined() && loss.numel() == 1 && loss.dtype() == DType::F32,
            "train::StepReadout::push: the loss must be one f32 element, got {} {}", loss.dtype(), loss.shape());
   MG_CHECK(scale.defined() == found_inf.defined(), "train::StepReadout::push: give both the scale and found_inf, or "
-           "neither (no scaler)");
+                                                   "neither (no scaler)");
   for (const Tensor& number : {scale, found_inf})
-    MG_CHECK(!number.defined() || (number.numel() == 1 && number.dtype() == DType::F32 &&
-                                   number.device() == loss.device()),
+    MG_CHECK(!number.defined() ||
+                 (number.numel() == 1 && number.dtype() == DType::F32 && number.device() == loss.device()),
              "train::StepReadout::push: the scale and found_inf must be one f32 element each on the loss's device "
-             "({}), got {} {} on {}", loss.device(), number.dtype(), number.shape(), number.device());
+             "({}), got {} {} on {}",
+             loss.device(), number.dtype(), number.shape(), number.device());
   queued_.push_back({step, lr, loss, scale, found_inf});
 }
 

@@ -24,10 +24,10 @@ namespace mg::train {
 // One step, read back.
 struct StepNumbers {
   std::int64_t step = 0;  // counted from 1
-  double loss = 0;        // the batch's mean loss
-  double lr = 0;          // the rate the step used
-  double scale = 1;       // the loss scale it used (1 without a scaler)
-  bool skipped = false;   // the GradScaler skipped it (an inf/NaN gradient)
+  double loss = 0;  // the batch's mean loss
+  double lr = 0;  // the rate the step used
+  double scale = 1;  // the loss scale it used (1 without a scaler)
+  bool skipped = false;  // the GradScaler skipped it (an inf/NaN gradient)
 };
 
 class StepReadout {

@@ -19,8 +19,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
                                                  bool master_weights) {
   std::unique_ptr<optim::Optimizer> optimizer;
   if (spec.name == "sgd")
-    optimizer = std::make_unique<optim::SGD>(
-        std::move(parameters), optim::SgdOptions{.lr = spec.lr, .momentum = spec.momentum, .master_weights = master_weights});
+    optimizer = std::make_unique<optim::SGD>(std::move(parameters),
+                                             optim::SgdOptions{.lr = spec.lr,
+                                                               .momentum = spec.momentum,
+                                                               .master_weights = master_weights});
   else if (spec.name == "adam")
     optimizer = std::make_unique<optim::Adam>(std::move(parameters),
                                               optim::AdamOptions{.lr = spec.lr, .master_weights = master_weights});
@@ -28,8 +30,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
     optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
                                                optim::AdamWOptions{.lr = spec.lr, .master_weights = master_weights});
   else if (spec.name == "adagrad")
-    optimizer = std::make_unique<optim::Adagrad>(
-        std::move(parameters), optim::AdagradOptions{.lr = spec.lr, .master_weights = master_weights});
+    optimizer = std::make_unique<optim::Adagrad>(std::move(parameters),
+                                                 optim::AdagradOptions{.lr = spec.lr,
+                                                                       .master_weights = master_weights});
   else
     throw Error(fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw, adagrad",
                             spec.name));
@@ -43,8 +46,10 @@ namespace {
 // beside the parameters); data-parallel, then rank 0's weights on every rank. Returns the replicas'
 // synchronisation (null in one process).
 std::unique_ptr<DataParallel> prepare(nn::Module& model, const TrainerOptions& options) {
-  MG_CHECK(options.loss_multiplier > 0.0 && std::isfinite(options.loss_multiplier), "train::Trainer: "
-           "loss_multiplier must be finite and > 0, got {}", options.loss_multiplier);
+  MG_CHECK(options.loss_multiplier > 0.0 && std::isfinite(options.loss_multiplier),
+           "train::Trainer: "
+           "loss_multiplier must be finite and > 0, got {}",
+           options.loss_multiplier);
   model.to(options.recipe.parameter_dtype);
   model.to(options.device);
   if (!options.process_group) return nullptr;

@@ -58,7 +58,7 @@ namespace mg::train {
 struct OptimizerSpec {
   std::string name = "sgd";  // "sgd", "adam", "adamw" or "adagrad" (their defaults otherwise: optim/)
   double lr = 0.01;
-  double momentum = 0.0;     // SGD's
+  double momentum = 0.0;  // SGD's
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
 };
 
@@ -88,11 +88,11 @@ struct TrainerOptions {
 // What one step did. Its numbers stay on the device: reading one (loss.item(), scale(), skipped())
 // is a wait on a GPU, made only if somebody asks. `read` holds the steps read back in this call.
 struct StepResult {
-  Tensor loss;           // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling;
-                         // data-parallel: the mean over the global batch, the same on every rank
-  double lr = 0;         // the rate this step used (groups()[0]'s, after the schedule)
-  Tensor scale_used;     // the loss scale this step used, f32 [] on the device; undefined without scaling
-  Tensor found_inf;      // 1 if the GradScaler skipped the step (an inf/NaN gradient); undefined without
+  Tensor loss;  // the batch's mean loss (options.loss), f32, before loss_multiplier and scaling;
+      // data-parallel: the mean over the global batch, the same on every rank
+  double lr = 0;  // the rate this step used (groups()[0]'s, after the schedule)
+  Tensor scale_used;  // the loss scale this step used, f32 [] on the device; undefined without scaling
+  Tensor found_inf;  // 1 if the GradScaler skipped the step (an inf/NaN gradient); undefined without
   double scale() const;  // scale_used read back (1 without scaling)
   bool skipped() const;  // found_inf read back (false without scaling)
   // Every read_every-th step: the numbers of the steps since the last read, this one included,
@@ -160,7 +160,7 @@ class Trainer {
   amp::ScaleMonitor monitor_;  // watches scaler_ (declared after it, so built after and destroyed before it)
   StepReadout readout_;
   std::vector<StepNumbers> unread_;  // read, observed, not yet handed to the caller
-  std::int64_t steps_ = 0;           // steps taken by this Trainer
+  std::int64_t steps_ = 0;  // steps taken by this Trainer
 };
 
 }  // namespace mg::train

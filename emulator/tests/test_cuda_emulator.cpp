@@ -54,15 +54,19 @@ __global__ void threads_return_before_barrier(float* out) {
 }
 
 __global__ void barriers_at_two_lines(float* out) {
-  if (threadIdx.x % 2 == 0) __syncthreads();
-  else __syncthreads();
+  if (threadIdx.x % 2 == 0)
+    __syncthreads();
+  else
+    __syncthreads();
   out[threadIdx.x] = 1.0f;
 }
 
 // Thread 0 waits for its warp at a shuffle; the others wait for thread 0 at a barrier.
 __global__ void shuffle_against_barrier(float* out) {
-  if (threadIdx.x == 0) out[0] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
-  else __syncthreads();
+  if (threadIdx.x == 0)
+    out[0] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  else
+    __syncthreads();
 }
 
 __global__ void mask_names_returned_lanes(float* out) {
@@ -71,8 +75,10 @@ __global__ void mask_names_returned_lanes(float* out) {
 }
 
 __global__ void lanes_at_two_shuffles(float* out) {
-  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
-  else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 2.0f, 1);
+  if (threadIdx.x < 16)
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 2.0f, 1);
 }
 
 // out[t] = the sum of the lane numbers of t's warp, by xor shuffles.
@@ -123,9 +129,11 @@ TEST_CASE("emulator: a missing __syncthreads is a race, named with the kernel an
   std::vector<float> expected(64);
   for (int t = 0; t < 64; ++t) expected[static_cast<std::size_t>(t)] = static_cast<float>((t + 1) % 64);
   CHECK(values(out) == expected);
-  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)
+                    (pointer(out)); },
               "kernel neighbour<false> (launched at");
-  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)
+                    (pointer(out)); },
               "a race: the result depends on the order the threads run in");
 }
 
@@ -149,17 +157,21 @@ TEST_CASE("emulator: shared memory, dynamic shared memory and fresh device memor
 
 TEST_CASE("emulator: divergent barriers, deadlocks and misused warp collectives are errors naming the kernel") {
   Tensor out = device_floats(64);
-  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
+                    (pointer(out)); },
               "divergent __syncthreads");
-  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
+                    (pointer(out)); },
               "threads_return_before_barrier");
   check_error([&] { MG_LAUNCH(barriers_at_two_lines, 1, 32, 0, nullptr)(pointer(out)); }, "divergent __syncthreads");
   check_error([&] { MG_LAUNCH(shuffle_against_barrier, 1, 32, 0, nullptr)(pointer(out)); }, "deadlock");
   // Which lane notices depends on the order: a waiting lane, or the last lane to return.
-  check_error([&] { MG_LAUNCH(mask_names_returned_lanes, 1, 32, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(mask_names_returned_lanes, 1, 32, 0, nullptr)
+                    (pointer(out)); },
               "returned from the kernel");
   check_error([&] { MG_LAUNCH(warp_total, 1, 16, 0, nullptr)(pointer(out)); }, "which the block does not have");
-  check_error([&] { MG_LAUNCH(lanes_at_two_shuffles, 1, 32, 0, nullptr)(pointer(out)); },
+  check_error([&] { MG_LAUNCH(lanes_at_two_shuffles, 1, 32, 0, nullptr)
+                    (pointer(out)); },
               "meet at different collectives");
   // The same shuffles, used right: every lane gets the warp's total, 0 + 1 + ... + 31.
   MG_LAUNCH(warp_total, 1, 64, 0, nullptr)(pointer(out));
@@ -187,9 +199,11 @@ TEST_CASE("emulator: WMMA multiplies exactly, checks its alignment rules, and TF
         sum += a[static_cast<std::size_t>(i * 24 + k)] * b[static_cast<std::size_t>(k * 24 + j)];
       CHECK(got[static_cast<std::size_t>(i * 16 + j)] == sum);
     }
-  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)(a_ptr + 8, b_ptr, pointer(out), 24u); },
+  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
+                    (a_ptr + 8, b_ptr, pointer(out), 24u); },
               "not 32-byte aligned");
-  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)(a_ptr, b_ptr, pointer(out), 20u); },
+  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
+                    (a_ptr, b_ptr, pointer(out), 20u); },
               "not a multiple of 16");
   // 1 + 2^-11 is a tie between two TF32 values: away from zero, to 1 + 2^-10; just below it, down to 1.
   CHECK(nvcuda::wmma::__float_to_tf32(1.0f + 0x1p-11f) == 1.0f + 0x1p-10f);
@@ -203,9 +217,11 @@ TEST_CASE("emulator: cp.async lands at issue or at its wait; a missing wait is a
   Tensor out = device_floats(4);
   MG_LAUNCH((copy_through_shared<true, false>), 1, 32, 0, nullptr)(pointer(in), pointer(out));
   CHECK(values(out) == std::vector<float>{1, 2, 3, 4});
-  check_error([&] { MG_LAUNCH((copy_through_shared<false, false>), 1, 32, 0, nullptr)(pointer(in), pointer(out)); },
+  check_error([&] { MG_LAUNCH((copy_through_shared<false, false>), 1, 32, 0, nullptr)
+                    (pointer(in), pointer(out)); },
               "a race");
-  check_error([&] { MG_LAUNCH((copy_through_shared<true, true>), 1, 32, 0, nullptr)(pointer(in), pointer(out)); },
+  check_error([&] { MG_LAUNCH((copy_through_shared<true, true>), 1, 32, 0, nullptr)
+                    (pointer(in), pointer(out)); },
               "which is not shared memory of the block");
 }
 

@@ -18,12 +18,12 @@ int main() try {
   std::int64_t skipped = 0;
   for (std::int64_t step = 0; step < steps; ++step) {
     Tensor x = randn({batch, features}, generator);  // (B, features)
-    Tensor y = matmul(x, true_weights);              // (B, 1), f32 targets
+    Tensor y = matmul(x, true_weights);  // (B, 1), f32 targets
     sgd.zero_grad();
     Tensor loss;
     {
-      Autocast autocast(DType::F16);               // matmul in f16, f32 accumulate
-      loss = mse_loss(matmul(x, weights), y);      // on the f32 list: an f32 loss
+      Autocast autocast(DType::F16);  // matmul in f16, f32 accumulate
+      loss = mse_loss(matmul(x, weights), y);  // on the f32 list: an f32 loss
     }
     backward(scaler.scale(loss));
     skipped += !scaler.step(sgd);  // the update reads g / S; skipped if a gradient is inf or NaN
@@ -31,8 +31,8 @@ int main() try {
     if (step == 0) first_loss = loss.item();
     last_loss = loss.item();
   }
-  fmt::print("mse loss {:.3g} -> {:.3g} after {} steps (loss scale {:g}, {} skipped)\n", first_loss, last_loss,
-             steps, scaler.get_scale(), skipped);
+  fmt::print("mse loss {:.3g} -> {:.3g} after {} steps (loss scale {:g}, {} skipped)\n", first_loss, last_loss, steps,
+             scaler.get_scale(), skipped);
   if (!(last_loss < first_loss / 100)) {
     fmt::print(stderr, "error: the loss did not fall by 100x: mixgrad as linked here does not train\n");
     return 1;

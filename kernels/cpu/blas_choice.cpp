@@ -32,14 +32,18 @@ bool same_name(std::string_view a, std::string_view b) {
 
 // OpenBLAS 0.3.21's x86 cores (driver/others/dynamic.c) by the vector width of their SGEMM kernels.
 constexpr std::array<std::pair<std::string_view, VectorWidth>, 26> kOpenBlasCores{{
-    {"Katmai", VectorWidth::Sse},       {"Coppermine", VectorWidth::Sse},   {"Northwood", VectorWidth::Sse},
-    {"Prescott", VectorWidth::Sse},     {"Banias", VectorWidth::Sse},       {"Atom", VectorWidth::Sse},
-    {"Core2", VectorWidth::Sse},        {"Penryn", VectorWidth::Sse},       {"Dunnington", VectorWidth::Sse},
-    {"Nehalem", VectorWidth::Sse},      {"Athlon", VectorWidth::Sse},       {"Opteron", VectorWidth::Sse},
-    {"Opteron_SSE3", VectorWidth::Sse}, {"Barcelona", VectorWidth::Sse},    {"Nano", VectorWidth::Sse},
-    {"Bobcat", VectorWidth::Sse},       {"Sandybridge", VectorWidth::Avx},  {"Bulldozer", VectorWidth::Avx},
-    {"Piledriver", VectorWidth::Avx},   {"Steamroller", VectorWidth::Avx},  {"Excavator", VectorWidth::Avx},
-    {"Haswell", VectorWidth::Avx2},     {"Zen", VectorWidth::Avx2},         {"SkylakeX", VectorWidth::Avx512},
+    {"Katmai", VectorWidth::Sse},        {"Coppermine", VectorWidth::Sse},
+    {"Northwood", VectorWidth::Sse},     {"Prescott", VectorWidth::Sse},
+    {"Banias", VectorWidth::Sse},        {"Atom", VectorWidth::Sse},
+    {"Core2", VectorWidth::Sse},         {"Penryn", VectorWidth::Sse},
+    {"Dunnington", VectorWidth::Sse},    {"Nehalem", VectorWidth::Sse},
+    {"Athlon", VectorWidth::Sse},        {"Opteron", VectorWidth::Sse},
+    {"Opteron_SSE3", VectorWidth::Sse},  {"Barcelona", VectorWidth::Sse},
+    {"Nano", VectorWidth::Sse},          {"Bobcat", VectorWidth::Sse},
+    {"Sandybridge", VectorWidth::Avx},   {"Bulldozer", VectorWidth::Avx},
+    {"Piledriver", VectorWidth::Avx},    {"Steamroller", VectorWidth::Avx},
+    {"Excavator", VectorWidth::Avx},     {"Haswell", VectorWidth::Avx2},
+    {"Zen", VectorWidth::Avx2},          {"SkylakeX", VectorWidth::Avx512},
     {"Cooperlake", VectorWidth::Avx512}, {"SapphireRapids", VectorWidth::Avx512},
 }};
 
@@ -65,10 +69,14 @@ std::string openblas_line(const GemmChoiceInputs& in) {
 
 std::string_view vector_width_name(VectorWidth width) {
   switch (width) {
-    case VectorWidth::Sse: return "SSE";
-    case VectorWidth::Avx: return "AVX";
-    case VectorWidth::Avx2: return "AVX2";
-    case VectorWidth::Avx512: return "AVX-512";
+    case VectorWidth::Sse:
+      return "SSE";
+    case VectorWidth::Avx:
+      return "AVX";
+    case VectorWidth::Avx2:
+      return "AVX2";
+    case VectorWidth::Avx512:
+      return "AVX-512";
   }
   return "?";
 }
@@ -118,16 +126,15 @@ std::pair<GemmLibrary, std::string> choose_library(const GemmChoiceInputs& in, c
             fmt::format("{} (OpenBLAS {} would run its {} {} kernels, narrower than Eigen's on {}; "
                         "MG_GEMM=openblas forces it)",
                         eigen_line(in), in.openblas_version, vector_width_name(*kernel_width), in.openblas_core, cpu)};
-  return {GemmLibrary::OpenBlas, fmt::format("{} ({} kernels, one thread)", openblas_line(in),
-                                             vector_width_name(*kernel_width))};
+  return {GemmLibrary::OpenBlas,
+          fmt::format("{} ({} kernels, one thread)", openblas_line(in), vector_width_name(*kernel_width))};
 }
-
 
 // MG_GEMM's kernel names (blas_choice.h), and what each sets.
 struct KernelWord {
   std::string_view word;
   std::optional<MicroKernelId> f32, f16, bf16;  // nullopt: leaves that dtype's choice alone
-  bool widen = false;                           // sets f16 and bf16 to "widen"
+  bool widen = false;  // sets f16 and bf16 to "widen"
 };
 const std::array<KernelWord, 5> kKernelWords{{
     {"avx512-bf16-dot", std::nullopt, std::nullopt, MicroKernelId::Avx512Bf16Dot},
@@ -189,8 +196,8 @@ GemmChoice choose_gemm(const GemmChoiceInputs& in) {
   for (const KernelWord* kernel : kernels) {
     for (std::optional<MicroKernelId> id : {kernel->f32, kernel->f16, kernel->bf16})
       MG_CHECK(!id || cpu_runs(cpu, *id),
-               "MG_GEMM={}: this CPU lacks the instructions of the {} microkernel; kernels it runs: {}",
-               *in.mg_gemm, kernel->word, runnable_words(cpu));
+               "MG_GEMM={}: this CPU lacks the instructions of the {} microkernel; kernels it runs: {}", *in.mg_gemm,
+               kernel->word, runnable_words(cpu));
     if (kernel->widen) choice.f16 = choice.bf16 = std::nullopt;
     if (kernel->f32) choice.f32 = kernel->f32;
     if (kernel->f16) choice.f16 = kernel->f16;

@@ -78,13 +78,13 @@ struct CpuFeatures {
 // Everything the choice depends on (gemm_choice_inputs() reads this process's).
 struct GemmChoiceInputs {
   std::optional<std::string> mg_gemm;  // the MG_GEMM environment variable; nullopt when unset
-  bool have_openblas = false;          // this build links OpenBLAS
-  std::string openblas_core;           // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
-  std::string openblas_version;        // "0.3.21"
+  bool have_openblas = false;  // this build links OpenBLAS
+  std::string openblas_core;  // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...
+  std::string openblas_version;  // "0.3.21"
   CpuFeatures cpu;
-  MicroCpu micro;                      // the instructions of the microkernels (micro_cpu())
+  MicroCpu micro;  // the instructions of the microkernels (micro_cpu())
   VectorWidth eigen_width = VectorWidth::Sse;  // what Eigen was compiled for (EIGEN_VECTORIZE_*)
-  std::string eigen_version;                   // "3.4.0"
+  std::string eigen_version;  // "3.4.0"
 };
 
 struct GemmChoice {

@@ -65,15 +65,17 @@ class Accumulator {
   explicit Accumulator(Tensor& out, bool zero = true)
       : out_(out), sum_(out.dtype() == dtype_of<C>() ? out : Tensor::empty(out.shape(), {.dtype = dtype_of<C>()})) {
     if (zero && sum_.numel() > 0) {  // all-zero bits are 0.0; in chunks for the thread pool
-      parallel_for(static_cast<std::int64_t>(sum_.nbytes()), 4 * kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
-        std::memset(static_cast<char*>(sum_.data_ptr()) + begin, 0, static_cast<std::size_t>(end - begin));
-      });
+      parallel_for(static_cast<std::int64_t>(sum_.nbytes()), 4 * kConvertGrain,
+                   [&](std::int64_t begin, std::int64_t end) {
+                     std::memset(static_cast<char*>(sum_.data_ptr()) + begin, 0, static_cast<std::size_t>(end - begin));
+                   });
     }
   }
   C* data() { return sum_.data<C>(); }
   // Rounds the sums into the output (nothing to do when the output was the accumulator).
   void store() {
-    if (!sum_.shares_storage_with(out_)) convert_parallel(sum_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
+    if (!sum_.shares_storage_with(out_))
+      convert_parallel(sum_.data_ptr(), dtype_of<C>(), out_.data_ptr(), out_.dtype(), out_.numel());
   }
 
  private:

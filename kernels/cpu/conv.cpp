@@ -23,7 +23,8 @@ Columns inside_columns(const Window2d& w, std::int64_t iw0) {
 
 // Images per chunk of the thread pool: about kConvertGrain elements of cols each.
 std::int64_t images_per_chunk(const Window2d& w) {
-  const std::int64_t image_cols = std::max<std::int64_t>(1, w.out_h() * w.out_w() * w.channels * w.kernel_h * w.kernel_w);
+  const std::int64_t image_cols = std::max<std::int64_t>(1,
+                                                         w.out_h() * w.out_w() * w.channels * w.kernel_h * w.kernel_w);
   return std::max<std::int64_t>(1, kConvertGrain / image_cols);
 }
 
@@ -62,8 +63,10 @@ template <class Bits>
 void im2col_bits(const Bits* x, const Window2d& w, Bits* cols) {
   parallel_for(w.batch, images_per_chunk(w), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t n = begin; n < end; ++n) {
-      if (w.kernel_w == 3) im2col_image<Bits, 3>(x, w, n, cols);
-      else im2col_image<Bits, 0>(x, w, n, cols);
+      if (w.kernel_w == 3)
+        im2col_image<Bits, 3>(x, w, n, cols);
+      else
+        im2col_image<Bits, 0>(x, w, n, cols);
     }
   });
 }
@@ -73,12 +76,15 @@ void im2col_bits(const Bits* x, const Window2d& w, Bits* cols) {
 void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
   if (cols.numel() == 0) return;
   switch (dtype_size(x.dtype())) {
-    case 2: return im2col_bits(static_cast<const std::uint16_t*>(x.data_ptr()), window,
-                               static_cast<std::uint16_t*>(cols.data_ptr()));
-    case 4: return im2col_bits(static_cast<const std::uint32_t*>(x.data_ptr()), window,
-                               static_cast<std::uint32_t*>(cols.data_ptr()));
-    default: return im2col_bits(static_cast<const std::uint64_t*>(x.data_ptr()), window,
-                                static_cast<std::uint64_t*>(cols.data_ptr()));
+    case 2:
+      return im2col_bits(static_cast<const std::uint16_t*>(x.data_ptr()), window,
+                         static_cast<std::uint16_t*>(cols.data_ptr()));
+    case 4:
+      return im2col_bits(static_cast<const std::uint32_t*>(x.data_ptr()), window,
+                         static_cast<std::uint32_t*>(cols.data_ptr()));
+    default:
+      return im2col_bits(static_cast<const std::uint64_t*>(x.data_ptr()), window,
+                         static_cast<std::uint64_t*>(cols.data_ptr()));
   }
 }
 
@@ -123,8 +129,10 @@ void col2im(const Tensor& cols, const Window2d& w, Tensor& dx) {
     parallel_for(w.batch, images_per_chunk(w), [&](std::int64_t begin, std::int64_t end) {
       std::vector<C> row(static_cast<std::size_t>(width));
       for (std::int64_t n = begin; n < end; ++n) {
-        if (w.kernel_w == 3) col2im_image<C, 3>(cols, w, n, sum, row.data());
-        else col2im_image<C, 0>(cols, w, n, sum, row.data());
+        if (w.kernel_w == 3)
+          col2im_image<C, 3>(cols, w, n, sum, row.data());
+        else
+          col2im_image<C, 0>(cols, w, n, sum, row.data());
       }
     });
     accumulator.store();

@@ -30,7 +30,8 @@ namespace {
 // convolution.
 void convolve(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, const float* bias, const Window2d& w,
               Tensor& out) {
-  const std::int64_t rows = weight.size(0) /* O */, taps = w.channels * w.kernel_h * w.kernel_w, positions = w.out_h() * w.out_w();
+  const std::int64_t rows = weight.size(0) /* O */, taps = w.channels * w.kernel_h * w.kernel_w,
+                     positions = w.out_h() * w.out_w();
   // Whole images per thread; a batch smaller than the pool is also cut along positions.
   const std::int64_t parts = std::clamp<std::int64_t>((num_threads() + w.batch - 1) / w.batch, 1,
                                                       (positions + kernel.nr - 1) / kernel.nr);
@@ -62,7 +63,8 @@ void add_window_shares(const float* shares, const Window2d& w, float* sum) {
     for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
       for (std::int64_t kw = 0; kw < w.kernel_w; ++kw, shares += out_h * out_w) {
         const std::int64_t iw0 = kw - w.pad_w;  // the pixel column output column 0 reads at this tap
-        const std::int64_t first = std::clamp<std::int64_t>(-iw0, 0, out_w), last = std::clamp<std::int64_t>(w.width - iw0, 0, out_w);
+        const std::int64_t first = std::clamp<std::int64_t>(-iw0, 0, out_w),
+                           last = std::clamp<std::int64_t>(w.width - iw0, 0, out_w);
         for (std::int64_t oh = 0; oh < out_h; ++oh) {
           const std::int64_t ih = oh - w.pad_h + kh;
           if (ih < 0 || ih >= w.height) continue;
@@ -98,7 +100,9 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
       // The windows' shares of image n, in f32: W^T [T, O] x dy[n] [O, P] (both packed from their own layout).
       PackedGemm gemm{.kernel = &kernel,
                       .a = {.data = weight.data_ptr(), .dtype = weight.dtype(), .line_stride = 1, .k_stride = taps},
-                      .b = {.data = bytes_at(dy, n * out_channels * positions), .dtype = dy.dtype(), .line_stride = 1,
+                      .b = {.data = bytes_at(dy, n * out_channels * positions),
+                            .dtype = dy.dtype(),
+                            .line_stride = 1,
                             .k_stride = positions},
                       .k = out_channels,
                       .c = shares.data(),
@@ -124,8 +128,12 @@ void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& w, Te
   parallel_for(cut.count, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t part = begin; part < end; ++part) {
       PackedGemm gemm{.kernel = &kernel,
-                      .a = {.data = dy.data_ptr(), .dtype = dy.dtype(), .line_stride = positions, .k_stride = 1,
-                            .k_run = positions, .k_run_stride = out_channels * positions},
+                      .a = {.data = dy.data_ptr(),
+                            .dtype = dy.dtype(),
+                            .line_stride = positions,
+                            .k_stride = 1,
+                            .k_run = positions,
+                            .k_run_stride = out_channels * positions},
                       .b = {.data = x.data_ptr(), .dtype = x.dtype(), .window = &w, .positions_along_k = true},
                       .k = w.batch * positions,
                       .c = dw.data_ptr(),

@@ -9,7 +9,9 @@
 
 namespace mg::kernels::cpu {
 
-void cast(const Tensor& x, Tensor& out) { convert_parallel(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel()); }
+void cast(const Tensor& x, Tensor& out) {
+  convert_parallel(x.data_ptr(), x.dtype(), out.data_ptr(), out.dtype(), x.numel());
+}
 
 namespace {
 
@@ -55,10 +57,14 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
     for (std::int64_t r = begin; r < end; ++r) {
       const char* from = src + static_cast<std::size_t>(source) * element;
       char* to = dst + static_cast<std::size_t>(r * row) * element;
-      if (rows_contiguous) std::memcpy(to, from, static_cast<std::size_t>(row) * element);
-      else if (element == 2) gather_row<std::uint16_t>(from, row_stride, row, to);
-      else if (element == 4) gather_row<std::uint32_t>(from, row_stride, row, to);
-      else gather_row<std::uint64_t>(from, row_stride, row, to);
+      if (rows_contiguous)
+        std::memcpy(to, from, static_cast<std::size_t>(row) * element);
+      else if (element == 2)
+        gather_row<std::uint16_t>(from, row_stride, row, to);
+      else if (element == 4)
+        gather_row<std::uint32_t>(from, row_stride, row, to);
+      else
+        gather_row<std::uint64_t>(from, row_stride, row, to);
       for (std::size_t d = outer_rank; d-- > 0;) {  // odometer over out's outer dims
         source += source_stride[d];
         if (++index[d] < out.shape()[d]) break;

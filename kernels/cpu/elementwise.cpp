@@ -106,9 +106,12 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
         C* y = out.dtype() == dtype_of<C>() ? reinterpret_cast<C*>(target) : result;
         if (!vectorised(f, x, y, count)) {
           for (std::int64_t i = 0; i < count; ++i) {
-            if constexpr (N == 1) y[i] = f(x[0][i]);
-            else if constexpr (N == 2) y[i] = f(x[0][i], x[1][i]);
-            else y[i] = f(x[0][i], x[1][i], x[2][i]);
+            if constexpr (N == 1)
+              y[i] = f(x[0][i]);
+            else if constexpr (N == 2)
+              y[i] = f(x[0][i], x[1][i]);
+            else
+              y[i] = f(x[0][i], x[1][i], x[2][i]);
           }
         }
         if (y == result) convert(result, dtype_of<C>(), target, out.dtype(), count);
@@ -150,7 +153,9 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars s) {
 }
 
 void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars s) {
-  visit_unary_grad(op, s, [&](auto f, const char* name) { run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name); });
+  visit_unary_grad(op, s, [&](auto f, const char* name) {
+    run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name);
+  });
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {

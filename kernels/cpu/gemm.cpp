@@ -53,7 +53,9 @@ std::atomic<Accumulation> accumulation_mode{Accumulation::F32};
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
-void set_gemm_accumulation(Accumulation accumulation) { accumulation_mode.store(accumulation, std::memory_order_relaxed); }
+void set_gemm_accumulation(Accumulation accumulation) {
+  accumulation_mode.store(accumulation, std::memory_order_relaxed);
+}
 Accumulation gemm_accumulation() { return accumulation_mode.load(std::memory_order_relaxed); }
 
 }  // namespace mg::kernels
@@ -104,8 +106,10 @@ bool blas_gemm(const TileOperands<T>& t, const GemmShape& s) {
   const auto m = static_cast<int>(t.m), n = static_cast<int>(t.n), k = static_cast<int>(s.k);
   const auto lda = static_cast<int>(t.lda), ldb = static_cast<int>(t.ldb), ldc = static_cast<int>(t.ldc);
   const CBLAS_TRANSPOSE ta = s.transpose_a ? CblasTrans : CblasNoTrans, tb = s.transpose_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, t.a, lda, t.b, ldb, 0.0f, t.c, ldc);
-  else cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, t.a, lda, t.b, ldb, 0.0, t.c, ldc);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, t.a, lda, t.b, ldb, 0.0f, t.c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, t.a, lda, t.b, ldb, 0.0, t.c, ldc);
   return true;
 }
 #endif
@@ -120,10 +124,14 @@ void gemm_tile([[maybe_unused]] GemmLibrary library, const TileOperands<T>& t, c
   Eigen::Map<const RowMajor<T>, 0, Stride> A(t.a, s.transpose_a ? s.k : t.m, s.transpose_a ? t.m : s.k, Stride(t.lda));
   Eigen::Map<const RowMajor<T>, 0, Stride> B(t.b, s.transpose_b ? t.n : s.k, s.transpose_b ? s.k : t.n, Stride(t.ldb));
   Eigen::Map<RowMajor<T>, 0, Stride> C(t.c, t.m, t.n, Stride(t.ldc));
-  if (!s.transpose_a && !s.transpose_b) C.noalias() = A * B;
-  else if (!s.transpose_a) C.noalias() = A * B.transpose();
-  else if (!s.transpose_b) C.noalias() = A.transpose() * B;
-  else C.noalias() = A.transpose() * B.transpose();
+  if (!s.transpose_a && !s.transpose_b)
+    C.noalias() = A * B;
+  else if (!s.transpose_a)
+    C.noalias() = A * B.transpose();
+  else if (!s.transpose_b)
+    C.noalias() = A.transpose() * B;
+  else
+    C.noalias() = A.transpose() * B.transpose();
 }
 
 // How one product is cut into tiles for the thread pool: along C's longer side, so that the operand
@@ -137,13 +145,14 @@ constexpr std::int64_t kMinTileSide = 64;
 constexpr std::int64_t kMinTileFlops = 4'000'000;
 
 struct TilePlan {
-  bool cut_rows;      // tiles are row ranges of C (else column ranges)
+  bool cut_rows;  // tiles are row ranges of C (else column ranges)
   std::int64_t side;  // the length of the cut side (m or n)
-  Chunks units;       // chunks of kTileAlign-wide units of that side
+  Chunks units;  // chunks of kTileAlign-wide units of that side
 
   std::int64_t count() const { return units.count; }
   Tile tile(const GemmShape& s, std::int64_t i) const {
-    const std::int64_t begin = std::min(side, units.begin(i) * kTileAlign), end = std::min(side, units.end(i) * kTileAlign);
+    const std::int64_t begin = std::min(side, units.begin(i) * kTileAlign),
+                       end = std::min(side, units.end(i) * kTileAlign);
     return cut_rows ? Tile{begin, end, 0, s.n} : Tile{0, s.m, begin, end};
   }
 };
@@ -167,7 +176,8 @@ void gemm_batched(GemmLibrary library, const T* a, const T* b, T* c, const GemmS
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t i = item / plan.count();
       gemm_tile(library,
-                TileOperands<T>(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s, plan.tile(s, item % plan.count())),
+                TileOperands<T>(a + i * s.m * s.k, b + i * s.k * s.n, c + i * s.m * s.n, s,
+                                plan.tile(s, item % plan.count())),
                 s);
     }
   });
@@ -185,31 +195,36 @@ void gemm_accumulate_in_f16(const float* a, const float* b, float* c, const Gemm
   for (std::int64_t i = 0; i < s.batch; ++i) {
     Eigen::Map<const RowMajor<float>> A(a + i * s.m * s.k, s.transpose_a ? s.k : s.m, s.transpose_a ? s.m : s.k);
     Eigen::Map<const RowMajor<float>> B(b + i * s.k * s.n, s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n);
-    if (s.transpose_a) op_a = A.transpose();
-    else op_a = A;
-    if (s.transpose_b) op_b = B.transpose();
-    else op_b = B;
+    if (s.transpose_a)
+      op_a = A.transpose();
+    else
+      op_a = A;
+    if (s.transpose_b)
+      op_b = B.transpose();
+    else
+      op_b = B;
     // Rows of C are independent: the pool takes them in chunks.
     parallel_for(s.m, std::max<std::int64_t>(1, kMinTileFlops / std::max<std::int64_t>(1, 2 * s.n * s.k)),
                  [&](std::int64_t row_begin, std::int64_t row_end) {
-      std::vector<float> block_sum(static_cast<std::size_t>(s.n));
-      std::vector<Eigen::half> rounded(static_cast<std::size_t>(s.n));
-      for (std::int64_t row = row_begin; row < row_end; ++row) {
-        float* sum = c + (i * s.m + row) * s.n;
-        std::fill(sum, sum + s.n, 0.0f);
-        for (std::int64_t k0 = 0; k0 < s.k; k0 += kF16AccumulationBlock) {
-          std::fill(block_sum.begin(), block_sum.end(), 0.0f);
-          for (std::int64_t k = k0; k < std::min<std::int64_t>(s.k, k0 + kF16AccumulationBlock); ++k) {
-            const float a_value = op_a(row, k);
-            const float* b_row = op_b.data() + k * s.n;
-            for (std::int64_t j = 0; j < s.n; ++j) block_sum[static_cast<std::size_t>(j)] += a_value * b_row[j];
-          }
-          for (std::int64_t j = 0; j < s.n; ++j) sum[j] += block_sum[static_cast<std::size_t>(j)];
-          convert(sum, DType::F32, rounded.data(), DType::F16, s.n);
-          convert(rounded.data(), DType::F16, sum, DType::F32, s.n);
-        }
-      }
-    });
+                   std::vector<float> block_sum(static_cast<std::size_t>(s.n));
+                   std::vector<Eigen::half> rounded(static_cast<std::size_t>(s.n));
+                   for (std::int64_t row = row_begin; row < row_end; ++row) {
+                     float* sum = c + (i * s.m + row) * s.n;
+                     std::fill(sum, sum + s.n, 0.0f);
+                     for (std::int64_t k0 = 0; k0 < s.k; k0 += kF16AccumulationBlock) {
+                       std::fill(block_sum.begin(), block_sum.end(), 0.0f);
+                       for (std::int64_t k = k0; k < std::min<std::int64_t>(s.k, k0 + kF16AccumulationBlock); ++k) {
+                         const float a_value = op_a(row, k);
+                         const float* b_row = op_b.data() + k * s.n;
+                         for (std::int64_t j = 0; j < s.n; ++j)
+                           block_sum[static_cast<std::size_t>(j)] += a_value * b_row[j];
+                       }
+                       for (std::int64_t j = 0; j < s.n; ++j) sum[j] += block_sum[static_cast<std::size_t>(j)];
+                       convert(sum, DType::F32, rounded.data(), DType::F16, s.n);
+                       convert(rounded.data(), DType::F16, sum, DType::F32, s.n);
+                     }
+                   }
+                 });
   }
 }
 
@@ -232,9 +247,12 @@ void apply_epilogue(C* c, const GemmShape& s, const GemmEpilogue& epilogue) {
   const C* bias_values = bias.defined() ? bias.template data<C>() : nullptr;
   const std::int64_t rows = s.batch * s.m;
   switch (epilogue.activation) {
-    case Activation::None: return bias_and_activation(c, bias_values, rows, s.n, functors::Copy{});
-    case Activation::Relu: return bias_and_activation(c, bias_values, rows, s.n, functors::Relu{});
-    case Activation::Gelu: return bias_and_activation(c, bias_values, rows, s.n, functors::Gelu{});
+    case Activation::None:
+      return bias_and_activation(c, bias_values, rows, s.n, functors::Copy{});
+    case Activation::Relu:
+      return bias_and_activation(c, bias_values, rows, s.n, functors::Relu{});
+    case Activation::Gelu:
+      return bias_and_activation(c, bias_values, rows, s.n, functors::Gelu{});
   }
 }
 
@@ -281,7 +299,6 @@ void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tenso
   if (c32.dtype() != c.dtype()) convert_parallel(c32.data_ptr(), DType::F32, c.data_ptr(), c.dtype(), c.numel());
 }
 
-
 // How the packed GEMM cuts a product for the thread pool: into as few tiles as keep every thread busy,
 // along C's longer side (so that the operand every tile packs again is the smaller one), in whole
 // micro-panels. Unlike plan_tiles, the cut may follow the thread count: every element of C is the same
@@ -291,8 +308,8 @@ void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tenso
 struct PackedPlan {
   bool cut_rows;
   std::int64_t parts;  // tiles per product
-  Chunks cut;          // those tiles, in micro-panels of the cut side
-  int panel;           // MR or NR
+  Chunks cut;  // those tiles, in micro-panels of the cut side
+  int panel;  // MR or NR
 
   Tile tile(const GemmShape& s, std::int64_t part) const {
     const std::int64_t side = cut_rows ? s.m : s.n;
@@ -324,16 +341,15 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
   parallel_for(s.batch * plan.parts, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t i = item / plan.parts;
-      const PackedGemm gemm{
-          .kernel = &kernel,
-          .a = operand(a, i, s.m, s.k, !s.transpose_a),  // A is [m, k], or [k, m] when transposed
-          .b = operand(b, i, s.n, s.k, s.transpose_b),   // B is [k, n], or [n, k] when transposed
-          .k = s.k,
-          .c = bytes_at(c, i * s.m * s.n),
-          .c_dtype = c.dtype(),
-          .ldc = s.n,
-          .bias = bias.defined() ? bias.data<float>() : nullptr,
-          .activation = epilogue.activation};
+      const PackedGemm gemm{.kernel = &kernel,
+                            .a = operand(a, i, s.m, s.k, !s.transpose_a),  // A is [m, k], or [k, m] when transposed
+                            .b = operand(b, i, s.n, s.k, s.transpose_b),  // B is [k, n], or [n, k] when transposed
+                            .k = s.k,
+                            .c = bytes_at(c, i * s.m * s.n),
+                            .c_dtype = c.dtype(),
+                            .ldc = s.n,
+                            .bias = bias.defined() ? bias.data<float>() : nullptr,
+                            .activation = epilogue.activation};
       const Tile tile = plan.tile(s, item % plan.parts);
       packed_gemm_tile(gemm, tile.row0, tile.row1, tile.col0, tile.col1);
     }

@@ -25,7 +25,8 @@ T* reserve(std::vector<T>& buffer, std::int64_t count) {
 }
 
 const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k) {
-  return static_cast<const std::byte*>(x.data) + (line * x.line_stride + k * x.k_stride) * static_cast<std::int64_t>(dtype_size(x.dtype));
+  return static_cast<const std::byte*>(x.data) +
+         (line * x.line_stride + k * x.k_stride) * static_cast<std::int64_t>(dtype_size(x.dtype));
 }
 
 // n values of a run of x as f32: loops the compiler vectorises for f32 and bf16 (a shift), F16C for f16
@@ -54,7 +55,8 @@ void widen_run(const std::byte* src, DType dtype, float* dst, std::int64_t n) {
 // the padding: one clamped copy.
 template <class Bits>
 void copy_clamped(const Bits* row, std::int64_t width, std::int64_t iw0, std::int64_t count, Bits* out) {
-  const std::int64_t begin = std::clamp<std::int64_t>(-iw0, 0, count), end = std::clamp<std::int64_t>(width - iw0, 0, count);
+  const std::int64_t begin = std::clamp<std::int64_t>(-iw0, 0, count),
+                     end = std::clamp<std::int64_t>(width - iw0, 0, count);
   // Plain loops, not std::copy: runs are a few elements long, shorter than a call to memmove.
   for (std::int64_t i = 0; i < begin; ++i) out[i] = Bits{0};
   for (std::int64_t i = begin; i < end; ++i) out[i] = row[iw0 + i];
@@ -70,7 +72,8 @@ void line_along_k(const GemmOperand& x, std::int64_t line, std::int64_t k0, std:
   if (!x.window) {  // runs of k_run elements
     assert(x.k_stride == 1);
     for (std::int64_t k = 0; k < kc;) {
-      const std::int64_t run = (k0 + k) / x.k_run, within = (k0 + k) % x.k_run, count = std::min(kc - k, x.k_run - within);
+      const std::int64_t run = (k0 + k) / x.k_run, within = (k0 + k) % x.k_run,
+                         count = std::min(kc - k, x.k_run - within);
       const Bits* from = data + line * x.line_stride + run * x.k_run_stride + within;
       for (std::int64_t i = 0; i < count; ++i) values[k + i] = from[i];
       k += count;
@@ -83,8 +86,11 @@ void line_along_k(const GemmOperand& x, std::int64_t line, std::int64_t k0, std:
   std::int64_t n = k0 / positions, oh = k0 % positions / out_w, ow = k0 % out_w;
   for (std::int64_t k = 0; k < kc;) {  // one output row (n, oh) at a time
     const std::int64_t count = std::min(kc - k, out_w - ow), ih = oh - w.pad_h + kh;
-    if (ih < 0 || ih >= w.height) std::fill(values + k, values + k + count, Bits{0});
-    else copy_clamped(data + ((n * w.channels + c) * w.height + ih) * w.width, w.width, ow - w.pad_w + kw, count, values + k);
+    if (ih < 0 || ih >= w.height)
+      std::fill(values + k, values + k + count, Bits{0});
+    else
+      copy_clamped(data + ((n * w.channels + c) * w.height + ih) * w.width, w.width, ow - w.pad_w + kw, count,
+                   values + k);
     k += count;
     ow = 0;
     if (++oh == w.out_h()) oh = 0, ++n;
@@ -129,8 +135,10 @@ void gather(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::i
     for (const Run& run : std::span(runs, static_cast<std::size_t>(run_count))) {
       const std::int64_t ih = run.oh - w.pad_h + kh;
       Bits* out = raw + k * width + run.first_line;
-      if (ih < 0 || ih >= w.height) std::fill(out, out + run.count, Bits{0});
-      else copy_clamped(plane + ih * w.width, w.width, run.ow - w.pad_w + kw, run.count, out);
+      if (ih < 0 || ih >= w.height)
+        std::fill(out, out + run.count, Bits{0});
+      else
+        copy_clamped(plane + ih * w.width, w.width, run.ow - w.pad_w + kw, run.count, out);
     }
     if (++kw == w.kernel_w && (kw = 0, ++kh == w.kernel_h)) kh = 0, ++c;
   }
@@ -149,7 +157,8 @@ inline __m256 load_8(const std::byte* p, DType dtype) {
 // (interleave pairs of rows, then quads, then join 128-bit halves), stored at out + k * width.
 inline void store_transposed_8x8(__m256 r[8], float* out, int width) {
   __m256 t[8];
-  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 2)
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
   for (int i = 0; i < 8; i += 4)
     for (int j = 0; j < 2; ++j) {
       r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
@@ -175,8 +184,10 @@ std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::
   const std::int64_t steps = Pairs ? kc / 2 : kc;  // whole steps (an odd last k is the caller's)
   const std::int64_t blocked_lines = lines / 8 * 8, blocked_steps = steps / 8 * 8;
   const auto load = [&](std::int64_t line, std::int64_t step) {
-    if constexpr (Pairs) return _mm256_loadu_ps(reinterpret_cast<const float*>(element(x, line, k0 + 2 * step)));
-    else return load_8(element(x, line, k0 + step), x.dtype);
+    if constexpr (Pairs)
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(element(x, line, k0 + 2 * step)));
+    else
+      return load_8(element(x, line, k0 + step), x.dtype);
   };
   for (std::int64_t l = 0; l < blocked_lines; l += 8) {
     for (std::int64_t step = 0; step < blocked_steps; step += 8) {
@@ -186,8 +197,10 @@ std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::
     }
     for (std::int64_t step = blocked_steps; step < steps; ++step)
       for (int i = 0; i < 8; ++i) {
-        if constexpr (Pairs) std::memcpy(out + step * width + l + i, element(x, line0 + l + i, k0 + 2 * step), 4);
-        else widen_run(element(x, line0 + l + i, k0 + step), x.dtype, out + step * width + l + i, 1);
+        if constexpr (Pairs)
+          std::memcpy(out + step * width + l + i, element(x, line0 + l + i, k0 + 2 * step), 4);
+        else
+          widen_run(element(x, line0 + l + i, k0 + step), x.dtype, out + step * width + l + i, 1);
       }
   }
   return blocked_lines;
@@ -221,9 +234,11 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   // Each remaining line is contiguous along k (or strided): widen the line, then lay it down across the panel.
   float* values = reserve(line_buffer, kc);
   for (std::int64_t line = first_line; line < lines; ++line) {
-    if (x.k_stride == 1) widen_run(element(x, line0 + line, k0), x.dtype, values, kc);
+    if (x.k_stride == 1)
+      widen_run(element(x, line0 + line, k0), x.dtype, values, kc);
     else
-      for (std::int64_t k = 0; k < kc; ++k) convert(element(x, line0 + line, k0 + k), x.dtype, values + k, DType::F32, 1);
+      for (std::int64_t k = 0; k < kc; ++k)
+        convert(element(x, line0 + line, k0 + k), x.dtype, values + k, DType::F32, 1);
     for (std::int64_t k = 0; k < kc; ++k) out[k * width + line] = values[k];
   }
 }
@@ -255,13 +270,14 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
     std::int64_t first_line = 0;
 #if defined(__AVX2__) && defined(__F16C__)
     // Lines contiguous along k: each pair is one 32-bit word already; transpose 8 x 8 blocks of them.
-    if (x.k_stride == 1) first_line = pack_transposed_8x8<true>(x, line0, lines, k0, kc, width, reinterpret_cast<float*>(out));
+    if (x.k_stride == 1)
+      first_line = pack_transposed_8x8<true>(x, line0, lines, k0, kc, width, reinterpret_cast<float*>(out));
 #endif
     for (std::int64_t line = first_line; line < lines; ++line) {
       const std::uint16_t* values = bits + (line0 + line) * x.line_stride + k0 * x.k_stride;
       for (std::int64_t s = 0; s < whole; ++s)
-        out[s * width + line] =
-            std::uint32_t{values[2 * s * x.k_stride]} | std::uint32_t{values[(2 * s + 1) * x.k_stride]} << 16;
+        out[s * width + line] = std::uint32_t{values[2 * s * x.k_stride]} |
+                                std::uint32_t{values[(2 * s + 1) * x.k_stride]} << 16;
     }
   }
   if (whole < steps)

@@ -20,7 +20,7 @@ namespace mg::kernels::cpu {
 
 // A thread's working memory for packing, reused from one panel to the next.
 struct PackBuffers {
-  std::vector<float> line;                   // one line of an operand, widened
+  std::vector<float> line;  // one line of an operand, widened
   std::vector<std::uint16_t> raw, raw_line;  // gathered f16/bf16 bits of a window or runs operand
 };
 

@@ -34,9 +34,9 @@ constexpr int kMaxTile = 12 * 32;  // the largest MR x NR of microkernel.h
 // This thread's packed blocks and partial sums, reused from one GEMM to the next so that their pages
 // are touched once (a fresh page costs ~10 us).
 struct Scratch {
-  std::vector<float> a, b;                      // FMA panels (f32)
+  std::vector<float> a, b;  // FMA panels (f32)
   std::vector<std::uint32_t> a_pairs, b_pairs;  // Bf16Dot panels (bf16 pairs)
-  std::vector<float> partial;                   // C's f32 sums between blocks of k (f16/bf16 output)
+  std::vector<float> partial;  // C's f32 sums between blocks of k (f16/bf16 output)
   PackBuffers packing;
 };
 thread_local Scratch scratch;
@@ -59,7 +59,8 @@ void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
 #if defined(__F16C__)
     std::int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst) + i / 8, _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst) + i / 8,
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     if (i < n) convert(src + i, DType::F32, dst + 2 * i, dtype, n - i);
 #else
     convert(src, DType::F32, dst, dtype, n);
@@ -70,8 +71,8 @@ void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
 // The rows x cols corner of an f32 tile (row stride `width`) stored into C at (i, j): the epilogue
 // applied to the f32 values, then one rounding into C's dtype (a vectorised conversion per row).
 template <class Activation>
-void store_rows(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j,
-                Activation activation) {
+void store_rows(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i,
+                std::int64_t j, Activation activation) {
   alignas(64) float row[32];
   const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
   for (int r = 0; r < rows; ++r) {
@@ -86,7 +87,8 @@ void store_rows(const float* tile, std::int64_t width, int rows, int cols, const
   }
 }
 
-void store_result(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i, std::int64_t j) {
+void store_result(const float* tile, std::int64_t width, int rows, int cols, const PackedGemm& g, std::int64_t i,
+                  std::int64_t j) {
   switch (g.activation) {
     case Activation::None:
       if (!g.bias) {  // nothing to apply: round straight from the tile
@@ -96,8 +98,10 @@ void store_result(const float* tile, std::int64_t width, int rows, int cols, con
         return;
       }
       return store_rows(tile, width, rows, cols, g, i, j, functors::Copy{});
-    case Activation::Relu: return store_rows(tile, width, rows, cols, g, i, j, functors::Relu{});
-    case Activation::Gelu: return store_rows(tile, width, rows, cols, g, i, j, functors::Gelu{});
+    case Activation::Relu:
+      return store_rows(tile, width, rows, cols, g, i, j, functors::Relu{});
+    case Activation::Gelu:
+      return store_rows(tile, width, rows, cols, g, i, j, functors::Gelu{});
   }
 }
 
@@ -116,8 +120,10 @@ const std::byte* pack_block(const GemmOperand& x, bool pairs, std::int64_t line0
   std::uint32_t* words = pairs ? reserve(pair_buffer, panels * panel_size) : nullptr;
   for (std::int64_t p = 0; p < panels; ++p) {
     const std::int64_t lines = std::min<std::int64_t>(width, count - p * width);
-    if (pairs) pack_bf16_pairs(x, line0 + p * width, lines, k0, kc, width, words + p * panel_size, packing);
-    else pack_f32(x, line0 + p * width, lines, k0, kc, width, f32 + p * panel_size, packing);
+    if (pairs)
+      pack_bf16_pairs(x, line0 + p * width, lines, k0, kc, width, words + p * panel_size, packing);
+    else
+      pack_f32(x, line0 + p * width, lines, k0, kc, width, f32 + p * panel_size, packing);
   }
   return pairs ? reinterpret_cast<const std::byte*>(words) : reinterpret_cast<const std::byte*>(f32);
 }
@@ -131,7 +137,8 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
   const bool pairs = kernel.arith == MicroArith::Bf16Dot;
   // k in as few blocks as KC allows, all of one even size (784 is two blocks of 392, not 384, 384 and
   // a last one of 16 that would pay a block's overheads for 2% of the work); likewise the rows.
-  const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma, k_blocks = std::max<std::int64_t>(1, (g.k + max_k - 1) / max_k);
+  const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma,
+                     k_blocks = std::max<std::int64_t>(1, (g.k + max_k - 1) / max_k);
   const std::int64_t block_k = std::max<std::int64_t>(2, ((g.k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
   // Rows in whole micro-panels: 128 rows are 72 + 56 (one partial panel), not 64 + 64 (two).
   const std::int64_t row_panels = (row1 - row0 + mr - 1) / mr, max_panels = std::max<std::int64_t>(1, kBlockRows / mr);
@@ -179,12 +186,14 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
             // An edge tile, or a whole one whose k is one block and whose C is not f32: through the
             // tile buffer.
             if (!first)
-              for (int r = 0; r < rows; ++r) std::memcpy(tile + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
+              for (int r = 0; r < rows; ++r)
+                std::memcpy(tile + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
             kernel.run(steps, a_micro, b_micro, tile, nr, !first);
             if (last) {
               store_result(tile, nr, rows, cols, g, ic + i, jc + j);
             } else {
-              for (int r = 0; r < rows; ++r) std::memcpy(sums + r * ld, tile + r * nr, sizeof(float) * static_cast<std::size_t>(cols));
+              for (int r = 0; r < rows; ++r)
+                std::memcpy(sums + r * ld, tile + r * nr, sizeof(float) * static_cast<std::size_t>(cols));
             }
           }
         }

@@ -50,7 +50,7 @@ struct GemmOperand {
   DType dtype = DType::F32;  // f32, f16 or bf16 (bf16 only, for a Bf16Dot kernel)
   std::int64_t line_stride = 0, k_stride = 0;
   std::int64_t k_run = 0, k_run_stride = 0;  // runs (k_run > 0)
-  const Window2d* window = nullptr;          // window (non-null)
+  const Window2d* window = nullptr;  // window (non-null)
   bool positions_along_k = false;
   std::int64_t image = 0;
 };
@@ -58,13 +58,13 @@ struct GemmOperand {
 // One rectangle of C = act(op(A) op(B) + bias): rows [row0, row1), columns [col0, col1).
 struct PackedGemm {
   const MicroKernel* kernel = nullptr;
-  GemmOperand a, b;             // op(A): m lines; op(B): n lines; both k long
+  GemmOperand a, b;  // op(A): m lines; op(B): n lines; both k long
   std::int64_t k = 0;
-  void* c = nullptr;            // C's element (0, 0); f32, f16 or bf16
+  void* c = nullptr;  // C's element (0, 0); f32, f16 or bf16
   DType c_dtype = DType::F32;
-  std::int64_t ldc = 0;         // elements from one row of C to the next
+  std::int64_t ldc = 0;  // elements from one row of C to the next
   const float* bias = nullptr;  // n values (one per column), or m with bias_per_row; or nullptr
-  bool bias_per_row = false;    // a convolution's [O, OH * OW] output: one bias per output channel
+  bool bias_per_row = false;  // a convolution's [O, OH * OW] output: one bias per output channel
   Activation activation = Activation::None;
 };
 
@@ -83,6 +83,7 @@ const MicroKernel* gemm_microkernel(DType dtype);
 const MicroKernel* convolution_microkernel(DType dtype);
 
 // Computes rows [row0, row1) x columns [col0, col1) of C on the calling thread.
-void packed_gemm_tile(const PackedGemm& gemm, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1);
+void packed_gemm_tile(const PackedGemm& gemm, std::int64_t row0, std::int64_t row1, std::int64_t col0,
+                      std::int64_t col1);
 
 }  // namespace mg::kernels::cpu

@@ -54,7 +54,8 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
     for (std::int64_t i = 0; i < s.inner; ++i) {
       std::int64_t from = o * s.inner + i;
       std::int64_t to = (o * s.n + index[from]) * s.inner + i;
-      std::memcpy(dst + static_cast<std::size_t>(to) * element, src + static_cast<std::size_t>(from) * element, element);
+      std::memcpy(dst + static_cast<std::size_t>(to) * element, src + static_cast<std::size_t>(from) * element,
+                  element);
     }
   }
 }

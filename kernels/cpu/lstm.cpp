@@ -42,7 +42,8 @@ void cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, co
       C* c_row = hc_row.data() + H;
       for (std::int64_t j = 0; j < H; ++j) c_row[j] = act[H + j] * cp[r * H + j] + act[j] * act[2 * H + j];
       vector_math::tanh(c_row, tanh_c.data(), H);
-      for (std::int64_t j = 0; j < H; ++j) hc_row[static_cast<std::size_t>(j)] = act[3 * H + j] * tanh_c[static_cast<std::size_t>(j)];
+      for (std::int64_t j = 0; j < H; ++j)
+        hc_row[static_cast<std::size_t>(j)] = act[3 * H + j] * tanh_c[static_cast<std::size_t>(j)];
       convert(hc_row.data(), dtype_of<C>(), bytes_at(hc, r * 2 * H), hc.dtype(), 2 * H);
       convert(hc_row.data(), dtype_of<C>(), bytes_at(h_x, r * H), h_x.dtype(), H);
       // The state the next step reads is c as stored: rounded to f16 in a pure f16 model.
@@ -99,14 +100,18 @@ void cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, co
 
 void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
                Tensor& c_out, Tensor& hc, Tensor& h_x) {
-  if (acts.dtype() == DType::F64) cell<double>(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
-  else cell<float>(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
+  if (acts.dtype() == DType::F64)
+    cell<double>(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
+  else
+    cell<float>(gates_x, recurrent, bias, c_prev, acts, c_out, hc, h_x);
 }
 
 void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
                         const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum) {
-  if (acts.dtype() == DType::F64) cell_backward<double>(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
-  else cell_backward<float>(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
+  if (acts.dtype() == DType::F64)
+    cell_backward<double>(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
+  else
+    cell_backward<float>(acts, c_prev, c, dhc, dh_recurrent, dc_carry, dgates, dbias_sum);
 }
 
 }  // namespace mg::kernels::cpu

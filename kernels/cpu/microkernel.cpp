@@ -35,10 +35,14 @@ bool cpu_runs(const MicroCpu& cpu, MicroKernelId id) {
   switch (id) {
     case MicroKernelId::ModelFma:
     case MicroKernelId::ModelBf16Dot:
-    case MicroKernelId::ModelFma6x16: return true;
-    case MicroKernelId::Avx2Fma: return cpu.avx2_fma;
-    case MicroKernelId::Avx512Fma: return cpu.avx512f;
-    case MicroKernelId::Avx512Bf16Dot: return cpu.avx512_bf16;
+    case MicroKernelId::ModelFma6x16:
+      return true;
+    case MicroKernelId::Avx2Fma:
+      return cpu.avx2_fma;
+    case MicroKernelId::Avx512Fma:
+      return cpu.avx512f;
+    case MicroKernelId::Avx512Bf16Dot:
+      return cpu.avx512_bf16;
   }
   return false;
 }
@@ -79,10 +83,14 @@ std::vector<const MicroKernel*> runnable_microkernels() {
 
 MicroKernelId model_of(MicroKernelId id) {
   switch (id) {
-    case MicroKernelId::Avx2Fma: return MicroKernelId::ModelFma6x16;
-    case MicroKernelId::Avx512Fma: return MicroKernelId::ModelFma;
-    case MicroKernelId::Avx512Bf16Dot: return MicroKernelId::ModelBf16Dot;
-    default: return id;
+    case MicroKernelId::Avx2Fma:
+      return MicroKernelId::ModelFma6x16;
+    case MicroKernelId::Avx512Fma:
+      return MicroKernelId::ModelFma;
+    case MicroKernelId::Avx512Bf16Dot:
+      return MicroKernelId::ModelBf16Dot;
+    default:
+      return id;
   }
 }
 

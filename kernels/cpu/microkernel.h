@@ -48,11 +48,11 @@ enum class MicroArith : std::uint8_t { Fma, Bf16Dot };
 
 // The kernels mixgrad has. The models run on any CPU; the others need the instructions in their name.
 enum class MicroKernelId : std::uint8_t {
-  ModelFma,       // scalar std::fma, 12 x 32 tile: the model of Avx512Fma
-  ModelBf16Dot,   // scalar bf16_dot_step, 12 x 32 tile: the model of Avx512Bf16Dot
-  ModelFma6x16,   // scalar std::fma, 6 x 16 tile: the model of Avx2Fma
-  Avx2Fma,        // vfmadd231ps on ymm registers (AVX2 + FMA), 6 x 16
-  Avx512Fma,      // vfmadd231ps on zmm registers (AVX-512F), 12 x 32
+  ModelFma,  // scalar std::fma, 12 x 32 tile: the model of Avx512Fma
+  ModelBf16Dot,  // scalar bf16_dot_step, 12 x 32 tile: the model of Avx512Bf16Dot
+  ModelFma6x16,  // scalar std::fma, 6 x 16 tile: the model of Avx2Fma
+  Avx2Fma,  // vfmadd231ps on ymm registers (AVX2 + FMA), 6 x 16
+  Avx512Fma,  // vfmadd231ps on zmm registers (AVX-512F), 12 x 32
   Avx512Bf16Dot,  // vdpbf16ps on zmm registers (AVX512_BF16), 12 x 32
 };
 
@@ -79,9 +79,9 @@ MicroKernelId model_of(MicroKernelId id);
 
 // What this CPU has, read once (__builtin_cpu_supports): the instructions each kernel needs.
 struct MicroCpu {
-  bool avx2_fma = false;    // AVX2 and FMA (Haswell, Zen 1 onwards)
-  bool avx512f = false;     // AVX-512 Foundation
-  bool avx512_bf16 = false; // AVX512_BF16 with AVX512BW/VL (Cooper Lake, Sapphire Rapids, Zen 4 onwards)
+  bool avx2_fma = false;  // AVX2 and FMA (Haswell, Zen 1 onwards)
+  bool avx512f = false;  // AVX-512 Foundation
+  bool avx512_bf16 = false;  // AVX512_BF16 with AVX512BW/VL (Cooper Lake, Sapphire Rapids, Zen 4 onwards)
 };
 const MicroCpu& micro_cpu();
 // Whether a CPU with those features runs that kernel (the models run anywhere).

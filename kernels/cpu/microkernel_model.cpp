@@ -33,7 +33,8 @@ namespace models {
 // acc[i][j] = fma(a[s][i], b[s][j], acc[i][j]) for s ascending: one rounding per product, as
 // vfmadd231ps lane by lane.
 template <int MR, int NR>
-void fma_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate) {
+void fma_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+              bool accumulate) {
   const auto* a = static_cast<const float*>(a_panel);
   const auto* b = static_cast<const float*>(b_panel);
   if (!accumulate)

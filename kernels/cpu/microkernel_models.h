@@ -9,17 +9,22 @@ namespace mg::kernels::cpu {
 
 namespace models {
 template <int MR, int NR>
-void fma_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate);
+void fma_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+              bool accumulate);
 template <int MR, int NR>
-void bf16_dot_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate);
+void bf16_dot_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+                   bool accumulate);
 }  // namespace models
 
 namespace x86 {
 // Each is compiled with its instructions enabled for that function alone (a target attribute), so
 // every build holds them; call one only where micro_cpu() says the CPU has its instructions.
-void avx2_fma_6x16(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate);
-void avx512_fma_12x32(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate);
-void avx512_bf16_dot_12x32(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate);
+void avx2_fma_6x16(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+                   bool accumulate);
+void avx512_fma_12x32(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+                      bool accumulate);
+void avx512_bf16_dot_12x32(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
+                           bool accumulate);
 }  // namespace x86
 
 }  // namespace mg::kernels::cpu

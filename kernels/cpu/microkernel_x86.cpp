@@ -69,11 +69,8 @@ __attribute__((target("avx512f"))) void avx512_fma_12x32(std::int64_t steps, con
 // The same tile with vdpbf16ps: each step is a pair of k, so one instruction does the work of two
 // FMAs. A's pair for row i is one 32-bit word, broadcast to every lane; B's pairs for 16 columns fill
 // one zmm register.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void avx512_bf16_dot_12x32(std::int64_t steps,
-                                                                                           const void* a_panel,
-                                                                                           const void* b_panel,
-                                                                                           float* acc, std::int64_t ld,
-                                                                                           bool accumulate) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void avx512_bf16_dot_12x32(
+    std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld, bool accumulate) {
   constexpr int MR = 12, NR = 32;
   const auto* a = static_cast<const std::int32_t*>(a_panel);
   const auto* b = static_cast<const std::uint32_t*>(b_panel);

@@ -25,7 +25,9 @@ constexpr std::int64_t kChunk = 256;
 constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Whether the GradScaler found an inf or NaN for this step: then the update writes nothing.
-bool skipped(const FusedStep& fused) { return fused.scaling.found_inf && *fused.scaling.found_inf->data<float>() != 0.0f; }
+bool skipped(const FusedStep& fused) {
+  return fused.scaling.found_inf && *fused.scaling.found_inf->data<float>() != 0.0f;
+}
 
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
 // tensors, and update returns whether the change it computed was non-zero (before any rounding).
@@ -92,8 +94,10 @@ void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> sta
 template <class C>
 void sgd_typed(Tensor& param, const Tensor& grad, Tensor* buffer, const SgdHyper& h, UpdateCount& count,
                const FusedStep& fused) {
-  if (buffer) update_chunks<C, 1>(param, grad, {buffer}, fused, count, SgdUpdate<C, true>(h));
-  else update_chunks<C, 0>(param, grad, {}, fused, count, SgdUpdate<C, false>(h));
+  if (buffer)
+    update_chunks<C, 1>(param, grad, {buffer}, fused, count, SgdUpdate<C, true>(h));
+  else
+    update_chunks<C, 0>(param, grad, {}, fused, count, SgdUpdate<C, false>(h));
 }
 
 template <class C>
@@ -118,20 +122,26 @@ void adagrad_typed(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step,
 
 void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
          const FusedStep& fused) {
-  if (param.dtype() == DType::F64) sgd_typed<double>(param, grad, momentum_buffer, hyper, count, fused);
-  else sgd_typed<float>(param, grad, momentum_buffer, hyper, count, fused);
+  if (param.dtype() == DType::F64)
+    sgd_typed<double>(param, grad, momentum_buffer, hyper, count, fused);
+  else
+    sgd_typed<float>(param, grad, momentum_buffer, hyper, count, fused);
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused) {
-  if (param.dtype() == DType::F64) adam_typed<double>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
-  else adam_typed<float>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount& count, const FusedStep& fused) {
+  if (param.dtype() == DType::F64)
+    adam_typed<double>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
+  else
+    adam_typed<float>(param, grad, exp_avg, exp_avg_sq, step, hyper, count, fused);
 }
 
 void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
              UpdateCount& count, const FusedStep& fused) {
-  if (param.dtype() == DType::F64) adagrad_typed<double>(param, grad, sum, step, hyper, count, fused);
-  else adagrad_typed<float>(param, grad, sum, step, hyper, count, fused);
+  if (param.dtype() == DType::F64)
+    adagrad_typed<double>(param, grad, sum, step, hyper, count, fused);
+  else
+    adagrad_typed<float>(param, grad, sum, step, hyper, count, fused);
 }
 
 }  // namespace mg::kernels::cpu

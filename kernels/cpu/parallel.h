@@ -58,9 +58,8 @@ template <class Body>
 void for_each_chunk(const Chunks& chunks, const Body& body) {
   if (chunks.count == 1) return body(std::int64_t{0}, std::int64_t{0}, chunks.n);
   auto one = [&](std::int64_t chunk) { body(chunk, chunks.begin(chunk), chunks.end(chunk)); };
-  run_chunks(chunks.count, {&one, [](const void* f, std::int64_t chunk) {
-                              (*static_cast<const decltype(one)*>(f))(chunk);
-                            }});
+  run_chunks(chunks.count,
+             {&one, [](const void* f, std::int64_t chunk) { (*static_cast<const decltype(one)*>(f))(chunk); }});
 }
 
 // body(begin, end) over the chunks of [0, n), in parallel.

@@ -35,7 +35,8 @@ template <class Body>
 void for_each_window(const Window2d& w, const Body& body) {
   const std::int64_t out_h = w.out_h(), out_w = w.out_w();
   for (std::int64_t oh = 0; oh < out_h; ++oh)
-    for (std::int64_t ow = 0; ow < out_w; ++ow) body(oh * out_w + ow, oh * w.stride_h - w.pad_h, ow * w.stride_w - w.pad_w);
+    for (std::int64_t ow = 0; ow < out_w; ++ow)
+      body(oh * out_w + ow, oh * w.stride_h - w.pad_h, ow * w.stride_w - w.pad_w);
 }
 
 // One plane of a tensor as C: its own memory when it holds C, else widened into this thread's buffer.
@@ -62,7 +63,8 @@ class PlaneResult {
   }
   C* data() { return values_; }
   void store() {
-    if (out_.dtype() != dtype_of<C>()) convert(values_, dtype_of<C>(), bytes_at(out_, plane_ * size_), out_.dtype(), size_);
+    if (out_.dtype() != dtype_of<C>())
+      convert(values_, dtype_of<C>(), bytes_at(out_, plane_ * size_), out_.dtype(), size_);
   }
 
  private:
@@ -98,8 +100,8 @@ void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax)
     using C = compute_t<decltype(zero)>;
     std::int32_t* where = argmax.data<std::int32_t>();
     const std::int64_t plane_size = w.height * w.width, out_plane = w.out_h() * w.out_w();
-    const bool two_by_two =
-        w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.pad_h == 0 && w.pad_w == 0;
+    const bool two_by_two = w.kernel_h == 2 && w.kernel_w == 2 && w.stride_h == 2 && w.stride_w == 2 && w.pad_h == 0 &&
+                            w.pad_w == 0;
     // Keeps the first pixel, then any larger one or a NaN (which then stays: NaN propagates, as in
     // PyTorch). Selects, not branches: which pixel wins is data, so branches would mispredict.
     auto consider = [](C v, std::int64_t at, C& best, std::int64_t& best_at) {
@@ -123,16 +125,23 @@ void max_pool2d(const Tensor& x, const Window2d& w, Tensor& out, Tensor& argmax)
         thread_local std::vector<C> corner;
         corner.resize(static_cast<std::size_t>(out_plane));
         const auto width = static_cast<std::int32_t>(w.width);
-        const std::pair<std::int64_t, std::int32_t> corners[4] = {{0, 0}, {1, 1}, {w.width, width}, {w.width + 1, width + 1}};
+        const std::pair<std::int64_t, std::int32_t> corners[4] = {{0, 0},
+                                                                  {1, 1},
+                                                                  {w.width, width},
+                                                                  {w.width + 1, width + 1}};
         for (const auto& [start, corner_offset] : corners) {
           C* gathered = start == 0 ? best : corner.data();
           for (std::int64_t oh = 0; oh < out_h; ++oh)
-            for (std::int64_t ow = 0; ow < out_w; ++ow) gathered[oh * out_w + ow] = pixels[start + 2 * (oh * w.width + ow)];
-          if (start == 0) std::fill(offset, offset + out_plane, 0);
-          else take_larger(corner.data(), best, offset, out_plane, corner_offset);
+            for (std::int64_t ow = 0; ow < out_w; ++ow)
+              gathered[oh * out_w + ow] = pixels[start + 2 * (oh * w.width + ow)];
+          if (start == 0)
+            std::fill(offset, offset + out_plane, 0);
+          else
+            take_larger(corner.data(), best, offset, out_plane, corner_offset);
         }
         for (std::int64_t oh = 0; oh < out_h; ++oh)
-          for (std::int64_t ow = 0; ow < out_w; ++ow) offset[oh * out_w + ow] += static_cast<std::int32_t>(2 * (oh * w.width + ow));
+          for (std::int64_t ow = 0; ow < out_w; ++ow)
+            offset[oh * out_w + ow] += static_cast<std::int32_t>(2 * (oh * w.width + ow));
       } else {
         for_each_window(w, [&](std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
           C value = 0;

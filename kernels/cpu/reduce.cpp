@@ -27,8 +27,8 @@ namespace {
 
 constexpr std::int64_t kChunk = 512;
 constexpr int kLanes = 8;
-constexpr std::int64_t kLeaf = 128;      // contiguous elements summed in eight lanes: 16 additions a lane
-constexpr std::int64_t kLeafRows = 16;   // strided rows added in order before they join the pairwise sum
+constexpr std::int64_t kLeaf = 128;  // contiguous elements summed in eight lanes: 16 additions a lane
+constexpr std::int64_t kLeafRows = 16;  // strided rows added in order before they join the pairwise sum
 // A contiguous row is reduced in blocks of kBlock elements, each into its own partial result, and
 // the partials are combined in block order (pairwise, for sums): the blocks are the thread pool's
 // chunks, and they are cut by n alone, so the result is the same on any thread count. A row of at
@@ -130,7 +130,8 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
     parallel_for(s.outer, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.n)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t o = begin; o < end; ++o)
-                     store(o, reduce_block<C>(is_max, base + static_cast<std::size_t>(o) * row_bytes, x.dtype(), 0, s.n));
+                     store(o,
+                           reduce_block<C>(is_max, base + static_cast<std::size_t>(o) * row_bytes, x.dtype(), 0, s.n));
                  });
     return;
   }
@@ -141,8 +142,9 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
   parallel_for(s.outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t o = item / blocks, b = item % blocks;
-      partials[static_cast<std::size_t>(item)] = reduce_block<C>(
-          is_max, base + static_cast<std::size_t>(o) * row_bytes, x.dtype(), b * kBlock, std::min(s.n, (b + 1) * kBlock));
+      partials[static_cast<std::size_t>(item)] = reduce_block<C>(is_max, base + static_cast<std::size_t>(o) * row_bytes,
+                                                                 x.dtype(), b * kBlock,
+                                                                 std::min(s.n, (b + 1) * kBlock));
     }
   });
   for (std::int64_t o = 0; o < s.outer; ++o) {
@@ -150,8 +152,10 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
     PairwiseSum<C> block_sums(1);
     for (std::int64_t b = 0; b < blocks; ++b) {
       const Partial<C>& next = partials[static_cast<std::size_t>(o * blocks + b)];
-      if (!is_max) block_sums.push(&next.value);
-      else if (b > 0 && greater_or_nan(next.value, total.value)) total = next;  // ties keep the earlier block's
+      if (!is_max)
+        block_sums.push(&next.value);
+      else if (b > 0 && greater_or_nan(next.value, total.value))
+        total = next;  // ties keep the earlier block's
     }
     if (!is_max) total.value = *block_sums.total();
     store(o, total);
@@ -204,8 +208,10 @@ void reduce_columns(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, 
 template <class C>
 void reduce_into(ReduceOp op, const Tensor& x, const ReduceShape& s, C* acc, std::int32_t* index) {
   const bool is_max = op == ReduceOp::Max;
-  if (s.inner == 1) reduce_rows(is_max, x, s, acc, index);
-  else reduce_columns(is_max, x, s, acc, index);
+  if (s.inner == 1)
+    reduce_rows(is_max, x, s, acc, index);
+  else
+    reduce_columns(is_max, x, s, acc, index);
   if (op == ReduceOp::Mean) {
     for (std::int64_t i = 0; i < s.outer * s.inner; ++i) acc[i] /= static_cast<C>(s.n);
   }

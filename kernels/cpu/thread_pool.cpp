@@ -64,10 +64,10 @@ struct Job {
   Job(std::int64_t chunk_count, ChunkBody chunk_body) : count(chunk_count), body(chunk_body) {}
   std::int64_t count;
   ChunkBody body;
-  std::atomic<std::int64_t> next{0};      // the next chunk to take
+  std::atomic<std::int64_t> next{0};  // the next chunk to take
   std::atomic<std::int64_t> finished{0};  // chunks that have ended
   std::mutex error_mutex;
-  std::exception_ptr error;               // the first exception a chunk threw
+  std::exception_ptr error;  // the first exception a chunk threw
 
   void work() {
     inside_chunk = true;
@@ -164,12 +164,12 @@ class ThreadPool {
   }
 
   std::mutex submit_mutex_;  // one job at a time
-  std::mutex mutex_;         // guards job_ and the sleeping/waking
+  std::mutex mutex_;  // guards job_ and the sleeping/waking
   std::condition_variable_any wake_;
   std::condition_variable done_;
   std::atomic<std::uint64_t> generation_{0};  // +1 per job: what a worker waits to change
-  Job* job_ = nullptr;                        // the running job, or none
-  std::atomic<int> busy_{0};                  // workers holding job_
+  Job* job_ = nullptr;  // the running job, or none
+  std::atomic<int> busy_{0};  // workers holding job_
   std::vector<std::jthread> workers_;
 };
 

@@ -54,7 +54,8 @@ bool always(float) { return true; }
 // vector(out, in_a, in_b) computes the whole padded block, scalar(a, b) replaces the elements whose a is
 // outside in_range, and the block is copied to y last (so y may be an input).
 template <class Vector, class InRange, class Scalar>
-void blockwise(const float* a, const float* b, float* y, std::int64_t n, Vector vector, InRange in_range, Scalar scalar) {
+void blockwise(const float* a, const float* b, float* y, std::int64_t n, Vector vector, InRange in_range,
+               Scalar scalar) {
   alignas(64) float in_a[kBlock], in_b[kBlock], out[kBlock];
   for (std::int64_t start = 0; start < n; start += kBlock) {
     const std::int64_t m = std::min(kBlock, n - start), padded = (m + kPadding - 1) / kPadding * kPadding;
@@ -66,7 +67,8 @@ void blockwise(const float* a, const float* b, float* y, std::int64_t n, Vector 
     }
     vector(Block(out, padded), Block(in_a, padded), Block(in_b, padded));
     for (std::int64_t i = 0; i < m; ++i)
-      if (!in_range(in_a[i])) [[unlikely]] out[i] = scalar(in_a[i], b ? in_b[i] : 0.0f);
+      if (!in_range(in_a[i])) [[unlikely]]
+        out[i] = scalar(in_a[i], b ? in_b[i] : 0.0f);
     std::copy(out, out + m, y + start);
   }
 }
@@ -112,8 +114,12 @@ Packet polynomial(Packet x, const float (&c)[N]) {
 // far below the normals: a caller multiplies by 2^-64 last, rounding once, to a subnormal where the
 // result is one. 2^(m + 64) is made from its bits: a + b must be within [-130, 43].
 Packet exp_of_sum_times_2_64(Packet a, Packet b) {
-  static constexpr float kExpP[] = {1.0f, 0.4999999403953552f, 0.16666430234909058f, 0.04166800528764725f,
-                                    0.008374184370040894f, 0.0013843619963154197f};
+  static constexpr float kExpP[] = {1.0f,
+                                    0.4999999403953552f,
+                                    0.16666430234909058f,
+                                    0.04166800528764725f,
+                                    0.008374184370040894f,
+                                    0.0013843619963154197f};
   const Packet m = ei::pfloor(ei::pmadd(ei::padd(a, b), splat(1.44269504088896341f), splat(0.5f)));
   // ln 2 = 0.693359375 - 2.12194440e-4: the first part has 9 significant bits, so m times it is exact,
   // and so is its difference with a (both are multiples of a's ulp, and the difference is below 0.5).
@@ -133,8 +139,8 @@ const float kTwoToMinus64 = 0x1p-64f;
 //             at most a third of exp's relative error; past |x| = 9.01 the result rounds to 1.
 // NaN stays NaN; +-inf give +-1; -0 stays -0, and subnormals stay themselves.
 Packet tanh_packet(Packet x) {
-  static constexpr float kTanhP[] = {-0.33333295583724976f, 0.13332344591617584f, -0.05387980118393898f,
-                                     0.021486656740307808f, -0.007946104742586613f, 0.002301363507285714f,
+  static constexpr float kTanhP[] = {-0.33333295583724976f,   0.13332344591617584f,   -0.05387980118393898f,
+                                     0.021486656740307808f,   -0.007946104742586613f, 0.002301363507285714f,
                                      -0.00035845168167725205f};
   const Packet a = ei::pabs(x), x2 = ei::pmul(x, x);
   const Packet small = ei::pmadd(ei::pmul(x, x2), polynomial(x2, kTanhP), x);
@@ -161,19 +167,23 @@ Packet tanh_packet(Packet x) {
 // is one (x Q(x) is below the normals past x = -13). Past |x| = 15, where exp(-x^2 / 2) is far below
 // f32's subnormals, it is 0: so x exp(-x^2 / 2) is inf * 0 = NaN at x = +-inf.
 struct Gaussian {
-  Packet center;          // |x| < 0.675
-  Packet center_cdf;      // Phi(x) there
+  Packet center;  // |x| < 0.675
+  Packet center_cdf;  // Phi(x) there
   Packet scaled_density;  // exp(-x^2 / 2) 2^64
-  Packet tail_ratio;      // R(|x|) = Q(|x|) / exp(-x^2 / 2)
-  Packet center_gelu;     // x Phi(x) there, as x / 2 + x^2 S(x^2): x / 2 is exact
+  Packet tail_ratio;  // R(|x|) = Q(|x|) / exp(-x^2 / 2)
+  Packet center_gelu;  // x Phi(x) there, as x / 2 + x^2 S(x^2): x / 2 is exact
 };
 Gaussian gaussian(Packet x) {
   static constexpr float kCenterS[] = {0.3989422917366028f, -0.0664902850985527f, 0.009972461499273777f,
                                        -0.0011820245999842882f, 0.00010396163270343095f};
   static constexpr float kTailP[] = {0.7978900956717683f, 0.5679944095612983f, 0.20423685308554776f,
                                      0.04073716736860749f, 0.004009309585346261f};
-  static constexpr float kTailQ[] = {1.0f, 1.1673480994760401f, 0.6508798775513228f, 0.21216886048470662f,
-                                     0.04074026030444642f, 0.004009261237278344f};
+  static constexpr float kTailQ[] = {1.0f,
+                                     1.1673480994760401f,
+                                     0.6508798775513228f,
+                                     0.21216886048470662f,
+                                     0.04074026030444642f,
+                                     0.004009261237278344f};
   const Packet magnitude = ei::pabs(x), t = ei::pmin(magnitude, splat(15.0f));
   const Packet high = ei::pand(t, ei::pset1frombits<Packet>(0xfffff000u));  // t's first 12 bits
   const Packet low = ei::psub(t, high);
@@ -211,7 +221,8 @@ Packet gelu_grad_packet(Packet x, Packet g) {
   const Packet tail = ei::padd(ei::pselect(negative, ei::pzero(x), splat(1.0f)),
                                ei::pmul(ei::pmul(n.scaled_density, ei::padd(signed_ratio, x_over_sqrt_2pi)),
                                         splat(kTwoToMinus64)));
-  const Packet center = ei::padd(n.center_cdf, ei::pmul(ei::pmul(x_over_sqrt_2pi, n.scaled_density), splat(kTwoToMinus64)));
+  const Packet center = ei::padd(n.center_cdf,
+                                 ei::pmul(ei::pmul(x_over_sqrt_2pi, n.scaled_density), splat(kTwoToMinus64)));
   return ei::pmul(g, ei::pselect(n.center, center, tail));
 }
 

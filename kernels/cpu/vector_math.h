@@ -53,7 +53,7 @@ void exp(const float* x, float* y, std::int64_t n);
 void log(const float* x, float* y, std::int64_t n);
 void tanh(const float* x, float* y, std::int64_t n);
 void sigmoid(const float* x, float* y, std::int64_t n);  // 1 / (1 + exp(-x))
-void gelu(const float* x, float* y, std::int64_t n);     // x * Phi(x) = x/2 * erfc(-x / sqrt 2)
+void gelu(const float* x, float* y, std::int64_t n);  // x * Phi(x) = x/2 * erfc(-x / sqrt 2)
 // dx = g * (Phi(x) + x * phi(x)): functors::Gelu::grad over arrays (g may be y).
 void gelu_grad(const float* g, const float* x, float* y, std::int64_t n);
 

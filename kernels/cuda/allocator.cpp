@@ -9,7 +9,8 @@
 namespace mg::cuda {
 
 CachingCudaAllocator::Pool& CachingCudaAllocator::pool(int device_index) {
-  if (pools_.size() <= static_cast<std::size_t>(device_index)) pools_.resize(static_cast<std::size_t>(device_index) + 1);
+  if (pools_.size() <= static_cast<std::size_t>(device_index))
+    pools_.resize(static_cast<std::size_t>(device_index) + 1);
   return pools_[static_cast<std::size_t>(device_index)];
 }
 

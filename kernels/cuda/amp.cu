@@ -36,7 +36,7 @@ struct UnscaleTensor {
   std::int64_t numel;
   std::int32_t first_chunk;  // the batch's chunk (block) index of this tensor's element 0
   DType src_dtype, dst_dtype;
-  bool vectorized;           // both pointers aligned to a Pack, so every chunk's packs are too
+  bool vectorized;  // both pointers aligned to a Pack, so every chunk's packs are too
 };
 
 struct UnscaleBatch {
@@ -45,7 +45,6 @@ struct UnscaleBatch {
   std::int32_t chunks = 0;  // the grid: every tensor's chunks, one after the other
 };
 static_assert(sizeof(UnscaleBatch) + sizeof(float) + sizeof(float*) <= 4096, "kernel parameters: 4 KB at most");
-
 
 // Unscales src[i] into dst[i] for i in [begin, end) of one tensor, with the block's threads; returns
 // whether this thread stored an inf or NaN. src == dst is allowed (in place): each element is read
@@ -97,8 +96,10 @@ __global__ void __launch_bounds__(kThreads)
   int low = 0, high = batch.count - 1;  // the last tensor whose first chunk is <= this one
   while (low < high) {
     const int middle = (low + high + 1) / 2;
-    if (batch.tensors[middle].first_chunk <= chunk) low = middle;
-    else high = middle - 1;
+    if (batch.tensors[middle].first_chunk <= chunk)
+      low = middle;
+    else
+      high = middle - 1;
   }
   const UnscaleTensor& t = batch.tensors[low];
   const std::int64_t begin = static_cast<std::int64_t>(chunk - t.first_chunk) * kChunk;
@@ -128,15 +129,17 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, con
   for (std::size_t i = 0; i < src.size(); ++i) {  // refused before anything is queued
     visit_device_floating(src[i].dtype(), "unscale", [](auto) {});
     if (!check_only) visit_device_floating(dst[i].dtype(), "unscale", [](auto) {});
-    MG_CHECK(src[i].numel() <= kMaxChunks * kChunk, "CUDA kernel unscale: gradient {} has {} elements, more than "
-             "the {} one launch can take", i, src[i].numel(), kMaxChunks * kChunk);
+    MG_CHECK(src[i].numel() <= kMaxChunks * kChunk,
+             "CUDA kernel unscale: gradient {} has {} elements, more than "
+             "the {} one launch can take",
+             i, src[i].numel(), kMaxChunks * kChunk);
   }
   mg::cuda::DeviceGuard guard(found_inf.device().index);
   UnscaleBatch batch{};
   auto launch = [&] {
     if (batch.count == 0) return;
-    MG_LAUNCH(unscale_kernel, batch.chunks, kThreads, 0, stream_of(found_inf))(batch, device_ptr<const float>(factor),
-                                                                               device_ptr<float>(found_inf));
+    MG_LAUNCH(unscale_kernel, batch.chunks, kThreads, 0, stream_of(found_inf))
+    (batch, device_ptr<const float>(factor), device_ptr<float>(found_inf));
     MG_CUDA_LAUNCHED();
     batch.count = 0;
     batch.chunks = 0;
@@ -147,11 +150,15 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, con
     const std::int64_t chunks = (numel + kChunk - 1) / kChunk;
     if (batch.count == kMaxTensors || batch.chunks + chunks > kMaxChunks) launch();
     const DType dst_dtype = check_only ? DType::F32 : dst[i].dtype();  // checked as f32, the compute type
-    batch.tensors[batch.count++] = {
-        .src = src[i].data_ptr(), .dst = check_only ? nullptr : dst[i].data_ptr(), .numel = numel,
-        .first_chunk = batch.chunks, .src_dtype = src[i].dtype(), .dst_dtype = dst_dtype,
-        .vectorized = !check_only && aligned(src[i].data_ptr(), kPack * dtype_size(src[i].dtype())) &&
-                      aligned(dst[i].data_ptr(), kPack * dtype_size(dst_dtype))};
+    batch.tensors[batch.count++] = {.src = src[i].data_ptr(),
+                                    .dst = check_only ? nullptr : dst[i].data_ptr(),
+                                    .numel = numel,
+                                    .first_chunk = batch.chunks,
+                                    .src_dtype = src[i].dtype(),
+                                    .dst_dtype = dst_dtype,
+                                    .vectorized = !check_only &&
+                                                  aligned(src[i].data_ptr(), kPack * dtype_size(src[i].dtype())) &&
+                                                  aligned(dst[i].data_ptr(), kPack * dtype_size(dst_dtype))};
     batch.chunks += static_cast<std::int32_t>(chunks);
   }
   launch();
@@ -160,10 +167,10 @@ void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, con
 void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
                   const ScaleRule& rule) {
   mg::cuda::DeviceGuard guard(scale.device().index);
-  MG_LAUNCH(update_scale_kernel, 1, 1, 0, stream_of(scale))(
-      device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker),
-      overflow_streak.defined() ? device_ptr<std::int32_t>(overflow_streak) : nullptr, device_ptr<const float>(found_inf),
-      rule);
+  MG_LAUNCH(update_scale_kernel, 1, 1, 0, stream_of(scale))
+  (device_ptr<float>(scale), device_ptr<std::int32_t>(growth_tracker),
+   overflow_streak.defined() ? device_ptr<std::int32_t>(overflow_streak) : nullptr, device_ptr<const float>(found_inf),
+   rule);
   MG_CUDA_LAUNCHED();
 }
 

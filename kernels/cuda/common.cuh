@@ -58,15 +58,23 @@ __device__ __forceinline__ float to_float(std::int32_t x) { return static_cast<f
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 // cvt.rzi saturates at the i32 range; NaN is mapped to 0 here, so the CPU's rule does not rest on
 // what the conversion instruction makes of a NaN.
 template <>
-__device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) { return isnan(x) ? 0 : __float2int_rz(x); }
+__device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) {
+  return isnan(x) ? 0 : __float2int_rz(x);
+}
 
 // Any element type into any other, rounded once: i32 -> f16/bf16 directly (not through f32, which
 // would round twice above 2^24), everything else through the exact f32 value.
@@ -124,9 +132,15 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 template <class Fn>
 __device__ __forceinline__ void visit_floating_on_device(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::F16: fn(__half{}); break;
-    case DType::BF16: fn(bf16{}); break;
-    default: fn(float{}); break;
+    case DType::F16:
+      fn(__half{});
+      break;
+    case DType::BF16:
+      fn(bf16{});
+      break;
+    default:
+      fn(float{});
+      break;
   }
 }
 
@@ -150,11 +164,16 @@ inline bool aligned(const void* ptr, std::size_t bytes) { return reinterpret_cas
 template <class Fn>
 decltype(auto) visit_device_dtype(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: return fn(float{});
-    case DType::F16: return fn(__half{});
-    case DType::BF16: return fn(bf16{});
-    case DType::I32: return fn(std::int32_t{});
-    case DType::F64: break;
+    case DType::F32:
+      return fn(float{});
+    case DType::F16:
+      return fn(__half{});
+    case DType::BF16:
+      return fn(bf16{});
+    case DType::I32:
+      return fn(std::int32_t{});
+    case DType::F64:
+      break;
   }
   throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
 }
@@ -163,16 +182,22 @@ decltype(auto) visit_device_dtype(DType dtype, const char* kernel, Fn&& fn) {
 template <class Fn>
 decltype(auto) visit_device_floating(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: return fn(float{});
-    case DType::F16: return fn(__half{});
-    case DType::BF16: return fn(bf16{});
-    default: break;
+    case DType::F32:
+      return fn(float{});
+    case DType::F16:
+      return fn(__half{});
+    case DType::BF16:
+      return fn(bf16{});
+    default:
+      break;
   }
   throw Error(fmt::format("CUDA kernel {}: needs an f32, f16 or bf16 tensor, got {}", kernel, dtype));
 }
 
 template <class T>
-T* device_ptr(const Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+T* device_ptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
 
 inline cudaStream_t stream_of(const Tensor& t) { return mg::cuda::stream(t.device().index); }
 

@@ -71,8 +71,8 @@ void im2col(const Tensor& x, const Window2d& window, Tensor& cols) {
   mg::cuda::DeviceGuard guard(cols.device().index);
   visit_device_dtype(x.dtype(), "im2col", [&](auto zero) {
     using Bits = std::conditional_t<sizeof(zero) == 2, std::uint16_t, std::uint32_t>;  // moved, never read as numbers
-    MG_LAUNCH(im2col_kernel, blocks_for(cols.numel(), kBlock), kBlock, 0, stream_of(cols))(
-        device_ptr<Bits>(x), geometry_of(window), device_ptr<Bits>(cols));
+    MG_LAUNCH(im2col_kernel, blocks_for(cols.numel(), kBlock), kBlock, 0, stream_of(cols))
+    (device_ptr<Bits>(x), geometry_of(window), device_ptr<Bits>(cols));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -85,13 +85,15 @@ void col2im(const Tensor& cols, const Window2d& window, Tensor& dx) {
   visit_device_floating(dx.dtype(), "col2im", [&](auto zero) {
     using Out = decltype(zero);
     auto launch = [&](auto* cols_values) {
-      MG_LAUNCH(col2im_kernel, blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
-          cols_values, geometry_of(window), device_ptr<Out>(dx));
+      MG_LAUNCH(col2im_kernel, blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))
+      (cols_values, geometry_of(window), device_ptr<Out>(dx));
       MG_CUDA_LAUNCHED();
     };
     // f32 cols: conv2d's f32 window gradients, rounded once here.
-    if (cols.dtype() == DType::F32) launch(device_ptr<const float>(cols));
-    else launch(device_ptr<const Out>(cols));
+    if (cols.dtype() == DType::F32)
+      launch(device_ptr<const float>(cols));
+    else
+      launch(device_ptr<const Out>(cols));
   });
 }
 

@@ -67,9 +67,12 @@ __global__ void fill_kernel(Bits* out, Bits pattern, std::int64_t n) {
 template <class Fn>
 void visit_bits(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype_size(dtype)) {
-    case 2: return fn(std::uint16_t{});
-    case 4: return fn(std::uint32_t{});
-    default: break;
+    case 2:
+      return fn(std::uint16_t{});
+    case 4:
+      return fn(std::uint32_t{});
+    default:
+      break;
   }
   throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
 }
@@ -85,8 +88,8 @@ void cast(const Tensor& x, Tensor& out) {
     visit_device_dtype(out.dtype(), "cast", [&](auto to_zero) {
       using To = decltype(to_zero);
       const bool vectorized = aligned(x.data_ptr(), sizeof(Pack<From>)) && aligned(out.data_ptr(), sizeof(Pack<To>));
-      MG_LAUNCH(cast_kernel, blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out))(
-          device_ptr<const From>(x), device_ptr<To>(out), n, vectorized);
+      MG_LAUNCH(cast_kernel, blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out))
+      (device_ptr<const From>(x), device_ptr<To>(out), n, vectorized);
     });
   });
   MG_CUDA_LAUNCHED();
@@ -96,8 +99,8 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   const std::int64_t n = out.numel();
   if (n == 0) return;
   const std::size_t rank = perm.size();
-  MG_CHECK(rank <= static_cast<std::size_t>(kMaxDims), "CUDA kernel permute: {} dims, more than the {} it takes",
-           rank, kMaxDims);
+  MG_CHECK(rank <= static_cast<std::size_t>(kMaxDims), "CUDA kernel permute: {} dims, more than the {} it takes", rank,
+           kMaxDims);
   PermutePlan plan;
   plan.rank = static_cast<int>(rank);
   std::int64_t x_stride[kMaxDims] = {};
@@ -113,8 +116,8 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_bits(out.dtype(), "permute", [&](auto zero) {
     using Bits = decltype(zero);
-    MG_LAUNCH(permute_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(out))(device_ptr<const Bits>(x),
-                                                                                    device_ptr<Bits>(out), plan, n);
+    MG_LAUNCH(permute_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(out))
+    (device_ptr<const Bits>(x), device_ptr<Bits>(out), plan, n);
   });
   MG_CUDA_LAUNCHED();
 }
@@ -136,8 +139,7 @@ void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std:
   mg::cuda::DeviceGuard guard(dst.device().index);
   const cudaStream_t stream = stream_of(dst);
   if (outer == 1 || (src_pitch == width && dst_pitch == width)) {  // one contiguous run
-    MG_CUDA_CHECK(cudaMemcpyAsync(to, from, width * static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice,
-                                  stream));
+    MG_CUDA_CHECK(cudaMemcpyAsync(to, from, width * static_cast<std::size_t>(outer), cudaMemcpyDeviceToDevice, stream));
     return;
   }
   // A 2-D copy refuses pitches above the device's limit (2^31 - 1 bytes on current GPUs); rows that
@@ -159,8 +161,8 @@ void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int
   const cudaStream_t stream = mg::cuda::stream(device.index);
   visit_bits(dtype, "fill", [&](auto zero) {
     using Bits = decltype(zero);
-    MG_LAUNCH(fill_kernel, blocks_for(count, kThreads), kThreads, 0, stream)(static_cast<Bits*>(dst),
-                                                                             static_cast<Bits>(pattern), count);
+    MG_LAUNCH(fill_kernel, blocks_for(count, kThreads), kThreads, 0, stream)
+    (static_cast<Bits*>(dst), static_cast<Bits>(pattern), count);
   });
   MG_CUDA_LAUNCHED();
 }

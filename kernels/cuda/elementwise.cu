@@ -47,9 +47,12 @@ __device__ __forceinline__ float load(const Inputs<M, T, N>& in, int k, std::int
 
 template <int N, class F>
 __device__ __forceinline__ float apply(const F& f, const float (&x)[N]) {
-  if constexpr (N == 1) return f(x[0]);
-  else if constexpr (N == 2) return f(x[0], x[1]);
-  else return f(x[0], x[1], x[2]);
+  if constexpr (N == 1)
+    return f(x[0]);
+  else if constexpr (N == 2)
+    return f(x[0], x[1]);
+  else
+    return f(x[0], x[1], x[2]);
 }
 
 // Every operand has out's shape. `vectorized`: all pointers are aligned to a Pack.
@@ -119,7 +122,8 @@ void launch(Tensor& out, const std::array<const Tensor*, N>& inputs, const F& f,
   } else {
     MG_CHECK(plan.sizes.size() <= static_cast<std::size_t>(kMaxDims),
              "CUDA kernel {}: broadcasting to {} needs {} loop dims, more than the {} the kernel takes; "
-             "reshape the operands to fewer dims", name, out.shape(), plan.sizes.size(), kMaxDims);
+             "reshape the operands to fewer dims",
+             name, out.shape(), plan.sizes.size(), kMaxDims);
     DevicePlan<static_cast<int>(N)> device_plan;
     device_plan.rank = static_cast<int>(plan.sizes.size());
     for (int d = 0; d < device_plan.rank; ++d) {
@@ -137,9 +141,10 @@ template <std::size_t N>
 void require_out_dtype(const std::array<const Tensor*, N>& inputs, std::size_t first, const Tensor& out,
                        const char* name) {
   for (std::size_t k = first; k < N; ++k)
-    MG_CHECK(inputs[k]->dtype() == out.dtype(), "CUDA kernel {}: input {} is {} but the output is {}; on a GPU every "
-             "input has the output's dtype (where's mask excepted): cast it first", name, k, inputs[k]->dtype(),
-             out.dtype());
+    MG_CHECK(inputs[k]->dtype() == out.dtype(),
+             "CUDA kernel {}: input {} is {} but the output is {}; on a GPU every "
+             "input has the output's dtype (where's mask excepted): cast it first",
+             name, k, inputs[k]->dtype(), out.dtype());
 }
 
 // Every operand has out's dtype T.
@@ -159,7 +164,9 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars s) {
 }
 
 void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars s) {
-  visit_unary_grad(op, s, [&](auto f, const char* name) { run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name); });
+  visit_unary_grad(op, s, [&](auto f, const char* name) {
+    run(dx, std::array<const Tensor*, 2>{&g, &saved}, f, name);
+  });
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {

@@ -67,11 +67,14 @@ enum class GemmKernel { WmmaSimple, WmmaSimpleF16Accumulator, WmmaPipelined, Tf3
 GemmKernel pick_kernel(const Tensor& a, const Tensor& b, const GemmShape& s) {
   if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
   switch (a.dtype()) {
-    case DType::F16: return wmma_pipelined::fits<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
-    case DType::BF16: return wmma_pipelined::fits<bf16>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
+    case DType::F16:
+      return wmma_pipelined::fits<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
+    case DType::BF16:
+      return wmma_pipelined::fits<bf16>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
     case DType::F32:
       return allow_tf32() && wmma_pipelined::fits<float>(a, b, s) ? GemmKernel::Tf32Pipelined : GemmKernel::SimtF32;
-    default: break;
+    default:
+      break;
   }
   throw Error(fmt::format("CUDA kernel gemm: needs f32, f16 or bf16 operands, got {}", a.dtype()));
 }
@@ -92,7 +95,8 @@ Geometry geometry_of(GemmKernel kernel) {
     case GemmKernel::Tf32Pipelined:
       return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStepOf<float>,
               wmma_pipelined::kBlocksPerSm};
-    case GemmKernel::SimtF32: return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kBlocksPerSm};
+    case GemmKernel::SimtF32:
+      return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kBlocksPerSm};
   }
   throw Error("CUDA kernel gemm: unknown kernel");
 }
@@ -105,8 +109,8 @@ int multiprocessor_count() {
   static OncePerDevice asked;
   static std::array<int, OncePerDevice::kMaxDevices> counts{};
   const int device = asked([](int index) {
-    MG_CUDA_CHECK(cudaDeviceGetAttribute(&counts[static_cast<std::size_t>(index)], cudaDevAttrMultiProcessorCount,
-                                         index));
+    MG_CUDA_CHECK(
+        cudaDeviceGetAttribute(&counts[static_cast<std::size_t>(index)], cudaDevAttrMultiProcessorCount, index));
   });
   return counts[static_cast<std::size_t>(device)];
 }
@@ -128,7 +132,8 @@ GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
   const std::int64_t blocks = ceil_div(s.m, g.tile_m) * ceil_div(s.n, g.tile_n) * s.batch;
   // An f16 accumulator is never split: the slices' partial sums would be f32, which is not the
   // arithmetic it stands for.
-  if (plan.kernel == GemmKernel::WmmaSimpleF16Accumulator || blocks == 0 || blocks * 2 > sms) return plan;  // 0: an empty C (only gemm_kernel_name asks then)
+  if (plan.kernel == GemmKernel::WmmaSimpleF16Accumulator || blocks == 0 || blocks * 2 > sms)
+    return plan;  // 0: an empty C (only gemm_kernel_name asks then)
   const std::int64_t wanted = std::min({g.blocks_per_sm * sms / blocks, s.k / kMinSliceK, kMaxSlices});
   if (wanted < 2) return plan;
   const std::int64_t k_slice = ceil_div(ceil_div(s.k, wanted), g.k_step) * g.k_step;
@@ -142,13 +147,19 @@ GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
 template <class In, class Out>
 void launch_kernel(GemmKernel kernel, const GemmArgs<In, Out>& args, const GemmShape& s, cudaStream_t stream) {
   if constexpr (std::is_same_v<In, float>) {
-    if (kernel == GemmKernel::Tf32Pipelined) wmma_pipelined::launch(args, s, stream);
-    else simt_f32::launch(args, s, stream);
+    if (kernel == GemmKernel::Tf32Pipelined)
+      wmma_pipelined::launch(args, s, stream);
+    else
+      simt_f32::launch(args, s, stream);
   } else {
-    if (kernel == GemmKernel::WmmaPipelined) wmma_pipelined::launch(args, s, stream);
-    else if (kernel == GemmKernel::WmmaSimple) wmma_simple::launch(args, s, stream);
-    else if constexpr (std::is_same_v<In, __half>) wmma_simple::launch<In, Out, __half>(args, s, stream);
-    else throw Error("CUDA kernel gemm: an f16 accumulator needs f16 operands");
+    if (kernel == GemmKernel::WmmaPipelined)
+      wmma_pipelined::launch(args, s, stream);
+    else if (kernel == GemmKernel::WmmaSimple)
+      wmma_simple::launch(args, s, stream);
+    else if constexpr (std::is_same_v<In, __half>)
+      wmma_simple::launch<In, Out, __half>(args, s, stream);
+    else
+      throw Error("CUDA kernel gemm: an f16 accumulator needs f16 operands");
   }
 }
 
@@ -172,11 +183,16 @@ void run(const GemmPlan& plan, const Tensor& a, const Tensor& b, Tensor& c, cons
 
 std::string kernel_name(GemmKernel kernel) {
   switch (kernel) {
-    case GemmKernel::WmmaSimple: return "wmma simple 32x32x16";
-    case GemmKernel::WmmaSimpleF16Accumulator: return "wmma simple 32x32x16, f16 accumulator";
-    case GemmKernel::WmmaPipelined: return "wmma 128x128x32, 4 stages";
-    case GemmKernel::Tf32Pipelined: return "tf32 wmma 128x128x16, 4 stages";
-    case GemmKernel::SimtF32: return "simt f32 128x128x8";
+    case GemmKernel::WmmaSimple:
+      return "wmma simple 32x32x16";
+    case GemmKernel::WmmaSimpleF16Accumulator:
+      return "wmma simple 32x32x16, f16 accumulator";
+    case GemmKernel::WmmaPipelined:
+      return "wmma 128x128x32, 4 stages";
+    case GemmKernel::Tf32Pipelined:
+      return "tf32 wmma 128x128x16, 4 stages";
+    case GemmKernel::SimtF32:
+      return "simt f32 128x128x8";
   }
   return "?";
 }
@@ -193,8 +209,10 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const
     if constexpr (std::is_same_v<In, float>) {
       run<float, float>(plan, a, b, c, s, epilogue, stream);
     } else {
-      if (c.dtype() == DType::F32) run<In, float>(plan, a, b, c, s, epilogue, stream);
-      else run<In, In>(plan, a, b, c, s, epilogue, stream);
+      if (c.dtype() == DType::F32)
+        run<In, float>(plan, a, b, c, s, epilogue, stream);
+      else
+        run<In, In>(plan, a, b, c, s, epilogue, stream);
     }
   });
 }

@@ -34,8 +34,8 @@ constexpr std::int64_t kMaxGemmDim = INT_MAX - 256;
 
 // What one block of a launch works on (GemmArgs::block()).
 struct GemmBlock {
-  int entry;           // batch entry
-  int slice;           // slice of k (0 when k is not split)
+  int entry;  // batch entry
+  int slice;  // slice of k (0 when k is not split)
   int k_begin, k_end;  // the k it sums: [k_begin, k_end)
 };
 
@@ -45,7 +45,7 @@ template <class In, class Out>
 struct GemmArgs {
   const In* a;  // [batch, m, k], or [batch, k, m] when transpose_a
   const In* b;  // [batch, k, n], or [batch, n, k] when transpose_b
-  Out* c;       // [batch, m, n]
+  Out* c;  // [batch, m, n]
   int batch, m, n, k;
   const void* bias;  // [n] in Out, or in f32 when bias_f32; null for none
   bool bias_f32;
@@ -75,9 +75,12 @@ struct GemmArgs {
   __device__ float finish(float sum, int col) const {
     if (bias) sum += bias_f32 ? static_cast<const float*>(bias)[col] : to_float(static_cast<const Out*>(bias)[col]);
     switch (activation) {
-      case Activation::Relu: return functors::Relu{}(sum);
-      case Activation::Gelu: return functors::Gelu{}(sum);
-      default: return sum;
+      case Activation::Relu:
+        return functors::Relu{}(sum);
+      case Activation::Gelu:
+        return functors::Gelu{}(sum);
+      default:
+        return sum;
     }
   }
 
@@ -87,13 +90,17 @@ struct GemmArgs {
   template <bool kSplit>
   __device__ void store(const GemmBlock& block, int row, int col, float sum) const {
     const std::int64_t at = static_cast<std::int64_t>(row) * n + col;
-    if constexpr (kSplit) partial_of(block)[at] = sum;
-    else c_of(block.entry)[at] = from_float<Out>(finish(sum, col));
+    if constexpr (kSplit)
+      partial_of(block)[at] = sum;
+    else
+      c_of(block.entry)[at] = from_float<Out>(finish(sum, col));
   }
   // The same, split or not decided at run time (where the branch costs no registers that matter).
   __device__ void store(const GemmBlock& block, int row, int col, float sum) const {
-    if (partial) store<true>(block, row, col, sum);
-    else store<false>(block, row, col, sum);
+    if (partial)
+      store<true>(block, row, col, sum);
+    else
+      store<false>(block, row, col, sum);
   }
 };
 
@@ -101,17 +108,28 @@ template <class In, class Out>
 GemmArgs<In, Out> make_gemm_args(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
                                  const GemmEpilogue& epilogue) {
   MG_CHECK(s.m <= kMaxGemmDim && s.n <= kMaxGemmDim && s.k <= kMaxGemmDim,
-           "CUDA kernel gemm: m, n and k must each be at most 2^31 - 257, got m {}, n {}, k {}; split the product",
-           s.m, s.n, s.k);
-  MG_CHECK(s.batch <= 65535, "CUDA kernel gemm: at most 65535 matrices a batch (the grid's z), got {}; split the "
-           "batch into several calls", s.batch);
+           "CUDA kernel gemm: m, n and k must each be at most 2^31 - 257, got m {}, n {}, k {}; split the product", s.m,
+           s.n, s.k);
+  MG_CHECK(s.batch <= 65535,
+           "CUDA kernel gemm: at most 65535 matrices a batch (the grid's z), got {}; split the "
+           "batch into several calls",
+           s.batch);
   const bool has_bias = epilogue.bias.defined();
   assert(!has_bias || (epilogue.bias.device() == c.device() && epilogue.bias.numel() == s.n &&
                        (epilogue.bias.dtype() == c.dtype() || epilogue.bias.dtype() == DType::F32)));
-  return {device_ptr<In>(a), device_ptr<In>(b), device_ptr<Out>(c), static_cast<int>(s.batch),
-          static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k),
-          has_bias ? epilogue.bias.data_ptr() : nullptr, has_bias && epilogue.bias.dtype() == DType::F32,
-          epilogue.activation, /*slices=*/1, /*k_slice=*/static_cast<int>(s.k), /*partial=*/nullptr};
+  return {device_ptr<In>(a),
+          device_ptr<In>(b),
+          device_ptr<Out>(c),
+          static_cast<int>(s.batch),
+          static_cast<int>(s.m),
+          static_cast<int>(s.n),
+          static_cast<int>(s.k),
+          has_bias ? epilogue.bias.data_ptr() : nullptr,
+          has_bias && epilogue.bias.dtype() == DType::F32,
+          epilogue.activation,
+          /*slices=*/1,
+          /*k_slice=*/static_cast<int>(s.k),
+          /*partial=*/nullptr};
 }
 
 // x = tiles along m (gridDim.x has room for 2^31 - 1), y = tiles along n, z = slices x batch entries.
@@ -120,8 +138,10 @@ dim3 gemm_grid(const GemmArgs<In, Out>& args, int tile_m, int tile_n) {
   const std::int64_t tiles_m = (args.m + std::int64_t{tile_m} - 1) / tile_m;
   const std::int64_t tiles_n = (args.n + std::int64_t{tile_n} - 1) / tile_n;
   const std::int64_t z = std::int64_t{args.slices} * args.batch;
-  MG_CHECK(tiles_n <= 65535, "CUDA kernel gemm: n = {} needs {} tiles of {} columns, above the grid's limit of "
-           "65535; split the product along n", args.n, tiles_n, tile_n);
+  MG_CHECK(tiles_n <= 65535,
+           "CUDA kernel gemm: n = {} needs {} tiles of {} columns, above the grid's limit of "
+           "65535; split the product along n",
+           args.n, tiles_n, tile_n);
   MG_CHECK(z <= 65535, "CUDA kernel gemm: {} slices of k x {} batch entries exceed the grid's limit of 65535",
            args.slices, args.batch);
   return dim3(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n), static_cast<unsigned>(z));

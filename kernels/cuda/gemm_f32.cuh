@@ -28,13 +28,13 @@
 
 namespace mg::kernels::cuda::simt_f32 {
 
-constexpr int kTile = 128;     // C tile of a block: 128 x 128
-constexpr int kStep = 8;       // k per step
+constexpr int kTile = 128;  // C tile of a block: 128 x 128
+constexpr int kStep = 8;  // k per step
 constexpr int kThreads = 256;  // 16 x 16
 constexpr int kPerThread = 8;  // C per thread: 8 x 8, as 2 x 2 groups of 4 x 4
 constexpr int kGroup = 4;
 constexpr int kHalf = kTile / 2;  // the distance between a thread's two groups
-constexpr int kBlocksPerSm = 2;   // the launch bounds' promise (<= 128 registers); what split-K fills
+constexpr int kBlocksPerSm = 2;  // the launch bounds' promise (<= 128 registers); what split-K fills
 
 // The 4 values one thread loads of one operand slice: the slice is rows x [k0, k0 + 8) of op(X),
 // where x is m (A) or n (B). A k-major operand is stored [k, x] (A transposed, B not): the thread
@@ -61,8 +61,8 @@ template <bool kMajor>
 __device__ __forceinline__ void store_slice(float (*slice)[kTile], const float (&values)[kGroup]) {
   const int t = threadIdx.x;
   if constexpr (kMajor) {
-    *reinterpret_cast<float4*>(&slice[t / 32][(t % 32) * kGroup]) =
-        make_float4(values[0], values[1], values[2], values[3]);
+    *reinterpret_cast<float4*>(&slice[t / 32][(t % 32) * kGroup]) = make_float4(values[0], values[1], values[2],
+                                                                                values[3]);
   } else {
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) slice[(t % 2) * kGroup + i][t / 2] = values[i];
@@ -167,10 +167,14 @@ void launch_layout(const GemmArgs<float, float>& args, bool vector_store, cudaSt
 inline void launch(const GemmArgs<float, float>& args, const GemmShape& shape, cudaStream_t stream) {
   const float* out = args.partial ? args.partial : args.c;
   const bool vector_store = shape.n % kGroup == 0 && aligned(out, 16);
-  if (!shape.transpose_a && !shape.transpose_b) launch_layout<false, false>(args, vector_store, stream);
-  else if (!shape.transpose_a) launch_layout<false, true>(args, vector_store, stream);
-  else if (!shape.transpose_b) launch_layout<true, false>(args, vector_store, stream);
-  else launch_layout<true, true>(args, vector_store, stream);
+  if (!shape.transpose_a && !shape.transpose_b)
+    launch_layout<false, false>(args, vector_store, stream);
+  else if (!shape.transpose_a)
+    launch_layout<false, true>(args, vector_store, stream);
+  else if (!shape.transpose_b)
+    launch_layout<true, false>(args, vector_store, stream);
+  else
+    launch_layout<true, true>(args, vector_store, stream);
 }
 
 }  // namespace mg::kernels::cuda::simt_f32

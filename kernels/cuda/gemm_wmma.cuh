@@ -63,13 +63,13 @@ struct FragmentOf<float> {
 
 constexpr int kTileM = 128, kTileN = 128;  // equal: both operands' tiles are sized by kTileM
 static_assert(kTileM == kTileN);
-constexpr int kThreads = 256;                   // 8 warps
-constexpr int kWarpsN = 4;                      // warps 2 (along m) x 4 (along n)
-constexpr int kWarpM = 64, kWarpN = 32;         // C owned by one warp
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kWarpsN = 4;  // warps 2 (along m) x 4 (along n)
+constexpr int kWarpM = 64, kWarpN = 32;  // C owned by one warp
 constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 16;
 constexpr int kStages = 4;
-constexpr int kBlocksPerSm = 2;                 // the launch bounds' promise; gemm.cu's split-K fills to it
-constexpr int kStepBytes = 64;                  // of each row per k step
+constexpr int kBlocksPerSm = 2;  // the launch bounds' promise; gemm.cu's split-K fills to it
+constexpr int kStepBytes = 64;  // of each row per k step
 template <class T>
 constexpr int kStepOf = kStepBytes / sizeof(T);  // k per step: 32 (f16/bf16) or 16 (f32)
 // Shared rows are 16 bytes longer than the data. A fragment load reads 8 rows of 16 bytes at once:
@@ -77,20 +77,20 @@ constexpr int kStepOf = kStepBytes / sizeof(T);  // k per step: 32 (f16/bf16) or
 // on one (8-way); with 80, 272 or 528 bytes they cover all 32 banks. 16 bytes also keeps every row
 // aligned for cp.async and for WMMA (ldm a multiple of 16 bytes).
 constexpr int kSkewBytes = 16;
-constexpr int kSkewC = 4;                       // floats, for the accumulator tile: same reason
+constexpr int kSkewC = 4;  // floats, for the accumulator tile: same reason
 
 // The shared tile of one operand in one stage: `x` is m (A) or n (B). k-major tiles are [k][x]
 // (A stored [k, m], B stored [k, n]), the others [x][k].
 template <class T, bool kMajor>
 struct OperandTile {
   static constexpr int kStep = kStepOf<T>;
-  static constexpr int kChunk = kCopyBytes / sizeof(T);   // elements per copy
+  static constexpr int kChunk = kCopyBytes / sizeof(T);  // elements per copy
   static constexpr int kRows = kMajor ? kStep : kTileM;
   static constexpr int kCols = kMajor ? kTileM : kStep;
   static constexpr int kLd = kCols + kSkewBytes / sizeof(T);
   // A stage holds either layout: room for the larger one (both are 10 KiB for every T).
   static constexpr int kElements = std::max(kStep * (kTileM + kSkewBytes / sizeof(T)),
-                                            kTileM * (kStep + kSkewBytes / sizeof(T)));
+                                            kTileM*(kStep + kSkewBytes / sizeof(T)));
 
   // The element (x, kk) of the operand, where a fragment of 16 x's starting there begins.
   __device__ static const T* at(const T* tile, int x, int kk) {
@@ -110,7 +110,7 @@ constexpr int kAccumulatorBytes = kTileM * (kTileN + kSkewC) * sizeof(float);
 static_assert(((kTileN + kSkewC) * sizeof(float)) % 16 == 0 && (16 * (kTileN + kSkewC) * sizeof(float)) % 32 == 0,
               "accumulator fragments must start on 32 bytes, rows a multiple of 16 bytes apart");
 template <class T>
-constexpr int kSharedBytes = std::max(kStages * kStageBytes<T>, kAccumulatorBytes);
+constexpr int kSharedBytes = std::max(kStages* kStageBytes<T>, kAccumulatorBytes);
 
 // ---- copies into shared memory -----------------------------------------------------------------
 
@@ -165,10 +165,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
   // matrix's: a slice of k ends on a step boundary or at k.
   const auto copy_step = [&](int stage, int step) {
     const int k0 = step * kStep;
-    if constexpr (kTransposeA) copy_tile<In, true>(stage_a(stage), a, k, m, k0, row0);
-    else copy_tile<In, false>(stage_a(stage), a, m, k, row0, k0);
-    if constexpr (kTransposeB) copy_tile<In, false>(stage_b(stage), b, n, k, col0, k0);
-    else copy_tile<In, true>(stage_b(stage), b, k, n, k0, col0);
+    if constexpr (kTransposeA)
+      copy_tile<In, true>(stage_a(stage), a, k, m, k0, row0);
+    else
+      copy_tile<In, false>(stage_a(stage), a, m, k, row0, k0);
+    if constexpr (kTransposeB)
+      copy_tile<In, false>(stage_b(stage), b, n, k, col0, k0);
+    else
+      copy_tile<In, true>(stage_b(stage), b, k, n, k0, col0);
   };
 
   wmma::fragment<wmma::accumulator, 16, 16, Fragment::kDepth, float> sum[kFragsM][kFragsN];
@@ -191,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
   }
   for (int step = first; step < last; ++step) {
     wait_copies<kStages - 2>();  // this thread's copies of `step` are in shared memory
-    __syncthreads();             // everyone's are; and every warp is done with step - 1's stage
+    __syncthreads();  // everyone's are; and every warp is done with step - 1's stage
     const int ahead = step + kStages - 1;
     if (ahead < last) copy_step(ahead % kStages, ahead);  // refills the stage of step - 1
     commit_copies();
@@ -259,8 +263,7 @@ void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
   // most shared memory, so 2 blocks fit.
   static OncePerDevice opted_in;
   opted_in([&](int) {
-    MG_CUDA_CHECK(
-        cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
     MG_CUDA_CHECK(cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
   });
@@ -270,16 +273,22 @@ void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
 
 template <class In, class Out, bool kTransposeA, bool kTransposeB>
 void launch_layout(const GemmArgs<In, Out>& args, cudaStream_t stream) {
-  if (args.partial) launch_variant<In, Out, kTransposeA, kTransposeB, true>(args, stream);
-  else launch_variant<In, Out, kTransposeA, kTransposeB, false>(args, stream);
+  if (args.partial)
+    launch_variant<In, Out, kTransposeA, kTransposeB, true>(args, stream);
+  else
+    launch_variant<In, Out, kTransposeA, kTransposeB, false>(args, stream);
 }
 
 template <class In, class Out>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  if (!shape.transpose_a && !shape.transpose_b) launch_layout<In, Out, false, false>(args, stream);
-  else if (!shape.transpose_a) launch_layout<In, Out, false, true>(args, stream);
-  else if (!shape.transpose_b) launch_layout<In, Out, true, false>(args, stream);
-  else launch_layout<In, Out, true, true>(args, stream);
+  if (!shape.transpose_a && !shape.transpose_b)
+    launch_layout<In, Out, false, false>(args, stream);
+  else if (!shape.transpose_a)
+    launch_layout<In, Out, false, true>(args, stream);
+  else if (!shape.transpose_b)
+    launch_layout<In, Out, true, false>(args, stream);
+  else
+    launch_layout<In, Out, true, true>(args, stream);
 }
 
 }  // namespace mg::kernels::cuda::wmma_pipelined

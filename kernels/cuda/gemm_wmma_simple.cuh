@@ -29,8 +29,8 @@
 
 namespace mg::kernels::cuda::wmma_simple {
 
-constexpr int kTile = 32;      // C tile of a block: 32 x 32
-constexpr int kStep = 16;      // k per step: one WMMA fragment deep
+constexpr int kTile = 32;  // C tile of a block: 32 x 32
+constexpr int kStep = 16;  // k per step: one WMMA fragment deep
 constexpr int kThreads = 128;  // 4 warps, 2 x 2 over the tile
 // Rows of the shared tiles are 8 elements (16 bytes) longer than the data: with 32-byte (A) and
 // 64-byte (B) rows, the 8 rows that one fragment load reads would start on the same few banks and
@@ -46,7 +46,8 @@ constexpr int kSkewOf = std::is_same_v<Accumulator, float> ? kSkewC : kSkew;
 // of shared memory a block), and what gemm.cu's split-K fills the GPU with.
 constexpr int kBlocksPerSm = 8;
 static_assert((16 * (kStep + kSkew) * sizeof(__half)) % 32 == 0 && (16 * sizeof(__half)) % 32 == 0 &&
-                  (16 * (kTile + kSkewC) * sizeof(float)) % 32 == 0 && (16 * (kTile + kSkew) * sizeof(__half)) % 32 == 0,
+                  (16 * (kTile + kSkewC) * sizeof(float)) % 32 == 0 &&
+                  (16 * (kTile + kSkew) * sizeof(__half)) % 32 == 0,
               "WMMA fragment pointers must be 32-byte aligned");
 
 template <class In, class Out, class Accumulator = float>
@@ -54,8 +55,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gemm_wmma_simple_kernel(GemmArgs<In, Out> args, bool transpose_a, bool transpose_b) {
   using namespace nvcuda;
   constexpr int kSkewAcc = kSkewOf<Accumulator>;
-  MG_SHARED_ALIGNED(32, In[kTile][kStep + kSkew], a_tile);      // op(A) rows x k, row-major
-  MG_SHARED_ALIGNED(32, In[kStep][kTile + kSkew], b_tile);      // k x op(B) columns, row-major
+  MG_SHARED_ALIGNED(32, In[kTile][kStep + kSkew], a_tile);  // op(A) rows x k, row-major
+  MG_SHARED_ALIGNED(32, In[kStep][kTile + kSkew], b_tile);  // k x op(B) columns, row-major
   MG_SHARED_ALIGNED(32, Accumulator[kTile][kTile + kSkewAcc], c_tile);  // the block's sums
 
   const int m = args.m, n = args.n, k = args.k;
@@ -77,16 +78,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const int kk = transpose_a ? i / kTile : i % kStep;
       const int row = row0 + r, kg = k0 + kk;
       const bool inside = row < m && kg < k;
-      a_tile[r][kk] = inside ? a[transpose_a ? static_cast<std::int64_t>(kg) * m + row
-                                             : static_cast<std::int64_t>(row) * k + kg]
-                             : zero;
-      const int c = transpose_b ? i / kStep : i % kTile;   // B stored [n, k]: along k; [k, n]: along n
+      a_tile[r][kk] =
+          inside ? a[transpose_a ? static_cast<std::int64_t>(kg) * m + row : static_cast<std::int64_t>(row) * k + kg]
+                 : zero;
+      const int c = transpose_b ? i / kStep : i % kTile;  // B stored [n, k]: along k; [k, n]: along n
       const int kb = transpose_b ? i % kStep : i / kTile;
       const int col = col0 + c, kgb = k0 + kb;
       const bool inside_b = col < n && kgb < k;
-      b_tile[kb][c] = inside_b ? b[transpose_b ? static_cast<std::int64_t>(col) * k + kgb
-                                               : static_cast<std::int64_t>(kgb) * n + col]
-                               : zero;
+      b_tile[kb][c] =
+          inside_b
+              ? b[transpose_b ? static_cast<std::int64_t>(col) * k + kgb : static_cast<std::int64_t>(kgb) * n + col]
+              : zero;
     }
     __syncthreads();  // the slices are complete
     wmma::fragment<wmma::matrix_a, 16, 16, 16, In, wmma::row_major> a_frag;
@@ -107,8 +109,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 template <class In, class Out, class Accumulator = float>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  MG_LAUNCH((gemm_wmma_simple_kernel<In, Out, Accumulator>), gemm_grid(args, kTile, kTile), kThreads, 0, stream)(
-      args, shape.transpose_a, shape.transpose_b);
+  MG_LAUNCH((gemm_wmma_simple_kernel<In, Out, Accumulator>), gemm_grid(args, kTile, kTile), kThreads, 0, stream)
+  (args, shape.transpose_a, shape.transpose_b);
   MG_CUDA_LAUNCHED();
 }
 

@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kBlock) gather_rows_kernel(const Unit* table, 
 }
 
 template <class T>
-__global__ void __launch_bounds__(kBlock) scatter_add_kernel(const T* grad, const std::int32_t* index,
-                                                             std::int64_t count, std::int64_t width, float* sum) {
+__global__ void __launch_bounds__(kBlock)
+    scatter_add_kernel(const T* grad, const std::int32_t* index, std::int64_t count, std::int64_t width, float* sum) {
   for (std::int64_t t = first_index(); t < count * width; t += grid_stride()) {
     const std::int64_t row = t / width, column = t % width;
     atomicAdd(sum + static_cast<std::int64_t>(index[row]) * width + column, to_float(grad[t]));
@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kBlock) round_into(const float* sum, std::int6
 }
 
 template <class Bits>
-__global__ void __launch_bounds__(kBlock) scatter_along_dim_kernel(const Bits* values, const std::int32_t* index,
-                                                                   ReduceShape s, Bits* out) {
+__global__ void __launch_bounds__(kBlock)
+    scatter_along_dim_kernel(const Bits* values, const std::int32_t* index, ReduceShape s, Bits* out) {
   for (std::int64_t t = first_index(); t < s.outer * s.n * s.inner; t += grid_stride()) {
     const std::int64_t o = t / (s.n * s.inner), j = t / s.inner % s.n, i = t % s.inner;
     const std::int64_t from = o * s.inner + i;
@@ -75,8 +75,8 @@ __device__ __forceinline__ bool ties_max(float value, float max) { return isnan(
 
 // Adds the number of elements of x that tie *max to *ties (zeroed before).
 template <class T>
-__global__ void __launch_bounds__(kBlock) count_ties_kernel(const T* x, std::int64_t n, const T* max,
-                                                            unsigned long long* ties) {
+__global__ void __launch_bounds__(kBlock)
+    count_ties_kernel(const T* x, std::int64_t n, const T* max, unsigned long long* ties) {
   const float m = to_float(*max);
   unsigned long long found = 0;
   for (std::int64_t t = first_index(); t < n; t += grid_stride()) found += ties_max(to_float(x[t]), m);
@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(kBlock) count_ties_kernel(const T* x, std::int
 
 // dx[t] = g / ties where x[t] ties *max, else 0.
 template <class T>
-__global__ void __launch_bounds__(kBlock) share_kernel(const T* g, const T* x, std::int64_t n, const T* max,
-                                                       const unsigned long long* ties, T* dx) {
+__global__ void __launch_bounds__(kBlock)
+    share_kernel(const T* g, const T* x, std::int64_t n, const T* max, const unsigned long long* ties, T* dx) {
   const float m = to_float(*max), share = to_float(*g) / static_cast<float>(*ties);
   for (std::int64_t t = first_index(); t < n; t += grid_stride())
     dx[t] = from_float<T>(ties_max(to_float(x[t]), m) ? share : 0.0f);
@@ -116,16 +116,18 @@ void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
   with_unit(row_bytes, {table.data_ptr(), out.data_ptr()}, [&](auto zero) {
     using Unit = decltype(zero);
     const std::int64_t count = indices.numel(), row_units = static_cast<std::int64_t>(row_bytes / sizeof(Unit));
-    MG_LAUNCH(gather_rows_kernel, blocks_for(count * row_units, kBlock), kBlock, 0, stream_of(out))(
-        device_ptr<Unit>(table), device_ptr<std::int32_t>(indices), count, row_units, device_ptr<Unit>(out));
+    MG_LAUNCH(gather_rows_kernel, blocks_for(count * row_units, kBlock), kBlock, 0, stream_of(out))
+    (device_ptr<Unit>(table), device_ptr<std::int32_t>(indices), count, row_units, device_ptr<Unit>(out));
     MG_CUDA_LAUNCHED();
   });
 }
 
 void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table) {
   if (grad_table.numel() == 0) return;
-  MG_CHECK(grad.dtype() == grad_table.dtype(), "CUDA kernel scatter_add_rows: grad is {} but grad_table is {}; "
-           "they must match", grad.dtype(), grad_table.dtype());
+  MG_CHECK(grad.dtype() == grad_table.dtype(),
+           "CUDA kernel scatter_add_rows: grad is {} but grad_table is {}; "
+           "they must match",
+           grad.dtype(), grad_table.dtype());
   mg::cuda::DeviceGuard guard(grad_table.device().index);
   const cudaStream_t stream = stream_of(grad_table);
   visit_device_floating(grad_table.dtype(), "scatter_add_rows", [&](auto zero) {
@@ -137,13 +139,13 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     MG_CUDA_CHECK(cudaMemsetAsync(sum.data_ptr(), 0, sum.nbytes(), stream));  // all-zero bits are 0.0f
     const std::int64_t count = indices.numel(), width = grad_table.size(1);
     if (count * width > 0) {
-      MG_LAUNCH_UNORDERED(scatter_add_kernel, blocks_for(count * width, kBlock), kBlock, 0, stream)(
-          device_ptr<T>(grad), device_ptr<std::int32_t>(indices), count, width, device_ptr<float>(sum));
+      MG_LAUNCH_UNORDERED(scatter_add_kernel, blocks_for(count * width, kBlock), kBlock, 0, stream)
+      (device_ptr<T>(grad), device_ptr<std::int32_t>(indices), count, width, device_ptr<float>(sum));
       MG_CUDA_LAUNCHED();
     }
     if (in_place) return;
-    MG_LAUNCH(round_into, blocks_for(sum.numel(), kBlock), kBlock, 0, stream)(device_ptr<float>(sum), sum.numel(),
-                                                                              device_ptr<T>(grad_table));
+    MG_LAUNCH(round_into, blocks_for(sum.numel(), kBlock), kBlock, 0, stream)
+    (device_ptr<float>(sum), sum.numel(), device_ptr<T>(grad_table));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -153,8 +155,8 @@ void scatter_along_dim(const Tensor& values, const Tensor& indices, const Reduce
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_dtype(out.dtype(), "scatter_along_dim", [&](auto zero) {
     using Bits = std::conditional_t<sizeof(zero) == 2, std::uint16_t, std::uint32_t>;  // moved, never read as numbers
-    MG_LAUNCH(scatter_along_dim_kernel, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
-        device_ptr<Bits>(values), device_ptr<std::int32_t>(indices), s, device_ptr<Bits>(out));
+    MG_LAUNCH(scatter_along_dim_kernel, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))
+    (device_ptr<Bits>(values), device_ptr<std::int32_t>(indices), s, device_ptr<Bits>(out));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -169,11 +171,11 @@ void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tenso
   auto* count = static_cast<unsigned long long*>(ties.data_ptr());
   visit_device_floating(x.dtype(), "max backward", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH(count_ties_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)(device_ptr<T>(x), x.numel(),
-                                                                                   device_ptr<T>(max), count);
+    MG_LAUNCH(count_ties_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)
+    (device_ptr<T>(x), x.numel(), device_ptr<T>(max), count);
     MG_CUDA_LAUNCHED();
-    MG_LAUNCH(share_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)(
-        device_ptr<T>(g), device_ptr<T>(x), x.numel(), device_ptr<T>(max), count, device_ptr<T>(dx));
+    MG_LAUNCH(share_kernel, blocks_for(x.numel(), kBlock), kBlock, 0, stream)
+    (device_ptr<T>(g), device_ptr<T>(x), x.numel(), device_ptr<T>(max), count, device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });
 }

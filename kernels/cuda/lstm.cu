@@ -106,9 +106,9 @@ void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bia
       visit_x_or_f32<X>(hc.dtype(), gates_x.dtype(), "lstm_cell (hc)", [&](auto s_zero) {
         using Bias = decltype(bias_zero);
         using S = decltype(s_zero);
-        MG_LAUNCH(cell, blocks_for(batch * hidden, kBlock), kBlock, 0, stream_of(acts))(
-            device_ptr<X>(gates_x), device_ptr<float>(recurrent), device_ptr<Bias>(bias), device_ptr<float>(c_prev),
-            batch, hidden, device_ptr<float>(acts), device_ptr<float>(c_out), device_ptr<S>(hc), device_ptr<X>(h_x));
+        MG_LAUNCH(cell, blocks_for(batch * hidden, kBlock), kBlock, 0, stream_of(acts))
+        (device_ptr<X>(gates_x), device_ptr<float>(recurrent), device_ptr<Bias>(bias), device_ptr<float>(c_prev), batch,
+         hidden, device_ptr<float>(acts), device_ptr<float>(c_out), device_ptr<S>(hc), device_ptr<X>(h_x));
         MG_CUDA_LAUNCHED();
       });
     });
@@ -123,21 +123,21 @@ void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& 
   const cudaStream_t stream = stream_of(dgates);
   // The bias sums read unrounded gradients: dgates itself when it is f32, else this f32 copy.
   const bool rounded = dgates.dtype() != DType::F32;
-  Tensor dgates_f32 =
-      rounded ? Tensor::empty(dgates.shape(), {.dtype = DType::F32, .device = dgates.device()}) : dgates;
+  Tensor dgates_f32 = rounded ? Tensor::empty(dgates.shape(), {.dtype = DType::F32, .device = dgates.device()})
+                              : dgates;
   visit_device_floating(dgates.dtype(), "lstm_cell_backward", [&](auto x_zero) {
     using X = decltype(x_zero);
     visit_x_or_f32<X>(dhc.dtype(), dgates.dtype(), "lstm_cell_backward (dhc)", [&](auto s_zero) {
       using S = decltype(s_zero);
-      MG_LAUNCH(cell_backward, blocks_for(batch * hidden, kBlock), kBlock, 0, stream)(
-          device_ptr<float>(acts), device_ptr<float>(c_prev), device_ptr<float>(c), device_ptr<S>(dhc),
-          device_ptr<float>(dh_recurrent), batch, hidden, device_ptr<float>(dc_carry), device_ptr<X>(dgates),
-          rounded ? device_ptr<float>(dgates_f32) : nullptr);
+      MG_LAUNCH(cell_backward, blocks_for(batch * hidden, kBlock), kBlock, 0, stream)
+      (device_ptr<float>(acts), device_ptr<float>(c_prev), device_ptr<float>(c), device_ptr<S>(dhc),
+       device_ptr<float>(dh_recurrent), batch, hidden, device_ptr<float>(dc_carry), device_ptr<X>(dgates),
+       rounded ? device_ptr<float>(dgates_f32) : nullptr);
       MG_CUDA_LAUNCHED();
     });
   });
-  MG_LAUNCH(add_column_sums, blocks_for(4 * hidden, kBlock), kBlock, 0, stream)(
-      device_ptr<float>(dgates_f32), batch, 4 * hidden, device_ptr<float>(dbias_sum));
+  MG_LAUNCH(add_column_sums, blocks_for(4 * hidden, kBlock), kBlock, 0, stream)
+  (device_ptr<float>(dgates_f32), batch, 4 * hidden, device_ptr<float>(dbias_sum));
   MG_CUDA_LAUNCHED();
 }
 

@@ -88,13 +88,14 @@ __device__ void add_block_counts(Counts counts, unsigned long long* counters) {
   }
 }
 
-
 // The functor of this update: Adam's and Adagrad's need the parameter's step count (read here, on the
 // device).
 template <class Update>
 __device__ __forceinline__ Update prepared(const Update& update, const std::int32_t* step) {
-  if constexpr (requires { update.at_step(1); }) return update.at_step(std::int64_t{*step} + 1);
-  else return update;
+  if constexpr (requires { update.at_step(1); })
+    return update.at_step(std::int64_t{*step} + 1);
+  else
+    return update;
 }
 
 template <class P, class G, int S, class Update>
@@ -189,8 +190,7 @@ unsigned long long* update_counters(int device_index) {
   if (device_counters == nullptr) {
     mg::cuda::DeviceGuard guard(device_index);
     MG_CUDA_CHECK(cudaMalloc(&device_counters, 2 * sizeof(unsigned long long)));
-    MG_CUDA_CHECK(
-        cudaMemsetAsync(device_counters, 0, 2 * sizeof(unsigned long long), mg::cuda::stream(device_index)));
+    MG_CUDA_CHECK(cudaMemsetAsync(device_counters, 0, 2 * sizeof(unsigned long long), mg::cuda::stream(device_index)));
   }
   return device_counters;
 }
@@ -198,12 +198,13 @@ unsigned long long* update_counters(int device_index) {
 // Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor;
 // `step`: Adam's or Adagrad's count (null for SGD).
 template <int S, class Update>
-void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state,
-                   Tensor* step, const FusedStep& fused, const Update& update) {
+void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, Tensor* step,
+                   const FusedStep& fused, const Update& update) {
   for (Tensor* s : state)
-    MG_CHECK(s->dtype() == param.dtype(), "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a "
-             "GPU the state has the parameter's dtype (as every optimizer creates it)", kernel, s->dtype(),
-             param.dtype());
+    MG_CHECK(s->dtype() == param.dtype(),
+             "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a "
+             "GPU the state has the parameter's dtype (as every optimizer creates it)",
+             kernel, s->dtype(), param.dtype());
   Tensor* model_copy = fused.model_copy;
   if (model_copy) visit_device_floating(model_copy->dtype(), kernel, [](auto) {});
   const std::int64_t numel = param.numel();
@@ -214,9 +215,12 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
     using P = decltype(param_type);
     visit_device_floating(grad.dtype(), kernel, [&](auto grad_type) {
       using G = decltype(grad_type);
-      UpdateTensors<P, G, S> t{.param = device_ptr<P>(param), .grad = device_ptr<const G>(grad), .state = {},
+      UpdateTensors<P, G, S> t{.param = device_ptr<P>(param),
+                               .grad = device_ptr<const G>(grad),
+                               .state = {},
                                .model_copy = model_copy ? model_copy->data_ptr() : nullptr,
-                               .model_dtype = model_copy ? model_copy->dtype() : DType::F32, .numel = numel,
+                               .model_dtype = model_copy ? model_copy->dtype() : DType::F32,
+                               .numel = numel,
                                .vectorized = aligned(param.data_ptr(), sizeof(Pack<P>)) &&
                                              aligned(grad.data_ptr(), sizeof(Pack<G>))};
       for (int m = 0; m < S; ++m) {
@@ -225,9 +229,9 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
       }
       if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
       const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
-      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))(
-          t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
-          fused.scaling.inv_scale ? device_ptr<const float>(*fused.scaling.inv_scale) : nullptr, found_inf, counters);
+      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))
+      (t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
+       fused.scaling.inv_scale ? device_ptr<const float>(*fused.scaling.inv_scale) : nullptr, found_inf, counters);
       MG_CUDA_LAUNCHED();
     });
   });
@@ -243,11 +247,12 @@ void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHy
          const FusedStep& fused) {
   if (momentum_buffer)
     launch_update<1>("sgd", param, grad, {momentum_buffer}, nullptr, fused, SgdUpdate<float, true>(hyper));
-  else launch_update<0>("sgd", param, grad, {}, nullptr, fused, SgdUpdate<float, false>(hyper));
+  else
+    launch_update<0>("sgd", param, grad, {}, nullptr, fused, SgdUpdate<float, false>(hyper));
 }
 
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
-          const AdamHyper& hyper, UpdateCount&, const FusedStep& fused) {
+void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
+          UpdateCount&, const FusedStep& fused) {
   launch_update<2>("adam", param, grad, {&exp_avg, &exp_avg_sq}, &step, fused, AdamUpdate<float>(hyper));
 }
 
@@ -258,8 +263,8 @@ void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const
 
 void clear_update_count(Device device, const Tensor* found_inf) {
   mg::cuda::DeviceGuard guard(device.index);
-  MG_LAUNCH(clear_counts_kernel, 1, 1, 0, mg::cuda::stream(device.index))(
-      update_counters(device.index), found_inf ? device_ptr<const float>(*found_inf) : nullptr);
+  MG_LAUNCH(clear_counts_kernel, 1, 1, 0, mg::cuda::stream(device.index))
+  (update_counters(device.index), found_inf ? device_ptr<const float>(*found_inf) : nullptr);
   MG_CUDA_LAUNCHED();
 }
 

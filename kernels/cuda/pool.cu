@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(kBlock) avg_pool_forward(const T* x, Geometry 
 
 // dx for both poolings: kMax adds dout where argmax names this pixel, otherwise dout / divisor.
 template <class T, bool kMax>
-__global__ void __launch_bounds__(kBlock)
-    pool_backward(const T* dout, const std::int32_t* argmax, Geometry g, T* dx) {
+__global__ void __launch_bounds__(kBlock) pool_backward(const T* dout, const std::int32_t* argmax, Geometry g, T* dx) {
   const std::int64_t plane_size = g.w.height * g.w.width, out_plane = g.out_h * g.out_w;
   const float divisor = static_cast<float>(g.w.kernel_h * g.w.kernel_w);
   for (std::int64_t t = first_index(); t < g.planes() * plane_size; t += grid_stride()) {
@@ -111,8 +110,8 @@ void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& ar
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_floating(x.dtype(), "max_pool2d", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH(max_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
-        device_ptr<T>(x), geometry_of(window), device_ptr<T>(out), device_ptr<std::int32_t>(argmax));
+    MG_LAUNCH(max_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))
+    (device_ptr<T>(x), geometry_of(window), device_ptr<T>(out), device_ptr<std::int32_t>(argmax));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -123,8 +122,8 @@ void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "max_pool2d_backward", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH((pool_backward<T, true>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
-        device_ptr<T>(dout), device_ptr<std::int32_t>(argmax), geometry_of(window), device_ptr<T>(dx));
+    MG_LAUNCH((pool_backward<T, true>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))
+    (device_ptr<T>(dout), device_ptr<std::int32_t>(argmax), geometry_of(window), device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -135,8 +134,8 @@ void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out) {
   mg::cuda::DeviceGuard guard(out.device().index);
   visit_device_floating(x.dtype(), "avg_pool2d", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH(avg_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))(
-        device_ptr<T>(x), geometry_of(window), device_ptr<T>(out));
+    MG_LAUNCH(avg_pool_forward, blocks_for(out.numel(), kBlock), kBlock, 0, stream_of(out))
+    (device_ptr<T>(x), geometry_of(window), device_ptr<T>(out));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -147,8 +146,8 @@ void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx)
   mg::cuda::DeviceGuard guard(dx.device().index);
   visit_device_floating(dx.dtype(), "avg_pool2d_backward", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH((pool_backward<T, false>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))(
-        device_ptr<T>(dout), nullptr, geometry_of(window), device_ptr<T>(dx));
+    MG_LAUNCH((pool_backward<T, false>), blocks_for(dx.numel(), kBlock), kBlock, 0, stream_of(dx))
+    (device_ptr<T>(dout), nullptr, geometry_of(window), device_ptr<T>(dx));
     MG_CUDA_LAUNCHED();
   });
 }

@@ -27,8 +27,8 @@ void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tenso
   mg::cuda::DeviceGuard guard(keep.device().index);
   visit_device_floating(keep.dtype(), "dropout_mask", [&](auto zero) {
     using T = decltype(zero);
-    MG_LAUNCH(dropout_mask_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(keep))(seed, first_block, p,
-                                                                                          device_ptr<T>(keep), n);
+    MG_LAUNCH(dropout_mask_kernel, blocks_for(n, kThreads), kThreads, 0, stream_of(keep))
+    (seed, first_block, p, device_ptr<T>(keep), n);
   });
   MG_CUDA_LAUNCHED();
 }

@@ -43,7 +43,7 @@ struct Pass {
   std::int64_t outer, length, inner;
   std::int64_t parts, chunk;
   std::int64_t count;  // n of the whole reduction: what Mean divides by
-  bool final;          // write the result into out (Mean divided), or raw f32 partials
+  bool final;  // write the result into out (Mean divided), or raw f32 partials
 };
 
 // A running sum, or a maximum and where it is.
@@ -184,11 +184,11 @@ void launch_rows(const In* x, const std::int32_t* x_index, const Pass& pass, Out
                  cudaStream_t stream) {
   const std::int64_t items = pass.outer * pass.parts;
   if (pass.chunk <= 1024) {
-    MG_LAUNCH((reduce_rows<In, Out, 32>), blocks_for(items * 32, kBlock), kBlock, 0, stream)(
-        x, x_index, pass, out, out_index);
+    MG_LAUNCH((reduce_rows<In, Out, 32>), blocks_for(items * 32, kBlock), kBlock, 0, stream)
+    (x, x_index, pass, out, out_index);
   } else {
-    MG_LAUNCH((reduce_rows<In, Out, kBlock>), blocks_for(items * kBlock, kBlock), kBlock, 0, stream)(
-        x, x_index, pass, out, out_index);
+    MG_LAUNCH((reduce_rows<In, Out, kBlock>), blocks_for(items * kBlock, kBlock), kBlock, 0, stream)
+    (x, x_index, pass, out, out_index);
   }
   MG_CUDA_LAUNCHED();
 }
@@ -197,8 +197,8 @@ template <class In, class Out>
 void launch_columns(const In* x, const std::int32_t* x_index, const Pass& pass, Out* out, std::int32_t* out_index,
                     cudaStream_t stream) {
   const std::int64_t threads = pass.outer * pass.inner * pass.parts;
-  MG_LAUNCH((reduce_columns<In, Out>), blocks_for(threads, kBlock), kBlock, 0, stream)(
-      x, x_index, pass, out, out_index);
+  MG_LAUNCH((reduce_columns<In, Out>), blocks_for(threads, kBlock), kBlock, 0, stream)
+  (x, x_index, pass, out, out_index);
   MG_CUDA_LAUNCHED();
 }
 
@@ -226,8 +226,10 @@ void reduce_typed(ReduceOp op, const Tensor& x, const ReduceShape& s, Tensor& ou
   const In* in = device_ptr<In>(x);
   Pass pass{op, s.outer, s.n, s.inner, parts, chunk, s.n, parts == 1};
   if (parts == 1) {
-    if (rows) launch_rows(in, nullptr, pass, device_ptr<Out>(out), out_index, stream);
-    else launch_columns(in, nullptr, pass, device_ptr<Out>(out), out_index, stream);
+    if (rows)
+      launch_rows(in, nullptr, pass, device_ptr<Out>(out), out_index, stream);
+    else
+      launch_columns(in, nullptr, pass, device_ptr<Out>(out), out_index, stream);
     return;
   }
   // Pass 1 into f32 partials; max always carries positions, since they decide ties (and NaN payloads).

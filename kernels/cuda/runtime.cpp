@@ -18,7 +18,8 @@ cudaStream_t stream(int device_index) {
   static std::mutex mutex;
   static std::vector<cudaStream_t> streams;
   std::lock_guard<std::mutex> lock(mutex);
-  if (streams.size() <= static_cast<std::size_t>(device_index)) streams.resize(static_cast<std::size_t>(device_index) + 1);
+  if (streams.size() <= static_cast<std::size_t>(device_index))
+    streams.resize(static_cast<std::size_t>(device_index) + 1);
   cudaStream_t& s = streams[static_cast<std::size_t>(device_index)];
   if (s == nullptr) {
     DeviceGuard guard(device_index);

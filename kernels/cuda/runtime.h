@@ -20,9 +20,9 @@ namespace mg::cuda {
 
 [[noreturn]] void fail(cudaError_t error, const char* call, const char* file, int line);
 
-#define MG_CUDA_CHECK(call)                                                         \
-  do {                                                                              \
-    const cudaError_t mg_cuda_error_ = (call);                                      \
+#define MG_CUDA_CHECK(call) \
+  do { \
+    const cudaError_t mg_cuda_error_ = (call); \
     if (mg_cuda_error_ != cudaSuccess) ::mg::cuda::fail(mg_cuda_error_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -33,8 +33,10 @@ constexpr int kBlock = 256;
 
 template <int kTeam>
 __device__ __forceinline__ float team_sum(float v) {
-  if constexpr (kTeam == 1) return v;
-  else if constexpr (kTeam == 32) return warp_sum(v);
+  if constexpr (kTeam == 1)
+    return v;
+  else if constexpr (kTeam == 32)
+    return warp_sum(v);
   else {
     MG_SHARED(float[32], scratch);
     return block_sum(v, scratch);
@@ -45,8 +47,10 @@ __device__ __forceinline__ float team_sum(float v) {
 // the whole row comes out NaN, as on the CPU.
 template <int kTeam>
 __device__ __forceinline__ float team_max(float v) {
-  if constexpr (kTeam == 1) return v;
-  else if constexpr (kTeam == 32) return warp_max(v);
+  if constexpr (kTeam == 1)
+    return v;
+  else if constexpr (kTeam == 32)
+    return warp_max(v);
   else {
     MG_SHARED(float[32], scratch);
     return block_max(v, scratch);
@@ -152,9 +156,12 @@ __global__ void __launch_bounds__(kBlock)
 template <class Launch>
 void with_team(const ReduceShape& s, Launch&& launch) {
   const std::int64_t rows = s.outer * s.inner;
-  if (s.inner > 1) launch(std::integral_constant<int, 1>{}, blocks_for(rows, kBlock));
-  else if (s.n <= 1024) launch(std::integral_constant<int, 32>{}, blocks_for(rows * 32, kBlock));
-  else launch(std::integral_constant<int, kBlock>{}, blocks_for(rows * kBlock, kBlock));
+  if (s.inner > 1)
+    launch(std::integral_constant<int, 1>{}, blocks_for(rows, kBlock));
+  else if (s.n <= 1024)
+    launch(std::integral_constant<int, 32>{}, blocks_for(rows * 32, kBlock));
+  else
+    launch(std::integral_constant<int, kBlock>{}, blocks_for(rows * kBlock, kBlock));
   MG_CUDA_LAUNCHED();
 }
 
@@ -166,8 +173,8 @@ void softmax(const Tensor& x, const ReduceShape& s, bool log, Tensor& y) {
   visit_device_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      MG_LAUNCH((softmax_forward<T, kTeam>), blocks, kBlock, 0, stream_of(y))(device_ptr<T>(x), s, log,
-                                                                              device_ptr<T>(y));
+      MG_LAUNCH((softmax_forward<T, kTeam>), blocks, kBlock, 0, stream_of(y))
+      (device_ptr<T>(x), s, log, device_ptr<T>(y));
     });
   });
 }
@@ -178,8 +185,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& s, b
   visit_device_floating(y.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      MG_LAUNCH((softmax_backward_kernel<T, kTeam>), blocks, kBlock, 0, stream_of(dx))(
-          device_ptr<T>(y), device_ptr<T>(dy), s, log, device_ptr<T>(dx));
+      MG_LAUNCH((softmax_backward_kernel<T, kTeam>), blocks, kBlock, 0, stream_of(dx))
+      (device_ptr<T>(y), device_ptr<T>(dy), s, log, device_ptr<T>(dx));
     });
   });
 }
@@ -192,9 +199,9 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t igno
   visit_device_floating(logits.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
     with_team(s, [&]<int kTeam>(std::integral_constant<int, kTeam>, unsigned blocks) {
-      MG_LAUNCH((cross_entropy_forward<T, kTeam>), blocks, kBlock, 0, stream_of(loss))(
-          device_ptr<T>(logits), device_ptr<std::int32_t>(labels), s, ignore_index, device_ptr<float>(loss),
-          device_ptr<float>(row_stats));
+      MG_LAUNCH((cross_entropy_forward<T, kTeam>), blocks, kBlock, 0, stream_of(loss))
+      (device_ptr<T>(logits), device_ptr<std::int32_t>(labels), s, ignore_index, device_ptr<float>(loss),
+       device_ptr<float>(row_stats));
     });
   });
 }
@@ -206,10 +213,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Te
   visit_device_floating(logits.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
     const std::int64_t rows = logits.size(0), classes = logits.size(1);
-    MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0,
-              stream_of(dlogits))(
-        device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(row_stats), device_ptr<float>(row_weight),
-        rows, classes, ignore_index, device_ptr<T>(dlogits));
+    MG_LAUNCH((cross_entropy_backward_kernel<T>), blocks_for(rows * classes, kBlock), kBlock, 0, stream_of(dlogits))
+    (device_ptr<T>(logits), device_ptr<std::int32_t>(labels), device_ptr<float>(row_stats),
+     device_ptr<float>(row_weight), rows, classes, ignore_index, device_ptr<T>(dlogits));
     MG_CUDA_LAUNCHED();
   });
 }

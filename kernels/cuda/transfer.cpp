@@ -85,7 +85,7 @@ class UploadRing {
 
   char* buffer_ = nullptr;
   std::size_t head_ = 0;
-  std::deque<InFlight> in_flight_;                       // oldest first, in the ring's order
+  std::deque<InFlight> in_flight_;  // oldest first, in the ring's order
   std::vector<std::pair<int, cudaEvent_t>> spare_events_;  // recorded and done, by device
 };
 

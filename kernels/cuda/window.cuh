@@ -23,8 +23,8 @@ inline Geometry geometry_of(const Window2d& w) { return {w, w.out_h(), w.out_w()
 struct Covering {
   std::int64_t begin, end;
 };
-__device__ __forceinline__ Covering covering(std::int64_t i, std::int64_t pad, std::int64_t kernel,
-                                             std::int64_t stride, std::int64_t out) {
+__device__ __forceinline__ Covering covering(std::int64_t i, std::int64_t pad, std::int64_t kernel, std::int64_t stride,
+                                             std::int64_t out) {
   const std::int64_t padded = i + pad;  // window o covers it when o * stride <= padded < o * stride + kernel
   return {padded < kernel ? 0 : (padded - kernel) / stride + 1, min(out, padded / stride + 1)};
 }

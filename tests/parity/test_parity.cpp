@@ -28,7 +28,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr double kTimesTorch = 2.0;   // mixgrad may be at most this many times PyTorch's error...
+constexpr double kTimesTorch = 2.0;  // mixgrad may be at most this many times PyTorch's error...
 // ...or this many ulps, whichever is larger: a few f32 roundings, since the order of operations (and
 // so the last bits) differs between builds (-O1 with Eigen's GEMM under the sanitizers, -O2 with
 // OpenBLAS) and between CPUs (AVX2, AVX-512 packet paths).
@@ -222,14 +222,20 @@ void check_case(const data::SafetensorsFile& file, const json& c) {
 std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const json& a, const Tensor& p) {
   const double lr = a.at("lr"), weight_decay = a.at("weight_decay");
   if (kind == "sgd")
-    return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SgdOptions{
-        .lr = lr, .momentum = a.at("momentum"), .weight_decay = weight_decay, .nesterov = a.value("nesterov", false)});
+    return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                        optim::SgdOptions{.lr = lr,
+                                                          .momentum = a.at("momentum"),
+                                                          .weight_decay = weight_decay,
+                                                          .nesterov = a.value("nesterov", false)});
   if (kind == "adam")
-    return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = lr, .weight_decay = weight_decay});
+    return std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                         optim::AdamOptions{.lr = lr, .weight_decay = weight_decay});
   if (kind == "adamw")
-    return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = lr, .weight_decay = weight_decay});
+    return std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
+                                          optim::AdamWOptions{.lr = lr, .weight_decay = weight_decay});
   REQUIRE(kind == "adagrad");
-  return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p}, optim::AdagradOptions{.lr = lr, .weight_decay = weight_decay});
+  return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p},
+                                          optim::AdagradOptions{.lr = lr, .weight_decay = weight_decay});
 }
 
 std::string cell(double ulps) {
@@ -238,8 +244,9 @@ std::string cell(double ulps) {
 }
 
 void print_table(const Rows& rows) {
-  std::string md = "| op | dtype | cases | output: mixgrad | output: PyTorch | gradient: mixgrad | gradient: PyTorch |\n"
-                   "|---|---|---|---|---|---|---|\n";
+  std::string md =
+      "| op | dtype | cases | output: mixgrad | output: PyTorch | gradient: mixgrad | gradient: PyTorch |\n"
+      "|---|---|---|---|---|---|---|\n";
   for (const auto& [key, r] : rows)
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", key.first, key.second, r.cases, cell(r.mixgrad_out),
                       cell(r.torch_out), r.has_grad ? cell(r.mixgrad_grad) : "", r.has_grad ? cell(r.torch_grad) : "");
@@ -283,8 +290,7 @@ TEST_CASE("casts between every pair of float dtypes are bit-identical to PyTorch
     const std::vector<double> g = got.to_vector<double>(), e = expected.to_vector<double>();
     for (std::size_t i = 0; i < g.size(); ++i) {
       INFO("element " << i << ": mixgrad " << g[i] << ", PyTorch " << e[i]);
-      CHECK(((std::isnan(g[i]) && std::isnan(e[i])) ||
-             (g[i] == e[i] && std::signbit(g[i]) == std::signbit(e[i]))));
+      CHECK(((std::isnan(g[i]) && std::isnan(e[i])) || (g[i] == e[i] && std::signbit(g[i]) == std::signbit(e[i]))));
     }
     table()[{"cast", fmt::format("{}->{}", c.at("dtype").get<std::string>(), c.at("args").at("to").get<std::string>())}]
         .cases++;
@@ -308,8 +314,9 @@ TEST_CASE("SGD, Adam, AdamW and Adagrad follow PyTorch step for step, with weigh
       for (const std::string& key : c.at("state").get<std::vector<std::string>>()) {
         INFO("state " << key);
         REQUIRE(state.count("state.0." + key) == 1);
-        worst = std::max(worst, error_ulps(state.at("state.0." + key),
-                                           file.tensors.at(fmt::format("{}.state.{}.{}", name, key, step)), DType::F32));
+        worst = std::max(worst,
+                         error_ulps(state.at("state.0." + key),
+                                    file.tensors.at(fmt::format("{}.state.{}.{}", name, key, step)), DType::F32));
       }
     }
     CHECK_MESSAGE(worst <= kOptimizerUlps, "parameters and state differ from PyTorch's by " << worst << " ulps");
@@ -324,8 +331,10 @@ TEST_CASE("GradScaler skips, backs off and grows on the steps PyTorch's does") {
   const json c = json::parse(file.metadata.at("cases")).at(0);
   Tensor p = full({1}, 1.0, {.requires_grad = true});
   optim::SGD sgd({p}, {.lr = c.at("lr")});
-  amp::GradScaler scaler({.init_scale = c.at("init_scale"), .growth_factor = c.at("growth_factor"),
-                          .backoff_factor = c.at("backoff_factor"), .growth_interval = c.at("growth_interval")});
+  amp::GradScaler scaler({.init_scale = c.at("init_scale"),
+                          .growth_factor = c.at("growth_factor"),
+                          .backoff_factor = c.at("backoff_factor"),
+                          .growth_interval = c.at("growth_interval")});
   const Tensor& sequence = file.tensors.at("sequence");  // rows: grad, found_inf, scale, growth_tracker, param
   const std::vector<double> rows = sequence.to_vector<double>();
   for (std::int64_t step = 0; step < sequence.size(0); ++step) {

@@ -57,7 +57,8 @@ double mean_accuracy(const std::vector<RunResult>& runs) {
 
 std::string verdict_for(const std::string& model, const E1Result& r, const std::vector<std::vector<RunResult>>& all) {
   const std::vector<RunResult>* fp32 = seeds_of(r, all, "V0");
-  if (!fp32 || fp32->empty() || all.size() < 2) return model + ": V0 and at least one other variant are needed for a verdict.";
+  if (!fp32 || fp32->empty() || all.size() < 2)
+    return model + ": V0 and at least one other variant are needed for a verdict.";
   const double spread = fp32_seed_spread(*fp32);
   const double error = accuracy_standard_error(mean_accuracy(*fp32), r.options.test_examples);
   const double margin = std::max({0.005, error, spread});
@@ -70,23 +71,27 @@ std::string verdict_for(const std::string& model, const E1Result& r, const std::
     const PairedDifference d = paired_difference(all[i], *fp32);
     if (id == "V1") {  // not the paper's mixed precision: reported, not judged
       pure = fmt::format(" V1 float16_pure (f16 weights updated in place) under this recipe: {} points{}.",
-                         difference_cell(d), std::fabs(d.mean) <= margin ? ", within the margin: at this rate and "
-                         "length its lost updates cost nothing measurable (E2 shows where they do)" : "");
+                         difference_cell(d),
+                         std::fabs(d.mean) <= margin
+                             ? ", within the margin: at this rate and "
+                               "length its lost updates cost nothing measurable (E2 shows where they do)"
+                             : "");
       continue;
     }
     worst = std::max(worst, std::fabs(d.mean));
     established = established && d.low >= -margin && d.high <= margin;
   }
-  return fmt::format("{}: fp32 reached {} on average over {} seeds (spread {:.2f} points). The mixed-precision variants' "
-                     "paired differences from fp32 were at most {:.2f} points in the mean. Parity margin {:.2f} points: "
-                     "the largest of 0.5, one standard error on {} test images ({:.2f}) and fp32's spread over seeds. {}{}",
-                     model, percent(mean_accuracy(*fp32)), fp32->size(), 100 * spread, 100 * worst, 100 * margin,
-                     r.options.test_examples, 100 * error,
-                     worst > margin ? "**Not reproduced** within that margin."
-                     : established  ? "**Reproduced:** every 95% interval lies within the margin."
-                                    : "**Reproduced in the mean**; with this few seeds not every 95% interval lies "
-                                      "within the margin, so parity is not established statistically.",
-                     pure);
+  return fmt::format(
+      "{}: fp32 reached {} on average over {} seeds (spread {:.2f} points). The mixed-precision variants' "
+      "paired differences from fp32 were at most {:.2f} points in the mean. Parity margin {:.2f} points: "
+      "the largest of 0.5, one standard error on {} test images ({:.2f}) and fp32's spread over seeds. {}{}",
+      model, percent(mean_accuracy(*fp32)), fp32->size(), 100 * spread, 100 * worst, 100 * margin,
+      r.options.test_examples, 100 * error,
+      worst > margin ? "**Not reproduced** within that margin."
+      : established  ? "**Reproduced:** every 95% interval lies within the margin."
+                     : "**Reproduced in the mean**; with this few seeds not every 95% interval lies "
+                       "within the margin, so parity is not established statistically.",
+      pure);
 }
 
 }  // namespace
@@ -102,7 +107,8 @@ PairedDifference paired_difference(const std::vector<RunResult>& variant, const 
   double squares = 0;
   for (double x : differences) squares += (x - d.mean) * (x - d.mean);
   d.deviation = differences.size() > 1 ? std::sqrt(squares / static_cast<double>(differences.size() - 1)) : 0.0;
-  const double half_width = t_975(differences.size() - 1) * d.deviation / std::sqrt(static_cast<double>(differences.size()));
+  const double half_width = t_975(differences.size() - 1) * d.deviation /
+                            std::sqrt(static_cast<double>(differences.size()));
   d.low = d.mean - half_width;
   d.high = d.mean + half_width;
   return d;
@@ -124,8 +130,13 @@ double accuracy_standard_error(double accuracy, std::int64_t examples) {
 
 E1Options e1_options(Preset preset, Device device, std::uint64_t seed) {
   return preset_options<E1Options>(preset,
-                                   {.train_examples = 60000, .test_examples = 10000, .mlp_steps = 4000,
-                                    .cnn_steps = 4000, .batch = 128, .log_every = 25, .eval_every = 500,
+                                   {.train_examples = 60000,
+                                    .test_examples = 10000,
+                                    .mlp_steps = 4000,
+                                    .cnn_steps = 4000,
+                                    .batch = 128,
+                                    .log_every = 25,
+                                    .eval_every = 500,
                                     .cnn = {},  // 32 and 64 channels, 128 hidden
                                     .variant_ids = {"V0", "V1", "V2", "V3", "V4", "V5"}},
                                    device, seed);
@@ -133,9 +144,18 @@ E1Options e1_options(Preset preset, Device device, std::uint64_t seed) {
 
 RunConfig e1_run_config(const E1Options& o, std::shared_ptr<const ImageData> data, const ModelFactory& make,
                         std::int64_t steps, const Variant& v, std::uint64_t seed) {
-  return RunConfig{.variant = v, .make_model = make, .data = std::move(data), .steps = steps, .batch = o.batch,
-                   .lr = o.lr, .momentum = o.momentum, .schedule = optim::cosine_decay(steps, o.min_lr_factor),
-                   .log_every = o.log_every, .eval_every = o.eval_every, .seed = seed, .device = o.device};
+  return RunConfig{.variant = v,
+                   .make_model = make,
+                   .data = std::move(data),
+                   .steps = steps,
+                   .batch = o.batch,
+                   .lr = o.lr,
+                   .momentum = o.momentum,
+                   .schedule = optim::cosine_decay(steps, o.min_lr_factor),
+                   .log_every = o.log_every,
+                   .eval_every = o.eval_every,
+                   .seed = seed,
+                   .device = o.device};
 }
 
 E1Result run_e1(const E1Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
@@ -165,7 +185,9 @@ Section e1_section(const E1Result& r, Report& report) {
   std::vector<RunGroup> groups;
   for (const auto& [model, all] : {std::pair{"MLP", &r.mlp_seeds}, std::pair{"CNN", &r.cnn_seeds}})
     for (std::size_t s = 0; s < o.seed_offsets.size(); ++s) {
-      RunGroup group{.series = fmt::format("{} seed {}", model, o.seed + o.seed_offsets[s]), .runs = {}, .steps = s == 0};
+      RunGroup group{.series = fmt::format("{} seed {}", model, o.seed + o.seed_offsets[s]),
+                     .runs = {},
+                     .steps = s == 0};
       for (const auto& runs : *all)
         if (s < runs.size()) group.runs.push_back(&runs[s]);
       groups.push_back(group);
@@ -201,25 +223,29 @@ Section e1_section(const E1Result& r, Report& report) {
   auto seed_cells = [](const std::vector<RunResult>* runs) {
     std::string cells;
     if (runs)
-      for (const RunResult& run : *runs) cells += fmt::format("{}{}", cells.empty() ? "" : ", ", percent(run.final_accuracy));
+      for (const RunResult& run : *runs)
+        cells += fmt::format("{}{}", cells.empty() ? "" : ", ", percent(run.final_accuracy));
     return cells.empty() ? std::string("-") : cells;
   };
   table.rows.push_back({"V0 fp32, each seed", seed_cells(mlp_fp32),
                         fmt::format("spread {:.2f}", mlp_fp32 ? 100 * fp32_seed_spread(*mlp_fp32) : 0.0),
-                        seed_cells(cnn_fp32), fmt::format("spread {:.2f}", cnn_fp32 ? 100 * fp32_seed_spread(*cnn_fp32) : 0.0),
-                        "-", "the noise parity is judged against"});
+                        seed_cells(cnn_fp32),
+                        fmt::format("spread {:.2f}", cnn_fp32 ? 100 * fp32_seed_spread(*cnn_fp32) : 0.0), "-",
+                        "the noise parity is judged against"});
   s.tables.push_back(table);
   s.tables.push_back(Table{
       .caption = "The paper's Table 1 (ILSVRC12 top-1 %, FP32 baseline and mixed precision without loss scaling):",
       .header = {"AlexNet", "VGG-D", "GoogLeNet", "Inception v2", "Inception v3", "ResNet-50"},
-      .rows = {{"56.77 / 56.93", "65.40 / 65.43", "68.33 / 68.43", "70.03 / 70.02", "73.85 / 74.13", "75.92 / 76.04"}}});
+      .rows = {
+          {"56.77 / 56.93", "65.40 / 65.43", "68.33 / 68.43", "70.03 / 70.02", "73.85 / 74.13", "75.92 / 76.04"}}});
   s.verdict = verdict_for("MLP", r, r.mlp_seeds) + " " + verdict_for("CNN", r, r.cnn_seeds);
   for (const auto& [tag, model, runs] : {std::tuple{"mlp", "MLP", &r.mlp}, std::tuple{"cnn", "CNN", &r.cnn}}) {
     s.plots.push_back(
         accuracy_plot(fmt::format("e1_accuracy_{}", tag), fmt::format("E1 test accuracy, {}", model), *runs));
     s.plots.push_back(step_plot({.name = fmt::format("e1_loss_{}", tag),
                                  .title = fmt::format("E1 training loss, {}", model),
-                                 .y_label = "training loss (batch)", .log_y = 10},
+                                 .y_label = "training loss (batch)",
+                                 .log_y = 10},
                                 *runs, [](const StepLog& l) { return l.loss; }));
     if (const auto scaled = with_loss_scaling(*runs); !scaled.empty())
       s.plots.push_back(scale_plot(fmt::format("e1_scale_{}", tag),

@@ -38,32 +38,46 @@ std::string verdict_for(const std::string& schedule, const std::vector<RunResult
   // The paper's speech model lost 80% of its accuracy (relative): within a factor of two is its size.
   const double relative = gap_pure / std::max(fp32->final_accuracy, 1e-9);
   const bool paper_size = relative >= 0.4;
-  return fmt::format("{}: float16_pure lost {} of its updates and ended {:.1f} points below fp32 ({:.0f}% relative); "
-                     "float16_master lost {} (in its f32 masters) and ended {:.2f} points from fp32. {}", schedule,
-                     percent(pure->lost_update_fraction, 0), 100 * gap_pure,
-                     100 * relative, percent(master->lost_update_fraction, 1), 100 * gap_master,
-                     pure_loses && master_parity && paper_size ? "**Reproduced.**"
-                     : pure_loses && master_parity
-                         ? fmt::format("**Mechanism reproduced, size not:** the updates are lost and the master copy "
-                                       "restores parity, but the cost is {:.0f}% relative against the paper's 80%.",
-                                       100 * relative)
-                     : pure_loses               ? "Pure f16 fails as claimed, but the master copy is not within a point of fp32."
-                                                : "**Not reproduced** at this learning rate and length: the updates are not small enough against the weights.");
+  return fmt::format(
+      "{}: float16_pure lost {} of its updates and ended {:.1f} points below fp32 ({:.0f}% relative); "
+      "float16_master lost {} (in its f32 masters) and ended {:.2f} points from fp32. {}",
+      schedule, percent(pure->lost_update_fraction, 0), 100 * gap_pure, 100 * relative,
+      percent(master->lost_update_fraction, 1), 100 * gap_master,
+      pure_loses && master_parity && paper_size ? "**Reproduced.**"
+      : pure_loses && master_parity
+          ? fmt::format("**Mechanism reproduced, size not:** the updates are lost and the master copy "
+                        "restores parity, but the cost is {:.0f}% relative against the paper's 80%.",
+                        100 * relative)
+      : pure_loses
+          ? "Pure f16 fails as claimed, but the master copy is not within a point of fp32."
+          : "**Not reproduced** at this learning rate and length: the updates are not small enough against the weights.");
 }
 
 }  // namespace
 
 E2Options e2_options(Preset preset, Device device, std::uint64_t seed) {
-  return preset_options<E2Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 5000,
-                                            .batch = 128, .log_every = 25, .eval_every = 250},
+  return preset_options<E2Options>(preset,
+                                   {.train_examples = 60000,
+                                    .test_examples = 10000,
+                                    .steps = 5000,
+                                    .batch = 128,
+                                    .log_every = 25,
+                                    .eval_every = 250},
                                    device, seed);
 }
 
 E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   E2Result result{.options = o};
   auto config = [&](const Variant& v) {
-    return RunConfig{.variant = v, .make_model = mlp_784_256_256_10, .data = data, .steps = o.steps, .batch = o.batch,
-                     .lr = o.lr, .log_every = o.log_every, .eval_every = o.eval_every, .seed = o.seed,
+    return RunConfig{.variant = v,
+                     .make_model = mlp_784_256_256_10,
+                     .data = data,
+                     .steps = o.steps,
+                     .batch = o.batch,
+                     .lr = o.lr,
+                     .log_every = o.log_every,
+                     .eval_every = o.eval_every,
+                     .seed = o.seed,
                      .device = o.device};
   };
   for (const Variant& v : variants(o.variant_ids)) {
@@ -86,13 +100,14 @@ Section e2_section(const E2Result& r, Report& report) {
   const std::string constant = fmt::format("constant lr {:g}", o.lr);
   const std::string decaying = fmt::format("cosine lr {:g} to {:g}", o.decay_lr, o.decay_lr * o.decay_min_factor);
   Section s = kE2MasterWeights.section();
-  s.csv_files = write_run_csvs(report, "E2", "e2", {group_of(constant, r.constant_lr), group_of(decaying, r.decaying_lr)});
+  s.csv_files = write_run_csvs(report, "E2", "e2",
+                               {group_of(constant, r.constant_lr), group_of(decaying, r.decaying_lr)});
   s.setup = fmt::format("MLP 784-256-256-10, plain SGD (no momentum), batch {}, {} steps on the first {} Fashion-MNIST "
                         "training images, accuracy on the first {} test images; {} and {}. Same seed ({}), "
                         "initialization and batch order for every variant. Lost updates: of the weight elements a "
                         "step meant to change, the fraction whose stored value did not change (for float16_master, "
-                        "counted in its f32 masters).", o.batch, o.steps, o.train_examples, o.test_examples, constant,
-                        decaying, o.seed);
+                        "counted in its f32 masters).",
+                        o.batch, o.steps, o.train_examples, o.test_examples, constant, decaying, o.seed);
   Table table{.header = {"variant", "accuracy (" + constant + ")", "lost updates (constant)",
                          "accuracy (" + decaying + ")", "lost updates (decaying)", "vs fp32 (constant / decaying)",
                          "the paper"}};
@@ -100,11 +115,11 @@ Section e2_section(const E2Result& r, Report& report) {
   const RunResult* fp32_decaying = find_run(r.decaying_lr, "V0");
   for (std::size_t i = 0; i < r.constant_lr.size(); ++i) {
     const RunResult &c = r.constant_lr[i], &d = r.decaying_lr[i];
-    const std::string versus =
-        fp32_constant && fp32_decaying
-            ? fmt::format("{:+.2f} / {:+.2f}", 100 * (c.final_accuracy - fp32_constant->final_accuracy),
-                          100 * (d.final_accuracy - fp32_decaying->final_accuracy))
-            : "-";
+    const std::string versus = fp32_constant && fp32_decaying
+                                   ? fmt::format("{:+.2f} / {:+.2f}",
+                                                 100 * (c.final_accuracy - fp32_constant->final_accuracy),
+                                                 100 * (d.final_accuracy - fp32_decaying->final_accuracy))
+                                   : "-";
     table.rows.push_back({legend(c.variant), percent(c.final_accuracy), percent(c.lost_update_fraction, 1),
                           percent(d.final_accuracy), percent(d.lost_update_fraction, 1), versus,
                           paper_note(kPaper, c.variant.id)});

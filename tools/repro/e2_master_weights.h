@@ -20,9 +20,9 @@ struct E2Options {
   std::int64_t train_examples = 10000, test_examples = 2000;
   std::int64_t steps = 1500, batch = 64;
   std::int64_t log_every = 10, eval_every = 100;
-  double lr = 1e-3;                 // constant-rate series
-  double decay_lr = 3e-3;           // decaying series: starts here ...
-  double decay_min_factor = 0.01;   // ... and ends at decay_lr * decay_min_factor (cosine)
+  double lr = 1e-3;  // constant-rate series
+  double decay_lr = 3e-3;  // decaying series: starts here ...
+  double decay_min_factor = 0.01;  // ... and ends at decay_lr * decay_min_factor (cosine)
   std::vector<std::string> variant_ids{"V0", "V1", "V2", "V5", "V6"};
   std::uint64_t seed = 0;
   Device device = Device::cpu();

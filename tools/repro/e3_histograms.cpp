@@ -71,8 +71,13 @@ std::string layers_counted(const E3Model& m) {
 // ---- tables
 
 std::vector<std::string> layer_row(const std::string& kind, const std::string& layer, const GradientStats& s) {
-  return {kind, layer, fmt::format("{}", s.count), percent(s.fraction(s.zero), 1), percent(s.fraction(s.f16_flushed), 1),
-          percent(fraction_below(s, -24), 1), percent(s.fraction(s.f16_subnormal), 1),
+  return {kind,
+          layer,
+          fmt::format("{}", s.count),
+          percent(s.fraction(s.zero), 1),
+          percent(s.fraction(s.f16_flushed), 1),
+          percent(fraction_below(s, -24), 1),
+          percent(s.fraction(s.f16_subnormal), 1),
           percent(s.fraction(s.f16_overflow), 2)};
 }
 
@@ -119,7 +124,6 @@ double fraction_below(const GradientStats& stats, int exponent) {
   return stats.fraction(below);
 }
 
-
 E3Options e3_options(Preset preset, Device device, std::uint64_t seed) {
   E3Options o{.images = e1_options(preset, device, seed), .language = e5_options(preset, device, seed)};
   // Quick: the first half of E5's fp32 run; recording every 20th step makes the whole of it cost
@@ -136,9 +140,10 @@ E3Options e3_options(Preset preset, Device device, std::uint64_t seed) {
 E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
                 const Progress& progress) {
   MG_CHECK(!o.text || text, "repro E3: options.text asks for the LSTM, but no text was given");
-  MG_CHECK(o.record_every >= 1 && o.checkpoint_every >= 1 && o.long_run_steps >= 0, "repro E3: record_every and "
-           "checkpoint_every must be >= 1 and long_run_steps >= 0, got {}, {} and {}", o.record_every,
-           o.checkpoint_every, o.long_run_steps);
+  MG_CHECK(o.record_every >= 1 && o.checkpoint_every >= 1 && o.long_run_steps >= 0,
+           "repro E3: record_every and "
+           "checkpoint_every must be >= 1 and long_run_steps >= 0, got {}, {} and {}",
+           o.record_every, o.checkpoint_every, o.long_run_steps);
   E3Result result{.options = o};
   const Variant fp32 = variant("V0");
   auto record = [&](const std::string& model, RunConfig config) {
@@ -148,8 +153,10 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
     E3Model m{.model = model, .run = run(config)};
     m.layers = in_backward_order(e3_layer_outputs(config), m.run.histograms, model);
     const Totals t = totals(result.models.emplace_back(std::move(m)));
-    tell(progress, "E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
-         "({:.1f} s)", model, percent(fraction_below(t.weights, -24), 2), percent(fraction_below(t.activations, -24), 2),
+    tell(progress,
+         "E3 {} fp32: weight gradients below 2^-24 {}, layer-output gradients below 2^-24 {}, zero {} "
+         "({:.1f} s)",
+         model, percent(fraction_below(t.weights, -24), 2), percent(fraction_below(t.activations, -24), 2),
          percent(t.activations.fraction(t.activations.zero), 1), result.models.back().run.seconds);
   };
   const E1Options& e1 = o.images;
@@ -158,8 +165,10 @@ E3Result run_e3(const E3Options& o, std::shared_ptr<const ImageData> images, std
   if (o.text) record("char LSTM", e5_run_config(o.language, text, fp32, o.language.optimizers.front()));
   if (o.long_run_steps > 0) {
     run_e3_long(o, images, result);
-    tell(progress, "E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last checkpoint "
-         "({:.1f} s)", o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2), result.long_run.seconds);
+    tell(progress,
+         "E3 MLP long run ({} steps): f16 flushes {} of the weight-gradient values at the last checkpoint "
+         "({:.1f} s)",
+         o.long_run_steps, percent(result.checkpoints.back().all_flushed, 2), result.long_run.seconds);
   }
   return result;
 }
@@ -204,12 +213,11 @@ Table summary_table(const E3Result& r) {
                            "activations below 2^-24", "activations f16-subnormal"}};
   for (const E3Model& m : r.models) {
     const Totals t = totals(m);
-    summary.rows.push_back({m.model, percent(fraction_below(t.weights, -24), 2),
-                            percent(t.weights.fraction(t.weights.f16_flushed), 2),
-                            percent(t.activations.fraction(t.activations.zero), 1),
-                            percent(t.activations.fraction(t.activations.f16_flushed), 2),
-                            percent(fraction_below(t.activations, -24), 2),
-                            percent(t.activations.fraction(t.activations.f16_subnormal), 2)});
+    summary.rows.push_back(
+        {m.model, percent(fraction_below(t.weights, -24), 2), percent(t.weights.fraction(t.weights.f16_flushed), 2),
+         percent(t.activations.fraction(t.activations.zero), 1),
+         percent(t.activations.fraction(t.activations.f16_flushed), 2), percent(fraction_below(t.activations, -24), 2),
+         percent(t.activations.fraction(t.activations.f16_subnormal), 2)});
   }
   return summary;
 }
@@ -221,10 +229,17 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
   Table table{.caption = fmt::format("{}: per layer, over {} recorded steps", m.model, m.run.log.size()),
               .header = {"gradient", "of the weight / of the layer's output", "values", "zero in f32",
                          "zero in f16 only", "below 2^-24", "f16 subnormal", "f16 overflow"}};
-  Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm" : m.model == "MLP" ? "mlp" : "cnn"),
-               .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges", .x_label = "log2 |g|",
-               .y_label = "fraction of values", .kind = PlotKind::histogram, .log_y = 10,
-               .x_min = GradientStats::kMinExponent, .x_max = kAxisEnd, .x_ticks = exponent_ticks(),
+  Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm"
+                                                   : m.model == "MLP"     ? "mlp"
+                                                                          : "cnn"),
+               .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges",
+               .x_label = "log2 |g|",
+               .y_label = "fraction of values",
+               .kind = PlotKind::histogram,
+               .log_y = 10,
+               .x_min = GradientStats::kMinExponent,
+               .x_max = kAxisEnd,
+               .x_ticks = exponent_ticks(),
                .bands = f16_bands()};
   Plot activations = weights;
   activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
@@ -239,7 +254,8 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
   for (std::size_t i = 0; i < h.weights.size(); ++i) add("weight", h.weight_names[i], h.weights[i], weights);
   for (const E3Layer& layer : m.layers) add("activation", layer.label(), h.activations[layer.index], activations);
   const Totals t = totals(m);
-  for (const auto& row : {layer_row("all weights", "-", t.weights), layer_row("all layer outputs", "-", t.activations)}) {
+  for (const auto& row :
+       {layer_row("all weights", "-", t.weights), layer_row("all layer outputs", "-", t.activations)}) {
     std::vector<std::string> cells{m.model};
     cells.insert(cells.end(), row.begin(), row.end());
     layers.push_back(cells);
@@ -260,7 +276,8 @@ std::string verdict_text(const E3Result& r, const std::string& long_run) {
     const Totals t = totals(m);
     const double weight_tail = fraction_below(t.weights, -24), activation_tail = fraction_below(t.activations, -24);
     shapes.push_back(fmt::format("{}: weight gradients around 2^{} over {} binades, layer-output gradients around 2^{} "
-                                 "over {}", m.model, median_exponent(t.weights), binades_spanned(t.weights),
+                                 "over {}",
+                                 m.model, median_exponent(t.weights), binades_spanned(t.weights),
                                  median_exponent(t.activations), binades_spanned(t.activations)));
     weight_tails.push_back(fmt::format("{} {}", m.model, percent(weight_tail, 2)));
     activation_tails.push_back(fmt::format("{} {}", m.model, percent(activation_tail, 2)));
@@ -283,9 +300,10 @@ std::string verdict_text(const E3Result& r, const std::string& long_run) {
       "lose.",
       fmt::join(shapes, "; "), narrowest, spread ? "**reproduced** (the paper's 'many binades')" : "**not reproduced**",
       fmt::join(weight_tails, ", "), models_or_none(weight_tail_models),
-      weight_tail_models.empty() ? "not reproduced in size" : "reproduced", long_run,
-      fmt::join(activation_tails, ", "), models_or_none(activation_tail_models),
-      activation_tail_models.empty() ? "not reproduced at this scale" : "reproduced", fmt::join(activation_zeros, ", "));
+      weight_tail_models.empty() ? "not reproduced in size" : "reproduced", long_run, fmt::join(activation_tails, ", "),
+      models_or_none(activation_tail_models),
+      activation_tail_models.empty() ? "not reproduced at this scale" : "reproduced",
+      fmt::join(activation_zeros, ", "));
 }
 
 }  // namespace
@@ -296,10 +314,12 @@ Section e3_section(const E3Result& r, Report& report) {
   s.tables.push_back(summary_table(r));
   Rows bins, layers;
   for (const E3Model& m : r.models) add_model(m, s, bins, layers);
-  s.csv_files = {report.write_csv("e3_histograms.csv", {"model", "gradient", "layer", "exponent", "values_in_bin",
-                                                        "values"}, bins),
-                 report.write_csv("e3_layers.csv", {"model", "gradient", "layer", "values", "zero", "zero_in_f16_only",
-                                                    "below_2^-24", "f16_subnormal", "f16_overflow"}, layers)};
+  s.csv_files = {report.write_csv("e3_histograms.csv",
+                                  {"model", "gradient", "layer", "exponent", "values_in_bin", "values"}, bins),
+                 report.write_csv("e3_layers.csv",
+                                  {"model", "gradient", "layer", "values", "zero", "zero_in_f16_only", "below_2^-24",
+                                   "f16_subnormal", "f16_overflow"},
+                                  layers)};
   // The long run adds its table, plot and CSV after the histograms', and a sentence to the verdict.
   const std::string long_run = r.checkpoints.empty() ? "" : fmt::format(" {}", e3_long_run_part(r, report, s));
   s.verdict = verdict_text(r, long_run);

@@ -39,9 +39,9 @@
 namespace mg::tools::repro {
 
 struct E3Options {
-  E1Options images{};   // the MLP and CNN runs (E1's fp32 ones), and the long run's recipe and data
-  E5Options language{}; // the LSTM run (E5's fp32 one)
-  bool text = true;     // the LSTM too (needs the KJV text, or `text` data given to run_e3)
+  E1Options images{};  // the MLP and CNN runs (E1's fp32 ones), and the long run's recipe and data
+  E5Options language{};  // the LSTM run (E5's fp32 one)
+  bool text = true;  // the LSTM too (needs the KJV text, or `text` data given to run_e3)
   std::int64_t record_every = 20;  // steps between recordings (all the gradients of one step each)
   // The long MLP run: its steps (0: none) and the steps between its checkpoints. Quick: ~10 s on
   // one core of this project's CPU (0.75-0.85 ms a step), 77 epochs of E1's 10000 images.
@@ -71,9 +71,9 @@ struct E3Checkpoint {
 struct E3Result {
   E3Options options;
   std::vector<E3Model> models{};  // MLP, CNN, and the LSTM when options.text
-  RunResult long_run{};           // the long MLP run (its log empty when options.long_run_steps is 0)
+  RunResult long_run{};  // the long MLP run (its log empty when options.long_run_steps is 0)
   std::vector<std::int64_t> long_run_weight_values{};  // elements of each weight
-  std::vector<E3Checkpoint> checkpoints{};             // one per logged step of long_run
+  std::vector<E3Checkpoint> checkpoints{};  // one per logged step of long_run
 };
 
 // Of the values `stats` counted, the fraction with |g| < 2^exponent (non-zero; zeros excluded).

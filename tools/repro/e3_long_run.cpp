@@ -66,11 +66,13 @@ std::string e3_long_run_part(const E3Result& r, const Report& report, Section& s
                      &last = checkpoints.back();
   Table table{.caption = fmt::format("MLP long run: per weight, the share of its gradient's values that f16 flushes to "
                                      "zero (non-zero in f32, |g| <= 2^-25; a lower bound of the share below 2^-24), "
-                                     "at {} checkpoints:", checkpoints.size()),
+                                     "at {} checkpoints:",
+                                     checkpoints.size()),
               .header = {"weight", "values", fmt::format("step {}", first.step), fmt::format("step {}", middle.step),
                          fmt::format("step {} (last)", last.step), "most (at step)", "reaches 5% at step"}};
   Plot plot{.name = "e3_weights_over_training",
-            .title = "E3 MLP long run (fp32): weight-gradient values f16 flushes to zero", .x_label = "step",
+            .title = "E3 MLP long run (fp32): weight-gradient values f16 flushes to zero",
+            .x_label = "step",
             .y_label = "% of the values flushed to zero in f16"};
   Rows rows;
   std::vector<std::string> ends, reached;
@@ -96,11 +98,12 @@ std::string e3_long_run_part(const E3Result& r, const Report& report, Section& s
   }
   plot.series.push_back(Series{.name = "5% (the paper's speech model)",
                                .x = {static_cast<double>(first.step), static_cast<double>(last.step)},
-                               .y = {100 * kFigure2bShare, 100 * kFigure2bShare}, .style = kNoVariantStyle});
+                               .y = {100 * kFigure2bShare, 100 * kFigure2bShare},
+                               .style = kNoVariantStyle});
   s.tables.push_back(table);
   s.plots.push_back(plot);
-  s.csv_files.push_back(report.write_csv("e3_weights_over_training.csv", {"step", "lr", "loss", "weight", "values",
-                                                                          "zero", "flushed_in_f16"}, rows));
+  s.csv_files.push_back(report.write_csv("e3_weights_over_training.csv",
+                                         {"step", "lr", "loss", "weight", "values", "zero", "flushed_in_f16"}, rows));
   double most_overall = 0;
   for (const E3Checkpoint& c : checkpoints) most_overall = std::max(most_overall, c.all_flushed);
   const bool in_size = most_overall >= kFigure2bShare / 2;  // within a factor 2, as the histograms are judged

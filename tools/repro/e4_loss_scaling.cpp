@@ -44,12 +44,14 @@ std::string sweep_verdict(const E4Result& r) {
   return fmt::format("At k = {} (every gradient 2^-{} of its size), float16_master without scaling had {} of its "
                      "activation gradients at exactly zero against fp32's {} and ended {:.1f} points below fp32; with "
                      "S = 2^{} (V3) or the dynamic GradScaler (V4) the f16 runs ended within {:.2f} points of fp32. "
-                     "fp32 itself was {} across k. {}", o.ks[last], o.ks[last], percent(activation_zeros(*unscaled), 1),
+                     "fp32 itself was {} across k. {}",
+                     o.ks[last], o.ks[last], percent(activation_zeros(*unscaled), 1),
                      percent(activation_zeros(*fp32), 1), 100 * drop, o.ks[last], 100 * worst_scaled,
                      r.fp32_identical_across_k ? "bit-identical" : "**not** identical",
-                     reproduced ? "**Reproduced:** loss scaling is what keeps the small gradients."
-                                : "**Not reproduced** with these margins (zero fraction +20 points, accuracy -5 points, "
-                                  "scaled within 2 points).");
+                     reproduced
+                         ? "**Reproduced:** loss scaling is what keeps the small gradients."
+                         : "**Not reproduced** with these margins (zero fraction +20 points, accuracy -5 points, "
+                           "scaled within 2 points).");
 }
 
 // The fraction of output-gradient values zero in f16 at the last logged step.
@@ -77,21 +79,26 @@ std::string organic_verdict(const E4Result& r) {
       "output-gradient values to zero (fp32's values: {} would flush), the GradScaler {}. Test loss (binary cross "
       "entropy per pixel): fp32 {}, unscaled {} ({:+.2f}%), {}, dynamic {} ({:+.2f}%). {}",
       percent(output_flush_at_end(*unscaled), 1), percent(output_flush_at_end(*fp32), 1),
-      percent(output_flush_at_end(*dynamic), 1), number(fp32->final_test_loss, 4),
-      number(unscaled->final_test_loss, 4), 100 * unscaled_gap / fp32->final_test_loss, scaled_losses,
-      number(dynamic->final_test_loss, 4), 100 * (dynamic->final_test_loss / fp32->final_test_loss - 1),
+      percent(output_flush_at_end(*dynamic), 1), number(fp32->final_test_loss, 4), number(unscaled->final_test_loss, 4),
+      100 * unscaled_gap / fp32->final_test_loss, scaled_losses, number(dynamic->final_test_loss, 4),
+      100 * (dynamic->final_test_loss / fp32->final_test_loss - 1),
       flushes && costs ? "**Reproduced:** this model's own gradients underflow in f16, costing test loss, and scaling "
                          "the loss (S >= 64 or dynamic) recovers fp32's result."
-      : flushes       ? "**Mechanism reproduced, cost not:** the output gradients flush, but the test loss does not "
-                        "separate the unscaled run from the scaled ones by more than their own spread."
-                      : "**Not reproduced:** unscaled f16 did not flush markedly more output gradients.");
+      : flushes        ? "**Mechanism reproduced, cost not:** the output gradients flush, but the test loss does not "
+                         "separate the unscaled run from the scaled ones by more than their own spread."
+                       : "**Not reproduced:** unscaled f16 did not flush markedly more output gradients.");
 }
 
 }  // namespace
 
 E4Options e4_options(Preset preset, Device device, std::uint64_t seed) {
-  return preset_options<E4Options>(preset, {.train_examples = 60000, .test_examples = 10000, .steps = 3000,
-                                            .batch = 128, .log_every = 25, .organic_steps = 1000},
+  return preset_options<E4Options>(preset,
+                                   {.train_examples = 60000,
+                                    .test_examples = 10000,
+                                    .steps = 3000,
+                                    .batch = 128,
+                                    .log_every = 25,
+                                    .organic_steps = 1000},
                                    device, seed);
 }
 
@@ -121,9 +128,16 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const
     const double multiplier = std::ldexp(1.0, -k);
     std::vector<RunResult> runs;
     for (const Variant& v : variants(o.variant_ids, std::ldexp(1.0, k))) {
-      runs.push_back(run(RunConfig{.variant = v, .make_model = mlp_784_256_256_10, .data = data, .steps = o.steps,
-                                   .batch = o.batch, .lr = o.lr, .loss_multiplier = multiplier,
-                                   .log_every = o.log_every, .record_activation_gradients = true, .seed = o.seed,
+      runs.push_back(run(RunConfig{.variant = v,
+                                   .make_model = mlp_784_256_256_10,
+                                   .data = data,
+                                   .steps = o.steps,
+                                   .batch = o.batch,
+                                   .lr = o.lr,
+                                   .loss_multiplier = multiplier,
+                                   .log_every = o.log_every,
+                                   .record_activation_gradients = true,
+                                   .seed = o.seed,
                                    .device = o.device}));
       const RunResult& last = runs.back();
       tell(progress, "E4 k={:2}: {} test accuracy {}, activation-gradient zeros {} ({:.1f} s)", k, legend(v),
@@ -135,7 +149,8 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const
     if (o.variant_ids[j] == "V0") {
       result.fp32_identical_across_k = true;
       for (const auto& runs : result.sweep)
-        result.fp32_identical_across_k = result.fp32_identical_across_k && identical_trajectories(runs[j], result.sweep[0][j]);
+        result.fp32_identical_across_k = result.fp32_identical_across_k &&
+                                         identical_trajectories(runs[j], result.sweep[0][j]);
     }
   if (o.organic) {
     std::vector<Variant> organic;
@@ -145,14 +160,21 @@ E4Result run_e4(const E4Options& o, std::shared_ptr<const ImageData> data, const
       else
         organic.push_back(variant(id));
     for (const Variant& v : organic) {
-      result.organic.push_back(run(RunConfig{.variant = v, .make_model = autoencoder(o.organic_sizes), .data = data,
-                                             .reconstruct = true, .steps = o.organic_steps, .batch = o.organic_batch,
-                                             .lr = o.organic_lr, .optimizer = "adam", .log_every = o.log_every,
-                                             .record_activation_gradients = true, .seed = o.seed,
+      result.organic.push_back(run(RunConfig{.variant = v,
+                                             .make_model = autoencoder(o.organic_sizes),
+                                             .data = data,
+                                             .reconstruct = true,
+                                             .steps = o.organic_steps,
+                                             .batch = o.organic_batch,
+                                             .lr = o.organic_lr,
+                                             .optimizer = "adam",
+                                             .log_every = o.log_every,
+                                             .record_activation_gradients = true,
+                                             .seed = o.seed,
                                              .device = o.device}));
       const RunResult& last = result.organic.back();
-      tell(progress, "E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)",
-           legend(v), number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1), last.seconds);
+      tell(progress, "E4 organic (autoencoder): {} test loss {}, output gradients zero in f16 {} ({:.1f} s)", legend(v),
+           number(last.final_test_loss, 4), percent(output_flush_at_end(last), 1), last.seconds);
     }
   }
   return result;
@@ -199,10 +221,12 @@ void add_sweep(const E4Result& r, const Report& report, Section& s) {
     std::vector<std::string> acc_row{std::to_string(o.ks[i])}, zero_row{std::to_string(o.ks[i])};
     for (std::size_t j = 0; j < r.sweep[i].size(); ++j) {
       const RunResult& run = r.sweep[i][j];
-      acc_row.push_back(percent(run.final_accuracy) + (run.skipped_steps ? fmt::format(" ({} skipped)", run.skipped_steps) : ""));
+      acc_row.push_back(percent(run.final_accuracy) +
+                        (run.skipped_steps ? fmt::format(" ({} skipped)", run.skipped_steps) : ""));
       zero_row.push_back(percent(activation_zeros(run), 1));
       if (run.variant.id == "V0") zero_row.push_back(percent(activation_zeros_in_f16(run), 1));
-      accuracy_by_k[j].name = zeros_by_k[j].name = o.variant_ids[j] == "V3" ? "V3 float16_master S=2^k" : legend(run.variant);
+      accuracy_by_k[j].name = zeros_by_k[j].name = o.variant_ids[j] == "V3" ? "V3 float16_master S=2^k"
+                                                                            : legend(run.variant);
       accuracy_by_k[j].style = zeros_by_k[j].style = variant_style(run.variant);
       accuracy_by_k[j].x.push_back(o.ks[i]);
       accuracy_by_k[j].y.push_back(100 * run.final_accuracy);
@@ -216,12 +240,20 @@ void add_sweep(const E4Result& r, const Report& report, Section& s) {
   s.tables.push_back(zeros);
   std::vector<Tick> k_ticks;  // the k that ran, not gnuplot's even numbers between them
   for (int k : o.ks) k_ticks.push_back(Tick{.at = static_cast<double>(k), .label = std::to_string(k)});
-  s.plots.push_back(Plot{.name = "e4_accuracy_by_k", .title = "E4 test accuracy with the loss x 2^-k (lr x 2^k)",
-                         .x_label = "k", .y_label = "test accuracy (%)", .kind = PlotKind::points, .x_ticks = k_ticks,
+  s.plots.push_back(Plot{.name = "e4_accuracy_by_k",
+                         .title = "E4 test accuracy with the loss x 2^-k (lr x 2^k)",
+                         .x_label = "k",
+                         .y_label = "test accuracy (%)",
+                         .kind = PlotKind::points,
+                         .x_ticks = k_ticks,
                          .series = accuracy_by_k});
-  s.plots.push_back(Plot{.name = "e4_activation_zeros_by_k", .title = "E4 activation gradients exactly zero",
-                         .x_label = "k", .y_label = "zero activation gradients (%)", .kind = PlotKind::points,
-                         .x_ticks = k_ticks, .series = zeros_by_k});
+  s.plots.push_back(Plot{.name = "e4_activation_zeros_by_k",
+                         .title = "E4 activation gradients exactly zero",
+                         .x_label = "k",
+                         .y_label = "zero activation gradients (%)",
+                         .kind = PlotKind::points,
+                         .x_ticks = k_ticks,
+                         .series = zeros_by_k});
   s.verdict = sweep_verdict(r);
 }
 
@@ -235,18 +267,22 @@ void add_organic(const E4Result& r, const Report& report, Section& s) {
                            "diverges without scaling, 77.1% mAP with S = 8 (76.9% in FP32).",
                 .header = {"variant", "test loss", "vs fp32", "output gradients zero in f16, last step",
                            "mean over the run", "skipped steps", "final scale"}};
-  Plot flush{.name = "e4_organic_output_flush", .title = "E4 organic: autoencoder output-gradient values zero in f16",
-             .x_label = "step", .y_label = "fraction of output-gradient values"};
-  Plot loss{.name = "e4_organic_training_loss", .title = "E4 organic: autoencoder training loss (per pixel)",
-            .x_label = "step", .y_label = "binary cross entropy"};
+  Plot flush{.name = "e4_organic_output_flush",
+             .title = "E4 organic: autoencoder output-gradient values zero in f16",
+             .x_label = "step",
+             .y_label = "fraction of output-gradient values"};
+  Plot loss{.name = "e4_organic_training_loss",
+            .title = "E4 organic: autoencoder training loss (per pixel)",
+            .x_label = "step",
+            .y_label = "binary cross entropy"};
   int scale_style = 0;  // the V3 runs: one style each, from the variants absent here (V3, V5, V6)
   for (const RunResult& run : r.organic) {
-    organic.rows.push_back({legend(run.variant), number(run.final_test_loss, 4),
-                            fp32 ? fmt::format("{:+.2f}%", 100 * (run.final_test_loss / fp32->final_test_loss - 1))
-                                 : "-",
-                            percent(output_flush_at_end(run), 1),
-                            percent(mean_over_log(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }), 1),
-                            std::to_string(run.skipped_steps), number(run.final_scale)});
+    organic.rows.push_back(
+        {legend(run.variant), number(run.final_test_loss, 4),
+         fp32 ? fmt::format("{:+.2f}%", 100 * (run.final_test_loss / fp32->final_test_loss - 1)) : "-",
+         percent(output_flush_at_end(run), 1),
+         percent(mean_over_log(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; }), 1),
+         std::to_string(run.skipped_steps), number(run.final_scale)});
     Series f = step_series(run, [](const StepLog& l) { return l.logit_zero_in_f16_fraction; });
     Series l = step_series(run, [](const StepLog& entry) { return entry.loss; });
     if (run.variant.id == "V3") f.style = l.style = std::array{3, 5, 6}[static_cast<std::size_t>(scale_style++ % 3)];

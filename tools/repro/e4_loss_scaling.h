@@ -36,7 +36,7 @@ struct E4Options {
   bool organic = true;
   std::vector<std::int64_t> organic_sizes{784, 256, 32, 256, 784};
   std::int64_t organic_steps = 400, organic_batch = 128;
-  double organic_lr = 1e-3;                          // Adam
+  double organic_lr = 1e-3;  // Adam
   std::vector<std::string> organic_variant_ids{"V0", "V2", "V3", "V4"};  // V3 once per scale below
   std::vector<double> organic_scales{8, 64, 1024};
   std::uint64_t seed = 0;

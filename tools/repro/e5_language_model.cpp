@@ -102,7 +102,8 @@ std::string verdict_for(const E5Model& m, std::int64_t steps, std::int64_t posit
   else
     text += fmt::format("The unscaled run did not diverge in {} steps; its training-loss gap to fp32 (same batches) "
                         "went from {:+.4f} nats (mean of the first quarter of the run) to {:+.4f} (last quarter), the "
-                        "scaled run's from {:+.4f} to {:+.4f}. ", steps, early, late, scaled_early, scaled_late);
+                        "scaled run's from {:+.4f} to {:+.4f}. ",
+                        steps, early, late, scaled_early, scaled_late);
   const double bpc_gap = unscaled->final_bpc - fp32->final_bpc, scaled_gap = scaled->final_bpc - fp32->final_bpc;
   text += fmt::format("Validation bits/char: fp32 {}, unscaled {} ({:+.3f}), S = {:g} {} ({:+.3f}). ",
                       number(fp32->final_bpc, 4), number(unscaled->final_bpc, 4), bpc_gap,
@@ -135,20 +136,27 @@ std::vector<double> loss_gap(const RunResult& run, const RunResult& fp32) {
   std::vector<double> gap;
   for (std::size_t i = 0; i < run.log.size(); ++i)
     gap.push_back(i < fp32.log.size() && fp32.log[i].step == run.log[i].step ? run.log[i].loss - fp32.log[i].loss
-                                                                              : kNaN);
+                                                                             : kNaN);
   return gap;
 }
 
 E5Options e5_options(Preset preset, Device device, std::uint64_t seed) {
-  E5Options o = preset_options<E5Options>(
-      preset,
-      {.train_chars = 4000000,  // the whole training split
-       .validation_chars = 200000, .steps = 3000, .batch = 64,
-       .context = 128,  // B x T = 8192
-       .log_every = 25, .eval_every = 250, .embed_dim = 64, .hidden = 512, .optimizers = {"adagrad", "adam"},
-       .adam_lr = 2e-3, .gpt_options = {.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6},
-       .gpt_steps = 3000},
-      device, seed);
+  E5Options o =
+      preset_options<E5Options>(preset,
+                                {.train_chars = 4000000,  // the whole training split
+                                 .validation_chars = 200000,
+                                 .steps = 3000,
+                                 .batch = 64,
+                                 .context = 128,  // B x T = 8192
+                                 .log_every = 25,
+                                 .eval_every = 250,
+                                 .embed_dim = 64,
+                                 .hidden = 512,
+                                 .optimizers = {"adagrad", "adam"},
+                                 .adam_lr = 2e-3,
+                                 .gpt_options = {.block_size = 128, .embed_dim = 256, .heads = 8, .layers = 6},
+                                 .gpt_steps = 3000},
+                                device, seed);
   o.gpt = device.is_cuda();
   return o;
 }
@@ -159,10 +167,19 @@ RunConfig e5_run_config(const E5Options& o, std::shared_ptr<const TextData> text
   g.vocab = text->vocab;
   const ModelFactory make = gpt ? tiny_gpt(g) : char_lstm(text->vocab, o.embed_dim, o.hidden);
   const double lr = gpt ? o.gpt_lr : optimizer == "adagrad" ? o.adagrad_lr : o.adam_lr;
-  return RunConfig{.variant = v, .make_model = make, .text = std::move(text), .context = gpt ? g.block_size : o.context,
-                   .steps = gpt ? o.gpt_steps : o.steps, .batch = o.batch, .lr = lr,
-                   .optimizer = gpt ? "adam" : optimizer, .log_every = o.log_every, .eval_every = o.eval_every,
-                   .record_activation_gradients = true, .record_weight_gradients = true, .seed = o.seed,
+  return RunConfig{.variant = v,
+                   .make_model = make,
+                   .text = std::move(text),
+                   .context = gpt ? g.block_size : o.context,
+                   .steps = gpt ? o.gpt_steps : o.steps,
+                   .batch = o.batch,
+                   .lr = lr,
+                   .optimizer = gpt ? "adam" : optimizer,
+                   .log_every = o.log_every,
+                   .eval_every = o.eval_every,
+                   .record_activation_gradients = true,
+                   .record_weight_gradients = true,
+                   .seed = o.seed,
                    .device = o.device};
 }
 
@@ -200,12 +217,14 @@ std::string setup_text(const E5Options& o) {
       "every {} steps. V3's S = {:g} (the paper's bigLSTM value). Every variant sees the same batches, so the "
       "training-loss gap to fp32 is a paired, step-by-step difference. {}",
       o.embed_dim, o.hidden, o.train_chars, o.steps, o.batch, o.context, o.batch * o.context,
-      o.optimizers.size() > 1 ? "Optimizers" : "Optimizer", fmt::format("Adagrad (lr {:g}, the paper's optimizer for bigLSTM)", o.adagrad_lr),
+      o.optimizers.size() > 1 ? "Optimizers" : "Optimizer",
+      fmt::format("Adagrad (lr {:g}, the paper's optimizer for bigLSTM)", o.adagrad_lr),
       o.optimizers.size() > 1 ? fmt::format(", and Adam (lr {:g})", o.adam_lr) : " (the full preset adds Adam)",
       o.validation_chars, o.eval_every, o.static_scale,
       o.gpt ? fmt::format("The tiny GPT ({} layers, width {}, {} heads, context {}) ran {} steps of Adam (lr {:g}) on "
-                          "the same data.", o.gpt_options.layers, o.gpt_options.embed_dim, o.gpt_options.heads,
-                          o.gpt_options.block_size, o.gpt_steps, o.gpt_lr)
+                          "the same data.",
+                          o.gpt_options.layers, o.gpt_options.embed_dim, o.gpt_options.heads, o.gpt_options.block_size,
+                          o.gpt_steps, o.gpt_lr)
             : "The tiny GPT runs with --device cuda only (too slow for the quick preset on a CPU).");
 }
 
@@ -218,8 +237,10 @@ void add_model(const E5Model& m, Section& s, Rows& flush_rows) {
                          "logit gradients zero in f16", "gate gradients zero in f16", "head rows without gradient",
                          "diverged", "skipped steps", "the paper"}};
   const std::string tag = fmt::format("{}_{}", m.gate_entry >= 0 ? "lstm" : "gpt", m.optimizer);
-  Plot gap{.name = "e5_loss_gap_" + tag, .title = "E5 " + m.name + ": training loss minus fp32's (same batch)",
-           .x_label = "step", .y_label = "loss gap (nats)"};
+  Plot gap{.name = "e5_loss_gap_" + tag,
+           .title = "E5 " + m.name + ": training loss minus fp32's (same batch)",
+           .x_label = "step",
+           .y_label = "loss gap (nats)"};
   for (const RunResult& run : m.runs) {
     const std::vector<double> gaps = fp32 ? loss_gap(run, *fp32) : std::vector<double>(run.log.size(), kNaN);
     const StepLog& last = run.log.back();
@@ -259,8 +280,10 @@ void add_model(const E5Model& m, Section& s, Rows& flush_rows) {
   bool some_row = false;
   for (const Series& series : rows.series)
     for (double y : series.y) some_row = some_row || y > 0;
-  if (some_row) s.plots.push_back(rows);
-  else table.caption += " No row of the head was left without gradient at any logged step.";
+  if (some_row)
+    s.plots.push_back(rows);
+  else
+    table.caption += " No row of the head was left without gradient at any logged step.";
   s.tables.push_back(table);
   s.plots.push_back(bpc_plot("e5_validation_bpc_" + tag, "E5 " + m.name + ": validation bits per character", m.runs));
 }

@@ -34,7 +34,7 @@ struct E5Options {
   double adagrad_lr = 0.05, adam_lr = 3e-3;
   std::vector<std::string> variant_ids{"V0", "V2", "V3"};
   double static_scale = 128;  // V3's S: the paper's value for bigLSTM
-  bool gpt = false;           // the tiny GPT too (on by default with --device cuda)
+  bool gpt = false;  // the tiny GPT too (on by default with --device cuda)
   nn::GptOptions gpt_options{.block_size = 64, .embed_dim = 128, .heads = 4, .layers = 4};  // vocab from the text
   std::int64_t gpt_steps = 1000;
   double gpt_lr = 1e-3;
@@ -47,7 +47,7 @@ E5Options e5_options(Preset preset, Device device, std::uint64_t seed);
 
 // One model trained with one optimizer in every variant.
 struct E5Model {
-  std::string name;       // "char LSTM, Adagrad"
+  std::string name;  // "char LSTM, Adagrad"
   std::string optimizer;  // "adagrad"
   std::vector<RunResult> runs{};  // one per variant, options.variant_ids order
   // Where the LSTM's gate gradient is in StepLog::activation_zero_in_f16_by_entry (-1: not found, the GPT).

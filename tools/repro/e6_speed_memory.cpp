@@ -65,9 +65,10 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
                                  "{:.0f}% of its activations plus state (peak with gradients and workspace: {:.0f}%)",
                                  w.model, 100 * activation_share, 100 * master.activations, 100 * master.memory,
                                  100 * master.peak);
-  if (!std::isnan(pure.memory)) text += fmt::format("; float16_pure {:.0f}% of activations plus state", 100 * pure.memory);
+  if (!std::isnan(pure.memory))
+    text += fmt::format("; float16_pure {:.0f}% of activations plus state", 100 * pure.memory);
   text += ". ";
-  text += master.memory <= 0.65   ? "Memory: **reproduced.** "
+  text += master.memory <= 0.65       ? "Memory: **reproduced.** "
           : master.activations <= 0.6 ? "Memory: **reproduced for the activations**, not for the total: the state "
                                         "(f16 weights beside f32 masters, optimizer state) is too large a share here. "
                                       : "Memory: **not reproduced.** ";
@@ -79,11 +80,13 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
   const bool text_score = !std::isnan(fp32->final_bpc);
   double worst = 0;
   for (const char* id : {"V2", "V3", "V4", "V5"})
-    if (const double gap = score_gap(w, id); std::isfinite(gap)) worst = std::max(worst, std::fabs(gap));
-    else if (find_run(w.runs, id)) worst = std::numeric_limits<double>::infinity();
+    if (const double gap = score_gap(w, id); std::isfinite(gap))
+      worst = std::max(worst, std::fabs(gap));
+    else if (find_run(w.runs, id))
+      worst = std::numeric_limits<double>::infinity();
   text += fmt::format("Accuracy after {} steps: the mixed variants (V2-V5) ended within {:.2f} {} of fp32, the pure "
-                      "ones (V1, V6) at {} (E1 judges parity on longer runs). ", steps, worst,
-                      text_score ? "bits/char" : "points",
+                      "ones (V1, V6) at {} (E1 judges parity on longer runs). ",
+                      steps, worst, text_score ? "bits/char" : "points",
                       fmt::format("{:+.2f} and {:+.2f}", score_gap(w, "V1"), score_gap(w, "V6")));
   if (device.is_cpu()) {
     // The claim on a CPU: faster where the CPU multiplies the low precision faster than f32, which
@@ -108,10 +111,14 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
               "f16 and bf16 multiply at the f32 rate and can only save bytes (the paper's 2-8x is a GPU figure). ";
     text += "f16 has no dot-product instruction on x86 CPUs short of AVX512_FP16: V4 measures the casts' cost.";
   } else
-    text += master.speed >= 2 ? fmt::format("Speed: {:.2f}x fp32 per training step, **reproduced** (the paper: 2-8x "
-                                            "for the arithmetic).", master.speed)
+    text +=
+        master.speed >= 2
+            ? fmt::format("Speed: {:.2f}x fp32 per training step, **reproduced** (the paper: 2-8x "
+                          "for the arithmetic).",
+                          master.speed)
             : fmt::format("Speed: {:.2f}x fp32 per training step, **below** the paper's 2-8x (a whole step, not one "
-                          "op's arithmetic).", master.speed);
+                          "op's arithmetic).",
+                          master.speed);
   return text;
 }
 
@@ -119,8 +126,13 @@ std::string verdict_for(const E6Workload& w, Device device, std::int64_t steps) 
 
 E6Options e6_options(Preset preset, Device device, std::uint64_t seed) {
   E6Options o = preset_options<E6Options>(preset,
-                                          {.train_examples = 60000, .test_examples = 10000, .steps = 2000,
-                                           .batch = 128, .log_every = 50, .cnn = {}, .large_steps = 1000,
+                                          {.train_examples = 60000,
+                                           .test_examples = 10000,
+                                           .steps = 2000,
+                                           .batch = 128,
+                                           .log_every = 50,
+                                           .cnn = {},
+                                           .large_steps = 1000,
                                            .gpt_steps = 1000},
                                           device, seed);
   o.large = device.is_cuda();
@@ -144,21 +156,37 @@ E6Result run_e6(const E6Options& o, std::shared_ptr<const ImageData> images, std
   };
   E6Workload small{.model = "CNN", .unit = "images"};
   for (const Variant& v : variants(o.variant_ids, o.static_scale))
-    train(small, v, RunConfig{.make_model = cnn_of(o.cnn), .data = images, .steps = o.steps, .batch = o.batch, .lr = o.lr,
-                              .momentum = o.momentum});
+    train(small, v,
+          RunConfig{.make_model = cnn_of(o.cnn),
+                    .data = images,
+                    .steps = o.steps,
+                    .batch = o.batch,
+                    .lr = o.lr,
+                    .momentum = o.momentum});
   result.workloads.push_back(std::move(small));
   if (o.large) {
     E6Workload large{.model = "large CNN", .unit = "images"};
     for (const Variant& v : variants(o.large_variant_ids, o.static_scale))
-      train(large, v, RunConfig{.make_model = cnn_of(o.large_cnn), .data = images, .steps = o.large_steps,
-                                .batch = o.large_batch, .lr = o.lr, .momentum = o.momentum});
+      train(large, v,
+            RunConfig{.make_model = cnn_of(o.large_cnn),
+                      .data = images,
+                      .steps = o.large_steps,
+                      .batch = o.large_batch,
+                      .lr = o.lr,
+                      .momentum = o.momentum});
     result.workloads.push_back(std::move(large));
     E6Workload gpt{.model = "tiny GPT", .unit = "tokens"};
     nn::GptOptions g = o.gpt;
     g.vocab = text->vocab;
     for (const Variant& v : variants(o.large_variant_ids, o.static_scale))
-      train(gpt, v, RunConfig{.make_model = tiny_gpt(g), .text = text, .context = g.block_size, .steps = o.gpt_steps,
-                              .batch = o.gpt_batch, .lr = o.gpt_lr, .optimizer = "adam"});
+      train(gpt, v,
+            RunConfig{.make_model = tiny_gpt(g),
+                      .text = text,
+                      .context = g.block_size,
+                      .steps = o.gpt_steps,
+                      .batch = o.gpt_batch,
+                      .lr = o.gpt_lr,
+                      .optimizer = "adam"});
     result.workloads.push_back(std::move(gpt));
   }
   return result;
@@ -188,10 +216,14 @@ Section e6_section(const E6Result& r, Report& report) {
                                               o.gpt.block_size, o.gpt_batch, o.gpt_steps)
                                 : "The larger CNN and the tiny GPT run with --device cuda only.");
   // Bars, not lines: the variants are categories, with nothing between V2 and V3 to interpolate.
-  Plot speed{.name = "e6_speed", .title = "E6 training speed relative to fp32", .y_label = "throughput / fp32's",
+  Plot speed{.name = "e6_speed",
+             .title = "E6 training speed relative to fp32",
+             .y_label = "throughput / fp32's",
              .kind = PlotKind::bars};
-  Plot memory{.name = "e6_memory", .title = "E6 memory (activations + model state) relative to fp32",
-              .y_label = "memory / fp32's", .kind = PlotKind::bars};
+  Plot memory{.name = "e6_memory",
+              .title = "E6 memory (activations + model state) relative to fp32",
+              .y_label = "memory / fp32's",
+              .kind = PlotKind::bars};
   std::map<int, std::string> variant_names;  // bar position (the variant's number) -> tick label
   for (const E6Workload& w : r.workloads) {
     const RunResult* fp32 = find_run(w.runs, "V0");
@@ -204,8 +236,9 @@ Section e6_section(const E6Result& r, Report& report) {
       const Ratios q = ratios(w, run.variant.id);
       table.rows.push_back({legend(run.variant), score(run), score_versus(run, fp32),
                             fmt::format("{:.0f}", run.items_per_second), fmt::format("{:.2f}x", q.speed),
-                            fmt::format("{:.2f}", mib(run.activation_bytes)), fmt::format("{:.2f}", mib(run.state_bytes)),
-                            percent(q.memory, 0), fmt::format("{:.2f}", mib(run.peak_bytes)), percent(q.peak, 0)});
+                            fmt::format("{:.2f}", mib(run.activation_bytes)),
+                            fmt::format("{:.2f}", mib(run.state_bytes)), percent(q.memory, 0),
+                            fmt::format("{:.2f}", mib(run.peak_bytes)), percent(q.peak, 0)});
       const int x = variant_style(run.variant);
       variant_names[x] = legend(run.variant);
       speed_series.x.push_back(x);
@@ -217,7 +250,8 @@ Section e6_section(const E6Result& r, Report& report) {
     speed.series.push_back(speed_series);
     memory.series.push_back(memory_series);
   }
-  for (const auto& [x, name] : variant_names) speed.x_ticks.push_back(Tick{.at = static_cast<double>(x), .label = name});
+  for (const auto& [x, name] : variant_names)
+    speed.x_ticks.push_back(Tick{.at = static_cast<double>(x), .label = name});
   memory.x_ticks = speed.x_ticks;
   s.plots.push_back(speed);
   s.plots.push_back(memory);

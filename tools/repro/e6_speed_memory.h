@@ -42,8 +42,8 @@ struct E6Options {
 E6Options e6_options(Preset preset, Device device, std::uint64_t seed);
 
 struct E6Workload {
-  std::string model;       // "CNN", "large CNN", "tiny GPT"
-  std::string unit;        // "images" or "tokens"
+  std::string model;  // "CNN", "large CNN", "tiny GPT"
+  std::string unit;  // "images" or "tokens"
   std::vector<RunResult> runs{};
 };
 

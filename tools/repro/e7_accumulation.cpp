@@ -73,7 +73,9 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? std::nan("") : sum / static_cast<double>(v.size());
 }
 
-double largest(const std::vector<double>& v) { return v.empty() ? std::nan("") : *std::max_element(v.begin(), v.end()); }
+double largest(const std::vector<double>& v) {
+  return v.empty() ? std::nan("") : *std::max_element(v.begin(), v.end());
+}
 
 const DotError* dot_at(const std::vector<DotError>& dots, const std::string& distribution, std::int64_t k) {
   for (const DotError& d : dots)
@@ -84,9 +86,18 @@ const DotError* dot_at(const std::vector<DotError>& dots, const std::string& dis
 std::string scientific(double x) { return std::isfinite(x) ? fmt::format("{:.1e}", x) : "-"; }
 
 RunConfig lstm_config(const E7Options& o, std::shared_ptr<const TextData> text, const Variant& v) {
-  return RunConfig{.variant = v, .make_model = char_lstm(text->vocab, o.embed_dim, o.hidden), .text = std::move(text),
-                   .context = o.context, .steps = o.lstm_steps, .batch = o.lstm_batch, .lr = o.lstm_lr, .optimizer = "adam",
-                   .log_every = o.log_every, .eval_every = o.eval_every, .seed = o.seed, .device = o.device};
+  return RunConfig{.variant = v,
+                   .make_model = char_lstm(text->vocab, o.embed_dim, o.hidden),
+                   .text = std::move(text),
+                   .context = o.context,
+                   .steps = o.lstm_steps,
+                   .batch = o.lstm_batch,
+                   .lr = o.lstm_lr,
+                   .optimizer = "adam",
+                   .log_every = o.log_every,
+                   .eval_every = o.eval_every,
+                   .seed = o.seed,
+                   .device = o.device};
 }
 
 // The verdict: the dot products' errors at the longest k, then what training showed.
@@ -96,9 +107,9 @@ std::string verdict_for(const E7Result& r) {
   std::string text;
   if (positive && zero_mean)
     text = fmt::format("At k = {}, accumulating in f16 gave a mean relative error of {} on positive terms (f32: {}) "
-                       "and {} on zero-mean ones (f32: {}). ", k, scientific(positive->f16_mean),
-                       scientific(positive->f32_mean), scientific(zero_mean->f16_mean),
-                       scientific(zero_mean->f32_mean));
+                       "and {} on zero-mean ones (f32: {}). ",
+                       k, scientific(positive->f16_mean), scientific(positive->f32_mean),
+                       scientific(zero_mean->f16_mean), scientific(zero_mean->f32_mean));
   auto training = [&](const std::string& model, const std::vector<RunResult>& runs, bool text_model) {
     const RunResult *fp32 = find_run(runs, "V0"), *f32_accum = find_run(runs, "V4"), *f16_accum = find_run(runs, "V7");
     if (!fp32 || !f32_accum || !f16_accum) return std::string();
@@ -128,13 +139,23 @@ std::string verdict_for(const E7Result& r) {
 }  // namespace
 
 E7Options e7_options(Preset preset, Device device, std::uint64_t seed) {
-  return preset_options<E7Options>(
-      preset,
-      {.dot_products = 256, .train_examples = 60000, .test_examples = 10000, .mlp_steps = 4000, .mlp_batch = 128,
-       .train_chars = 4000000, .validation_chars = 200000, .lstm_steps = 3000, .lstm_batch = 64,
-       .context = 128,  // B x T = 8192
-       .embed_dim = 64, .hidden = 512, .lstm_lr = 2e-3, .log_every = 25, .eval_every = 250},
-      device, seed);
+  return preset_options<E7Options>(preset,
+                                   {.dot_products = 256,
+                                    .train_examples = 60000,
+                                    .test_examples = 10000,
+                                    .mlp_steps = 4000,
+                                    .mlp_batch = 128,
+                                    .train_chars = 4000000,
+                                    .validation_chars = 200000,
+                                    .lstm_steps = 3000,
+                                    .lstm_batch = 64,
+                                    .context = 128,  // B x T = 8192
+                                    .embed_dim = 64,
+                                    .hidden = 512,
+                                    .lstm_lr = 2e-3,
+                                    .log_every = 25,
+                                    .eval_every = 250},
+                                   device, seed);
 }
 
 std::vector<DotError> dot_product_errors(const std::vector<std::int64_t>& lengths, std::int64_t count,
@@ -149,8 +170,12 @@ std::vector<DotError> dot_product_errors(const std::vector<std::int64_t>& length
       const DotOperands d = draw(count, k, positive, random);
       const auto f32 = relative_errors(d, dot_products(d, kernels::Accumulation::F32, device));
       const auto f16 = relative_errors(d, dot_products(d, kernels::Accumulation::F16, device));
-      result.push_back(DotError{.distribution = positive ? "positive" : "zero-mean", .k = k, .f32_mean = mean(f32),
-                                .f32_max = largest(f32), .f16_mean = mean(f16), .f16_max = largest(f16)});
+      result.push_back(DotError{.distribution = positive ? "positive" : "zero-mean",
+                                .k = k,
+                                .f32_mean = mean(f32),
+                                .f32_max = largest(f32),
+                                .f16_mean = mean(f16),
+                                .f16_max = largest(f16)});
     }
   return result;
 }
@@ -193,7 +218,8 @@ Section e7_section(const E7Result& r, Report& report) {
       "to train with. MLP 784-256-256-10 as E1 ({} steps, batch {}, SGD momentum 0.9, cosine lr); char LSTM (embedding "
       "{}, {} cells) on the first {} characters of the King James Bible, {} steps of Adam (lr {:g}) on {} windows of {} "
       "characters, so the head's weight gradient sums over {} positions. Evaluation accumulates in f32 for every "
-      "variant.", o.dot_products, o.device.is_cuda() ? "GPU (WMMA with a half accumulator fragment)" : "CPU",
+      "variant.",
+      o.dot_products, o.device.is_cuda() ? "GPU (WMMA with a half accumulator fragment)" : "CPU",
       kernels::kF16AccumulationBlock, o.mlp_steps, o.mlp_batch, o.embed_dim, o.hidden, o.train_chars, o.lstm_steps,
       o.lstm_lr, o.lstm_batch, o.context, o.lstm_batch * o.context);
 
@@ -201,8 +227,11 @@ Section e7_section(const E7Result& r, Report& report) {
   Table dots{.caption = "Relative error of one dot product of length k (mean and largest over the dot products).",
              .header = {"terms", "k", "f32 accumulation: mean", "largest", "f16 accumulation: mean", "largest",
                         "f16 / f32"}};
-  Plot plot{.name = "e7_dot_error", .title = "E7 dot-product error against length, f32 and f16 accumulation",
-            .x_label = "k (terms summed)", .y_label = "mean |computed - exact| / sum |a b|", .kind = PlotKind::points,
+  Plot plot{.name = "e7_dot_error",
+            .title = "E7 dot-product error against length, f32 and f16 accumulation",
+            .x_label = "k (terms summed)",
+            .y_label = "mean |computed - exact| / sum |a b|",
+            .kind = PlotKind::points,
             .log_y = 10};
   std::vector<Tick> ticks;
   for (std::int64_t k : o.dot_lengths)
@@ -242,7 +271,8 @@ Section e7_section(const E7Result& r, Report& report) {
   for (const std::string& id : o.variant_ids) {
     const RunResult *mlp = find_run(r.mlp, id), *lstm = find_run(r.lstm, id);
     training.rows.push_back({legend(variant(id)), mlp ? percent(mlp->final_accuracy) : "-",
-                             lstm ? number(lstm->final_bpc, 4) : "-", lstm ? std::to_string(lstm->skipped_steps) : "-"});
+                             lstm ? number(lstm->final_bpc, 4) : "-",
+                             lstm ? std::to_string(lstm->skipped_steps) : "-"});
   }
   s.tables.push_back(training);
   if (!r.lstm.empty())

@@ -60,7 +60,7 @@ class Context {
   const Preset preset;
   const Device device;
   const std::uint64_t seed;  // of every run's initialization and data order
-  const bool quiet;          // no progress lines
+  const bool quiet;  // no progress lines
 
   // Fashion-MNIST subsets, loaded once per size and shared by every run that asks for them.
   std::shared_ptr<const ImageData> fashion_mnist(std::int64_t train_examples, std::int64_t test_examples);
@@ -82,14 +82,16 @@ class Context {
 // Which claim of the paper an experiment checks: the heading of its section. A constant beside the
 // experiment's code (kE2MasterWeights in e2_master_weights.cpp), named again in experiments().
 struct Heading {
-  std::string_view id;         // "E2": what --experiment names
-  std::string_view title;      // "Master weights"
+  std::string_view id;  // "E2": what --experiment names
+  std::string_view title;  // "Master weights"
   std::string_view reference;  // "Figure 2a"
-  std::string_view claim;      // the paper's claim, in words, with its numbers
+  std::string_view claim;  // the paper's claim, in words, with its numbers
 
   // An empty section of this experiment: its id, title, reference and claim.
   Section section() const {
-    return Section{.id = std::string(id), .title = std::string(title), .reference = std::string(reference),
+    return Section{.id = std::string(id),
+                   .title = std::string(title),
+                   .reference = std::string(reference),
                    .claim = std::string(claim)};
   }
 };

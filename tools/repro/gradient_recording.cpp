@@ -30,8 +30,10 @@ void merge_into(std::vector<std::string>& names, std::vector<amp::GradientStats>
     names.push_back(name);
     all.emplace_back();
   }
-  MG_CHECK(i < all.size() && names[i] == name, "repro::run: gradient {} was '{}' at an earlier step and is '{}' now; "
-           "histograms merge steps of one unchanging graph", i, i < names.size() ? names[i] : "", name);
+  MG_CHECK(i < all.size() && names[i] == name,
+           "repro::run: gradient {} was '{}' at an earlier step and is '{}' now; "
+           "histograms merge steps of one unchanging graph",
+           i, i < names.size() ? names[i] : "", name);
   all[i].merge(stats);
 }
 
@@ -50,8 +52,12 @@ std::int64_t zero_rows(const Tensor& grad) {
 
 GradientRecording::GradientRecording(const RunConfig& c, const std::vector<Tensor>& weights, RunResult& result,
                                      StepLog& entry)
-    : c_(c), weights_(weights), names_(result.weight_names), activation_names_(result.activation_names),
-      histograms_(result.histograms), entry_(entry) {}
+    : c_(c),
+      weights_(weights),
+      names_(result.weight_names),
+      activation_names_(result.activation_names),
+      histograms_(result.histograms),
+      entry_(entry) {}
 
 void GradientRecording::before_backward() {
   if (c_.record_activation_gradients || c_.record_histograms) recorder_.emplace();  // watches this backward only
@@ -67,12 +73,15 @@ void GradientRecording::record_activations() {
   std::size_t slot = 0;
   for (const auto& e : recorder_->entries()) {
     if (!is_activation(e)) continue;
-    if (slot == 0) entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
+    if (slot == 0)
+      entry_.logit_zero_in_f16_fraction = zero_fractions(e.stats).second;  // backward meets the logits first
     activations.merge(e.stats);
     const std::string name = fmt::format("{} {}", e.op, e.shape);
     if (slot == activation_names_.size()) activation_names_.push_back(name);
-    MG_CHECK(activation_names_[slot] == name, "repro::run: activation gradient {} was '{}' at an earlier step and "
-             "is '{}' now; a run's steps must have one unchanging graph", slot, activation_names_[slot], name);
+    MG_CHECK(activation_names_[slot] == name,
+             "repro::run: activation gradient {} was '{}' at an earlier step and "
+             "is '{}' now; a run's steps must have one unchanging graph",
+             slot, activation_names_[slot], name);
     entry_.activation_zero_in_f16_by_entry.push_back(zero_fractions(e.stats).second);
     if (c_.record_histograms) merge_into(histograms_.activation_names, histograms_.activations, slot, name, e.stats);
     ++slot;

@@ -30,8 +30,8 @@ class ForwardOps : public OpObserver {
 
   void forward(const char* op, const std::string& scope, const std::vector<Tensor>& inputs,
                const Tensor& output) override {
-    const bool recorded =
-        grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.requires_grad(); });
+    const bool recorded = grad_enabled() &&
+                          std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.requires_grad(); });
     ops.push_back(ForwardOp{.op = op, .scope = scope, .shape = output.shape(), .recorded = recorded});
   }
   void backward(const char*, const std::string&, const Tensor&, const Grads&) override {}
@@ -72,7 +72,7 @@ std::string E3Layer::label() const { return fmt::format("{} {} {}", module, type
 
 std::vector<E3Layer> e3_layer_outputs(const RunConfig& c) {
   MG_CHECK(c.make_model && (c.data || c.text), "repro E3: e3_layer_outputs needs a run configuration with a model "
-           "and its data");
+                                               "and its data");
   Generator generator(c.seed);
   const std::shared_ptr<nn::Module> model = c.make_model(generator);
   const Tensor input = c.data ? c.data->train_images.slice(0, std::min(c.batch, c.data->train_images.size(0)))
@@ -97,8 +97,10 @@ std::vector<E3Layer> e3_layer_outputs(const RunConfig& c) {
     if (moves_data_only) continue;
     const nn::Module* module = module_at(*model, op.scope);
     const std::string type = module ? module->type_name() : std::string();
-    layers.push_back(E3Layer{.module = op.scope, .type = type.substr(0, type.find('(')),
-                             .entry = fmt::format("{} {}", op.op, op.shape), .shape = op.shape});
+    layers.push_back(E3Layer{.module = op.scope,
+                             .type = type.substr(0, type.find('(')),
+                             .entry = fmt::format("{} {}", op.op, op.shape),
+                             .shape = op.shape});
   }
   return layers;
 }
@@ -113,15 +115,15 @@ std::vector<E3Layer> in_backward_order(const std::vector<E3Layer>& forward_order
   for (E3Layer& layer : layers) {
     const auto begin = h.activation_names.begin();
     const auto found = std::find(begin + static_cast<std::ptrdiff_t>(next), h.activation_names.end(), layer.entry);
-    MG_CHECK(found != h.activation_names.end(), "repro E3 ({}): the output of layer {} is '{}', but no activation "
+    MG_CHECK(found != h.activation_names.end(),
+             "repro E3 ({}): the output of layer {} is '{}', but no activation "
              "gradient of that name follows entry {} of the backward pass (entries: {}); the model's forward and "
-             "its recorded backward disagree", model, layer.label(), layer.entry, next,
-             fmt::join(h.activation_names, "; "));
+             "its recorded backward disagree",
+             model, layer.label(), layer.entry, next, fmt::join(h.activation_names, "; "));
     layer.index = static_cast<std::size_t>(found - begin);
     next = layer.index + 1;
   }
   return layers;
 }
-
 
 }  // namespace mg::tools::repro

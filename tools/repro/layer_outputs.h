@@ -20,9 +20,9 @@ namespace mg::tools::repro {
 // A layer whose output gradient E3 counts as an activation gradient.
 struct E3Layer {
   std::string module;  // its path in the model, as its scope names it: "3", "lstm"
-  std::string type;    // "Conv2d", "LSTM"
-  std::string entry;   // the op that made its output, as activation_names name it: "reshape [64, 16, 14, 14]"
-  Shape shape{};       // of its output
+  std::string type;  // "Conv2d", "LSTM"
+  std::string entry;  // the op that made its output, as activation_names name it: "reshape [64, 16, 14, 14]"
+  Shape shape{};  // of its output
   std::size_t index = 0;  // its gradient's slot in RunResult::histograms.activations (set by run_e3)
   std::string label() const;  // "3 Conv2d [64, 16, 14, 14]"
 };

@@ -51,18 +51,18 @@ std::string shell_quoted(const std::string& path) {
 struct LineStyle {
   const char* color;
   const char* dash;  // a gnuplot dash type
-  int point;         // a gnuplot point type
+  int point;  // a gnuplot point type
 };
 constexpr LineStyle kLineStyles[] = {
-    {"#000000", "1", 6},           // black, solid, circle
-    {"#E69F00", "2", 4},           // orange, dashed, square
-    {"#0072B2", "3", 8},           // blue, dotted, triangle
-    {"#009E73", "4", 12},          // green, dash-dot, diamond
-    {"#CC79A7", "5", 10},          // pink, dash-dot-dot, triangle down
-    {"#D55E00", "(14,6)", 2},      // vermilion, long dashes, cross
+    {"#000000", "1", 6},  // black, solid, circle
+    {"#E69F00", "2", 4},  // orange, dashed, square
+    {"#0072B2", "3", 8},  // blue, dotted, triangle
+    {"#009E73", "4", 12},  // green, dash-dot, diamond
+    {"#CC79A7", "5", 10},  // pink, dash-dot-dot, triangle down
+    {"#D55E00", "(14,6)", 2},  // vermilion, long dashes, cross
     {"#56B4E9", "(4,4,12,4)", 1},  // sky blue, short-long dashes, plus
-    {"#882255", "(8,3,2,3)", 3},   // wine, dash-dot with long dashes, star
-    {"#7F7F7F", "(2,6)", 14},      // grey, sparse dots, pentagon: kNoVariantStyle
+    {"#882255", "(8,3,2,3)", 3},  // wine, dash-dot with long dashes, star
+    {"#7F7F7F", "(2,6)", 14},  // grey, sparse dots, pentagon: kNoVariantStyle
 };
 constexpr std::size_t kStyleCount = std::size(kLineStyles);
 
@@ -111,22 +111,23 @@ std::string x_ticks(const Plot& plot) {
     longest = std::max(longest, plot.x_ticks[i].label.size());
   }
   constexpr double kAxisPixels = 780, kCharPixels = 7;  // at the terminal's size and font below
-  const bool crowded = static_cast<double>(longest) * kCharPixels > kAxisPixels / static_cast<double>(plot.x_ticks.size());
+  const bool crowded = static_cast<double>(longest) * kCharPixels >
+                       kAxisPixels / static_cast<double>(plot.x_ticks.size());
   return out + ") noenhanced" + (crowded ? " rotate by 30 right" : "") + "\n";
 }
 
 // The script: the terminal is enhanced for the tick formats (2^{%L} draws a superscript), and every
 // text from the report is noenhanced, since the '_' of variant names would start a subscript.
 std::string gnuplot_script(const Plot& plot, const std::vector<std::size_t>& points) {
-  std::string gp = fmt::format(
-      "# Made by `mixgrad repro`; run `gnuplot {}.gp` in this folder to redraw.\n"
-      "set terminal pngcairo size 900,600 enhanced font 'sans,11'\nset encoding utf8\nset output {}\n"
-      "set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n"
-      // Below the plot the legend takes no width from the data, however long its entries; its extra
-      // line of height keeps the x label from touching a one-row legend.
-      "set key below center horizontal reverse Left noenhanced samplen 4 height 1\n",
-      plot.name, gp_string(plot.name + ".png"), gp_string(plot.title), gp_string(plot.x_label),
-      gp_string(plot.y_label));
+  std::string gp =
+      fmt::format("# Made by `mixgrad repro`; run `gnuplot {}.gp` in this folder to redraw.\n"
+                  "set terminal pngcairo size 900,600 enhanced font 'sans,11'\nset encoding utf8\nset output {}\n"
+                  "set title {} noenhanced\nset xlabel {} noenhanced\nset ylabel {} noenhanced\n"
+                  // Below the plot the legend takes no width from the data, however long its entries; its extra
+                  // line of height keeps the x label from touching a one-row legend.
+                  "set key below center horizontal reverse Left noenhanced samplen 4 height 1\n",
+                  plot.name, gp_string(plot.name + ".png"), gp_string(plot.title), gp_string(plot.x_label),
+                  gp_string(plot.y_label));
   gp += plot.kind == PlotKind::bars ? "set grid ytics\n" : "set grid\n";
   for (std::size_t i = 0; i < kStyleCount; ++i)
     gp += fmt::format("set style line {} lc rgb \"{}\" dt {} lw 2 pt {} ps 1.3\n", i + 1, kLineStyles[i].color,
@@ -150,7 +151,8 @@ std::string gnuplot_script(const Plot& plot, const std::vector<std::size_t>& poi
     const Band& b = plot.bands[i];
     // Labels alternate between two heights, so that those of narrow neighbouring bands do not collide.
     gp += fmt::format("set object {} rect from {:.9g}, graph 0 to {:.9g}, graph 1 behind fc rgb {} "
-                      "fs transparent solid 0.18 noborder\n", i + 1, b.from, b.to, gp_string(b.color)) +
+                      "fs transparent solid 0.18 noborder\n",
+                      i + 1, b.from, b.to, gp_string(b.color)) +
           fmt::format("set label {} {} at {:.9g}, graph {} center font 'sans,9' noenhanced\n", i + 1,
                       gp_string(b.label), (b.from + b.to) / 2, i % 2 ? 0.92 : 0.965);
   }
@@ -200,7 +202,8 @@ std::string gnuplot_script(const Plot& plot, const std::vector<std::size_t>& poi
         continue;
       }
       add(fmt::format("{} using 1:2 with lines ls {} notitle", source, style));
-      add(fmt::format("{} every {}::{} using 1:2 with points ls {} notitle", source, stride, k * stride / curves, style));
+      add(fmt::format("{} every {}::{} using 1:2 with points ls {} notitle", source, stride, k * stride / curves,
+                      style));
       add(fmt::format("keyentry with linespoints ls {} {}", style, title));
     }
   }
@@ -243,7 +246,8 @@ Report::Report(std::string directory) : directory_(std::move(directory)) {
            directory_, error ? error.message() : "a file of that name exists");
   have_gnuplot_ = gnuplot_found();
   if (!have_gnuplot_)
-    fmt::print(stderr, "mixgrad repro: warning: gnuplot was not found, so the report will have no plots (the .gp "
+    fmt::print(stderr,
+               "mixgrad repro: warning: gnuplot was not found, so the report will have no plots (the .gp "
                "scripts and .dat files are written; apt-get install gnuplot-nox, then run `gnuplot NAME.gp` in {})\n",
                directory_);
 }
@@ -318,9 +322,11 @@ std::string Report::write(const std::string& preamble) const {
     md += "**Verdict.** " + s.verdict + "\n\n";
     for (const Plot& plot : s.plots) {
       const bool failed = std::find(plot_failures_.begin(), plot_failures_.end(), plot.name) != plot_failures_.end();
-      if (have_gnuplot_ && !failed) md += fmt::format("![{}]({}.png)\n\n", plot.title, plot.name);
-      else md += fmt::format("*Plot not drawn ({}): {} — data in `{}.dat`, script `{}.gp`.*\n\n",
-                             have_gnuplot_ ? "gnuplot failed" : "no gnuplot", plot.title, plot.name, plot.name);
+      if (have_gnuplot_ && !failed)
+        md += fmt::format("![{}]({}.png)\n\n", plot.title, plot.name);
+      else
+        md += fmt::format("*Plot not drawn ({}): {} — data in `{}.dat`, script `{}.gp`.*\n\n",
+                          have_gnuplot_ ? "gnuplot failed" : "no gnuplot", plot.title, plot.name, plot.name);
     }
     if (!s.csv_files.empty()) {
       md += "Every number: ";

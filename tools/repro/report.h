@@ -55,19 +55,19 @@ struct Tick {
 };
 
 enum class PlotKind {
-  lines,      // many x values (every logged step): a marker every few points, staggered between the
-              // series, so that curves lying on top of each other each still show theirs
-  points,     // few x values (evaluations, a sweep): lines with a marker at every point, each curve's
-              // markers moved sideways by half a marker, so that equal values do not hide each other
+  lines,  // many x values (every logged step): a marker every few points, staggered between the
+  // series, so that curves lying on top of each other each still show theirs
+  points,  // few x values (evaluations, a sweep): lines with a marker at every point, each curve's
+  // markers moved sideways by half a marker, so that equal values do not hide each other
   histogram,  // a histogram outline (x = bin centres)
-  bars,       // categories (x = 0, 1, ..., named by x_ticks): the series' bars side by side in each
+  bars,  // categories (x = 0, 1, ..., named by x_ticks): the series' bars side by side in each
 };
 
 struct Plot {
   std::string name;  // file stem: NAME.png, NAME.gp, NAME.dat (letters, digits, '_' and '-')
   std::string title{}, x_label{}, y_label{};
   PlotKind kind = PlotKind::lines;
-  int log_y = 0;                // the base (2 or 10) of a log-scale y axis; 0: linear
+  int log_y = 0;  // the base (2 or 10) of a log-scale y axis; 0: linear
   double x_min = 0, x_max = 0;  // the x range when x_min < x_max, else the data's
   std::vector<Tick> x_ticks{};  // the x axis's ticks; empty: gnuplot's choice
   std::vector<Band> bands{};
@@ -75,13 +75,13 @@ struct Plot {
 };
 
 struct Section {
-  std::string id{};         // "E2"
-  std::string title{};      // "Master weights"
+  std::string id{};  // "E2"
+  std::string title{};  // "Master weights"
   std::string reference{};  // the paper's table or figure: "Figure 2a"
-  std::string claim{};      // the paper's claim, in words, with its numbers
-  std::string setup{};      // what was run here: model, data, steps, variants
+  std::string claim{};  // the paper's claim, in words, with its numbers
+  std::string setup{};  // what was run here: model, data, steps, variants
   std::vector<Table> tables{};
-  std::string verdict{};    // one or two sentences: reproduced or not, and why
+  std::string verdict{};  // one or two sentences: reproduced or not, and why
   std::vector<Plot> plots{};
   std::vector<std::string> csv_files{};  // names of the CSVs with this section's numbers
 };

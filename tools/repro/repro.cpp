@@ -36,39 +36,46 @@ std::string utc_now() {
 // it trains on, loaded through the context in this order (once per size, shared), its run, its section.
 std::vector<Experiment> experiments() {
   return {
-      {kE1Parity, [](Context& c, Report& report) {
+      {kE1Parity,
+       [](Context& c, Report& report) {
          const E1Options o = e1_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
          return e1_section(run_e1(o, images, c.progress_sink()), report);
        }},
-      {kE2MasterWeights, [](Context& c, Report& report) {
+      {kE2MasterWeights,
+       [](Context& c, Report& report) {
          const E2Options o = e2_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
          return e2_section(run_e2(o, images, c.progress_sink()), report);
        }},
-      {kE3Histograms, [](Context& c, Report& report) {
+      {kE3Histograms,
+       [](Context& c, Report& report) {
          const E3Options o = e3_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.images.train_examples, o.images.test_examples);
          auto text = o.text ? c.kjv(o.language.train_chars, o.language.validation_chars) : nullptr;
          return e3_section(run_e3(o, images, text, c.progress_sink()), report);
        }},
-      {kE4LossScaling, [](Context& c, Report& report) {
+      {kE4LossScaling,
+       [](Context& c, Report& report) {
          const E4Options o = e4_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
          return e4_section(run_e4(o, images, c.progress_sink()), report);
        }},
-      {kE5LanguageModel, [](Context& c, Report& report) {
+      {kE5LanguageModel,
+       [](Context& c, Report& report) {
          const E5Options o = e5_options(c.preset, c.device, c.seed);
          auto text = c.kjv(o.train_chars, o.validation_chars);
          return e5_section(run_e5(o, text, c.progress_sink()), report);
        }},
-      {kE6SpeedMemory, [](Context& c, Report& report) {
+      {kE6SpeedMemory,
+       [](Context& c, Report& report) {
          const E6Options o = e6_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
          auto text = o.large ? c.kjv(20 * 1000 * 1000, 50000) : nullptr;
          return e6_section(run_e6(o, images, text, c.progress_sink()), report);
        }},
-      {kE7Accumulation, [](Context& c, Report& report) {
+      {kE7Accumulation,
+       [](Context& c, Report& report) {
          const E7Options o = e7_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
          auto text = c.kjv(o.train_chars, o.validation_chars);
@@ -82,19 +89,25 @@ void add_repro_flags(CLI::App& c, ReproOptions& o) {
   for (const Experiment& e : experiments()) ids.emplace_back(e.id);
   ids.emplace_back("all");
   c.add_option("--experiment", o.experiment, "Which experiment: E1..E7 (see tools/README.md) or all")
-      ->check(CLI::IsMember(ids))->capture_default_str();
+      ->check(CLI::IsMember(ids))
+      ->capture_default_str();
   c.add_option("--preset", o.preset, "quick (minutes on 2 CPU cores, small subsets) or full (the GPU-sized version)")
-      ->check(CLI::IsMember({"quick", "full"}))->capture_default_str();
-  c.add_option("--device", o.device, "Device: cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+      ->check(CLI::IsMember({"quick", "full"}))
+      ->capture_default_str();
+  c.add_option("--device", o.device, "Device: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   c.add_option("--out", o.out, "Directory of the report (report.md, CSVs, plots); created if missing")
       ->capture_default_str();
   c.add_option("--seed", o.seed, "Seed of every run's initialization and data order (shared by the variants)")
-      ->check(seed_value())->capture_default_str();
+      ->check(seed_value())
+      ->capture_default_str();
   c.add_flag("--quiet", o.quiet, "No progress lines, only the report's path");
 }
 
 std::string run_repro(const ReproOptions& o) {
-  MG_CHECK(o.preset == "quick" || o.preset == "full", "mixgrad repro: --preset must be quick or full, got {}", o.preset);
+  MG_CHECK(o.preset == "quick" || o.preset == "full", "mixgrad repro: --preset must be quick or full, got {}",
+           o.preset);
   const Device device = o.device == "cuda" ? Device::cuda() : Device::cpu();
   if (device.is_cuda()) check_device_available(device, "mixgrad repro --device cuda");
   std::vector<Experiment> chosen;
@@ -104,7 +117,8 @@ std::string run_repro(const ReproOptions& o) {
 
   Context context(o.preset == "full" ? Preset::Full : Preset::Quick, device, o.seed, o.quiet);
   Report report(o.out);
-  const std::string machine = fmt::format("CPU {}, its GEMM {}", kernels::cpu::cpu_model(), kernels::cpu::gemm_backend());
+  const std::string machine = fmt::format("CPU {}, its GEMM {}", kernels::cpu::cpu_model(),
+                                          kernels::cpu::gemm_backend());
   const auto start = std::chrono::steady_clock::now();
   // report.md is rewritten after every experiment: a long run stopped midway keeps what it finished.
   std::string path;
@@ -113,8 +127,9 @@ std::string run_repro(const ReproOptions& o) {
     context.progress(fmt::format("{} ({}, {}): running", e.id, e.title, e.reference));
     report.add(e.run(context, report));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string status =
-        i + 1 == chosen.size() ? "" : fmt::format(" **Incomplete:** {} of {} experiments so far.", i + 1, chosen.size());
+    const std::string status = i + 1 == chosen.size()
+                                   ? ""
+                                   : fmt::format(" **Incomplete:** {} of {} experiments so far.", i + 1, chosen.size());
     path = report.write(fmt::format(
         "Made by `mixgrad repro --experiment {} --preset {} --device {} --seed {}` on {} in {:.0f} s ({}).{} Paper: "
         "Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740). Variants: V0 fp32, V1 "
@@ -123,7 +138,8 @@ std::string run_repro(const ReproOptions& o) {
         "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
         "differs. Test accuracy, test loss and validation bits/char are measured in fp32 for every variant (an f32 "
         "copy of the model holding its f32 master weights, or its weights widened, run without autocast), as the "
-        "PyTorch and Keras mixed-precision guides recommend.", o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, machine, status));
+        "PyTorch and Keras mixed-precision guides recommend.",
+        o.experiment, o.preset, o.device, o.seed, utc_now(), seconds, machine, status));
   }
   return path;
 }

@@ -21,9 +21,9 @@ namespace mg::tools::repro {
 
 struct ReproOptions {
   std::string experiment = "all";  // E1..E7 or all
-  std::string preset = "quick";    // quick | full
-  std::string device = "cpu";      // cpu | cuda
-  std::string out = "repro";       // the report's directory (created)
+  std::string preset = "quick";  // quick | full
+  std::string device = "cpu";  // cpu | cuda
+  std::string out = "repro";  // the report's directory (created)
   std::uint64_t seed = 0;
   bool quiet = false;
 };

@@ -8,7 +8,9 @@ namespace mg::tools::repro {
 
 namespace {
 
-std::string cell(double value) { return std::isfinite(value) ? fmt::format("{:.9g}", value) : (std::isnan(value) ? "" : fmt::format("{}", value)); }
+std::string cell(double value) {
+  return std::isfinite(value) ? fmt::format("{:.9g}", value) : (std::isnan(value) ? "" : fmt::format("{}", value));
+}
 
 // x = step, y = factor x `value` at every step that has one (the evaluated steps).
 Series evaluation_series(const RunResult& run, std::optional<double> StepLog::*value, double factor) {
@@ -50,10 +52,23 @@ const RunResult* find_run(const std::vector<RunResult>& runs, const std::string&
 }
 
 std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_names) {
-  std::vector<std::string> header{"experiment", "series", "variant", "variant_name", "loss_multiplier", "step", "loss",
-                                  "lr", "scale", "skipped", "lost_update_fraction", "activation_zero_fraction",
-                                  "activation_zero_in_f16_fraction", "logit_zero_in_f16_fraction", "test_accuracy",
-                                  "validation_bpc", "test_loss"};
+  std::vector<std::string> header{"experiment",
+                                  "series",
+                                  "variant",
+                                  "variant_name",
+                                  "loss_multiplier",
+                                  "step",
+                                  "loss",
+                                  "lr",
+                                  "scale",
+                                  "skipped",
+                                  "lost_update_fraction",
+                                  "activation_zero_fraction",
+                                  "activation_zero_in_f16_fraction",
+                                  "logit_zero_in_f16_fraction",
+                                  "test_accuracy",
+                                  "validation_bpc",
+                                  "test_loss"};
   for (const std::string& name : weight_names) header.push_back("weight_zero:" + name);
   for (const std::string& name : weight_names) header.push_back("weight_zero_in_f16:" + name);
   return header;
@@ -62,12 +77,23 @@ std::vector<std::string> step_csv_header(const std::vector<std::string>& weight_
 void append_step_rows(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run,
                       bool with_weights) {
   for (const StepLog& s : run.log) {
-    std::vector<std::string> row{experiment, series, run.variant.id, run.variant.name, cell(run.loss_multiplier),
-                                 std::to_string(s.step), cell(s.loss), cell(s.lr), cell(s.scale), s.skipped ? "1" : "0",
-                                 cell(s.lost_update_fraction), cell(s.activation_zero_fraction),
-                                 cell(s.activation_zero_in_f16_fraction), cell(s.logit_zero_in_f16_fraction),
+    std::vector<std::string> row{experiment,
+                                 series,
+                                 run.variant.id,
+                                 run.variant.name,
+                                 cell(run.loss_multiplier),
+                                 std::to_string(s.step),
+                                 cell(s.loss),
+                                 cell(s.lr),
+                                 cell(s.scale),
+                                 s.skipped ? "1" : "0",
+                                 cell(s.lost_update_fraction),
+                                 cell(s.activation_zero_fraction),
+                                 cell(s.activation_zero_in_f16_fraction),
+                                 cell(s.logit_zero_in_f16_fraction),
                                  s.test_accuracy ? cell(*s.test_accuracy) : "",
-                                 s.validation_bpc ? cell(*s.validation_bpc) : "", s.test_loss ? cell(*s.test_loss) : ""};
+                                 s.validation_bpc ? cell(*s.validation_bpc) : "",
+                                 s.test_loss ? cell(*s.test_loss) : ""};
     if (with_weights) {
       for (std::size_t w = 0; w < run.weight_names.size(); ++w)
         row.push_back(w < s.weight_grad_zero_fraction.size() ? cell(s.weight_grad_zero_fraction[w]) : "");
@@ -79,18 +105,33 @@ void append_step_rows(Rows& rows, const std::string& experiment, const std::stri
 }
 
 std::vector<std::string> run_csv_header() {
-  return {"experiment", "series", "variant", "variant_name", "description", "loss_multiplier", "final_accuracy",
-          "final_bpc", "final_test_loss", "final_loss", "lost_update_fraction", "skipped_steps", "final_scale", "diverged", "seconds",
-          "train_seconds", "items_per_second", "peak_bytes", "state_bytes", "activation_bytes"};
+  return {"experiment",           "series",           "variant",     "variant_name",    "description",
+          "loss_multiplier",      "final_accuracy",   "final_bpc",   "final_test_loss", "final_loss",
+          "lost_update_fraction", "skipped_steps",    "final_scale", "diverged",        "seconds",
+          "train_seconds",        "items_per_second", "peak_bytes",  "state_bytes",     "activation_bytes"};
 }
 
 void append_run_row(Rows& rows, const std::string& experiment, const std::string& series, const RunResult& run) {
-  rows.push_back({experiment, series, run.variant.id, run.variant.name, run.variant.description,
-                  cell(run.loss_multiplier), cell(run.final_accuracy), cell(run.final_bpc), cell(run.final_test_loss), cell(run.final_loss),
-                  cell(run.lost_update_fraction), std::to_string(run.skipped_steps), cell(run.final_scale),
-                  run.diverged ? "1" : "0", fmt::format("{:.2f}", run.seconds), fmt::format("{:.2f}", run.train_seconds),
-                  fmt::format("{:.0f}", run.items_per_second), std::to_string(run.peak_bytes),
-                  std::to_string(run.state_bytes), std::to_string(run.activation_bytes)});
+  rows.push_back({experiment,
+                  series,
+                  run.variant.id,
+                  run.variant.name,
+                  run.variant.description,
+                  cell(run.loss_multiplier),
+                  cell(run.final_accuracy),
+                  cell(run.final_bpc),
+                  cell(run.final_test_loss),
+                  cell(run.final_loss),
+                  cell(run.lost_update_fraction),
+                  std::to_string(run.skipped_steps),
+                  cell(run.final_scale),
+                  run.diverged ? "1" : "0",
+                  fmt::format("{:.2f}", run.seconds),
+                  fmt::format("{:.2f}", run.train_seconds),
+                  fmt::format("{:.0f}", run.items_per_second),
+                  std::to_string(run.peak_bytes),
+                  std::to_string(run.state_bytes),
+                  std::to_string(run.activation_bytes)});
 }
 
 RunGroup group_of(std::string series, const std::vector<RunResult>& runs, bool steps) {
@@ -111,7 +152,8 @@ std::vector<std::string> write_run_csvs(const Report& report, const std::string&
       append_step_rows(step_rows, id, group.series, *run, with_weights);
     }
   std::vector<std::string> written{report.write_csv(stem + "_runs.csv", run_csv_header(), run_rows)};
-  if (!step_rows.empty()) written.push_back(report.write_csv(stem + "_steps.csv", step_csv_header(weight_names), step_rows));
+  if (!step_rows.empty())
+    written.push_back(report.write_csv(stem + "_steps.csv", step_csv_header(weight_names), step_rows));
   return written;
 }
 
@@ -129,15 +171,15 @@ Plot step_plot(Plot plot, const std::vector<RunResult>& runs, const std::functio
 }
 
 Plot accuracy_plot(std::string name, std::string title, const std::vector<RunResult>& runs) {
-  return over_steps({.name = std::move(name), .title = std::move(title), .y_label = "test accuracy (%)",
-                     .kind = PlotKind::points},
-                    runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::test_accuracy, 100); });
+  return over_steps(
+      {.name = std::move(name), .title = std::move(title), .y_label = "test accuracy (%)", .kind = PlotKind::points},
+      runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::test_accuracy, 100); });
 }
 
 Plot bpc_plot(std::string name, std::string title, const std::vector<RunResult>& runs) {
-  return over_steps({.name = std::move(name), .title = std::move(title), .y_label = "bits per character",
-                     .kind = PlotKind::points},
-                    runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::validation_bpc, 1); });
+  return over_steps(
+      {.name = std::move(name), .title = std::move(title), .y_label = "bits per character", .kind = PlotKind::points},
+      runs, [](const RunResult& run) { return evaluation_series(run, &StepLog::validation_bpc, 1); });
 }
 
 Plot scale_plot(const std::string& name, const std::string& title, const std::vector<const RunResult*>& runs) {
@@ -163,7 +205,8 @@ Plot scale_plot(const std::string& name, const std::string& title, const std::ve
       scale.y.push_back(scale.y.back());
     }
     plot.series.push_back(std::move(scale));
-    Series skipped{.name = legend(run->variant) + " skipped steps", .markers = true,
+    Series skipped{.name = legend(run->variant) + " skipped steps",
+                   .markers = true,
                    .style = variant_style(run->variant)};
     for (std::int64_t step : run->skipped_at) {
       skipped.x.push_back(static_cast<double>(step));

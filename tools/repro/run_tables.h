@@ -71,7 +71,7 @@ int variant_style(const Variant& variant);
 // What the paper says about one variant, for a table's last column.
 struct PaperNote {
   std::string_view variant;  // "V2"
-  std::string_view note;     // "parity with fp32"
+  std::string_view note;  // "parity with fp32"
 };
 // The note on `variant_id` among `notes`, or "-" when the paper says nothing about it.
 std::string paper_note(std::span<const PaperNote> notes, std::string_view variant_id);

@@ -32,28 +32,40 @@ std::size_t above(std::size_t a, std::size_t b) { return a > b ? a - b : 0; }
 
 void check_config(const RunConfig& c) {
   const char* what = "repro::run";
-  MG_CHECK(c.make_model && (c.data != nullptr) != (c.text != nullptr), "{} ({}): needs make_model and exactly one of "
-           "data (images) and text", what, c.variant.name);
+  MG_CHECK(c.make_model && (c.data != nullptr) != (c.text != nullptr),
+           "{} ({}): needs make_model and exactly one of "
+           "data (images) and text",
+           what, c.variant.name);
   MG_CHECK(!c.text || (c.context >= 1 && c.text->train.numel() > c.context && c.text->validation.numel() > c.context),
            "{} ({}): the text's training and validation tokens ({} and {}) must be longer than the context ({})", what,
            c.variant.name, c.text ? c.text->train.numel() : 0, c.text ? c.text->validation.numel() : 0, c.context);
   MG_CHECK(!c.reconstruct || c.data, "{} ({}): reconstruct trains an autoencoder on images; give data", what,
            c.variant.name);
-  MG_CHECK(c.optimizer == "sgd" || c.loss_multiplier == 1.0, "{} ({}): loss_multiplier ({}) compensates the learning "
-           "rate of SGD only; use 1 with {}", what, c.variant.name, c.loss_multiplier, c.optimizer);
-  MG_CHECK(c.steps >= 1 && c.batch >= 1 && c.log_every >= 1, "{} ({}): steps, batch and log_every must be >= 1, got "
-           "{}, {}, {}", what, c.variant.name, c.steps, c.batch, c.log_every);
-  MG_CHECK(c.lr > 0 && c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier), "{} ({}): lr and loss_multiplier "
-           "must be finite and > 0, got {} and {}", what, c.variant.name, c.lr, c.loss_multiplier);
-  MG_CHECK(c.eval_every == 0 || c.eval_every % c.log_every == 0, "{} ({}): eval_every ({}) must be a multiple of "
-           "log_every ({}), so that each evaluation has its StepLog", what, c.variant.name, c.eval_every, c.log_every);
+  MG_CHECK(c.optimizer == "sgd" || c.loss_multiplier == 1.0,
+           "{} ({}): loss_multiplier ({}) compensates the learning "
+           "rate of SGD only; use 1 with {}",
+           what, c.variant.name, c.loss_multiplier, c.optimizer);
+  MG_CHECK(c.steps >= 1 && c.batch >= 1 && c.log_every >= 1,
+           "{} ({}): steps, batch and log_every must be >= 1, got "
+           "{}, {}, {}",
+           what, c.variant.name, c.steps, c.batch, c.log_every);
+  MG_CHECK(c.lr > 0 && c.loss_multiplier > 0 && std::isfinite(c.loss_multiplier),
+           "{} ({}): lr and loss_multiplier "
+           "must be finite and > 0, got {} and {}",
+           what, c.variant.name, c.lr, c.loss_multiplier);
+  MG_CHECK(c.eval_every == 0 || c.eval_every % c.log_every == 0,
+           "{} ({}): eval_every ({}) must be a multiple of "
+           "log_every ({}), so that each evaluation has its StepLog",
+           what, c.variant.name, c.eval_every, c.log_every);
 }
 
 }  // namespace
 
 std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_examples, std::int64_t test_examples) {
-  MG_CHECK(train_examples >= 1 && test_examples >= 1, "repro::load_fashion_mnist_subset: needs at least one training "
-           "and one test image, got {} and {}", train_examples, test_examples);
+  MG_CHECK(train_examples >= 1 && test_examples >= 1,
+           "repro::load_fashion_mnist_subset: needs at least one training "
+           "and one test image, got {} and {}",
+           train_examples, test_examples);
   const std::string dir = data::default_fashion_mnist_dir();
   data::LabeledImages train = data::load_fashion_mnist(dir, data::Split::Train, train_examples);
   data::LabeledImages test = data::load_fashion_mnist(dir, data::Split::Test, test_examples);
@@ -69,8 +81,10 @@ std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_ex
 
 std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
                                             std::int64_t validation_chars) {
-  MG_CHECK(train_chars >= 2 && validation_chars >= 2, "repro::text_subset: needs at least 2 training and 2 validation "
-           "characters, got {} and {}", train_chars, validation_chars);
+  MG_CHECK(train_chars >= 2 && validation_chars >= 2,
+           "repro::text_subset: needs at least 2 training and 2 validation "
+           "characters, got {} and {}",
+           train_chars, validation_chars);
   auto result = std::make_shared<TextData>();
   result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
   result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
@@ -81,8 +95,10 @@ std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std:
 std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator) { return nn::mlp({784, 256, 256, 10}, generator); }
 
 ModelFactory autoencoder(std::vector<std::int64_t> sizes) {
-  MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(), "repro::autoencoder: needs at least two sizes, the "
-           "first (the input's pixels) equal to the last (its reconstruction), got {}", fmt::join(sizes, "-"));
+  MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(),
+           "repro::autoencoder: needs at least two sizes, the "
+           "first (the input's pixels) equal to the last (its reconstruction), got {}",
+           fmt::join(sizes, "-"));
   return [sizes](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::mlp(sizes, generator); };
 }
 
@@ -225,8 +241,8 @@ class Training {
   void step(std::int64_t step) {
     const bool logged = step % c_.log_every == 0 || step == c_.steps;
     const bool evaluated = step == c_.steps || (c_.eval_every > 0 && step % c_.eval_every == 0);
-    const bool recording =
-        logged && (c_.record_activation_gradients || c_.record_weight_gradients || c_.record_histograms);
+    const bool recording = logged &&
+                           (c_.record_activation_gradients || c_.record_weight_gradients || c_.record_histograms);
     StepLog entry{.step = step};
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
     const train::StepResult stepped = train_on_next_batch(step, recording, entry);
@@ -265,12 +281,12 @@ class Training {
     result_.final_loss = sum / static_cast<double>(tail);
     result_.skipped_steps = trainer_.monitor().skipped_steps();
     result_.final_scale = trainer_.scaler().get_scale();
-    result_.lost_update_fraction =
-        nonzero_ > 0 ? static_cast<double>(lost_) / static_cast<double>(nonzero_) : kNaN;
+    result_.lost_update_fraction = nonzero_ > 0 ? static_cast<double>(lost_) / static_cast<double>(nonzero_) : kNaN;
     result_.train_seconds = clock_.seconds();
     const std::int64_t items_per_step = c_.data ? c_.batch : c_.batch * c_.context;
-    result_.items_per_second =
-        clock_.seconds() > 0 ? static_cast<double>(clock_.steps() * items_per_step) / clock_.seconds() : 0;
+    result_.items_per_second = clock_.seconds() > 0
+                                   ? static_cast<double>(clock_.steps() * items_per_step) / clock_.seconds()
+                                   : 0;
     result_.seconds = seconds_since(start_);
     return std::move(result_);
   }
@@ -340,8 +356,7 @@ class Training {
       entry.test_loss = train::test_loss(scored, c_.data->test_images, test_pixels_,
                                          train::Loss::BinaryCrossEntropyWithLogits, recipe, c_.device);
     else if (c_.data)
-      entry.test_accuracy =
-          train::test_accuracy(scored, c_.data->test_images, c_.data->test_labels, recipe, c_.device);
+      entry.test_accuracy = train::test_accuracy(scored, c_.data->test_images, c_.data->test_labels, recipe, c_.device);
     else
       entry.validation_bpc = train::bits_per_char(scored, c_.text->validation, c_.context, recipe, c_.device);
   }

@@ -40,7 +40,7 @@ namespace mg::tools::repro {
 // Fashion-MNIST, standardized with the training set's pixel mean and deviation, kept on the CPU.
 struct ImageData {
   Tensor train_images{}, train_labels{};  // [N, 1, 28, 28] f32, [N] i32
-  Tensor test_images{}, test_labels{};    // the first M test images: the accuracy every run reports
+  Tensor test_images{}, test_labels{};  // the first M test images: the accuracy every run reports
 };
 
 // The first train_examples training and test_examples test images (both >= 1). Throws mg::Error
@@ -65,34 +65,34 @@ struct RunConfig {
   Variant variant{};
   ModelFactory make_model{};
   std::shared_ptr<const ImageData> data{};  // an image run, or ...
-  std::shared_ptr<const TextData> text{};   // ... a language-model run: exactly one of the two
-  std::int64_t context = 64;                // text: characters per training window (T)
+  std::shared_ptr<const TextData> text{};  // ... a language-model run: exactly one of the two
+  std::int64_t context = 64;  // text: characters per training window (T)
   // Images only: train an autoencoder. The targets are the input's own pixels in [0, 1] (the
   // standardization undone), the loss binary cross entropy with logits averaged over batch x pixels
   // (train::Loss::BinaryCrossEntropyWithLogits), and the score the test images' loss.
   bool reconstruct = false;
   std::int64_t steps = 300;
   std::int64_t batch = 128;
-  double lr = 0.01;        // the base rate before loss_multiplier's compensation (below)
+  double lr = 0.01;  // the base rate before loss_multiplier's compensation (below)
   // sgd, adam, adamw or adagrad (train::make_optimizer's names, default hyper-parameters but lr); anything
   // but sgd needs loss_multiplier 1.
   std::string optimizer = "sgd";
-  double momentum = 0.0;   // SGD's; 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
+  double momentum = 0.0;  // SGD's; 0: plain SGD, whose f32 trajectory loss_multiplier leaves unchanged
   optim::Schedule schedule{};  // a factor of the step count; empty: constant
   // The loss is multiplied by this before backward (and before any loss scaling), and the learning
   // rate divided by it: E4's loss x 2^-k with lr x 2^k. For SGD (with or without momentum) the f32
   // trajectory is then the same up to rounding, and exactly the same when it is a power of two.
   double loss_multiplier = 1.0;
-  std::int64_t log_every = 10;   // a StepLog every N steps, and at the last step
-  std::int64_t eval_every = 0;   // evaluate every N steps (a multiple of log_every); 0: at the end only
+  std::int64_t log_every = 10;  // a StepLog every N steps, and at the last step
+  std::int64_t eval_every = 0;  // evaluate every N steps (a multiple of log_every); 0: at the end only
   // Score every variant in fp32, as the PyTorch and Keras mixed-precision guides advise: a copy of the
   // model in f32 holding the f32 masters where the optimizer keeps them (the weights PyTorch's AMP
   // model would hold) and the stored weights widened elsewhere (exact), run without autocast. false:
   // in the variant's own precision (its stored weights, its recipe's autocast).
   bool evaluate_in_fp32 = true;
   bool record_activation_gradients = false;  // activation-gradient statistics at logged steps
-  bool record_weight_gradients = false;      // per-weight gradient zero fractions at logged steps
-  bool record_histograms = false;            // RunResult::histograms, from the logged steps
+  bool record_weight_gradients = false;  // per-weight gradient zero fractions at logged steps
+  bool record_histograms = false;  // RunResult::histograms, from the logged steps
   std::int64_t warmup_steps = 5;  // steps left out of the throughput (first allocations, caches)
   std::uint64_t seed = 0;
   Device device = Device::cpu();
@@ -100,10 +100,10 @@ struct RunConfig {
 
 struct StepLog {
   std::int64_t step = 0;  // 1-based: steps done, this one included
-  double loss = 0;        // the training loss of this batch, before loss_multiplier and scaling
-  double lr = 0;          // the rate this step used (after compensation and schedule)
-  double scale = 1;       // the loss scale this step used (1 without scaling)
-  bool skipped = false;   // the GradScaler skipped the step (inf/NaN gradients)
+  double loss = 0;  // the training loss of this batch, before loss_multiplier and scaling
+  double lr = 0;  // the rate this step used (after compensation and schedule)
+  double scale = 1;  // the loss scale this step used (1 without scaling)
+  bool skipped = false;  // the GradScaler skipped the step (inf/NaN gradients)
   // Of the parameter elements this step meant to change, the fraction that kept its stored value
   // (optimizer last_update(): lost / nonzero). NaN for a skipped step or one that changed nothing.
   double lost_update_fraction = 0;
@@ -126,9 +126,9 @@ struct StepLog {
   // One per weight likewise: how many of its rows (a row: the weights of one output unit, e.g. one
   // class of a classifier's head) have a gradient that is zero in every element.
   std::vector<std::int64_t> weight_grad_zero_rows{};
-  std::optional<double> test_accuracy{};   // images: at eval_every steps and at the last
+  std::optional<double> test_accuracy{};  // images: at eval_every steps and at the last
   std::optional<double> validation_bpc{};  // text: bits per character on the validation tokens, likewise
-  std::optional<double> test_loss{};       // reconstruction: the mean loss on the test images, likewise
+  std::optional<double> test_loss{};  // reconstruction: the mean loss on the test images, likewise
 };
 
 // Gradient histograms (amp::GradientStats: log2|g| bins, zeros, what f16 would flush), each merged
@@ -150,10 +150,10 @@ struct RunResult {
   // The activation gradients StepLog::activation_zero_in_f16_by_entry counts, as the backward pass
   // meets them (the loss's input first): "linear [64, 64, 256]". Empty unless record_activation_gradients.
   std::vector<std::string> activation_names{};
-  double final_accuracy = 0;              // on data->test_images after the last step (NaN for text)
-  double final_bpc = 0;                   // on text->validation after the last step (NaN for images)
-  double final_test_loss = 0;             // reconstruction: on data->test_images after the last step (else NaN)
-  double final_loss = 0;                  // mean training loss over the last 10% of logged steps
+  double final_accuracy = 0;  // on data->test_images after the last step (NaN for text)
+  double final_bpc = 0;  // on text->validation after the last step (NaN for images)
+  double final_test_loss = 0;  // reconstruction: on data->test_images after the last step (else NaN)
+  double final_loss = 0;  // mean training loss over the last 10% of logged steps
   std::int64_t skipped_steps = 0;
   std::vector<std::int64_t> skipped_at{};  // the steps the GradScaler skipped
   // (step, scale that step used) at step 1 and wherever the scale changed: the loss-scale trajectory.
@@ -162,10 +162,10 @@ struct RunResult {
   // Sum of lost / sum of nonzero over every step taken on the CPU; on a GPU, where each count is a
   // read (a wait), over the logged steps taken.
   double lost_update_fraction = 0;
-  bool diverged = false;            // some training loss was inf or NaN
-  double seconds = 0;               // wall time of the run, evaluation included
-  double train_seconds = 0;         // of the timed steps: after warmup_steps, none that records statistics, no evaluation
-  double items_per_second = 0;      // images or characters per second of train_seconds
+  bool diverged = false;  // some training loss was inf or NaN
+  double seconds = 0;  // wall time of the run, evaluation included
+  double train_seconds = 0;  // of the timed steps: after warmup_steps, none that records statistics, no evaluation
+  double items_per_second = 0;  // images or characters per second of train_seconds
   // The most memory the run's allocator held at once during the training steps (on its device,
   // evaluations left out), above what it held before the model was built: weights, master copies,
   // gradients, optimizer state, activations, batches, workspace.
@@ -192,8 +192,8 @@ std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator);  // the pa
 // last size is the image's pixel count: {784, 256, 32, 256, 784} is 784-256-32-256-784. Its outputs
 // are logits, one per pixel.
 ModelFactory autoencoder(std::vector<std::int64_t> sizes);
-ModelFactory cnn_of(nn::CnnOptions options);                // nn::cnn
+ModelFactory cnn_of(nn::CnnOptions options);  // nn::cnn
 ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden);  // one layer
-ModelFactory tiny_gpt(nn::GptOptions options);              // nn::TinyGPT
+ModelFactory tiny_gpt(nn::GptOptions options);  // nn::TinyGPT
 
 }  // namespace mg::tools::repro

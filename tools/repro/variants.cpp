@@ -48,8 +48,13 @@ Variant variant(std::string_view id, double static_scale) {
   MG_CHECK(static_scale > 0, "repro::variant: the static loss scale S must be > 0, got {}", static_scale);
   for (const Row& row : kRows) {
     if (row.id != id) continue;
-    Variant v{.id = std::string(row.id), .name = std::string(row.name), .description = std::string(row.description),
-              .recipe = amp::Recipe::parse(row.recipe), .scaler = {}, .monitor = {}, .accumulation = row.accumulation};
+    Variant v{.id = std::string(row.id),
+              .name = std::string(row.name),
+              .description = std::string(row.description),
+              .recipe = amp::Recipe::parse(row.recipe),
+              .scaler = {},
+              .monitor = {},
+              .accumulation = row.accumulation};
     v.recipe.loss_scaling = row.scaling;
     if (row.scaling == Static) {
       v.recipe.static_scale = static_scale;
@@ -61,7 +66,8 @@ Variant variant(std::string_view id, double static_scale) {
     v.monitor.collapse_patience = 0;
     return v;
   }
-  throw Error(fmt::format("repro::variant: unknown variant '{}'; choose one of {}", id, fmt::join(variant_ids(), ", ")));
+  throw Error(
+      fmt::format("repro::variant: unknown variant '{}'; choose one of {}", id, fmt::join(variant_ids(), ", ")));
 }
 
 std::vector<Variant> variants(const std::vector<std::string>& ids, double static_scale) {

@@ -30,10 +30,10 @@
 namespace mg::tools::repro {
 
 struct Variant {
-  std::string id{};           // "V0" .. "V6"
-  std::string name;         // short, for tables, CSVs and plot legends ("float16_master_S1024")
+  std::string id{};  // "V0" .. "V6"
+  std::string name;  // short, for tables, CSVs and plot legends ("float16_master_S1024")
   std::string description{};  // one line: what is stored in which precision and how the loss is scaled
-  amp::Recipe recipe;       // parameters, autocast, master copy, loss-scaling mode (and S for V3)
+  amp::Recipe recipe;  // parameters, autocast, master copy, loss-scaling mode (and S for V3)
   amp::GradScalerOptions scaler;  // everything else about the scaler (make_scaler sets enabled/dynamic)
   amp::ScaleMonitorOptions monitor;  // the run's record of the scale (no collapse alarm: see variants.cpp)
   // How the f16 GEMMs of its training steps accumulate (kernels/gemm.h): F16 for V7 only.
