@@ -129,12 +129,9 @@ TEST_CASE("emulator: a missing __syncthreads is a race, named with the kernel an
   std::vector<float> expected(64);
   for (int t = 0; t < 64; ++t) expected[static_cast<std::size_t>(t)] = static_cast<float>((t + 1) % 64);
   CHECK(values(out) == expected);
-  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)
-                    (pointer(out)); },
-              "kernel neighbour<false> (launched at");
-  check_error([&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)
-                    (pointer(out)); },
-              "a race: the result depends on the order the threads run in");
+  const auto racy = [&] { MG_LAUNCH(neighbour<false>, 1, 64, 0, nullptr)(pointer(out)); };
+  check_error(racy, "kernel neighbour<false> (launched at");
+  check_error(racy, "a race: the result depends on the order the threads run in");
 }
 
 TEST_CASE("emulator: blocks writing one element race; an unordered launch runs once and is not compared") {
@@ -157,22 +154,34 @@ TEST_CASE("emulator: shared memory, dynamic shared memory and fresh device memor
 
 TEST_CASE("emulator: divergent barriers, deadlocks and misused warp collectives are errors naming the kernel") {
   Tensor out = device_floats(64);
-  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
-                    (pointer(out)); },
-              "divergent __syncthreads");
-  check_error([&] { MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
-                    (pointer(out)); },
-              "threads_return_before_barrier");
+  check_error(
+      [&] {
+        MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
+        (pointer(out));
+      },
+      "divergent __syncthreads");
+  check_error(
+      [&] {
+        MG_LAUNCH(threads_return_before_barrier, 1, 32, 0, nullptr)
+        (pointer(out));
+      },
+      "threads_return_before_barrier");
   check_error([&] { MG_LAUNCH(barriers_at_two_lines, 1, 32, 0, nullptr)(pointer(out)); }, "divergent __syncthreads");
   check_error([&] { MG_LAUNCH(shuffle_against_barrier, 1, 32, 0, nullptr)(pointer(out)); }, "deadlock");
   // Which lane notices depends on the order: a waiting lane, or the last lane to return.
-  check_error([&] { MG_LAUNCH(mask_names_returned_lanes, 1, 32, 0, nullptr)
-                    (pointer(out)); },
-              "returned from the kernel");
+  check_error(
+      [&] {
+        MG_LAUNCH(mask_names_returned_lanes, 1, 32, 0, nullptr)
+        (pointer(out));
+      },
+      "returned from the kernel");
   check_error([&] { MG_LAUNCH(warp_total, 1, 16, 0, nullptr)(pointer(out)); }, "which the block does not have");
-  check_error([&] { MG_LAUNCH(lanes_at_two_shuffles, 1, 32, 0, nullptr)
-                    (pointer(out)); },
-              "meet at different collectives");
+  check_error(
+      [&] {
+        MG_LAUNCH(lanes_at_two_shuffles, 1, 32, 0, nullptr)
+        (pointer(out));
+      },
+      "meet at different collectives");
   // The same shuffles, used right: every lane gets the warp's total, 0 + 1 + ... + 31.
   MG_LAUNCH(warp_total, 1, 64, 0, nullptr)(pointer(out));
   for (float v : values(out)) CHECK(v == 496.0f);
@@ -199,12 +208,18 @@ TEST_CASE("emulator: WMMA multiplies exactly, checks its alignment rules, and TF
         sum += a[static_cast<std::size_t>(i * 24 + k)] * b[static_cast<std::size_t>(k * 24 + j)];
       CHECK(got[static_cast<std::size_t>(i * 16 + j)] == sum);
     }
-  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
-                    (a_ptr + 8, b_ptr, pointer(out), 24u); },
-              "not 32-byte aligned");
-  check_error([&] { MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
-                    (a_ptr, b_ptr, pointer(out), 20u); },
-              "not a multiple of 16");
+  check_error(
+      [&] {
+        MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
+        (a_ptr + 8, b_ptr, pointer(out), 24u);
+      },
+      "not 32-byte aligned");
+  check_error(
+      [&] {
+        MG_LAUNCH(wmma_product, 1, 32, 0, nullptr)
+        (a_ptr, b_ptr, pointer(out), 20u);
+      },
+      "not a multiple of 16");
   // 1 + 2^-11 is a tie between two TF32 values: away from zero, to 1 + 2^-10; just below it, down to 1.
   CHECK(nvcuda::wmma::__float_to_tf32(1.0f + 0x1p-11f) == 1.0f + 0x1p-10f);
   CHECK(nvcuda::wmma::__float_to_tf32(-(1.0f + 0x1p-11f)) == -(1.0f + 0x1p-10f));
@@ -217,12 +232,18 @@ TEST_CASE("emulator: cp.async lands at issue or at its wait; a missing wait is a
   Tensor out = device_floats(4);
   MG_LAUNCH((copy_through_shared<true, false>), 1, 32, 0, nullptr)(pointer(in), pointer(out));
   CHECK(values(out) == std::vector<float>{1, 2, 3, 4});
-  check_error([&] { MG_LAUNCH((copy_through_shared<false, false>), 1, 32, 0, nullptr)
-                    (pointer(in), pointer(out)); },
-              "a race");
-  check_error([&] { MG_LAUNCH((copy_through_shared<true, true>), 1, 32, 0, nullptr)
-                    (pointer(in), pointer(out)); },
-              "which is not shared memory of the block");
+  check_error(
+      [&] {
+        MG_LAUNCH((copy_through_shared<false, false>), 1, 32, 0, nullptr)
+        (pointer(in), pointer(out));
+      },
+      "a race");
+  check_error(
+      [&] {
+        MG_LAUNCH((copy_through_shared<true, true>), 1, 32, 0, nullptr)
+        (pointer(in), pointer(out));
+      },
+      "which is not shared memory of the block");
 }
 
 TEST_CASE("emulator: the launch limits of an H100, refused as CUDA refuses them") {
