@@ -70,7 +70,7 @@ set(gemm_f32 "cuda gemm: f32 on CUDA cores?*")
 # others' copies have landed, and refill a stage another warp is still reading.
 mg_planted_bug(pipelined_gemm_no_barrier FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
   SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
-  FIND "    __syncthreads();             // everyone's are; and every warp is done with step - 1's stage\n"
+  FIND "    __syncthreads();  // everyone's are; and every warp is done with step - 1's stage\n"
   REPLACE "")
 # The pipelined GEMM waiting for one cp.async group too few: the step's own copies may be in flight.
 mg_planted_bug(pipelined_gemm_weak_wait FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
