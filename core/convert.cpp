@@ -1,5 +1,6 @@
 #include "core/convert.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -9,6 +10,11 @@
 #endif
 
 namespace mg {
+
+fp8::Format fp8_format(DType dtype) {
+  if (!is_fp8(dtype)) throw Error(fmt::format("mg::fp8_format: {} is not an FP8 dtype (e4m3 or e5m2)", dtype));
+  return dtype == DType::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+}
 
 namespace detail {
 
@@ -68,6 +74,35 @@ void bf16_to_f32(const bfloat16* src, float* dst, std::int64_t count) {
   }
 }
 
+// FP8 codes <-> anything, through f32 in chunks on the stack: every FP8 value is an f32 value, and every
+// f16/bf16/f32 value reaches FP8 in one rounding from its f32 form. f64 and i32 go through
+// round_to_odd_float, so that the f32 step does not add a second rounding (24 >= 2 * 4 + 2 bits).
+void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
+                 fp8::Overflow overflow) {
+  constexpr std::int64_t kChunk = 512;
+  float values[kChunk];
+  const std::size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
+  for (std::int64_t begin = 0; begin < count; begin += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - begin);
+    const char* from = static_cast<const char*>(src) + static_cast<std::size_t>(begin) * src_size;
+    char* to = static_cast<char*>(dst) + static_cast<std::size_t>(begin) * dst_size;
+    if (is_fp8(src_dtype)) {
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(from);
+      for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(codes[i], fp8_format(src_dtype));
+    } else if (src_dtype == DType::F64 || src_dtype == DType::I32) {
+      for (std::int64_t i = 0; i < n; ++i) values[i] = detail::round_to_odd_float(load_as_double(from, src_dtype, i));
+    } else {
+      convert(from, src_dtype, values, DType::F32, n);
+    }
+    if (is_fp8(dst_dtype)) {
+      auto* codes = reinterpret_cast<std::uint8_t*>(to);
+      for (std::int64_t i = 0; i < n; ++i) codes[i] = fp8::encode(values[i], fp8_format(dst_dtype), overflow);
+    } else {
+      convert(values, DType::F32, to, dst_dtype, n);
+    }
+  }
+}
+
 template <class From, class To>
 void convert_loop(const From* src, To* dst, std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) dst[i] = scalar_cast<To>(src[i]);
@@ -75,12 +110,13 @@ void convert_loop(const From* src, To* dst, std::int64_t count) {
 
 }  // namespace
 
-void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count) {
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count, fp8::Overflow overflow) {
   if (count <= 0) return;
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, static_cast<std::size_t>(count) * dtype_size(src_dtype));
     return;
   }
+  if (is_fp8(src_dtype) || is_fp8(dst_dtype)) return convert_fp8(src, src_dtype, dst, dst_dtype, count, overflow);
   // The hot pairs of mixed-precision training get their own vectorised loops.
   if (src_dtype == DType::F32 && dst_dtype == DType::F16)
     return f32_to_f16(static_cast<const float*>(src), static_cast<half*>(dst), count);
@@ -100,6 +136,7 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 }
 
 double load_as_double(const void* data, DType dtype, std::int64_t i) {
+  if (is_fp8(dtype)) return fp8::decode(static_cast<const std::uint8_t*>(data)[i], fp8_format(dtype));
   return visit_dtype(dtype, "load_as_double", [&](auto zero) {
     using T = decltype(zero);
     return scalar_cast<double>(static_cast<const T*>(data)[i]);

@@ -12,9 +12,15 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/fp8.h"
 #include "core/scalar_types.h"
 
 namespace mg {
+
+// The FP8 format of an FP8 dtype (E4M3 or E5M2; anything else is an error naming the dtype).
+fp8::Format fp8_format(DType dtype);
+// The FP8 dtype of a format.
+constexpr DType fp8_dtype(fp8::Format format) { return format == fp8::Format::E4M3 ? DType::E4M3 : DType::E5M2; }
 
 // Scalar conversion with the rounding rules above. From f64 (and i32), the result is rounded once
 // (not through f32), so f64 references round exactly like the hardware would.
@@ -22,8 +28,12 @@ template <class To, class From>
 To scalar_cast(From x);
 
 // Converts `count` contiguous elements from src (src_dtype) to dst (dst_dtype). Floating -> i32
-// truncates toward zero, saturates at the i32 range and maps NaN to 0.
-void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count);
+// truncates toward zero, saturates at the i32 range and maps NaN to 0. Into E4M3/E5M2, `overflow`
+// says what a value past the format's max becomes (core/fp8.h): NonFinite, the format's own rule and
+// what PyTorch's .to(float8) does, unless the caller asks for Saturate (the FP8 recipes do). From f64
+// the value is rounded once, as for f16. FP8 codes convert back exactly.
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
+             fp8::Overflow overflow = fp8::Overflow::NonFinite);
 
 // Element i of a buffer, read as double (for formatting, item() and tests).
 double load_as_double(const void* data, DType dtype, std::int64_t i);

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -7,72 +8,67 @@
 
 namespace mg {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return 4;
-    case DType::F16:
-      return 2;
-    case DType::BF16:
-      return 2;
-    case DType::F64:
-      return 8;
-    case DType::I32:
-      return 4;
-  }
-  throw Error(fmt::format("dtype_size: unknown dtype tag {}", static_cast<int>(dtype)));
+namespace {
+
+struct DTypeRow {
+  DType dtype;
+  std::string_view name;
+  std::size_t size;
+  int mantissa_bits;  // bits after the binary point; -1: an integer type
+  double max;
+  std::string_view file_name;  // safetensors' name (github.com/huggingface/safetensors, "Dtype")
+};
+
+// One row per dtype, in enum order (checked below).
+constexpr std::array<DTypeRow, 7> kRows{{
+    {DType::F32, "f32", 4, 23, std::numeric_limits<float>::max(), "F32"},
+    {DType::F16, "f16", 2, 10, 65504.0, "F16"},
+    {DType::BF16, "bf16", 2, 7, 0x1.FEp127, "BF16"},  // 0x7F7F: (2 - 2^-7) * 2^127
+    {DType::F64, "f64", 8, 52, std::numeric_limits<double>::max(), "F64"},
+    {DType::I32, "i32", 4, -1, std::numeric_limits<std::int32_t>::max(), "I32"},
+    {DType::E4M3, "e4m3", 1, 3, 448.0, "F8_E4M3"},
+    {DType::E5M2, "e5m2", 1, 2, 57344.0, "F8_E5M2"},
+}};
+constexpr std::array<DType, kRows.size()> kAll{DType::F32, DType::F16,  DType::BF16, DType::F64,
+                                               DType::I32, DType::E4M3, DType::E5M2};
+
+constexpr bool rows_in_enum_order() {
+  for (std::size_t i = 0; i < kRows.size(); ++i)
+    if (static_cast<std::size_t>(kRows[i].dtype) != i || kAll[i] != kRows[i].dtype) return false;
+  return true;
 }
+static_assert(rows_in_enum_order(), "core/dtype.cpp: kRows must list every DType in enum order");
+
+const DTypeRow& row(DType dtype) {
+  const auto i = static_cast<std::size_t>(dtype);
+  if (i >= kRows.size()) throw Error(fmt::format("mg::DType: unknown dtype tag {}", i));
+  return kRows[i];
+}
+
+}  // namespace
+
+std::size_t dtype_size(DType dtype) { return row(dtype).size; }
 
 std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "f32";
-    case DType::F16:
-      return "f16";
-    case DType::BF16:
-      return "bf16";
-    case DType::F64:
-      return "f64";
-    case DType::I32:
-      return "i32";
-  }
-  return "unknown";
+  const auto i = static_cast<std::size_t>(dtype);
+  return i < kRows.size() ? kRows[i].name : "unknown";
 }
 
-bool is_floating(DType dtype) { return dtype != DType::I32; }
+std::string_view dtype_file_name(DType dtype) { return row(dtype).file_name; }
+
+std::span<const DType> all_dtypes() { return kAll; }
+
+bool is_floating(DType dtype) { return row(dtype).mantissa_bits >= 0; }
 
 bool is_low_precision(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
+bool is_fp8(DType dtype) { return dtype == DType::E4M3 || dtype == DType::E5M2; }
+
 double dtype_eps(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return std::ldexp(1.0, -23);
-    case DType::F16:
-      return std::ldexp(1.0, -10);
-    case DType::BF16:
-      return std::ldexp(1.0, -7);
-    case DType::F64:
-      return std::ldexp(1.0, -52);
-    case DType::I32:
-      break;
-  }
-  throw Error(fmt::format("dtype_eps: {} is not a floating-point dtype", dtype));
+  if (!is_floating(dtype)) throw Error(fmt::format("dtype_eps: {} is not a floating-point dtype", dtype));
+  return std::ldexp(1.0, -row(dtype).mantissa_bits);
 }
 
-double dtype_max(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return std::numeric_limits<float>::max();
-    case DType::F16:
-      return 65504.0;
-    case DType::BF16:
-      return std::ldexp(255.0, 120);  // 0x7F7F: (2 - 2^-7) * 2^127
-    case DType::F64:
-      return std::numeric_limits<double>::max();
-    case DType::I32:
-      return std::numeric_limits<std::int32_t>::max();
-  }
-  throw Error(fmt::format("dtype_max: unknown dtype tag {}", static_cast<int>(dtype)));
-}
+double dtype_max(DType dtype) { return row(dtype).max; }
 
 }  // namespace mg

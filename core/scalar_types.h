@@ -41,7 +41,15 @@ constexpr DType dtype_of() {
 template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// The error of a kernel asked to compute on FP8 codes (core/dtype.h: storage only).
+[[noreturn]] inline void throw_fp8_storage_only(DType dtype, const char* op) {
+  throw Error(fmt::format("{}: {} tensors hold FP8 codes, for storage and the FP8 GEMM only; convert to f32 or "
+                          "bf16 first (x.to(DType::F32))",
+                          op, dtype));
+}
+
 // Calls fn(T{}) with the element type of `dtype`. `op` names the caller for the error message.
+// FP8 dtypes have no C++ type to compute in: an error (throw_fp8_storage_only).
 template <class Fn>
 decltype(auto) visit_dtype(DType dtype, const char* op, Fn&& fn) {
   switch (dtype) {
@@ -55,6 +63,9 @@ decltype(auto) visit_dtype(DType dtype, const char* op, Fn&& fn) {
       return fn(double{});
     case DType::I32:
       return fn(std::int32_t{});
+    case DType::E4M3:
+    case DType::E5M2:
+      throw_fp8_storage_only(dtype, op);
   }
   throw Error(fmt::format("{}: unknown dtype tag {}", op, static_cast<int>(dtype)));
 }
@@ -73,6 +84,9 @@ decltype(auto) visit_floating(DType dtype, const char* op, Fn&& fn) {
       return fn(double{});
     case DType::I32:
       break;
+    case DType::E4M3:
+    case DType::E5M2:
+      throw_fp8_storage_only(dtype, op);
   }
   throw Error(fmt::format("{}: needs a floating-point tensor, got {}", op, dtype));
 }

@@ -35,25 +35,9 @@ namespace {
 // allocate gigabytes before the JSON parser sees a single byte.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
-std::string_view file_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "F32";
-    case DType::F16:
-      return "F16";
-    case DType::BF16:
-      return "BF16";
-    case DType::F64:
-      return "F64";
-    case DType::I32:
-      return "I32";
-  }
-  throw Error(fmt::format("data::save_safetensors: unknown dtype tag {}", static_cast<int>(dtype)));
-}
-
 std::optional<DType> dtype_from_file_name(const std::string& name) {
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32})
-    if (name == file_dtype_name(dtype)) return dtype;
+  for (DType dtype : all_dtypes())
+    if (name == dtype_file_name(dtype)) return dtype;
   return std::nullopt;
 }
 
@@ -84,7 +68,7 @@ std::string make_header(const std::string& path, const StateDict& tensors,
     MG_CHECK(tensor.device().is_cpu(), "data::save_safetensors: {}: tensor '{}' is on {}; copy it to the CPU first",
              path, name, tensor.device());
     const std::uint64_t end = offset + tensor.nbytes();
-    header[name] = {{"dtype", file_dtype_name(tensor.dtype())},
+    header[name] = {{"dtype", dtype_file_name(tensor.dtype())},
                     {"shape", tensor.shape()},
                     {"data_offsets", nlohmann::ordered_json::array({offset, end})}};
     offset = end;

@@ -12,8 +12,9 @@
 //   bytes [8 + N, end)  the data buffer: each tensor's elements, row-major and little-endian, at its
 //                         data_offsets [begin, end), counted from the start of this buffer
 //
-// The dtypes mixgrad holds are F32, F16, BF16, F64 and I32 (the names the format uses); a file with
-// any other (I64, BOOL, F8_E4M3, ...) is refused, naming the tensor.
+// The dtypes mixgrad holds are F32, F16, BF16, F64, I32, F8_E4M3 and F8_E5M2 (the names the format
+// uses; FP8 tensors are their codes, byte for byte); a file with any other (I64, BOOL, F8_E8M0, ...) is
+// refused, naming the tensor.
 //
 //   data::save_safetensors("mlp.safetensors", state, {{"recipe", "mixed_float16"}});
 //   data::SafetensorsFile file = data::load_safetensors("mlp.safetensors");

@@ -36,6 +36,9 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclFloat16;
     case DType::BF16:
       return ncclBfloat16;
+    case DType::E4M3:
+    case DType::E5M2:
+      return ncclUint8;  // broadcast only (ProcessGroup::check_tensor)
   }
   return ncclFloat32;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "dist/backends.h"
 
@@ -34,6 +35,10 @@ void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, Re
            "dist::{}: {} of a {} tensor {} is not supported; the max is kept for f32, f64 and i32 flags (cast "
            "to f32 first)",
            collective, op_name(op), tensor.dtype(), tensor.shape());
+  MG_CHECK(!is_fp8(tensor.dtype()) || std::string_view(collective) == "broadcast",
+           "dist::{}: a {} tensor {} holds FP8 codes, which cannot be summed as they lie; reduce the f32 or "
+           "bf16 values and quantise the result",
+           collective, tensor.dtype(), tensor.shape());
   MG_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()),
            "dist::{}: the avg of an {} tensor {} would not be a "
            "whole number; sum it, or cast it to f32 first",

@@ -174,6 +174,9 @@ decltype(auto) visit_device_dtype(DType dtype, const char* kernel, Fn&& fn) {
       return fn(std::int32_t{});
     case DType::F64:
       break;
+    case DType::E4M3:
+    case DType::E5M2:
+      throw_fp8_storage_only(dtype, kernel);
   }
   throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
 }
