@@ -4,6 +4,7 @@
 #include "autograd/autocast.h"
 #include "amp/cast_policy.h"  // the old spellings mg::amp::kOps, ... (aliases)
 #include "autograd/cast_policy.h"
+#include "autograd/fp8.h"
 #include "amp/diagnostics.h"
 #include "amp/grad_scaler.h"
 #include "amp/memory_report.h"
@@ -23,6 +24,7 @@
 #include "data/safetensors.h"
 #include "data/text.h"
 #include "dist/process_group.h"
+#include "kernels/fp8.h"
 #include "kernels/threads.h"
 #include "nn/activation.h"
 #include "nn/attention.h"

@@ -8,6 +8,15 @@
 //                                                                    the optimizer's master_weights
 //   float16_pure     f16         f16       -            -            ablation only: updates rounded into f16
 //   bfloat16_pure    bf16        bf16      -            -            ablation only: updates rounded into bf16
+//   fp8_delayed      f32         bf16+FP8  (the params) -            Linear GEMMs in FP8, per-tensor delayed scaling
+//   fp8_current      f32         bf16+FP8  (the params) -            ... per-tensor current scaling
+//   fp8_block        f32         bf16+FP8  (the params) -            ... DeepSeek-V3's 1x128 / 128x128 blocks
+//   mxfp8            f32         bf16+FP8  (the params) -            ... OCP MX: blocks of 32, E8M0 scales, E4M3 only
+//
+// The FP8 recipes (autograd/fp8.h) run every nn::Linear's three GEMMs in FP8 (E4M3 forward, E5M2
+// gradients; mxfp8: E4M3 both ways) and everything else as mixed_bfloat16. Their per-tensor or per-block
+// scales do for the gradients what loss scaling does for f16, so they need no scaler. Call
+// recipe.prepare(model) before training: it gives each Linear its delayed-scaling state.
 //
 // The pure recipes exist to reproduce the paper's Figure 2a: without a master copy, an update
 // smaller than half a weight's ulp is lost. Nobody should train with them.
@@ -30,6 +39,8 @@
 
 #include "autograd/autocast.h"
 #include "amp/grad_scaler.h"
+#include "autograd/fp8.h"
+#include "nn/module.h"
 
 namespace mg::amp {
 
@@ -42,13 +53,17 @@ struct Recipe {
   bool master_weights = false;  // the optimizer keeps an f32 master of each parameter (optim/optimizer.h)
   LossScaling loss_scaling = LossScaling::None;
   double static_scale = 1024.0;  // S for LossScaling::Static (the paper's constant scale)
+  std::optional<Fp8Options> fp8;  // the FP8 recipes' options; none for the others
 
   // One of names(); any other string is an error that lists them.
   static Recipe parse(std::string_view name);
   static const std::vector<std::string>& names();
 
-  // An Autocast region for the forward pass (a disabled one for fp32).
-  Autocast autocast() const { return Autocast(autocast_dtype.value_or(DType::F16), autocast_dtype.has_value()); }
+  // An Autocast region for the forward pass (a disabled one for fp32; an FP8 region for the FP8 recipes).
+  Autocast autocast() const { return Autocast(autocast_dtype.value_or(DType::F16), autocast_dtype.has_value(), fp8); }
+  // What the model needs before training under this recipe: for the FP8 recipes with delayed scaling,
+  // each nn::Linear's amax histories (nn::Linear::enable_fp8); nothing for the others.
+  void prepare(nn::Module& model) const;
   // Converts each parameter's storage to parameter_dtype in place (every holder of the tensor sees
   // it), dropping its .grad; call before building the optimizer.
   void cast_parameters(const std::vector<Tensor>& parameters) const;

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "autograd/ops.h"
 
@@ -59,7 +60,8 @@ Tensor cast_to(const Tensor& x, DType dtype) {
 
 }  // namespace
 
-Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled), previous_dtype_(state.dtype) {
+Autocast::Autocast(DType dtype, bool enabled, std::optional<Fp8Options> fp8)
+    : previous_enabled_(state.enabled), previous_dtype_(state.dtype), fp8_(std::move(fp8)) {
   MG_CHECK(!enabled || is_low_precision(dtype),
            "mg::Autocast: the region's dtype must be f16 or bf16, got {}; for f32 training use no region "
            "(or Autocast(dtype, /*enabled=*/false))",
@@ -67,9 +69,11 @@ Autocast::Autocast(DType dtype, bool enabled) : previous_enabled_(state.enabled)
   state.enabled = enabled;
   if (enabled) state.dtype = state.last_region = dtype;
   ++state.depth;
+  previous_fp8_ = detail::exchange_fp8_region(enabled && fp8_ ? &*fp8_ : nullptr);
 }
 
 Autocast::~Autocast() {
+  detail::exchange_fp8_region(previous_fp8_);
   state.enabled = previous_enabled_;
   state.dtype = previous_dtype_;
   if (--state.depth == 0) state.cache.clear();

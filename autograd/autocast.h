@@ -28,17 +28,21 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "autograd/cast_policy.h"
+#include "autograd/fp8.h"
 #include "core/tensor.h"
 
 namespace mg {
 
 class Autocast {
  public:
-  // dtype: F16 or BF16. enabled=false makes a region where nothing is cast.
-  explicit Autocast(DType dtype = DType::F16, bool enabled = true);
+  // dtype: F16 or BF16. enabled=false makes a region where nothing is cast. fp8: the FP8 region's
+  // options (autograd/fp8.h): Linear layers run their GEMMs in FP8, every other op as autocast says.
+  // A region without fp8 (or disabled) is not an FP8 region, even inside one.
+  explicit Autocast(DType dtype = DType::F16, bool enabled = true, std::optional<Fp8Options> fp8 = std::nullopt);
   ~Autocast();
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
@@ -46,6 +50,8 @@ class Autocast {
  private:
   bool previous_enabled_;
   DType previous_dtype_;
+  std::optional<Fp8Options> fp8_;  // the region's own copy, which fp8_autocast_options() points to
+  const Fp8Options* previous_fp8_;
 };
 
 bool autocast_enabled();  // is this thread inside an enabled region?

@@ -20,7 +20,21 @@ Tensor Linear::forward(const Tensor& x) {
   MG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1),
            "nn::Linear({}, {}): expects input [..., {}], got {}", weight.size(1), weight.size(0), weight.size(1),
            x.defined() ? x.shape() : Shape{});
+  if (const Fp8Options* fp8 = fp8_autocast_options())
+    return fp8_linear(x, weight, bias, *fp8, fp8_history.scale.defined() ? &fp8_history : nullptr);
   return linear(x, weight, bias);
+}
+
+void Linear::enable_fp8(int amax_history_len) {
+  if (fp8_history.scale.defined()) {
+    MG_CHECK(fp8_history.amax_history.size(1) == amax_history_len,
+             "nn::{}: FP8 is already enabled with an amax history of {} steps, not {}", type_name(),
+             fp8_history.amax_history.size(1), amax_history_len);
+    return;
+  }
+  const Fp8History fresh = Fp8History::fresh(amax_history_len);
+  fp8_history.amax_history = register_buffer("fp8_amax_history", fresh.amax_history, /*keep_f32=*/true);
+  fp8_history.scale = register_buffer("fp8_scale", fresh.scale, /*keep_f32=*/true);
 }
 
 std::string Linear::type_name() const {

@@ -42,7 +42,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
 
 namespace {
 
-// Step 1 of the setup: the recipe's dtype, then the device (before the optimizer, whose state lives
+// Step 1 of the setup: the recipe's dtype and state (FP8's amax histories), then the device (before the optimizer, whose state lives
 // beside the parameters); data-parallel, then rank 0's weights on every rank. Returns the replicas'
 // synchronisation (null in one process).
 std::unique_ptr<DataParallel> prepare(nn::Module& model, const TrainerOptions& options) {
@@ -51,6 +51,7 @@ std::unique_ptr<DataParallel> prepare(nn::Module& model, const TrainerOptions& o
            "loss_multiplier must be finite and > 0, got {}",
            options.loss_multiplier);
   model.to(options.recipe.parameter_dtype);
+  options.recipe.prepare(model);
   model.to(options.device);
   if (!options.process_group) return nullptr;
   return std::make_unique<DataParallel>(options.process_group, model, options.data_parallel);

@@ -1,0 +1,83 @@
+// FP8 on the CPU: the amax of each block, quantisation into codes and back (kernels/fp8.h). The GEMM
+// is kernels/cpu/gemm_fp8.cpp. Tests: build/tests/test_fp8_scaling.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/convert.h"
+#include "core/factory.h"
+#include "kernels/cpu/compute_type.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/fp8.h"
+
+namespace mg::kernels::cpu {
+
+namespace {
+
+// A 2-D tensor's rows and columns, and its blocks' extents with 0 made whole.
+struct Grid {
+  std::int64_t rows, cols, block_rows, block_cols, scale_cols;
+  Grid(const Shape& shape, Fp8Blocks blocks)
+      : rows(shape[0]),
+        cols(shape[1]),
+        block_rows(blocks.rows > 0 ? blocks.rows : std::max<std::int64_t>(rows, 1)),
+        block_cols(blocks.cols > 0 ? blocks.cols : std::max<std::int64_t>(cols, 1)),
+        scale_cols(fp8_block_count(cols, blocks.cols)) {}
+  std::int64_t block(std::int64_t r, std::int64_t c) const { return r / block_rows * scale_cols + c / block_cols; }
+};
+
+// Row-parallel loops take whole block rows, so that no two chunks write one block's amax.
+constexpr std::int64_t kGrainElements = 1 << 15;
+template <class Body>
+void for_block_rows(const Grid& g, Body body) {
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, g.block_rows * g.cols));
+  parallel_for(fp8_block_count(g.rows, g.block_rows), grain, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> buffer(static_cast<std::size_t>(g.cols));
+    for (std::int64_t r = begin * g.block_rows; r < std::min(g.rows, end * g.block_rows); ++r) body(r, buffer.data());
+  });
+}
+
+}  // namespace
+
+Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
+  const Grid g(x.shape(), blocks);
+  Tensor amax = zeros(fp8_scale_shape(x.shape(), blocks), {.dtype = DType::F32});
+  float* out = amax.data<float>();
+  for_block_rows(g, [&](std::int64_t r, float* buffer) {
+    const float* row = values_at<float>(x, r * g.cols, g.cols, buffer);
+    for (std::int64_t c = 0; c < g.cols; ++c) {
+      float& m = out[g.block(r, c)];
+      const float a = std::fabs(row[c]);
+      if (a > m || a != a) m = a;  // once NaN, a block stays NaN (NaN > m and NaN <= m are both false)
+    }
+  });
+  return amax;
+}
+
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv) {
+  const Grid g(x.shape(), blocks);
+  const fp8::Format format = fp8_format(codes.dtype());
+  const float* s = scale.data<float>();
+  float* inv = scale_inv.data<float>();
+  for (std::int64_t i = 0; i < scale.numel(); ++i) inv[i] = 1.0f / s[i];
+  auto* out = static_cast<std::uint8_t*>(codes.data_ptr());
+  for_block_rows(g, [&](std::int64_t r, float* buffer) {
+    const float* row = values_at<float>(x, r * g.cols, g.cols, buffer);
+    for (std::int64_t c = 0; c < g.cols; ++c)
+      out[r * g.cols + c] = fp8::encode(row[c] * s[g.block(r, c)], format, fp8::Overflow::Saturate);
+  });
+}
+
+void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
+  const Grid g(x.codes.shape(), x.blocks);
+  const fp8::Format format = fp8_format(x.codes.dtype());
+  const auto* codes = static_cast<const std::uint8_t*>(x.codes.data_ptr());
+  const float* inv = x.scale_inv.data<float>();
+  float* values = out.data<float>();
+  for_block_rows(g, [&](std::int64_t r, float*) {
+    for (std::int64_t c = 0; c < g.cols; ++c)
+      values[r * g.cols + c] = fp8::decode(codes[r * g.cols + c], format) * inv[g.block(r, c)];
+  });
+}
+
+}  // namespace mg::kernels::cpu

@@ -1,0 +1,113 @@
+// FP8 kernels: scales per block, quantisation into codes, and the FP8 GEMM with its accumulator.
+//
+// An FP8 operand is codes and scales (Fp8Tensor). The scale of a block multiplies its values before
+// they are rounded into codes, so that the block's largest magnitude lands near the format's max:
+//
+//   codes = encode(x * scale, saturate)            scale = fp8_max / amax (per tensor or per block)
+//   x    ~= decode(codes) * scale_inv               scale_inv = 1 / scale, kept in f32
+//
+// Which blocks share a scale is Fp8Blocks, rows x cols of the 2-D tensor (0: the whole extent):
+//   {0, 0}      one scale for the tensor (per-tensor current or delayed scaling, Transformer Engine)
+//   {1, 128}    1 x 128 tiles: activations and gradients along their reduction dimension (DeepSeek-V3)
+//   {128, 128}  128 x 128 blocks: weights (DeepSeek-V3)
+//   {1, 32}     MX blocks of 32 along the reduction dimension, power-of-two scales (OCP MX v1.0)
+//   {128, 1}, {32, 1}  the same blocks down the columns: the operands of a weight gradient, whose
+//                      reduction runs over the batch (the rows)
+// How a scale is chosen from the amax (current, delayed, power of two, MX's rule) is amp/fp8_recipe.h's
+// business; these kernels take the scales as given.
+//
+// The GEMM (kernels/gemm.h's shapes and transposes) multiplies codes: every product of two FP8 values
+// is exact in f32. It walks k in chunks over which both operands' scales are constant (the blocks'
+// extent along k, or all of k for per-tensor scales), sums each chunk's products, and adds the chunk
+// to an f32 accumulator times the two scales: acc = fma(chunk_sum, scale_inv_a * scale_inv_b, acc).
+// How a chunk is summed is Fp8Accumulator: in f32 (the contract, as for f16), or in a model of the
+// accumulator Hopper's FP8 Tensor Cores really have (below). Then the epilogue (bias, activation) and
+// one rounding into C's dtype, as for every GEMM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/fp8.h"
+#include "core/tensor.h"
+#include "kernels/gemm.h"
+
+namespace mg::kernels {
+
+struct Fp8Blocks {
+  std::int64_t rows = 0, cols = 0;  // 0: the whole extent of that dimension
+  bool operator==(const Fp8Blocks&) const = default;
+};
+
+// Codes and the dequantisation factor of each block: value = decode(code) * scale_inv[block].
+struct Fp8Tensor {
+  Tensor codes;  // E4M3 or E5M2, 2-D
+  Tensor scale_inv;  // f32 [ceil(rows / block rows), ceil(cols / block cols)]
+  Fp8Blocks blocks;
+};
+
+// The shape of the scale grid of a [rows, cols] tensor cut into `blocks`.
+std::int64_t fp8_block_count(std::int64_t extent, std::int64_t block);  // ceil(extent / block), 1 for block 0
+Shape fp8_scale_shape(const Shape& shape, Fp8Blocks blocks);
+
+// The largest |x| of every block, f32, fp8_scale_shape(x.shape(), blocks); NaN where a block holds one.
+// x: a 2-D f32, f16 or bf16 tensor.
+Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
+
+// Rounds x * scale[block] into `format` codes (saturating: core/fp8.h) and keeps scale_inv = 1 / scale
+// (rounded to f32; exact for power-of-two scales). scale: f32, fp8_scale_shape(x.shape(), blocks), every
+// element finite and positive.
+Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, fp8::Format format);
+
+// decode(code) * scale_inv[block] as f32: what the codes stand for.
+Tensor fp8_dequantize(const Fp8Tensor& x);
+
+// The accumulator of an FP8 GEMM chunk.
+//
+// F32: products summed in f32, the contract; on the CPU the bf16 dot-product microkernel (every FP8
+// value is a bf16 value), on the GPU mma.sync's f32 accumulator as the PTX ISA documents it.
+//
+// Limited: a model of the Hopper FP8 Tensor Core's accumulator, which keeps fewer bits than f32.
+//   - DeepSeek-V3 technical report (arXiv 2412.19437, section 3.3.2, measured on an H800): "the
+//     accumulation precision of FP8 GEMM on NVIDIA H800 GPUs is limited to retaining around 14 bits",
+//     with a maximum relative error of nearly 2% at K = 4096 for random inputs.
+//   - SageAttention2 (Zhang et al., arXiv 2411.10958, section 4.3): the accumulator of
+//     mma.f32.f8.f8.f32 is FP22, 1 sign, 8 exponent and 13 mantissa bits.
+//   So mantissa_bits = 13 (14 significant bits). How it rounds is not published: `rounding` is an
+//   assumption (Truncate by default: Fasi et al., PeerJ CS 2021, measured truncation when the f16
+//   Tensor Cores of the V100, T4 and A100 align their summands), until scripts/gpu-check measures an H100.
+//   The model: the products of one instruction's k (32 for m16n8k32) are summed exactly (assumed:
+//   the hardware may truncate there too), and that group's sum is added to the running sum, which is
+//   then cut to `mantissa_bits`.
+//   Promotion (DeepSeek-V3's remedy): every `promote_every` products (N_C = 128 in the report) the
+//   running sum is added to an f32 accumulator and restarts from 0; 0 never promotes inside a chunk.
+//   Block scales vary along k, so a chunk ends at least at every block boundary and promote_every must
+//   divide the chunk's length.
+enum class Fp8Rounding : std::uint8_t { Truncate, Nearest };
+struct Fp8Accumulator {
+  bool limited = false;
+  int mantissa_bits = 13;  // SageAttention2's FP22 (1-8-13); DeepSeek-V3's "around 14 bits"
+  Fp8Rounding rounding = Fp8Rounding::Truncate;  // assumed, see above
+  int group = 32;  // products summed exactly before each rounded addition: m16n8k32's k
+  int promote_every = 128;  // DeepSeek-V3's N_C; 0: never
+};
+
+// One step of the Limited accumulator: sum + group_sum, cut to `mantissa_bits` as the model says.
+float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumulator);
+
+// C = act(op(A) op(B) * scales + bias), A and B in FP8 (E4M3 and E5M2 may be mixed), C in f32, f16
+// or bf16; op(A): [m, k] from a's codes [m, k] (or [k, m] with transpose_a), op(B) likewise; batch 1.
+void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
+              const Fp8Accumulator& accumulator = {}, const GemmEpilogue& epilogue = {});
+
+namespace cpu {
+Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv);
+void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
+void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
+              const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);
+// The microkernel the F32 accumulator runs on ("avx512-bf16-dot", ...), for the benchmark.
+std::string fp8_gemm_kernel_name();
+}  // namespace cpu
+
+}  // namespace mg::kernels
