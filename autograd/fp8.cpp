@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "autograd/ops.h"
@@ -46,9 +47,10 @@ void record_amax(Fp8History& history, Fp8Role role, float amax, fp8::Format form
   float* row = history.amax_history.data<float>() + r * len;
   std::copy_backward(row, row + len - 1, row + len);
   row[0] = amax;
-  float source = row[0];
+  float source = row[0];  // most recent; or the max, NaN if any entry is (then the scale stays, as in TE)
   if (options.amax_algorithm == AmaxAlgorithm::Max)
-    for (std::int64_t i = 0; i < len; ++i) source = std::isnan(source) || row[i] > source ? row[i] : source;
+    for (std::int64_t i = 1; i < len; ++i)
+      if (std::isnan(row[i]) || row[i] > source) source = std::isnan(source) ? source : row[i];
   float& scale = history.scale.data<float>()[r];
   scale = fp8_scale_for(source, format, options, scale);
 }
@@ -60,19 +62,28 @@ void check_history(const Fp8History* history, const Fp8Options& options) {
            kOp);
   MG_CHECK(history->amax_history.defined() && history->amax_history.dtype() == DType::F32 &&
                history->amax_history.dim() == 2 && history->amax_history.size(0) == kFp8Roles &&
-               history->amax_history.size(1) >= 1 && history->scale.defined() &&
-               history->scale.dtype() == DType::F32 && history->scale.shape() == Shape{kFp8Roles} &&
-               history->amax_history.device().is_cpu() && history->scale.device().is_cpu(),
+               history->amax_history.size(1) >= 1 && history->scale.defined() && history->scale.dtype() == DType::F32 &&
+               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device().is_cpu() &&
+               history->scale.device().is_cpu(),
            "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on the CPU, got {} and {}", kOp,
-           history->amax_history.defined() ? fmt::format("{} {}", history->amax_history.dtype(),
-                                                         history->amax_history.shape())
-                                           : std::string("undefined"),
+           history->amax_history.defined()
+               ? fmt::format("{} {}", history->amax_history.dtype(), history->amax_history.shape())
+               : std::string("undefined"),
            history->scale.defined() ? fmt::format("{} {}", history->scale.dtype(), history->scale.shape())
                                     : std::string("undefined"));
   (void)options;
 }
 
 thread_local const Fp8Options* current_region = nullptr;
+
+// An Fp8Tensor held for backward: Saved, so that its bytes count as saved activations (amp/memory_report.h)
+// and a change to them before backward is caught.
+struct SavedFp8 {
+  Saved codes, scale_inv;
+  kernels::Fp8Blocks blocks;
+  explicit SavedFp8(const kernels::Fp8Tensor& q) : codes(q.codes), scale_inv(q.scale_inv), blocks(q.blocks) {}
+  kernels::Fp8Tensor get() const { return {codes.get(), scale_inv.get(), blocks}; }
+};
 
 }  // namespace
 
@@ -173,47 +184,56 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
   const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / std::max<std::int64_t>(in, 1);
   const bool per_tensor = options.scaling == Fp8Scaling::Current || options.scaling == Fp8Scaling::Delayed;
-  // Per-tensor scales: the forward's codes serve the backward (1 byte an element saved). Block and MX:
-  // the backward quantises again along its own reduction, from the values saved here.
-  struct SavedOperands {
-    kernels::Fp8Tensor xq, wq;
-    Tensor x, weight;
-  };
-  SavedOperands saved;
   Tensor y;
+  kernels::Fp8Tensor xq, wq;
+  Tensor x2;
   {
     NoGradGuard no_grad;  // the reshapes are views, not steps of the tape: record() below adds the one node
-    const Tensor x2 = reshape(x, {rows, in});
-    const kernels::Fp8Tensor xq = fp8_quantize_operand(x2, Fp8Role::Input, false, options, history);
-    const kernels::Fp8Tensor wq = fp8_quantize_operand(weight, Fp8Role::Weight, false, options, history);
+    x2 = reshape(x, {rows, in});
+    xq = fp8_quantize_operand(x2, Fp8Role::Input, false, options, history);
+    wq = fp8_quantize_operand(weight, Fp8Role::Weight, false, options, history);
     y = Tensor::empty({rows, out}, {.dtype = DType::BF16});
     kernels::fp8_gemm(xq, wq, y, {.m = rows, .n = out, .k = in, .transpose_b = true}, options.accumulator,
                       {.bias = bias});
     Shape y_shape = x.shape();
     y_shape.back() = out;
     y = reshape(y, y_shape);
-    saved = per_tensor ? SavedOperands{xq, wq, {}, {}} : SavedOperands{{}, {}, x2, weight};
+  }
+  // Per-tensor scales: the forward's codes serve the backward (1 byte an element saved, as the memory
+  // report counts them). Block and MX: the backward quantises again along its own reduction, from the
+  // values saved here.
+  std::optional<SavedFp8> saved_xq, saved_wq;
+  std::optional<Saved> saved_x, saved_w;
+  if (per_tensor) {
+    saved_xq.emplace(xq);
+    saved_wq.emplace(wq);
+  } else {
+    saved_x.emplace(x2);
+    saved_w.emplace(weight);
   }
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype(), b_dtype = bias.defined() ? bias.dtype() : DType::F32;
   const Shape x_shape = x.shape();
   record(kOp, inputs, y,
-         [saved, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape, per_tensor](const Tensor& g,
-                                                                                                   const auto& needs) {
+         [saved_xq, saved_wq, saved_x, saved_w, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape,
+          per_tensor](const Tensor& g, const auto& needs) {
            const Tensor dy = reshape(g, {rows, out});
            Grads grads(needs.size());
            const kernels::Fp8Tensor dy_cols = fp8_quantize_operand(dy, Fp8Role::GradOutput, false, options, history);
-           const kernels::Fp8Tensor dy_rows =
-               per_tensor ? dy_cols : fp8_quantize_operand(dy, Fp8Role::GradOutput, true, options, history);
+           const kernels::Fp8Tensor dy_rows = per_tensor ? dy_cols
+                                                         : fp8_quantize_operand(dy, Fp8Role::GradOutput, true, options,
+                                                                                history);
            if (needs[0]) {
-             const kernels::Fp8Tensor w_rows =
-                 per_tensor ? saved.wq : fp8_quantize_operand(saved.weight, Fp8Role::Weight, true, options, nullptr);
+             const kernels::Fp8Tensor w_rows = per_tensor ? saved_wq->get()
+                                                          : fp8_quantize_operand(saved_w->get(), Fp8Role::Weight, true,
+                                                                                 options, nullptr);
              Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype});
              kernels::fp8_gemm(dy_cols, w_rows, dx, {.m = rows, .n = in, .k = out}, options.accumulator);
              grads[0] = reshape(dx, x_shape);
            }
            if (needs[1]) {
-             const kernels::Fp8Tensor x_rows =
-                 per_tensor ? saved.xq : fp8_quantize_operand(saved.x, Fp8Role::Input, true, options, nullptr);
+             const kernels::Fp8Tensor x_rows = per_tensor ? saved_xq->get()
+                                                          : fp8_quantize_operand(saved_x->get(), Fp8Role::Input, true,
+                                                                                 options, nullptr);
              Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype});
              kernels::fp8_gemm(dy_rows, x_rows, dw, {.m = out, .n = in, .k = rows, .transpose_a = true},
                                options.accumulator);

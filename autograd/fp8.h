@@ -54,7 +54,7 @@ struct Fp8Options {
   int amax_history_len = 16;  // Delayed: steps of amax kept (Transformer Engine's default is 1024)
   AmaxAlgorithm amax_algorithm = AmaxAlgorithm::Max;  // Delayed: the history's max, or its newest entry
   MxScaleRule mx_rule = MxScaleRule::Floor;
-  kernels::Fp8Accumulator accumulator;  // F32 unless .limited (kernels/fp8.h)
+  kernels::Fp8Accumulator accumulator = {};  // F32 unless .limited (kernels/fp8.h)
   std::string describe() const;  // "delayed (E4M3 forward, E5M2 backward, history 16, max)"
 };
 

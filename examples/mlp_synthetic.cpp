@@ -34,10 +34,17 @@ int main(int argc, char** argv) try {
   optim::SGD optimizer(parameters, {.lr = 0.2, .master_weights = recipe.master_weights});
   amp::GradScaler scaler = recipe.make_scaler();
 
+  // Under an FP8 recipe the layers' GEMMs run in FP8 (autograd/fp8.h), and delayed scaling keeps an
+  // amax history per layer (nn::Linear holds its own; here, two by hand).
+  Fp8History h1 = Fp8History::fresh(16), h2 = Fp8History::fresh(16);
+  auto layer = [&](const Tensor& x, const Tensor& w, const Tensor& b, Fp8History& history) {
+    const Fp8Options* fp8 = fp8_autocast_options();
+    return fp8 ? fp8_linear(x, w, b, *fp8, &history) : linear(x, w, b);
+  };
   // Runs inside the caller's autocast region: linear (GEMM + bias) in f16/bf16, relu in its input's dtype.
   auto model = [&](const Tensor& x) {
-    Tensor h = relu(linear(x, w1, b1));  // (B, hidden)
-    return linear(h, w2, b2);  // (B, classes)
+    Tensor h = relu(layer(x, w1, b1, h1));  // (B, hidden)
+    return layer(h, w2, b2, h2);  // (B, classes)
   };
   auto make_batch = [&](std::int64_t size) {
     Tensor x = randn({size, features}, generator);

@@ -23,8 +23,10 @@ void check_matrix(const char* kernel, const Tensor& x, const char* what) {
 }
 
 void check_blocks(const char* kernel, Fp8Blocks blocks) {
-  MG_CHECK(blocks.rows >= 0 && blocks.cols >= 0, "kernels::{}: block extents must be >= 0 (0: the whole dimension), "
-           "got {} x {}", kernel, blocks.rows, blocks.cols);
+  MG_CHECK(blocks.rows >= 0 && blocks.cols >= 0,
+           "kernels::{}: block extents must be >= 0 (0: the whole dimension), "
+           "got {} x {}",
+           kernel, blocks.rows, blocks.cols);
 }
 
 void check_scales(const char* kernel, const Tensor& scale, const Shape& expected, const char* what) {

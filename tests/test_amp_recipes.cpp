@@ -24,6 +24,10 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
       {"float16_master", DType::F16, DType::F16, true, Dynamic},
       {"float16_pure", DType::F16, DType::F16, false, None},
       {"bfloat16_pure", DType::BF16, DType::BF16, false, None},
+      {"fp8_delayed", DType::F32, DType::BF16, false, None},
+      {"fp8_current", DType::F32, DType::BF16, false, None},
+      {"fp8_block", DType::F32, DType::BF16, false, None},
+      {"mxfp8", DType::F32, DType::BF16, false, None},
   };
   REQUIRE(amp::Recipe::names().size() == table.size());
   for (std::size_t i = 0; i < table.size(); ++i) {
@@ -40,7 +44,15 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
     Autocast region = r.autocast();
     CHECK(autocast_enabled() == e.autocast.has_value());
     if (e.autocast) CHECK(autocast_dtype() == *e.autocast);
+    // The FP8 recipes open an FP8 region beside autocast (autograd/fp8.h), with their scaling.
+    CHECK((fp8_autocast_options() != nullptr) == (std::string(e.name).find("fp8") != std::string::npos));
+    CHECK(r.fp8.has_value() == (fp8_autocast_options() != nullptr));
   }
+  CHECK(fp8_autocast_options() == nullptr);
+  CHECK(amp::Recipe::parse("fp8_delayed").fp8->scaling == Fp8Scaling::Delayed);
+  CHECK(amp::Recipe::parse("fp8_delayed").fp8->backward_format == fp8::Format::E5M2);  // the hybrid
+  CHECK(amp::Recipe::parse("fp8_block").fp8->backward_format == fp8::Format::E4M3);  // DeepSeek-V3
+  CHECK(amp::Recipe::parse("mxfp8").fp8->scaling == Fp8Scaling::Mx);
   CHECK_FALSE(autocast_enabled());
   try {
     amp::Recipe::parse("fp16");

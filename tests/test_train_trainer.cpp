@@ -59,9 +59,10 @@ TEST_CASE("trainer: a step is the loop written out by hand, bit for bit, under e
     train::Trainer trainer(small_mlp(), {.recipe = recipe,
                                          .optimizer = {.name = "sgd", .lr = 0.1, .momentum = 0.9},
                                          .scaler = {.init_scale = 1024}});
-    // The same by hand: dtype, optimizer with the recipe's masters, scaler, then the loop.
+    // The same by hand: dtype, the recipe's state, optimizer with the recipe's masters, scaler, then the loop.
     std::shared_ptr<nn::Module> model = small_mlp();
     model->to(recipe.parameter_dtype);
+    recipe.prepare(*model);
     optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9, .master_weights = recipe.master_weights});
     amp::GradScaler scaler = recipe.make_scaler({.init_scale = 1024});
     for (const Batch& batch : data) {

@@ -31,7 +31,7 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->capture_default_str();
   c.add_option("--precision", o.precision,
                "Precision recipe: fp32, mixed_float16, mixed_bfloat16, float16_master, "
-               "float16_pure or bfloat16_pure (amp/recipe.h)")
+               "float16_pure, bfloat16_pure, or FP8: fp8_delayed, fp8_current, fp8_block, mxfp8 (amp/recipe.h)")
       ->check(CLI::IsMember(amp::Recipe::names()))
       ->capture_default_str();
   c.add_option("--device", o.device, "Device: cpu or cuda")

@@ -2,6 +2,7 @@
 // is kernels/cpu/gemm_fp8.cpp. Tests: build/tests/test_fp8_scaling.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/convert.h"
@@ -30,7 +31,8 @@ struct Grid {
 constexpr std::int64_t kGrainElements = 1 << 15;
 template <class Body>
 void for_block_rows(const Grid& g, Body body) {
-  const std::int64_t grain = std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, g.block_rows * g.cols));
+  const std::int64_t grain = std::max<std::int64_t>(1,
+                                                    kGrainElements / std::max<std::int64_t>(1, g.block_rows * g.cols));
   parallel_for(fp8_block_count(g.rows, g.block_rows), grain, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> buffer(static_cast<std::size_t>(g.cols));
     for (std::int64_t r = begin * g.block_rows; r < std::min(g.rows, end * g.block_rows); ++r) body(r, buffer.data());
@@ -45,10 +47,17 @@ Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   float* out = amax.data<float>();
   for_block_rows(g, [&](std::int64_t r, float* buffer) {
     const float* row = values_at<float>(x, r * g.cols, g.cols, buffer);
-    for (std::int64_t c = 0; c < g.cols; ++c) {
-      float& m = out[g.block(r, c)];
-      const float a = std::fabs(row[c]);
-      if (a > m || a != a) m = a;  // once NaN, a block stays NaN (NaN > m and NaN <= m are both false)
+    float* grid_row = out + r / g.block_rows * g.scale_cols;
+    for (std::int64_t c0 = 0; c0 < g.cols; c0 += g.block_cols) {
+      float& m = grid_row[c0 / g.block_cols];
+      float local = m;
+      bool nan = local != local;
+      for (std::int64_t c = c0; c < std::min(g.cols, c0 + g.block_cols); ++c) {
+        const float a = std::fabs(row[c]);
+        local = std::max(local, a);
+        nan |= a != a;
+      }
+      m = nan ? std::numeric_limits<float>::quiet_NaN() : local;
     }
   });
   return amax;
@@ -61,11 +70,19 @@ void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor
   float* inv = scale_inv.data<float>();
   for (std::int64_t i = 0; i < scale.numel(); ++i) inv[i] = 1.0f / s[i];
   auto* out = static_cast<std::uint8_t*>(codes.data_ptr());
-  for_block_rows(g, [&](std::int64_t r, float* buffer) {
-    const float* row = values_at<float>(x, r * g.cols, g.cols, buffer);
-    for (std::int64_t c = 0; c < g.cols; ++c)
-      out[r * g.cols + c] = fp8::encode(row[c] * s[g.block(r, c)], format, fp8::Overflow::Saturate);
-  });
+  parallel_for(g.rows, std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, g.cols)),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<float> buffer(static_cast<std::size_t>(g.cols));
+                 for (std::int64_t r = begin; r < end; ++r) {
+                   const float* row = values_at<float>(x, r * g.cols, g.cols, buffer.data());
+                   const float* srow = s + r / g.block_rows * g.scale_cols;
+                   for (std::int64_t c0 = 0; c0 < g.cols; c0 += g.block_cols) {
+                     const float sc = srow[c0 / g.block_cols];
+                     for (std::int64_t c = c0; c < std::min(g.cols, c0 + g.block_cols); ++c)
+                       out[r * g.cols + c] = fp8::encode(row[c] * sc, format, fp8::Overflow::Saturate);
+                   }
+                 }
+               });
 }
 
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
