@@ -55,7 +55,7 @@ void record_amax(Fp8History& history, Fp8Role role, float amax, fp8::Format form
   scale = fp8_scale_for(source, format, options, scale);
 }
 
-void check_history(const Fp8History* history, const Fp8Options& options) {
+void check_history(const Fp8History* history) {
   MG_CHECK(history != nullptr,
            "{}: delayed scaling keeps an amax history per layer; pass the layer's Fp8History (nn::Linear::enable_fp8 "
            "makes it, and amp::Recipe::prepare calls that for every Linear)",
@@ -71,7 +71,6 @@ void check_history(const Fp8History* history, const Fp8Options& options) {
                : std::string("undefined"),
            history->scale.defined() ? fmt::format("{} {}", history->scale.dtype(), history->scale.shape())
                                     : std::string("undefined"));
-  (void)options;
 }
 
 thread_local const Fp8Options* current_region = nullptr;
@@ -143,7 +142,7 @@ kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool redu
   const fp8::Format format = format_for(role, options);
   const Tensor amax = kernels::fp8_block_amax(x, blocks);
   if (options.scaling == Fp8Scaling::Delayed) {
-    check_history(history, options);
+    check_history(history);
     const Tensor scale = full({1, 1}, history->scale.data<float>()[static_cast<int>(role)]);
     kernels::Fp8Tensor q = kernels::fp8_quantize(x, scale, blocks, format);
     record_amax(*history, role, amax.data<float>()[0], format, options);
@@ -180,7 +179,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
              "{}: x, weight and bias must be f32, f16 or bf16 (FP8 codes are made inside), got {}", kOp, t.dtype());
     MG_CHECK(t.device().is_cpu(), "{}: the FP8 GEMMs run on the CPU so far; got a tensor on {}", kOp, t.device());
   }
-  if (options.scaling == Fp8Scaling::Delayed) check_history(history, options);
+  if (options.scaling == Fp8Scaling::Delayed) check_history(history);
 
   const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / std::max<std::int64_t>(in, 1);
   const bool per_tensor = options.scaling == Fp8Scaling::Current || options.scaling == Fp8Scaling::Delayed;

@@ -201,3 +201,25 @@ TEST_CASE("fp8_linear: bad input is refused with the op's name") {
   if (cuda_device_count() > 0)
     check_error([&] { (void)fp8_linear(x.to(Device::cuda()), w.to(Device::cuda()), {}, current); }, "on the CPU so far");
 }
+
+TEST_CASE("fp8_linear: the memory report counts the saved FP8 codes, one byte an element") {
+  // A lone Linear, input not requiring grad: under mixed_bfloat16 the tape keeps x and W in bf16
+  // (2 bytes each: W's cached cast is not a parameter); under fp8_current it keeps their codes and
+  // one f32 scale_inv each.
+  const std::int64_t rows = 32, in = 24, out = 8;
+  Generator generator(7);
+  const Tensor x = randn({rows, in}, generator);
+  for (const std::string name : {"mixed_bfloat16", "fp8_current"}) {
+    INFO(name);
+    nn::Linear layer(in, out, true, generator);
+    const amp::Recipe recipe = amp::Recipe::parse(name);
+    recipe.prepare(layer);
+    optim::SGD sgd(layer.parameters(), {.lr = 0.1});
+    Autocast region = recipe.autocast();
+    const Tensor y = layer(x);
+    const amp::MemoryReport report = amp::memory_report(sgd);
+    const std::size_t elements = static_cast<std::size_t>(rows * in + out * in);
+    CHECK(report.saved_activations == (recipe.fp8 ? elements + 2 * sizeof(float) : 2 * elements));
+    backward(sum(cast(y, DType::F32)));  // releases what the tape saved before the next recipe
+  }
+}
