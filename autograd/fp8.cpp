@@ -60,13 +60,13 @@ void check_history(const Fp8History* history, const Fp8Options& options) {
            kOp);
   MG_CHECK(history->amax_history.defined() && history->amax_history.dtype() == DType::F32 &&
                history->amax_history.dim() == 2 && history->amax_history.size(0) == kFp8Roles &&
-               history->amax_history.size(1) >= 1 && history->scale.defined() &&
-               history->scale.dtype() == DType::F32 && history->scale.shape() == Shape{kFp8Roles} &&
-               history->amax_history.device().is_cpu() && history->scale.device().is_cpu(),
+               history->amax_history.size(1) >= 1 && history->scale.defined() && history->scale.dtype() == DType::F32 &&
+               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device().is_cpu() &&
+               history->scale.device().is_cpu(),
            "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on the CPU, got {} and {}", kOp,
-           history->amax_history.defined() ? fmt::format("{} {}", history->amax_history.dtype(),
-                                                         history->amax_history.shape())
-                                           : std::string("undefined"),
+           history->amax_history.defined()
+               ? fmt::format("{} {}", history->amax_history.dtype(), history->amax_history.shape())
+               : std::string("undefined"),
            history->scale.defined() ? fmt::format("{} {}", history->scale.dtype(), history->scale.shape())
                                     : std::string("undefined"));
   (void)options;
@@ -130,10 +130,12 @@ kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool redu
                                         Fp8History* history) {
   const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
   const fp8::Format format = format_for(role, options);
-  const Tensor amax = kernels::fp8_block_amax(x, blocks);
+  // The scales are chosen on the host, where the history lives: a GPU's amax is read back (one host
+  // wait a quantisation), and its scales go back to it with the codes' quantisation.
+  const Tensor amax = kernels::fp8_block_amax(x, blocks).to(Device::cpu());
   if (options.scaling == Fp8Scaling::Delayed) {
     check_history(history, options);
-    const Tensor scale = full({1, 1}, history->scale.data<float>()[static_cast<int>(role)]);
+    const Tensor scale = full({1, 1}, history->scale.data<float>()[static_cast<int>(role)]).to(x.device());
     kernels::Fp8Tensor q = kernels::fp8_quantize(x, scale, blocks, format);
     record_amax(*history, role, amax.data<float>()[0], format, options);
     return q;
@@ -141,7 +143,7 @@ kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool redu
   Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32});
   for (std::int64_t i = 0; i < amax.numel(); ++i)
     scale.data<float>()[i] = fp8_scale_for(amax.data<float>()[i], format, options);
-  return kernels::fp8_quantize(x, scale, blocks, format);
+  return kernels::fp8_quantize(x, scale.to(x.device()), blocks, format);
 }
 
 const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
@@ -151,6 +153,8 @@ const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
 const Fp8Options* fp8_autocast_options() { return current_region; }
 
 // Forward: y = x W^T + b, one FP8 GEMM with the bias in its epilogue, rounded once into bf16.
+// On a GPU (sm_89 or later) every tensor is on x's device but the history, which stays on the CPU: each
+// quantisation reads its amax back to choose the scales there (fp8_quantize_operand: a host wait).
 // Backward, with x viewed as [rows, in] and dy as [rows, out]:
 //   dx = dy W        dy quantised along its columns (out), W along its rows (out)
 //   dW = dy^T x      dy and x quantised along their rows (the batch)
@@ -167,7 +171,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   for (const Tensor& t : inputs) {
     MG_CHECK(t.dtype() == DType::F32 || is_low_precision(t.dtype()),
              "{}: x, weight and bias must be f32, f16 or bf16 (FP8 codes are made inside), got {}", kOp, t.dtype());
-    MG_CHECK(t.device().is_cpu(), "{}: the FP8 GEMMs run on the CPU so far; got a tensor on {}", kOp, t.device());
+    MG_CHECK(t.device() == x.device(), "{}: x, weight and bias must be on one device; x is on {}, got a tensor on {}",
+             kOp, x.device(), t.device());
   }
   if (options.scaling == Fp8Scaling::Delayed) check_history(history, options);
 
@@ -186,7 +191,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     const Tensor x2 = reshape(x, {rows, in});
     const kernels::Fp8Tensor xq = fp8_quantize_operand(x2, Fp8Role::Input, false, options, history);
     const kernels::Fp8Tensor wq = fp8_quantize_operand(weight, Fp8Role::Weight, false, options, history);
-    y = Tensor::empty({rows, out}, {.dtype = DType::BF16});
+    y = Tensor::empty({rows, out}, {.dtype = DType::BF16, .device = x.device()});
     kernels::fp8_gemm(xq, wq, y, {.m = rows, .n = out, .k = in, .transpose_b = true}, options.accumulator,
                       {.bias = bias});
     Shape y_shape = x.shape();
@@ -198,23 +203,26 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const Shape x_shape = x.shape();
   record(kOp, inputs, y,
          [saved, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape, per_tensor](const Tensor& g,
-                                                                                                   const auto& needs) {
+                                                                                                  const auto& needs) {
            const Tensor dy = reshape(g, {rows, out});
            Grads grads(needs.size());
            const kernels::Fp8Tensor dy_cols = fp8_quantize_operand(dy, Fp8Role::GradOutput, false, options, history);
-           const kernels::Fp8Tensor dy_rows =
-               per_tensor ? dy_cols : fp8_quantize_operand(dy, Fp8Role::GradOutput, true, options, history);
+           const kernels::Fp8Tensor dy_rows = per_tensor ? dy_cols
+                                                         : fp8_quantize_operand(dy, Fp8Role::GradOutput, true, options,
+                                                                                history);
            if (needs[0]) {
-             const kernels::Fp8Tensor w_rows =
-                 per_tensor ? saved.wq : fp8_quantize_operand(saved.weight, Fp8Role::Weight, true, options, nullptr);
-             Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype});
+             const kernels::Fp8Tensor w_rows = per_tensor ? saved.wq
+                                                          : fp8_quantize_operand(saved.weight, Fp8Role::Weight, true,
+                                                                                 options, nullptr);
+             Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype, .device = g.device()});
              kernels::fp8_gemm(dy_cols, w_rows, dx, {.m = rows, .n = in, .k = out}, options.accumulator);
              grads[0] = reshape(dx, x_shape);
            }
            if (needs[1]) {
-             const kernels::Fp8Tensor x_rows =
-                 per_tensor ? saved.xq : fp8_quantize_operand(saved.x, Fp8Role::Input, true, options, nullptr);
-             Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype});
+             const kernels::Fp8Tensor x_rows = per_tensor ? saved.xq
+                                                          : fp8_quantize_operand(saved.x, Fp8Role::Input, true, options,
+                                                                                 nullptr);
+             Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype, .device = g.device()});
              kernels::fp8_gemm(dy_rows, x_rows, dw, {.m = out, .n = in, .k = rows, .transpose_a = true},
                                options.accumulator);
              grads[1] = dw;
