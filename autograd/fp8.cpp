@@ -61,9 +61,8 @@ void check_history(const Fp8History* history, const Fp8Options& options) {
   MG_CHECK(history->amax_history.defined() && history->amax_history.dtype() == DType::F32 &&
                history->amax_history.dim() == 2 && history->amax_history.size(0) == kFp8Roles &&
                history->amax_history.size(1) >= 1 && history->scale.defined() && history->scale.dtype() == DType::F32 &&
-               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device().is_cpu() &&
-               history->scale.device().is_cpu(),
-           "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on the CPU, got {} and {}", kOp,
+               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device() == history->scale.device(),
+           "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on one device, got {} and {}", kOp,
            history->amax_history.defined()
                ? fmt::format("{} {}", history->amax_history.dtype(), history->amax_history.shape())
                : std::string("undefined"),
@@ -130,14 +129,24 @@ kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool redu
                                         Fp8History* history) {
   const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
   const fp8::Format format = format_for(role, options);
-  // The scales are chosen on the host, where the history lives: a GPU's amax is read back (one host
-  // wait a quantisation), and its scales go back to it with the codes' quantisation.
+  // The scales are chosen on the host: a GPU's amax is read back (a host wait a quantisation), and its
+  // scales go back to it with the codes' quantisation.
   const Tensor amax = kernels::fp8_block_amax(x, blocks).to(Device::cpu());
   if (options.scaling == Fp8Scaling::Delayed) {
     check_history(history, options);
-    const Tensor scale = full({1, 1}, history->scale.data<float>()[static_cast<int>(role)]).to(x.device());
+    // The history of a Linear moved to a GPU is there (its buffers): the bookkeeping runs on a host
+    // copy, written back after.
+    const bool on_host = history->scale.device().is_cpu();
+    Fp8History host = on_host ? *history
+                              : Fp8History{history->amax_history.to(Device::cpu()), history->scale.to(Device::cpu())};
+    const Tensor scale = full({1, 1}, host.scale.data<float>()[static_cast<int>(role)]).to(x.device());
     kernels::Fp8Tensor q = kernels::fp8_quantize(x, scale, blocks, format);
-    record_amax(*history, role, amax.data<float>()[0], format, options);
+    record_amax(host, role, amax.data<float>()[0], format, options);
+    if (!on_host) {
+      NoGradGuard no_grad;
+      history->amax_history.copy_(host.amax_history);
+      history->scale.copy_(host.scale);
+    }
     return q;
   }
   Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32});
@@ -153,8 +162,8 @@ const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
 const Fp8Options* fp8_autocast_options() { return current_region; }
 
 // Forward: y = x W^T + b, one FP8 GEMM with the bias in its epilogue, rounded once into bf16.
-// On a GPU (sm_89 or later) every tensor is on x's device but the history, which stays on the CPU: each
-// quantisation reads its amax back to choose the scales there (fp8_quantize_operand: a host wait).
+// On a GPU (sm_89 or later) every tensor is on x's device, the history on the CPU or there too: each
+// quantisation reads its amax back to choose the scales on the host (fp8_quantize_operand: a host wait).
 // Backward, with x viewed as [rows, in] and dy as [rows, out]:
 //   dx = dy W        dy quantised along its columns (out), W along its rows (out)
 //   dW = dy^T x      dy and x quantised along their rows (the batch)

@@ -363,9 +363,15 @@ TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and
 TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") {
   if (!have_gpu()) return;
   const Fp8Accumulator promoted_every_32{.limited = true, .promote_every = 32};  // the GPU's F32 on the CPU
-  for (const Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed, Fp8Scaling::Block, Fp8Scaling::Mx}) {
+  // Delayed twice: its history on the CPU, and on the GPU (a Linear's buffers, moved with it).
+  const std::vector<std::pair<Fp8Scaling, bool>> runs{{Fp8Scaling::Current, false},
+                                                      {Fp8Scaling::Delayed, false},
+                                                      {Fp8Scaling::Delayed, true},
+                                                      {Fp8Scaling::Block, false},
+                                                      {Fp8Scaling::Mx, false}};
+  for (const auto& [scaling, history_on_gpu] : runs) {
     const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};
-    INFO(options.describe());
+    INFO(options.describe() << (history_on_gpu ? ", history on the GPU" : ""));
     Generator generator(5);
     const std::int64_t rows = 6, in = 40, out = 24;
     const Tensor x = randn({rows, in}, generator).requires_grad_(true);
@@ -376,6 +382,8 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
     const Tensor gw = w.detach().to(Device::cuda()).requires_grad_(true);
     const Tensor gb = b.detach().to(Device::cuda()).requires_grad_(true);
     Fp8History history = Fp8History::fresh(4), gpu_history = Fp8History::fresh(4);
+    if (history_on_gpu)
+      gpu_history = {gpu_history.amax_history.to(Device::cuda()), gpu_history.scale.to(Device::cuda())};
     for (int step = 0; step < 2; ++step) {  // delayed scaling: the second step uses the recorded amax
       INFO("step " << step);
       const Tensor y = fp8_linear(x, w, b, options, &history);
@@ -393,6 +401,7 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
       compare("dx", gx.grad(), x.grad());
       compare("dW", gw.grad(), w.grad());
       check_close(gb.grad().to(Device::cpu()).to(DType::F64), b.grad().to(DType::F64), 1e-6, 1e-6);  // f32 sums
+      CHECK(gpu_history.scale.device() == (history_on_gpu ? Device::cuda() : Device::cpu()));
       check_same_bits("amax history", gpu_history.amax_history, history.amax_history);
       check_same_bits("scales", gpu_history.scale, history.scale);
       for (Tensor t : {x, w, b, gx, gw, gb}) t.zero_grad();
