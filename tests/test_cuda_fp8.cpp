@@ -1,5 +1,7 @@
 // The FP8 kernels on a GPU (kernels/cuda/fp8.cu, kernels/cuda/mma_fp8.cuh) against the CPU's
-// (kernels/cpu/fp8.cpp, kernels/cpu/gemm_fp8.cpp), and mg::fp8_linear on a GPU.
+// (kernels/cpu/fp8.cpp, kernels/cpu/gemm_fp8.cpp), mg::fp8_linear on a GPU against the CPU (every
+// scaling; delayed with its history on either device), an nn::Linear trained there under the
+// fp8_delayed recipe, the argument checks, and the refusal of a GPU older than sm_89.
 //
 // Quantisation: block amax, codes, scale_inv and dequantised values are the CPU's bit for bit (any NaN
 // matching any NaN), for f32/f16/bf16 inputs, every block shape of kernels/fp8.h, both formats, with
@@ -409,6 +411,36 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
   }
   // Operands on two devices are refused with the op's name.
   check_error([&] { (void)fp8_linear(ones({2, 4}).to(Device::cuda()), ones({3, 4}), {}, {}); }, "mg::fp8_linear");
+}
+
+TEST_CASE("cuda fp8: an nn::Linear under the fp8_delayed recipe trains on the GPU, its history with it") {
+  if (!have_gpu()) return;
+  const amp::Recipe recipe = amp::Recipe::parse("fp8_delayed");
+  Generator generator(11);
+  auto layer = std::make_shared<nn::Linear>(40, 24, true, generator);
+  recipe.prepare(*layer);  // the delayed-scaling buffers
+  layer->to(Device::cuda());
+  REQUIRE(layer->fp8_history.amax_history.device() == Device::cuda());
+  const Tensor x = randn({6, 40}, generator);
+  const double amax = kernels::fp8_block_amax(x, {}).item();
+  for (int step = 0; step < 2; ++step) {
+    Tensor loss;
+    {
+      Autocast region = recipe.autocast();
+      loss = sum(cast((*layer)(x.to(Device::cuda())), DType::F32));
+    }
+    backward(loss);
+    const Tensor grad = layer->weight.grad();
+    REQUIRE(grad.defined());
+    CHECK(grad.device() == Device::cuda());
+    for (double g : grad.to(Device::cpu()).to_vector<double>()) REQUIRE(std::isfinite(g));
+    layer->weight.zero_grad();
+    layer->bias.zero_grad();
+  }
+  // The input's row of the history: this step's amax, then the last one's (written back to the GPU).
+  const std::vector<double> history = layer->fp8_history.amax_history.to(Device::cpu()).to_vector<double>();
+  CHECK(history[0] == amax);
+  CHECK(history[1] == amax);
 }
 
 TEST_CASE("cuda fp8: argument checks") {
