@@ -23,6 +23,9 @@
 //           promoted += running, running = 0            promotion into f32 registers (DeepSeek-V3)
 //       acc = fmaf(promoted + running, scale_a * scale_b, acc)
 //   then the epilogue (bias, relu/gelu: kernels/pointwise.h's functors) and one rounding into C.
+//   The scales are applied once per chunk, to the sum of its promoted parts, because that is what the
+//   CPU does: an fmaf at every promotion would round in another order, and bit equality with the CPU
+//   is what the tests hold. (GELU's erfcf is the device's: on a GPU a few ulps from glibc's.)
 //   The operands are stored either way (GemmShape's transposes): each lane reads its codes where they
 //   are, so a transpose costs nothing but uncoalesced byte loads. Codes outside the matrices (rows
 //   past m, columns past n, k past the chunk's end) are loaded as 0 and add nothing.
