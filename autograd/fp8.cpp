@@ -63,9 +63,8 @@ void check_history(const Fp8History* history) {
   MG_CHECK(history->amax_history.defined() && history->amax_history.dtype() == DType::F32 &&
                history->amax_history.dim() == 2 && history->amax_history.size(0) == kFp8Roles &&
                history->amax_history.size(1) >= 1 && history->scale.defined() && history->scale.dtype() == DType::F32 &&
-               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device().is_cpu() &&
-               history->scale.device().is_cpu(),
-           "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on the CPU, got {} and {}", kOp,
+               history->scale.shape() == Shape{kFp8Roles} && history->amax_history.device() == history->scale.device(),
+           "{}: the Fp8History must be f32 amax_history [3, len >= 1] and scale [3] on one device, got {} and {}", kOp,
            history->amax_history.defined()
                ? fmt::format("{} {}", history->amax_history.dtype(), history->amax_history.shape())
                : std::string("undefined"),
@@ -140,18 +139,30 @@ kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool redu
                                         Fp8History* history) {
   const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
   const fp8::Format format = format_for(role, options);
-  const Tensor amax = kernels::fp8_block_amax(x, blocks);
+  // The scales are chosen on the host: a GPU's amax is read back (a host wait a quantisation), and its
+  // scales go back to it with the codes' quantisation.
+  const Tensor amax = kernels::fp8_block_amax(x, blocks).to(Device::cpu());
   if (options.scaling == Fp8Scaling::Delayed) {
     check_history(history);
-    const Tensor scale = full({1, 1}, history->scale.data<float>()[static_cast<int>(role)]);
+    // The history of a Linear moved to a GPU is there (its buffers): the bookkeeping runs on a host
+    // copy, written back after.
+    const bool on_host = history->scale.device().is_cpu();
+    Fp8History host = on_host ? *history
+                              : Fp8History{history->amax_history.to(Device::cpu()), history->scale.to(Device::cpu())};
+    const Tensor scale = full({1, 1}, host.scale.data<float>()[static_cast<int>(role)]).to(x.device());
     kernels::Fp8Tensor q = kernels::fp8_quantize(x, scale, blocks, format);
-    record_amax(*history, role, amax.data<float>()[0], format, options);
+    record_amax(host, role, amax.data<float>()[0], format, options);
+    if (!on_host) {
+      NoGradGuard no_grad;
+      history->amax_history.copy_(host.amax_history);
+      history->scale.copy_(host.scale);
+    }
     return q;
   }
   Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32});
   for (std::int64_t i = 0; i < amax.numel(); ++i)
     scale.data<float>()[i] = fp8_scale_for(amax.data<float>()[i], format, options);
-  return kernels::fp8_quantize(x, scale, blocks, format);
+  return kernels::fp8_quantize(x, scale.to(x.device()), blocks, format);
 }
 
 const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
@@ -161,6 +172,8 @@ const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
 const Fp8Options* fp8_autocast_options() { return current_region; }
 
 // Forward: y = x W^T + b, one FP8 GEMM with the bias in its epilogue, rounded once into bf16.
+// On a GPU (sm_89 or later) every tensor is on x's device, the history on the CPU or there too: each
+// quantisation reads its amax back to choose the scales on the host (fp8_quantize_operand: a host wait).
 // Backward, with x viewed as [rows, in] and dy as [rows, out]:
 //   dx = dy W        dy quantised along its columns (out), W along its rows (out)
 //   dW = dy^T x      dy and x quantised along their rows (the batch)
@@ -177,7 +190,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   for (const Tensor& t : inputs) {
     MG_CHECK(t.dtype() == DType::F32 || is_low_precision(t.dtype()),
              "{}: x, weight and bias must be f32, f16 or bf16 (FP8 codes are made inside), got {}", kOp, t.dtype());
-    MG_CHECK(t.device().is_cpu(), "{}: the FP8 GEMMs run on the CPU so far; got a tensor on {}", kOp, t.device());
+    MG_CHECK(t.device() == x.device(), "{}: x, weight and bias must be on one device; x is on {}, got a tensor on {}",
+             kOp, x.device(), t.device());
   }
   if (options.scaling == Fp8Scaling::Delayed) check_history(history);
 
@@ -191,7 +205,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
     x2 = reshape(x, {rows, in});
     xq = fp8_quantize_operand(x2, Fp8Role::Input, false, options, history);
     wq = fp8_quantize_operand(weight, Fp8Role::Weight, false, options, history);
-    y = Tensor::empty({rows, out}, {.dtype = DType::BF16});
+    y = Tensor::empty({rows, out}, {.dtype = DType::BF16, .device = x.device()});
     kernels::fp8_gemm(xq, wq, y, {.m = rows, .n = out, .k = in, .transpose_b = true}, options.accumulator,
                       {.bias = bias});
     Shape y_shape = x.shape();
@@ -225,7 +239,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
              const kernels::Fp8Tensor w_rows = per_tensor ? saved_wq->get()
                                                           : fp8_quantize_operand(saved_w->get(), Fp8Role::Weight, true,
                                                                                  options, nullptr);
-             Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype});
+             Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype, .device = g.device()});
              kernels::fp8_gemm(dy_cols, w_rows, dx, {.m = rows, .n = in, .k = out}, options.accumulator);
              grads[0] = reshape(dx, x_shape);
            }
@@ -233,7 +247,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
              const kernels::Fp8Tensor x_rows = per_tensor ? saved_xq->get()
                                                           : fp8_quantize_operand(saved_x->get(), Fp8Role::Input, true,
                                                                                  options, nullptr);
-             Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype});
+             Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype, .device = g.device()});
              kernels::fp8_gemm(dy_rows, x_rows, dw, {.m = out, .n = in, .k = rows, .transpose_a = true},
                                options.accumulator);
              grads[1] = dw;

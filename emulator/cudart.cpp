@@ -2,15 +2,19 @@
 // (kernels/cuda/runtime.cpp, allocator.cpp, transfer.cpp and the kernels' host code), declared by the
 // toolkit's own cuda_runtime_api.h and defined here instead of in libcudart.
 //
-// One device, shaped like an H100 SXM where a kernel asks (132 multiprocessors, 48 KiB of dynamic
-// shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor). Everything runs at
-// once, in the order it is called: a kernel is done when its launch returns, so streams and events
-// only need to exist. Memory is the host's (memory.cpp); copies check that the device side of
-// each is device memory in use, and fail as CUDA would (cudaErrorInvalidValue) when it is not.
+// One device, shaped like an H100 SXM where a kernel asks (compute capability 9.0, 132 multiprocessors,
+// 48 KiB of dynamic shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor).
+// Everything runs at once, in the order it is called: a kernel is done when its launch returns, so
+// streams and events only need to exist. Memory is the host's (memory.cpp); copies check that the
+// device side of each is device memory in use, and fail as CUDA would (cudaErrorInvalidValue) when it
+// is not.
 // Functions the backend does not call are not here: a new call is a link error that says which.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -140,6 +144,19 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
+// The device's name and what cudaDeviceGetAttribute reports; every other field 0 (error messages
+// read the name).
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  if (!runtime::valid_device(device)) return failed(cudaErrorInvalidDevice);
+  *properties = cudaDeviceProp{};
+  const std::string name = fmt::format("CUDA emulator (H100-shaped, sm_{})", settings().compute_capability);
+  std::memcpy(properties->name, name.c_str(), std::min(name.size() + 1, sizeof properties->name));
+  properties->major = settings().compute_capability / 10;
+  properties->minor = settings().compute_capability % 10;
+  properties->multiProcessorCount = runtime::kMultiprocessors;
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (!runtime::valid_device(device)) return failed(cudaErrorInvalidDevice);
   switch (attribute) {
@@ -151,6 +168,12 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = runtime::kMaxDynamicShared;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:  // 9.0 unless MG_EMULATOR_COMPUTE_CAPABILITY says otherwise
+      *value = settings().compute_capability / 10;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = settings().compute_capability % 10;
       return cudaSuccess;
     default:
       return failed(cudaErrorInvalidValue);

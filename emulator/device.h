@@ -7,7 +7,7 @@
 //     toolkit's headers already define them so for a host compiler);
 //   - threadIdx, blockIdx, blockDim, gridDim: the running emulated thread's (scheduler.cpp);
 //   - __syncthreads, __syncthreads_or, __shfl_xor_sync, __reduce_add_sync: barriers and warp
-//     collectives of the scheduler; atomicAdd on host atomics;
+//     collectives of the scheduler; atomicAdd and atomicMax (unsigned) on host atomics;
 //   - the device intrinsics the kernels call, with the device's results (__float2int_rz saturates,
 //     __fmul_rn and company round once: this file is compiled with -ffp-contract=off);
 //   - nvcuda::wmma (wmma.h), and the three macros through which kernels/cuda/ declares what nvcc
@@ -151,6 +151,12 @@ template <class T>
 requires(std::is_same_v<T, float> || std::is_same_v<T, unsigned> || std::is_same_v<T, unsigned long long>) T
     atomicAdd(T* address, T value) {
   return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
+}
+inline unsigned atomicMax(unsigned* address, unsigned value) {
+  std::atomic_ref<unsigned> target(*address);
+  unsigned old = target.load(std::memory_order_relaxed);
+  while (old < value && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {}
+  return old;
 }
 
 #include "emulator/wmma.h"

@@ -56,6 +56,9 @@ struct Settings {
   // MG_EMULATOR_MAX_BLOCKS: the most blocks blocks_for() gives a grid-stride loop (a GPU gets up to
   // 132 x 32), so that small inputs still take several rounds of the loop.
   std::int64_t max_grid_stride_blocks = 32;
+  // MG_EMULATOR_COMPUTE_CAPABILITY: what the device reports as its compute capability, major * 10 +
+  // minor: 90 (an H100); e.g. 80 to see how the backend refuses what an A100 lacks (FP8 mma.sync).
+  int compute_capability = 90;
 };
 
 Settings& settings();

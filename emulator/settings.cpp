@@ -1,5 +1,5 @@
-// The CUDA emulator's settings: which schedules the race check runs, its seed, and the cap on the
-// blocks of grid-stride loops. Read from the environment once (emulator.h names the variables).
+// The CUDA emulator's settings: which schedules the race check runs, its seed, the cap on the
+// blocks of grid-stride loops, and the compute capability the device reports. Read from the environment once (emulator.h names the variables).
 #include <cstdlib>
 #include <sstream>
 
@@ -79,6 +79,8 @@ Settings& settings() {
     s.schedules = parse_schedules(schedules && *schedules ? schedules : "forward:issue,reverse:wait,random:wait");
     s.seed = static_cast<std::uint64_t>(integer_from_environment("MG_EMULATOR_SEED", 1, 0));
     s.max_grid_stride_blocks = integer_from_environment("MG_EMULATOR_MAX_BLOCKS", s.max_grid_stride_blocks, 1);
+    s.compute_capability = static_cast<int>(
+        integer_from_environment("MG_EMULATOR_COMPUTE_CAPABILITY", s.compute_capability, 10));
     return s;
   }();
   return instance;

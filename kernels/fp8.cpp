@@ -1,11 +1,19 @@
 // The FP8 kernel family's entry points (kernels/fp8.h): argument checks, then the backend of the
-// output's device. The CPU kernels: kernels/cpu/fp8.cpp and kernels/cpu/gemm_fp8.cpp.
+// output's device (as kernels/dispatch.cpp's MG_ROUTE). The CPU kernels: kernels/cpu/fp8.cpp and
+// kernels/cpu/gemm_fp8.cpp; the GPU's: kernels/cuda/fp8.cu. Every tensor of a call is on one device.
 #include "kernels/fp8.h"
 
 #include <cmath>
 
 #include "core/convert.h"
 #include "core/error.h"
+
+#ifdef MG_WITH_CUDA
+#define MG_FP8_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
+#else
+// Without the backend no tensor can be on a GPU (allocation fails first).
+#define MG_FP8_ROUTE(out, fn, ...) cpu::fn(__VA_ARGS__)
+#endif
 
 namespace mg::kernels {
 
@@ -18,8 +26,14 @@ namespace {
 void check_matrix(const char* kernel, const Tensor& x, const char* what) {
   MG_CHECK(x.defined() && x.dim() == 2, "kernels::{}: {} must be a 2-D tensor, got {}", kernel, what,
            x.defined() ? fmt::format("{}", x.shape()) : std::string("an undefined tensor"));
-  MG_CHECK(x.device().is_cpu(), "kernels::{}: {} is on {}; the FP8 kernels run on the CPU so far", kernel, what,
-           x.device());
+}
+
+// `x` is on the call's device (the first operand's).
+void check_device(const char* kernel, const Tensor& x, const Device& device, const char* what) {
+  MG_CHECK(x.device() == device,
+           "kernels::{}: {} is on {} but the other operands on {}; every tensor of an FP8 "
+           "kernel must be on one device",
+           kernel, what, x.device(), device);
 }
 
 void check_blocks(const char* kernel, Fp8Blocks blocks) {
@@ -29,10 +43,13 @@ void check_blocks(const char* kernel, Fp8Blocks blocks) {
            kernel, blocks.rows, blocks.cols);
 }
 
-void check_scales(const char* kernel, const Tensor& scale, const Shape& expected, const char* what) {
-  MG_CHECK(scale.defined() && scale.dtype() == DType::F32 && scale.shape() == expected && scale.device().is_cpu(),
-           "kernels::{}: {} must be f32 of shape {} (one per block) on the CPU, got {}", kernel, what, expected,
-           scale.defined() ? fmt::format("{} {}", scale.dtype(), scale.shape()) : std::string("an undefined tensor"));
+void check_scales(const char* kernel, const Tensor& scale, const Shape& expected, const Device& device,
+                  const char* what) {
+  MG_CHECK(scale.defined() && scale.dtype() == DType::F32 && scale.shape() == expected && scale.device() == device,
+           "kernels::{}: {} must be f32 of shape {} (one per block) on {}, the codes' device, got {}", kernel, what,
+           expected, device,
+           scale.defined() ? fmt::format("{} {} on {}", scale.dtype(), scale.shape(), scale.device())
+                           : std::string("an undefined tensor"));
 }
 
 void check_fp8(const char* kernel, const Fp8Tensor& x, const char* what) {
@@ -40,7 +57,7 @@ void check_fp8(const char* kernel, const Fp8Tensor& x, const char* what) {
   MG_CHECK(is_fp8(x.codes.dtype()), "kernels::{}: {}'s codes must be e4m3 or e5m2, got {}", kernel, what,
            x.codes.dtype());
   check_blocks(kernel, x.blocks);
-  check_scales(kernel, x.scale_inv, fp8_scale_shape(x.codes.shape(), x.blocks), "scale_inv");
+  check_scales(kernel, x.scale_inv, fp8_scale_shape(x.codes.shape(), x.blocks), x.codes.device(), "scale_inv");
 }
 
 }  // namespace
@@ -57,30 +74,32 @@ Shape fp8_scale_shape(const Shape& shape, Fp8Blocks blocks) {
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   check_matrix("fp8_block_amax", x, "x");
   check_blocks("fp8_block_amax", blocks);
-  return cpu::fp8_block_amax(x, blocks);
+  return MG_FP8_ROUTE(x, fp8_block_amax, x, blocks);
 }
 
 Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, fp8::Format format) {
   check_matrix("fp8_quantize", x, "x");
   check_blocks("fp8_quantize", blocks);
-  check_scales("fp8_quantize", scale, fp8_scale_shape(x.shape(), blocks), "scale");
-  const float* s = scale.data<float>();
+  check_scales("fp8_quantize", scale, fp8_scale_shape(x.shape(), blocks), x.device(), "scale");
+  // The scales are checked on the host: a GPU's are read back first (one host wait).
+  const Tensor host_scale = scale.device().is_cpu() ? scale : scale.to(Device::cpu());
+  const float* s = host_scale.data<float>();
   for (std::int64_t i = 0; i < scale.numel(); ++i)
     MG_CHECK(std::isfinite(s[i]) && s[i] > 0.0f,
              "kernels::fp8_quantize: scale {} of block {} is not a finite positive number; a scale comes from an "
              "amax that is finite and not zero (amp/fp8_recipe.h keeps the previous scale otherwise)",
              s[i], i);
-  Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = fp8_dtype(format)}),
-                .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32}),
+  Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = fp8_dtype(format), .device = x.device()}),
+                .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32, .device = x.device()}),
                 .blocks = blocks};
-  cpu::fp8_quantize(x, scale, blocks, out.codes, out.scale_inv);
+  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, out.codes, out.scale_inv);
   return out;
 }
 
 Tensor fp8_dequantize(const Fp8Tensor& x) {
   check_fp8("fp8_dequantize", x, "x");
-  Tensor out = Tensor::empty(x.codes.shape(), {.dtype = DType::F32});
-  cpu::fp8_dequantize(x, out);
+  Tensor out = Tensor::empty(x.codes.shape(), {.dtype = DType::F32, .device = x.codes.device()});
+  MG_FP8_ROUTE(out, fp8_dequantize, x, out);
   return out;
 }
 
@@ -93,6 +112,8 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
   check_fp8("fp8_gemm", a, "A");
   check_fp8("fp8_gemm", b, "B");
   check_matrix("fp8_gemm", c, "C");
+  check_device("fp8_gemm", b.codes, a.codes.device(), "B");
+  check_device("fp8_gemm", c, a.codes.device(), "C");
   const Shape a_shape = s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k};
   const Shape b_shape = s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n};
   MG_CHECK(s.batch == 1 && a.codes.shape() == a_shape && b.codes.shape() == b_shape && c.shape() == Shape({s.m, s.n}),
@@ -123,11 +144,11 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
              small, small, accumulator.promote_every);
   }
   if (epilogue.bias.defined())
-    MG_CHECK(epilogue.bias.dim() == 1 && epilogue.bias.numel() == s.n && epilogue.bias.device().is_cpu() &&
+    MG_CHECK(epilogue.bias.dim() == 1 && epilogue.bias.numel() == s.n && epilogue.bias.device() == c.device() &&
                  (epilogue.bias.dtype() == DType::F32 || is_low_precision(epilogue.bias.dtype())),
-             "kernels::fp8_gemm: the bias must be [{}] f32, f16 or bf16 on the CPU, got {} {}", s.n,
-             epilogue.bias.dtype(), epilogue.bias.shape());
-  cpu::fp8_gemm(a, b, c, s, accumulator, epilogue);
+             "kernels::fp8_gemm: the bias must be [{}] f32, f16 or bf16 on {}, C's device, got {} {} on {}", s.n,
+             c.device(), epilogue.bias.dtype(), epilogue.bias.shape(), epilogue.bias.device());
+  MG_FP8_ROUTE(c, fp8_gemm, a, b, c, s, accumulator, epilogue);
 }
 
 }  // namespace mg::kernels

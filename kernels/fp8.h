@@ -65,7 +65,10 @@ Tensor fp8_dequantize(const Fp8Tensor& x);
 // The accumulator of an FP8 GEMM chunk.
 //
 // F32: products summed in f32, the contract; on the CPU the bf16 dot-product microkernel (every FP8
-// value is a bf16 value), on the GPU mma.sync's f32 accumulator as the PTX ISA documents it.
+// value is a bf16 value). A GPU cannot give it: its FP8 Tensor Cores accumulate in fewer bits than
+// f32 (below) and there is no FP8 instruction without them, so on a GPU F32 means the closest it can
+// do, promotion after every instruction: each mma.sync (32 products) starts from 0 and its result is
+// added to the f32 sum, which is the Limited model below with promote_every = 32 (kernels/cuda/fp8.cu).
 //
 // Limited: a model of the Hopper FP8 Tensor Core's accumulator, which keeps fewer bits than f32.
 //   - DeepSeek-V3 technical report (arXiv 2412.19437, section 3.3.2, measured on an H800): "the
@@ -95,6 +98,12 @@ struct Fp8Accumulator {
 // One step of the Limited accumulator: sum + group_sum, cut to `mantissa_bits` as the model says.
 float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumulator);
 
+// The accumulator of one FP8 mma.sync (m16n8k32) on Hopper and Ada, as the CUDA emulator models it
+// (kernels/cuda/mma_fp8.cuh): the Limited model above with its defaults, never promoted inside the
+// instruction. On a GPU mantissa_bits, rounding and group are the hardware's; only promote_every is
+// the kernel's choice.
+inline constexpr Fp8Accumulator kTensorCoreFp8Accumulator{.limited = true, .promote_every = 0};
+
 // C = act(op(A) op(B) * scales + bias), A and B in FP8 (E4M3 and E5M2 may be mixed), C in f32, f16
 // or bf16; op(A): [m, k] from a's codes [m, k] (or [k, m] with transpose_a), op(B) likewise; batch 1.
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
@@ -109,5 +118,16 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
 // The microkernel the F32 accumulator runs on ("avx512-bf16-dot", ...), for the benchmark.
 std::string fp8_gemm_kernel_name();
 }  // namespace cpu
+
+// The same on a GPU (kernels/cuda/fp8.cu): bit-identical to the CPU's quantisation; the GEMM on FP8
+// mma.sync (sm_89 and later), equal bit for bit to the CPU's Limited model with the Tensor Core's
+// accumulator (kTensorCoreFp8Accumulator; F32: promoted every 32 products).
+namespace cuda {
+Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv);
+void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
+void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
+              const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);
+}  // namespace cuda
 
 }  // namespace mg::kernels

@@ -16,7 +16,7 @@
 set(MG_PLANTED_DIR ${CMAKE_CURRENT_BINARY_DIR}/planted)
 
 # The suites' test code, compiled once for all the planted executables that run it.
-foreach(suite test_cuda_gemm test_cuda_reduce)
+foreach(suite test_cuda_gemm test_cuda_reduce test_cuda_fp8)
   add_library(planted_${suite} OBJECT ${suite}.cpp)
   target_link_libraries(planted_${suite} PUBLIC mg_test_main mixgrad doctest::doctest)
   target_precompile_headers(planted_${suite} REUSE_FROM test_dtype)
@@ -101,3 +101,14 @@ mg_planted_bug(warp_reduction_missing_offset FILE kernels/cuda/reduce.cu COMPILE
 mg_planted_bug(simt_gemm_no_row_edge FILE kernels/cuda/gemm_f32.cuh COMPILE kernels/cuda/gemm.cu
   SUITE test_cuda_gemm CASES "${gemm_f32}" CATCHES "${asan}"
   FIND "    if (row >= m) continue;\n" REPLACE "" ASAN_ONLY)
+# The FP8 GEMM loading A's fragment with the wrong k half in registers 1 and 2 (the layout of
+# mma_fp8.cuh's functions, which the emulator's instruction does not use): the products are wrong.
+mg_planted_bug(fp8_fragment_layout FILE kernels/cuda/mma_fp8.cuh COMPILE kernels/cuda/fp8.cu
+  SUITE test_cuda_fp8 CASES "cuda fp8: the GEMM*" CATCHES "${wrong_values}"
+  FIND "return 16 * (reg / 2) + 4 * (lane % 4) + byte;"
+  REPLACE "return 16 * (reg % 2) + 4 * (lane % 4) + byte; /* planted: reg % 2 */")
+# The FP8 GEMM never promoting its Tensor Core sums into f32: 13-bit sums over whole chunks.
+mg_planted_bug(fp8_gemm_no_promotion FILE kernels/cuda/fp8.cu COMPILE kernels/cuda/fp8.cu
+  SUITE test_cuda_fp8 CASES "cuda fp8: the accumulator*" CATCHES "${wrong_values}"
+  FIND "        for (int e = 0; e < 4; ++e) promoted.x[e] += running.x[e], running.x[e] = 0.0f;"
+  REPLACE "        (void)0;  // planted: no promotion")

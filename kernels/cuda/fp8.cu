@@ -1,0 +1,342 @@
+// FP8 on a GPU (contract: kernels/fp8.h; reference: kernels/cpu/fp8.cpp and kernels/cpu/gemm_fp8.cpp):
+// the amax of each block, quantisation into E4M3/E5M2 codes and back, and the FP8 GEMM on the Tensor
+// Cores' FP8 instruction (mma_fp8.cuh).
+//
+// Quantisation is bit-identical to the CPU's: the same f32 product x * scale, then core/fp8.h's encode
+// (saturating), compiled for the device. The amax is a maximum, exact in any order: each block's is
+// the largest |x| as f32 bits, an unsigned maximum (for non-negative floats the order of the bit
+// patterns is the order of the values, and a NaN's bits are above inf's, so a NaN wins as on the CPU).
+//   amax        one warp per row of a block (row r, block column): lanes stride the columns, the warp
+//               takes its maximum with xor shuffles, lane 0 folds it into the block's with atomicMax
+//   quantize    one thread per element (grid-stride); the first threads also write scale_inv = 1 / scale
+//   dequantize  one thread per element: decode(code) * scale_inv
+//
+// The GEMM, the simple version (one warp per 16x8 tile of C, fragments loaded straight from global
+// memory, no shared memory; the operands are read once per warp that needs them):
+//   grid (ceil(m / 32), ceil(n / 16)), 128 threads: 4 warps, 2 x 2 over the block's 32x16 tile of C.
+//   Each warp walks k as the CPU's Limited model does (kernels/cpu/gemm_fp8.cpp, limited_chunk_sum):
+//     for each chunk [k0, k1) of k over which both operands' scales are constant:
+//       running = promoted = 0                           (the lane's 4 elements of the tile)
+//       for each group [g, min(g + 32, k1)):             one mma.sync, codes past k1 loaded as 0
+//         running = mma(A[:, g..], B[g.., :], running)   the Tensor Core's own, limited accumulator
+//         if (promote_every and the chunk's products so far are a multiple of it):
+//           promoted += running, running = 0            promotion into f32 registers (DeepSeek-V3)
+//       acc = fmaf(promoted + running, scale_a * scale_b, acc)
+//   then the epilogue (bias, relu/gelu: kernels/pointwise.h's functors) and one rounding into C.
+//   The scales are applied once per chunk, to the sum of its promoted parts, because that is what the
+//   CPU does: an fmaf at every promotion would round in another order, and bit equality with the CPU
+//   is what the tests hold. (GELU's erfcf is the device's: on a GPU a few ulps from glibc's.)
+//   The operands are stored either way (GemmShape's transposes): each lane reads its codes where they
+//   are, so a transpose costs nothing but uncoalesced byte loads. Codes outside the matrices (rows
+//   past m, columns past n, k past the chunk's end) are loaded as 0 and add nothing.
+//
+// The accumulator. The CPU's F32 contract (every product added in f32) is not something FP8 Tensor
+// Cores can give: every FP8 mma.sync accumulates in its own accumulator of about 14 significant bits
+// (mma_fp8.cuh). So on the GPU:
+//   F32      = promotion after every instruction: each mma starts from 0 and its 32 products go to the
+//              f32 sum; equal to the CPU's Limited model with promote_every = 32 (group 32, 13 bits,
+//              truncation), not to its F32 microkernel (a few f32 ulps apart: the test holds both);
+//   Limited  = the instruction chained through promote_every / 32 mma.sync before each promotion: on
+//              the emulator equal bit for bit to the CPU's Limited model with the same promote_every.
+// The mantissa bits, rounding and group of a Limited accumulator are the hardware's (the emulator's
+// model: kTensorCoreFp8Accumulator); a request for others is refused. So is a GPU older than sm_89.
+//
+// Tests: build/tests/test_cuda_fp8.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+
+#include "core/factory.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/mma_fp8.cuh"
+#include "kernels/fp8.h"
+#include "kernels/pointwise.h"
+
+namespace mg::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // the elementwise kernels
+
+// A 2-D tensor cut into scale blocks (kernels/cpu/fp8.cpp's Grid): extents of 0 made whole.
+struct BlockGrid {
+  std::int64_t rows, cols, block_rows, block_cols, scale_cols;
+  __device__ std::int64_t block(std::int64_t r, std::int64_t c) const {
+    return r / block_rows * scale_cols + c / block_cols;
+  }
+};
+
+BlockGrid block_grid(const Shape& shape, Fp8Blocks blocks) {
+  const std::int64_t rows = shape[0], cols = shape[1];
+  return {rows, cols, blocks.rows > 0 ? blocks.rows : std::max<std::int64_t>(rows, 1),
+          blocks.cols > 0 ? blocks.cols : std::max<std::int64_t>(cols, 1), fp8_block_count(cols, blocks.cols)};
+}
+
+fp8::Format format_of(const Tensor& codes) {
+  return codes.dtype() == DType::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+}
+
+// ---- amax, quantize, dequantize ------------------------------------------------------------------------
+
+template <class In>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const In* x, BlockGrid g, unsigned* amax_bits) {
+  const std::int64_t block_columns = (g.cols + g.block_cols - 1) / g.block_cols;
+  const std::int64_t segments = g.rows * block_columns;  // (row, block column) pairs
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warp = first_index() / 32, warps = grid_stride() / 32;
+  for (std::int64_t s = warp; s < segments; s += warps) {  // the same s for the whole warp
+    const std::int64_t r = s / block_columns, c0 = s % block_columns * g.block_cols;
+    const std::int64_t c1 = min(g.cols, c0 + g.block_cols);
+    unsigned m = 0;  // |x| as bits: +0
+    for (std::int64_t c = c0 + lane; c < c1; c += 32)
+      m = max(m, static_cast<unsigned>(__float_as_int(to_float(x[r * g.cols + c]))) & 0x7FFFFFFFu);
+    for (int offset = 16; offset > 0; offset /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+    if (lane == 0) atomicMax(&amax_bits[g.block(r, c0)], m);
+  }
+}
+
+template <class In>
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const In* x, const float* scale, BlockGrid g, fp8::Format format, std::uint8_t* codes,
+                    float* scale_inv, std::int64_t scales) {
+  for (std::int64_t i = first_index(); i < scales; i += grid_stride()) scale_inv[i] = 1.0f / scale[i];  // IEEE division
+  for (std::int64_t i = first_index(); i < g.rows * g.cols; i += grid_stride()) {
+    const float scaled = __fmul_rn(to_float(x[i]), scale[g.block(i / g.cols, i % g.cols)]);
+    codes[i] = fp8::encode(scaled, format, fp8::Overflow::Saturate);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const std::uint8_t* codes, const float* scale_inv, BlockGrid g, fp8::Format format, float* out) {
+  for (std::int64_t i = first_index(); i < g.rows * g.cols; i += grid_stride())
+    out[i] = __fmul_rn(fp8::decode(codes[i], format), scale_inv[g.block(i / g.cols, i % g.cols)]);
+}
+
+// ---- the GEMM ----------------------------------------------------------------------------------------------
+
+constexpr int kGemmThreads = 128;  // 4 warps
+constexpr int kTileM = 32, kTileN = 16;  // C per block: 2 x 2 warps of 16 x 8
+constexpr int kGroup = 32;  // products per mma.sync: m16n8k32's k
+
+// One operand as the GEMM walks it: element (line, k) of op(X), [lines, k] (lines: A's rows i or B's
+// columns j), stored [lines, k] or, k_major, [k, lines]; and the scale of its block. The same numbers
+// as kernels/cpu/gemm_fp8.cpp's CodeOperand.
+struct Fp8Operand {
+  const std::uint8_t* codes;
+  const float* scale_inv;
+  std::int64_t line_stride, k_stride;
+  std::int64_t block_lines, block_k, scale_stride_line, scale_stride_k;
+  __device__ std::uint8_t code(int line, int k) const { return codes[line * line_stride + k * k_stride]; }
+  __device__ float scale(int line, int k) const {
+    return scale_inv[line / block_lines * scale_stride_line + k / block_k * scale_stride_k];
+  }
+};
+
+Fp8Operand fp8_operand(const Fp8Tensor& x, bool k_major, std::int64_t lines, std::int64_t k) {
+  const std::int64_t stored_cols = k_major ? lines : k;
+  const std::int64_t block_rows = x.blocks.rows > 0 ? x.blocks.rows : std::max<std::int64_t>(1, k_major ? k : lines);
+  const std::int64_t block_cols = x.blocks.cols > 0 ? x.blocks.cols : std::max<std::int64_t>(1, stored_cols);
+  const std::int64_t scale_cols = fp8_block_count(stored_cols, x.blocks.cols);
+  return {static_cast<const std::uint8_t*>(x.codes.data_ptr()),
+          device_ptr<float>(x.scale_inv),
+          k_major ? 1 : k,
+          k_major ? lines : 1,
+          k_major ? block_cols : block_rows,
+          k_major ? block_rows : block_cols,
+          k_major ? 1 : scale_cols,
+          k_major ? scale_cols : 1};
+}
+
+template <class Out>
+struct Fp8GemmArgs {
+  Fp8Operand a, b;  // op(A) [m, k], op(B)^T [n, k]
+  Out* c;  // [m, n]
+  int m, n, k;
+  int chunk;  // k of constant scales: every chunk starts at a multiple of it
+  int promote_every;  // products between promotions: 32 for F32, 0 for never
+  const float* bias;  // [n] in f32, or null
+  Activation activation;
+};
+
+// The lane's codes of one instruction's A: rows row0 + 0..15 of op(A), k = g + 0..31, 0 where k >= k_end.
+__device__ __forceinline__ Fp8FragmentA load_a(const Fp8Operand& a, int lane, int row0, int m, int g, int k_end) {
+  Fp8FragmentA f;
+  for (int reg = 0; reg < 4; ++reg) {
+    const int row = row0 + fp8_a_row(lane, reg);
+    std::uint32_t word = 0;
+    for (int byte = 0; byte < 4; ++byte) {
+      const int k = g + fp8_a_k(lane, reg, byte);
+      if (row < m && k < k_end) word |= static_cast<std::uint32_t>(a.code(row, k)) << (8 * byte);
+    }
+    f.x[reg] = word;
+  }
+  return f;
+}
+
+// The lane's codes of one instruction's B: columns col0 + 0..7 of op(B), k = g + 0..31.
+__device__ __forceinline__ Fp8FragmentB load_b(const Fp8Operand& b, int lane, int col0, int n, int g, int k_end) {
+  Fp8FragmentB f;
+  const int col = col0 + fp8_b_column(lane);
+  for (int reg = 0; reg < 2; ++reg) {
+    std::uint32_t word = 0;
+    for (int byte = 0; byte < 4; ++byte) {
+      const int k = g + fp8_b_k(lane, reg, byte);
+      if (col < n && k < k_end) word |= static_cast<std::uint32_t>(b.code(col, k)) << (8 * byte);
+    }
+    f.x[reg] = word;
+  }
+  return f;
+}
+
+template <fp8::Format kA, fp8::Format kB, class Out>
+__global__ void __launch_bounds__(kGemmThreads) fp8_gemm_kernel(Fp8GemmArgs<Out> args) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row0 = blockIdx.x * kTileM + warp / 2 * 16, col0 = blockIdx.y * kTileN + warp % 2 * 8;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the lane's four elements of C, in f32
+  for (int k0 = 0; k0 < args.k; k0 += args.chunk) {
+    const int k1 = min(args.k, k0 + args.chunk);
+    Fp8FragmentC running = {}, promoted = {};
+    for (int g = k0; g < k1; g += kGroup) {
+      const Fp8FragmentA a = load_a(args.a, lane, row0, args.m, g, k1);
+      const Fp8FragmentB b = load_b(args.b, lane, col0, args.n, g, k1);
+      mma_fp8<kA, kB>(running, a, b, running);
+      const int done = min(k1, g + kGroup) - k0;  // the chunk's products so far
+      if (args.promote_every > 0 && done % args.promote_every == 0)
+        for (int e = 0; e < 4; ++e) promoted.x[e] += running.x[e], running.x[e] = 0.0f;
+    }
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + fp8_c_row(lane, e), col = col0 + fp8_c_column(lane, e);
+      if (row >= args.m || col >= args.n) continue;  // no scale there; never stored
+      const float scale = __fmul_rn(args.a.scale(row, k0), args.b.scale(col, k0));
+      acc[e] = fmaf(promoted.x[e] + running.x[e], scale, acc[e]);
+    }
+  }
+  // The epilogue, as kernels/cpu/gemm_fp8.cpp's store_row: + bias (+0 without one, as there), activation,
+  // one rounding into C.
+  for (int e = 0; e < 4; ++e) {
+    const int row = row0 + fp8_c_row(lane, e), col = col0 + fp8_c_column(lane, e);
+    if (row >= args.m || col >= args.n) continue;
+    float v = acc[e] + (args.bias ? args.bias[col] : 0.0f);
+    if (args.activation == Activation::Relu) v = functors::Relu{}(v);
+    if (args.activation == Activation::Gelu) v = functors::Gelu{}(v);
+    args.c[static_cast<std::int64_t>(row) * args.n + col] = from_float<Out>(v);
+  }
+}
+
+template <fp8::Format kA, fp8::Format kB, class Out>
+void launch_gemm(const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
+  const dim3 grid((args.m + kTileM - 1) / kTileM, (args.n + kTileN - 1) / kTileN);
+  MG_LAUNCH((fp8_gemm_kernel<kA, kB, Out>), grid, kGemmThreads, 0, stream)(args);
+  MG_CUDA_LAUNCHED();
+}
+
+template <class Out>
+void launch_gemm(fp8::Format fa, fp8::Format fb, const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
+  using enum fp8::Format;
+  if (fa == E4M3 && fb == E4M3) return launch_gemm<E4M3, E4M3>(args, stream);
+  if (fa == E4M3 && fb == E5M2) return launch_gemm<E4M3, E5M2>(args, stream);
+  if (fa == E5M2 && fb == E4M3) return launch_gemm<E5M2, E4M3>(args, stream);
+  launch_gemm<E5M2, E5M2>(args, stream);
+}
+
+// FP8 mma.sync needs sm_89 (Ada) or later: the current device's compute capability, asked once.
+void require_fp8_tensor_cores(const Device& device) {
+  static OncePerDevice asked;
+  static std::array<int, OncePerDevice::kMaxDevices> capability{};
+  const int index = asked([](int i) {
+    int major = 0, minor = 0;
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i));
+    capability[static_cast<std::size_t>(i)] = major * 10 + minor;
+  });
+  const int cc = capability[static_cast<std::size_t>(index)];
+  if (cc >= 89) return;
+  cudaDeviceProp properties{};
+  MG_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  throw Error(fmt::format("kernels::fp8_gemm: {} ({}) has compute capability {}.{}; the FP8 GEMM runs on FP8 Tensor "
+                          "Cores (mma.sync with e4m3/e5m2 operands), which need sm_89 or later (Ada, Hopper). "
+                          "Dequantize the operands (kernels::fp8_dequantize) and use kernels::gemm on this GPU",
+                          device, properties.name, cc / 10, cc % 10));
+}
+
+}  // namespace
+
+Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
+  Tensor amax = zeros(fp8_scale_shape(x.shape(), blocks), {.dtype = DType::F32, .device = x.device()});
+  if (x.numel() == 0) return amax;
+  mg::cuda::DeviceGuard guard(x.device().index);
+  const BlockGrid g = block_grid(x.shape(), blocks);
+  const std::int64_t segments = g.rows * fp8_block_count(g.cols, g.block_cols);
+  visit_device_floating(x.dtype(), "fp8_block_amax", [&](auto in) {
+    using In = decltype(in);
+    MG_LAUNCH((amax_kernel<In>), blocks_for(segments * 32, kThreads), kThreads, 0, stream_of(x))
+    (device_ptr<In>(x), g, device_ptr<unsigned>(amax));
+    MG_CUDA_LAUNCHED();
+  });
+  return amax;
+}
+
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv) {
+  mg::cuda::DeviceGuard guard(x.device().index);
+  const BlockGrid g = block_grid(x.shape(), blocks);
+  const std::int64_t n = std::max(x.numel(), scale.numel());
+  visit_device_floating(x.dtype(), "fp8_quantize", [&](auto in) {
+    using In = decltype(in);
+    MG_LAUNCH((quantize_kernel<In>), blocks_for(n, kThreads), kThreads, 0, stream_of(x))
+    (device_ptr<In>(x), device_ptr<float>(scale), g, format_of(codes), static_cast<std::uint8_t*>(codes.data_ptr()),
+     device_ptr<float>(scale_inv), scale.numel());
+    MG_CUDA_LAUNCHED();
+  });
+}
+
+void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
+  if (x.codes.numel() == 0) return;
+  mg::cuda::DeviceGuard guard(out.device().index);
+  MG_LAUNCH(dequantize_kernel, blocks_for(x.codes.numel(), kThreads), kThreads, 0, stream_of(out))
+  (static_cast<const std::uint8_t*>(x.codes.data_ptr()), device_ptr<float>(x.scale_inv),
+   block_grid(x.codes.shape(), x.blocks), format_of(x.codes), device_ptr<float>(out));
+  MG_CUDA_LAUNCHED();
+}
+
+void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& s, const Fp8Accumulator& accumulator,
+              const GemmEpilogue& epilogue) {
+  if (accumulator.limited)
+    MG_CHECK(accumulator.mantissa_bits == kTensorCoreFp8Accumulator.mantissa_bits &&
+                 accumulator.rounding == kTensorCoreFp8Accumulator.rounding &&
+                 accumulator.group == kTensorCoreFp8Accumulator.group,
+             "kernels::fp8_gemm: on a GPU the Limited accumulator is the Tensor Core's own ({} mantissa bits, "
+             "truncation, {} products an instruction: kernels::kTensorCoreFp8Accumulator); only promote_every can "
+             "be chosen, got mantissa_bits {}, {} rounding, group {}",
+             kTensorCoreFp8Accumulator.mantissa_bits, kTensorCoreFp8Accumulator.group, accumulator.mantissa_bits,
+             accumulator.rounding == Fp8Rounding::Truncate ? "truncating" : "nearest", accumulator.group);
+  MG_CHECK(s.m <= kMaxGemmDim && s.n <= kMaxGemmDim && s.k <= kMaxGemmDim && (s.n + kTileN - 1) / kTileN <= 65535,
+           "kernels::fp8_gemm: m {}, n {}, k {} is beyond this kernel (m, n, k below 2^31 - 256 and n at most "
+           "65535 x {})",
+           s.m, s.n, s.k, kTileN);
+  if (c.numel() == 0) return;
+  mg::cuda::DeviceGuard guard(c.device().index);
+  require_fp8_tensor_cores(c.device());
+  const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
+  // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
+  const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));
+  Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
+  visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
+    using Out = decltype(out);
+    const Fp8GemmArgs<Out> args{oa,
+                                ob,
+                                device_ptr<Out>(c),
+                                static_cast<int>(s.m),
+                                static_cast<int>(s.n),
+                                static_cast<int>(s.k),
+                                static_cast<int>(std::min<std::int64_t>(chunk, INT_MAX)),
+                                accumulator.limited ? accumulator.promote_every : kGroup,
+                                bias.defined() ? device_ptr<float>(bias) : nullptr,
+                                epilogue.activation};
+    launch_gemm(format_of(a.codes), format_of(b.codes), args, stream_of(c));
+  });
+}
+
+}  // namespace mg::kernels::cuda

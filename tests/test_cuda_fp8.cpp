@@ -1,0 +1,489 @@
+// The FP8 kernels on a GPU (kernels/cuda/fp8.cu, kernels/cuda/mma_fp8.cuh) against the CPU's
+// (kernels/cpu/fp8.cpp, kernels/cpu/gemm_fp8.cpp), mg::fp8_linear on a GPU against the CPU (every
+// scaling; delayed with its history on either device), an nn::Linear trained there under the
+// fp8_delayed recipe, the argument checks, and the refusal of a GPU older than sm_89.
+//
+// Quantisation: block amax, codes, scale_inv and dequantised values are the CPU's bit for bit (any NaN
+// matching any NaN), for f32/f16/bf16 inputs, every block shape of kernels/fp8.h, both formats, with
+// saturation, inf, NaN, -0 and subnormal codes in the data.
+//
+// The GEMM is compared with the CPU's Limited model (kernels/fp8.h): the GPU's F32 mode (promotion
+// after every mma.sync) with the model promoted every 32 products, its Limited mode with the model
+// promoted as often; per-tensor, 1x128 with 128x128, MX 1x32 and the {128, 1} blocks of a weight
+// gradient, all four layouts, mixed formats, ragged m, n and k, C in f32/f16/bf16, bias + relu. On the
+// emulator the mma.sync is that model (mma_fp8.cuh), so the comparison is bit for bit. On a real GPU
+// the model is an assumption about the hardware, so there the check is the bound both must meet, and
+// the count of elements equal bit for bit is printed:
+//   |GPU - model| <= 2 (G 2^-13 + (2k + 16) 2^-24) S + eps(C) |model| + 2^-24
+// with S = sum over k of |a_ik b_kj| (scales included) plus |bias_j|, and G the mma.sync between two
+// promotions: an accumulator that keeps 14 significant bits and truncates loses less than 2^-13 of the
+// running sum at each of its G additions, the f32 steps (promotions, scales, bias) and the CPU's f32
+// adds cost 2^-24 each, and each side rounds once into C. The factor 2 leaves room for an accumulator
+// one bit shorter. The GPU's F32 mode is also held to the CPU's F32 contract with that bound (G = 1).
+//
+// The accumulator's width and rounding, told apart: one large product followed by many small ones,
+// whose groups of 32 fall below the 14-bit accumulator's last bit. The emulator must give the model's
+// numbers (derived by hand below); a real GPU's are printed beside them (scripts/gpu-check keeps the
+// output), which is how an H100 run measures what the hardware does.
+#include "tests/testing.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/fp8.h"
+
+using namespace mg;
+using namespace mg::testing;
+using kernels::Fp8Accumulator;
+using kernels::Fp8Blocks;
+using kernels::Fp8Tensor;
+using Format = fp8::Format;
+
+namespace {
+
+const char* name(Format f) { return f == Format::E4M3 ? "e4m3" : "e5m2"; }
+
+Fp8Tensor on(const Fp8Tensor& x, Device device) { return {x.codes.to(device), x.scale_inv.to(device), x.blocks}; }
+
+// The bytes of each element, on the CPU.
+std::vector<std::uint8_t> bytes_of(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  const auto* p = static_cast<const std::uint8_t*>(host.data_ptr());
+  return {p, p + host.numel() * dtype_size(host.dtype())};
+}
+
+// GPU and CPU results equal bit for bit (NaN matching NaN in floating dtypes); one CHECK, naming the first
+// element that differs. Returns how many differ.
+std::int64_t check_same_bits(const std::string& what, const Tensor& gpu, const Tensor& cpu) {
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  REQUIRE(gpu.shape() == cpu.shape());
+  const std::vector<std::uint8_t> g = bytes_of(gpu), c = bytes_of(cpu);
+  const std::size_t size = dtype_size(cpu.dtype());
+  const bool floating = is_floating(cpu.dtype());
+  const std::vector<double> gv = floating ? gpu.to(Device::cpu()).to(DType::F64).to_vector<double>()
+                                          : std::vector<double>();
+  const std::vector<double> cv = floating ? cpu.to(DType::F64).to_vector<double>() : std::vector<double>();
+  std::int64_t differ = 0, first = -1;
+  for (std::int64_t i = 0; i < cpu.numel(); ++i) {
+    const std::size_t at = static_cast<std::size_t>(i) * size;
+    if (std::memcmp(&g[at], &c[at], size) == 0) continue;
+    if (floating && std::isnan(gv[static_cast<std::size_t>(i)]) && std::isnan(cv[static_cast<std::size_t>(i)]))
+      continue;
+    if (differ++ == 0) first = i;
+  }
+  std::string detail;
+  if (first >= 0) {
+    const std::size_t at = static_cast<std::size_t>(first) * size;
+    detail = floating ? fmt::format("element {}: GPU {} CPU {}", first, gv[static_cast<std::size_t>(first)],
+                                    cv[static_cast<std::size_t>(first)])
+                      : fmt::format("element {}: GPU {:#04x} CPU {:#04x}", first, g[at], c[at]);
+  }
+  CHECK_MESSAGE(differ == 0, what << ": " << differ << " of " << cpu.numel() << " elements differ; " << detail);
+  return differ;
+}
+
+// N(0, 1) values times powers of two from 1/4 to 4 that vary along both dimensions, so that blocks differ.
+Tensor spread_randn(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  Generator generator(seed);
+  std::vector<double> v = randn({rows, cols}, generator).to_vector<double>();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      v[static_cast<std::size_t>(r * cols + c)] *= std::exp2((r / 5 + c / 7) % 5 - 2);
+  return from_vector(v, {rows, cols});
+}
+
+// fp8 max / amax per block (MX: the power of two at or below it; 1 where the amax is 0 or not finite),
+// from the CPU's amax.
+Tensor scales_for(const Tensor& amax, Format format, bool power_of_two) {
+  std::vector<double> scale = amax.to(Device::cpu()).to_vector<double>();
+  for (double& s : scale) {
+    s = std::isfinite(s) && s > 0 ? fp8::format_info(format).max / s : 1.0;
+    if (power_of_two) s = std::exp2(std::floor(std::log2(s)));
+  }
+  return from_vector(scale, amax.shape());
+}
+
+Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, Format format, bool power_of_two) {
+  return kernels::fp8_quantize(x, scales_for(kernels::fp8_block_amax(x, blocks), format, power_of_two), blocks, format);
+}
+
+// ---- GEMM cases ------------------------------------------------------------------------------------------
+
+// Block extents in op() coordinates: along the lines (A's rows i, B's columns j) and along k.
+struct Scaling {
+  const char* name;
+  std::int64_t a_line, a_k, b_line, b_k;
+  bool power_of_two;
+  int promote_every;  // the Limited mode's: it must divide the blocks along k (kernels/fp8.h)
+};
+const Scaling kPerTensor{"per-tensor", 0, 0, 0, 0, false, 0};
+const Scaling kDeepSeek{"1x128 activations, 128x128 weights", 1, 128, 128, 128, false, 128};
+const Scaling kMx{"MX 1x32", 1, 32, 1, 32, true, 32};
+const Scaling kWeightGradient{"{128, 1} blocks of a weight gradient", 1, 128, 1, 128, false, 128};
+Fp8Blocks stored_a(const Scaling& s, bool t) { return t ? Fp8Blocks{s.a_k, s.a_line} : Fp8Blocks{s.a_line, s.a_k}; }
+Fp8Blocks stored_b(const Scaling& s, bool t) { return t ? Fp8Blocks{s.b_line, s.b_k} : Fp8Blocks{s.b_k, s.b_line}; }
+
+struct GemmCase {
+  std::int64_t m, n, k;
+  bool transpose_a, transpose_b;
+  Format fa, fb;
+  Scaling scaling;
+  DType out;
+  bool epilogue;  // a bias in C's dtype and relu
+};
+
+std::string describe(const GemmCase& g) {
+  return fmt::format("{}x{}x{} {}{} {}x{} {} -> {}{}", g.m, g.n, g.k, g.transpose_a ? 'T' : 'N',
+                     g.transpose_b ? 'T' : 'N', name(g.fa), name(g.fb), g.scaling.name, g.out,
+                     g.epilogue ? ", bias + relu" : "");
+}
+
+// The operands of a case on the CPU.
+struct GemmOperands {
+  Fp8Tensor a, b;
+  kernels::GemmShape shape;
+  kernels::GemmEpilogue epilogue;
+};
+
+GemmOperands operands(const GemmCase& g, std::uint64_t seed) {
+  const Tensor x = spread_randn(g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, seed);
+  const Tensor w = spread_randn(g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, seed + 1);
+  GemmOperands o{quantized(x, stored_a(g.scaling, g.transpose_a), g.fa, g.scaling.power_of_two),
+                 quantized(w, stored_b(g.scaling, g.transpose_b), g.fb, g.scaling.power_of_two),
+                 {.m = g.m, .n = g.n, .k = g.k, .transpose_a = g.transpose_a, .transpose_b = g.transpose_b},
+                 {}};
+  if (g.epilogue) {
+    Generator generator(seed + 2);
+    o.epilogue = {.bias = randn({g.n}, generator).to(g.out), .activation = kernels::Activation::Relu};
+  }
+  return o;
+}
+
+Tensor run(const GemmOperands& o, DType out, const Fp8Accumulator& accumulator, Device device) {
+  Tensor c = full({o.shape.m, o.shape.n}, std::nan(""), {.dtype = out, .device = device});  // unwritten: NaN
+  const kernels::GemmEpilogue epilogue{.bias = o.epilogue.bias.defined() ? o.epilogue.bias.to(device) : Tensor(),
+                                       .activation = o.epilogue.activation};
+  kernels::fp8_gemm(on(o.a, device), on(o.b, device), c, o.shape, accumulator, epilogue);
+  return c;
+}
+
+// S of the header for every element: sum over k of |a_ik b_kj|, scales included, plus |bias_j|.
+std::vector<double> magnitudes(const GemmOperands& o) {
+  Tensor s = Tensor::empty({o.shape.m, o.shape.n});
+  kernels::cpu::gemm(abs(kernels::fp8_dequantize(o.a)), abs(kernels::fp8_dequantize(o.b)), s, o.shape);
+  std::vector<double> v = s.to_vector<double>();
+  if (o.epilogue.bias.defined()) {
+    const std::vector<double> bias = o.epilogue.bias.to_vector<double>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += std::fabs(bias[i % bias.size()]);
+  }
+  return v;
+}
+
+// The header's bound between two results of accumulators that keep at least 13 bits, G mma.sync apart
+// between promotions. Returns how many elements are outside it (one CHECK).
+std::int64_t check_within_bound(const std::string& what, const Tensor& got, const Tensor& reference,
+                                const std::vector<double>& s, std::int64_t groups, std::int64_t k) {
+  const std::vector<double> g = got.to(Device::cpu()).to(DType::F64).to_vector<double>();
+  const std::vector<double> r = reference.to(DType::F64).to_vector<double>();
+  const double relative = 2.0 * (static_cast<double>(groups) * 0x1p-13 + static_cast<double>(2 * k + 16) * 0x1p-24);
+  std::int64_t outside = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const double bound = relative * s[i] + dtype_eps(reference.dtype()) * std::fabs(r[i]) + 0x1p-24;
+    const double error = std::fabs(g[i] - r[i]);
+    if (!(error <= bound)) ++outside;
+    worst = std::max(worst, bound > 0 ? error / bound : error);
+  }
+  CHECK_MESSAGE(outside == 0,
+                what << ": " << outside << " elements outside the bound (worst at " << worst << " of it)");
+  return outside;
+}
+
+// The GPU against the CPU's Limited model: bit for bit on the emulator; on a GPU within the bound, and
+// how many are equal bit for bit is printed.
+void check_against_model(const std::string& what, const Tensor& gpu, const Tensor& model, const std::vector<double>& s,
+                         std::int64_t groups, std::int64_t k) {
+  if (cuda_emulated()) {
+    check_same_bits(what, gpu, model);
+    return;
+  }
+  check_within_bound(what, gpu, model, s, groups, k);
+  const std::vector<std::uint8_t> g = bytes_of(gpu), c = bytes_of(model);
+  const std::size_t size = dtype_size(model.dtype());
+  std::int64_t same = 0;
+  for (std::size_t at = 0; at < c.size(); at += size) same += std::memcmp(&g[at], &c[at], size) == 0;
+  MESSAGE(what << ": " << same << " of " << model.numel() << " elements equal to the model bit for bit");
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+TEST_CASE("cuda fp8: amax, quantisation and dequantisation are the CPU's bit for bit") {
+  if (!have_gpu()) return;
+  const std::vector<Fp8Blocks> block_shapes{{0, 0}, {1, 128}, {128, 128}, {1, 32}, {32, 1}, {128, 1}};
+  int cases = 0;
+  for (const Shape& shape : {Shape{37, 150}, Shape{150, 37}})
+    for (const DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      // Values across the formats' ranges, with the cases of the codec's table: overflow (the 4x scales
+      // below saturate), inf, NaN, -0, and values far below the scales (subnormal codes and 0).
+      std::vector<double> v = spread_randn(shape[0], shape[1], 7).to_vector<double>();
+      v[3] = std::numeric_limits<double>::infinity();
+      v[40] = std::nan("");
+      v[41] = -0.0;
+      v[42] = 1e-5;
+      v[v.size() - 1] = -3e-7;
+      const Tensor x = from_vector(v, shape).to(dtype), gx = x.to(Device::cuda());
+      for (const Fp8Blocks blocks : block_shapes)
+        for (const Format format : {Format::E4M3, Format::E5M2}) {
+          INFO(fmt::format("{} {} blocks {}x{} {}", shape, dtype, blocks.rows, blocks.cols, name(format)));
+          const Tensor amax = kernels::fp8_block_amax(x, blocks), gpu_amax = kernels::fp8_block_amax(gx, blocks);
+          CHECK(gpu_amax.device() == Device::cuda());
+          check_same_bits("amax", gpu_amax, amax);
+          // Every third block's scale 4x too large: as delayed scaling meets a grown amax.
+          std::vector<double> scale = scales_for(amax, format, false).to_vector<double>();
+          for (std::size_t i = 0; i < scale.size(); i += 3) scale[i] *= 4.0;
+          const Tensor s = from_vector(scale, amax.shape());
+          const Fp8Tensor q = kernels::fp8_quantize(x, s, blocks, format);
+          const Fp8Tensor gq = kernels::fp8_quantize(gx, s.to(Device::cuda()), blocks, format);
+          CHECK(gq.codes.device() == Device::cuda());
+          check_same_bits("codes", gq.codes, q.codes);
+          check_same_bits("scale_inv", gq.scale_inv, q.scale_inv);
+          check_same_bits("dequantized", kernels::fp8_dequantize(gq), kernels::fp8_dequantize(q));
+          ++cases;
+        }
+    }
+  CHECK(cases == 72);
+}
+
+TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emulator") {
+  if (!have_gpu()) return;
+  using enum Format;
+  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  const std::vector<GemmCase> cases{
+      // Per-tensor: every layout and format pair, m, n and k ragged against 16, 8 and 32.
+      {19, 13, 70, false, false, E4M3, E4M3, kPerTensor, F32, false},
+      {19, 13, 70, true, false, E4M3, E5M2, kPerTensor, BF16, true},
+      {19, 13, 70, false, true, E5M2, E4M3, kPerTensor, F16, false},
+      {19, 13, 70, true, true, E5M2, E5M2, kPerTensor, F32, true},
+      {1, 1, 1, false, false, E4M3, E4M3, kPerTensor, F32, false},
+      {5, 3, 0, false, true, E4M3, E4M3, kPerTensor, BF16, true},  // k = 0: C = act(bias)
+      // DeepSeek-V3's blocks: the forward (x [m, k] by rows of 128, W [n, k] in 128 x 128), and dx
+      // (dy by rows of 128, W [k, n] in 128 x 128) with a ragged last block.
+      {33, 17, 256, false, true, E4M3, E4M3, kDeepSeek, BF16, true},
+      {33, 17, 300, false, false, E5M2, E4M3, kDeepSeek, F32, false},
+      // MX: 32-element blocks with power-of-two scales, both along rows and (transposed) down columns.
+      {24, 20, 96, false, true, E4M3, E4M3, kMx, F32, true},
+      {20, 24, 100, true, false, E4M3, E5M2, kMx, BF16, false},
+      // A weight gradient: dy^T x, both stored [k, *] with {128, 1} blocks.
+      {17, 21, 300, true, false, E5M2, E4M3, kWeightGradient, F32, false},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const GemmCase& g = cases[i];
+    INFO(describe(g));
+    const GemmOperands o = operands(g, 100 + i);
+    const std::vector<double> s = magnitudes(o);
+    // F32: on the GPU, promotion after every mma.sync; the model promoted every 32 products.
+    const Tensor gpu_f32 = run(o, g.out, {}, Device::cuda());
+    const Tensor model_32 = run(o, g.out, {.limited = true, .promote_every = 32}, Device::cpu());
+    check_against_model("F32 mode against the model promoted every 32", gpu_f32, model_32, s, 1, g.k);
+    // ... and within the bound of the CPU's F32 contract.
+    check_within_bound("F32 mode against the CPU's F32", gpu_f32, run(o, g.out, {}, Device::cpu()), s, 1, g.k);
+    // Limited: the same promotion on both sides (0: never, within a per-tensor chunk of all of k).
+    const Fp8Accumulator limited{.limited = true, .promote_every = g.scaling.promote_every};
+    const std::int64_t groups = g.scaling.promote_every > 0 ? g.scaling.promote_every / 32 : ceil_div(g.k, 32);
+    check_against_model("Limited mode", run(o, g.out, limited, Device::cuda()), run(o, g.out, limited, Device::cpu()),
+                        s, groups, g.k);
+  }
+}
+
+// One large product, then 255 small ones: row i of A is [256, a_i, a_i, ...], column j of B is
+// [1, b_j, b_j, ...], per-tensor scales of 1. At 256 the 14-bit accumulator's last bit is 2^-5.
+//   (0, 0): products 2^-12; a group of 32 adds 2^-7, a quarter of that bit
+//   (1, 1): products 3 x 2^-12; a group adds 3 x 2^-7 = 0.75 of the bit (nearest would round it up)
+//   (0, 1): products 2^-11, a group half the bit (a tie);  (1, 0): 1.5 x 2^-12, 0.375 of the bit
+// By hand, for (0, 0) and (1, 1), with s = 255 products p (31 in the first group, 32 in the other 7):
+//   f32 (the CPU's contract)     256 + 255 p                  exact in f32
+//   13 bits, never promoted      256                          every group truncated away
+//   promoted every 128           256 + 128 p                  the first 4 groups lost, the last 4 kept
+//   promoted every 32 (F32 mode) 256 + 224 p                  only the first group's 31 p lost
+TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and many small ones") {
+  if (!have_gpu()) return;
+  const std::int64_t k = 256;
+  std::vector<double> a(2 * k), b(k * 2);  // A [2, k], B stored [n = 2, k] (transposed)
+  const double a_small[2] = {0x1p-6, 1.5 * 0x1p-6}, b_small[2] = {0x1p-6, 0x1p-5};
+  for (int r = 0; r < 2; ++r)
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      a[static_cast<std::size_t>(r * k + kk)] = kk == 0 ? 256.0 : a_small[r];
+      b[static_cast<std::size_t>(r * k + kk)] = kk == 0 ? 1.0 : b_small[r];
+    }
+  const Tensor one = ones({1, 1});
+  const Fp8Tensor qa = kernels::fp8_quantize(from_vector(a, {2, k}), one, {}, Format::E4M3);
+  const Fp8Tensor qb = kernels::fp8_quantize(from_vector(b, {2, k}), one, {}, Format::E4M3);
+  CHECK(kernels::fp8_dequantize(qa).to_vector<double>() == a);  // every value is an E4M3 value
+  CHECK(kernels::fp8_dequantize(qb).to_vector<double>() == b);
+  const GemmOperands o{qa, qb, {.m = 2, .n = 2, .k = k, .transpose_b = true}, {}};
+  struct Mode {
+    const char* name;
+    Fp8Accumulator accumulator;
+    double p00, p11;  // the model's (0, 0) and (1, 1): 256 + count x p
+  };
+  const double p00 = 0x1p-12, p11 = 3 * 0x1p-12;
+  const std::vector<Mode> modes{
+      {"F32 (promoted every 32)", {}, 256 + 224 * p00, 256 + 224 * p11},
+      {"Limited, never promoted", {.limited = true, .promote_every = 0}, 256, 256},
+      {"Limited, promoted every 128", {.limited = true, .promote_every = 128}, 256 + 128 * p00, 256 + 128 * p11},
+  };
+  const std::vector<double> exact = run(o, DType::F32, {}, Device::cpu()).to_vector<double>();
+  CHECK(exact == std::vector<double>{256 + 255 * p00, 256 + 255 * 0x1p-11, 256 + 255 * 1.5 * 0x1p-12, 256 + 255 * p11});
+  std::string table = fmt::format("{:<28} {:>16} {:>16} {:>16} {:>16}  (device: {})\n", "accumulator", "(0,0)", "(0,1)",
+                                  "(1,0)", "(1,1)", cuda_emulated() ? "the CUDA emulator" : "a GPU");
+  table += fmt::format("{:<28} {:>16.10f} {:>16.10f} {:>16.10f} {:>16.10f}\n", "CPU f32 contract", exact[0], exact[1],
+                       exact[2], exact[3]);
+  for (const Mode& mode : modes) {
+    const std::vector<double> gpu = run(o, DType::F32, mode.accumulator, Device::cuda()).to_vector<double>();
+    table += fmt::format("{:<28} {:>16.10f} {:>16.10f} {:>16.10f} {:>16.10f}\n", mode.name, gpu[0], gpu[1], gpu[2],
+                         gpu[3]);
+    if (cuda_emulated()) {
+      INFO(mode.name);
+      CHECK(gpu[0] == mode.p00);
+      CHECK(gpu[3] == mode.p11);
+      // The CPU's Limited model gives the same numbers (F32 mode: promote_every 32).
+      Fp8Accumulator model = mode.accumulator;
+      model.limited = true;
+      if (!mode.accumulator.limited) model.promote_every = 32;
+      CHECK(run(o, DType::F32, model, Device::cpu()).to_vector<double>() == gpu);
+    }
+  }
+  MESSAGE("FP8 mma.sync accumulation, 256 then 255 small products (model: 14 significant bits, truncation):\n"
+          << table);
+}
+
+TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") {
+  if (!have_gpu()) return;
+  const Fp8Accumulator promoted_every_32{.limited = true, .promote_every = 32};  // the GPU's F32 on the CPU
+  // Delayed twice: its history on the CPU, and on the GPU (a Linear's buffers, moved with it).
+  const std::vector<std::pair<Fp8Scaling, bool>> runs{{Fp8Scaling::Current, false},
+                                                      {Fp8Scaling::Delayed, false},
+                                                      {Fp8Scaling::Delayed, true},
+                                                      {Fp8Scaling::Block, false},
+                                                      {Fp8Scaling::Mx, false}};
+  for (const auto& [scaling, history_on_gpu] : runs) {
+    const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};
+    INFO(options.describe() << (history_on_gpu ? ", history on the GPU" : ""));
+    Generator generator(5);
+    const std::int64_t rows = 6, in = 40, out = 24;
+    const Tensor x = randn({rows, in}, generator).requires_grad_(true);
+    const Tensor w = randn({out, in}, generator).requires_grad_(true);
+    const Tensor b = randn({out}, generator).requires_grad_(true);
+    const Tensor g = randn({rows, out}, generator).to(DType::BF16);
+    const Tensor gx = x.detach().to(Device::cuda()).requires_grad_(true);
+    const Tensor gw = w.detach().to(Device::cuda()).requires_grad_(true);
+    const Tensor gb = b.detach().to(Device::cuda()).requires_grad_(true);
+    Fp8History history = Fp8History::fresh(4), gpu_history = Fp8History::fresh(4);
+    if (history_on_gpu)
+      gpu_history = {gpu_history.amax_history.to(Device::cuda()), gpu_history.scale.to(Device::cuda())};
+    for (int step = 0; step < 2; ++step) {  // delayed scaling: the second step uses the recorded amax
+      INFO("step " << step);
+      const Tensor y = fp8_linear(x, w, b, options, &history);
+      const Tensor gy = fp8_linear(gx, gw, gb, options, &gpu_history);
+      CHECK(gy.device() == Device::cuda());
+      backward(y, g, {.keep_tape = true});  // the GPU graph is on the tape too
+      backward(gy, g.to(Device::cuda()));
+      const auto compare = [](const std::string& what, const Tensor& gpu, const Tensor& cpu) {
+        if (cuda_emulated())
+          check_same_bits(what, gpu, cpu);
+        else  // the hardware's accumulator is not the model's for sure: the bound, with G = 1
+          check_close(gpu.to(Device::cpu()).to(DType::F64), cpu.to(DType::F64), 0.02, 0.02);
+      };
+      compare("y", gy, y);
+      compare("dx", gx.grad(), x.grad());
+      compare("dW", gw.grad(), w.grad());
+      check_close(gb.grad().to(Device::cpu()).to(DType::F64), b.grad().to(DType::F64), 1e-6, 1e-6);  // f32 sums
+      CHECK(gpu_history.scale.device() == (history_on_gpu ? Device::cuda() : Device::cpu()));
+      check_same_bits("amax history", gpu_history.amax_history, history.amax_history);
+      check_same_bits("scales", gpu_history.scale, history.scale);
+      for (Tensor t : {x, w, b, gx, gw, gb}) t.zero_grad();
+    }
+  }
+  // Operands on two devices are refused with the op's name.
+  check_error([&] { (void)fp8_linear(ones({2, 4}).to(Device::cuda()), ones({3, 4}), {}, {}); }, "mg::fp8_linear");
+}
+
+TEST_CASE("cuda fp8: an nn::Linear under the fp8_delayed recipe trains on the GPU, its history with it") {
+  if (!have_gpu()) return;
+  const amp::Recipe recipe = amp::Recipe::parse("fp8_delayed");
+  Generator generator(11);
+  auto layer = std::make_shared<nn::Linear>(40, 24, true, generator);
+  recipe.prepare(*layer);  // the delayed-scaling buffers
+  layer->to(Device::cuda());
+  REQUIRE(layer->fp8_history.amax_history.device() == Device::cuda());
+  const Tensor x = randn({6, 40}, generator);
+  const double amax = kernels::fp8_block_amax(x, {}).item();
+  for (int step = 0; step < 2; ++step) {
+    Tensor loss;
+    {
+      Autocast region = recipe.autocast();
+      loss = sum(cast((*layer)(x.to(Device::cuda())), DType::F32));
+    }
+    backward(loss);
+    const Tensor grad = layer->weight.grad();
+    REQUIRE(grad.defined());
+    CHECK(grad.device() == Device::cuda());
+    for (double g : grad.to(Device::cpu()).to_vector<double>()) REQUIRE(std::isfinite(g));
+    layer->weight.zero_grad();
+    layer->bias.zero_grad();
+  }
+  // The input's row of the history: this step's amax, then the last one's (written back to the GPU).
+  const std::vector<double> history = layer->fp8_history.amax_history.to(Device::cpu()).to_vector<double>();
+  CHECK(history[0] == amax);
+  CHECK(history[1] == amax);
+}
+
+TEST_CASE("cuda fp8: argument checks") {
+  if (!have_gpu()) return;
+  const Tensor x = ones({4, 64});
+  const Fp8Tensor q = kernels::fp8_quantize(x, ones({1, 1}), {}, Format::E4M3), gq = on(q, Device::cuda());
+  Tensor c = Tensor::empty({4, 4}, {.device = Device::cuda()});
+  const kernels::GemmShape shape{.m = 4, .n = 4, .k = 64, .transpose_b = true};
+  // Operands on two devices.
+  check_error([&] { kernels::fp8_gemm(gq, q, c, shape); }, "must be on one device");
+  check_error([&] { kernels::fp8_gemm({gq.codes, q.scale_inv, {}}, gq, c, shape); }, "the codes' device");
+  check_error([&] { (void)kernels::fp8_quantize(x.to(Device::cuda()), ones({1, 1}), {}, Format::E4M3); }, "scale");
+  check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {}, {.bias = ones({4})}); }, "C's device");
+  // A GPU's Limited accumulator is the Tensor Core's: 13 bits, truncation, 32 products an instruction.
+  check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {.limited = true, .mantissa_bits = 10}); },
+              "Tensor Core's own");
+  check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {.limited = true, .group = 16, .promote_every = 32}); },
+              "only promote_every");
+  // A scale that is not finite and positive is found on the GPU too (read back).
+  check_error(
+      [&] {
+        (void)kernels::fp8_quantize(x.to(Device::cuda()), zeros({1, 1}).to(Device::cuda()), {}, Format::E4M3);
+      },
+      "finite positive");
+}
+
+// Registered as its own ctest entry (test_cuda_fp8_before_sm89) with MG_EMULATOR_COMPUTE_CAPABILITY=80:
+// the emulator then reports an A100's compute capability, and the GEMM must refuse it by name.
+TEST_CASE("cuda fp8: a GPU older than sm_89 is refused, naming the device and its capability") {
+  if (!have_gpu()) return;
+  const char* capability = std::getenv("MG_EMULATOR_COMPUTE_CAPABILITY");
+  if (!cuda_emulated() || capability == nullptr || std::atoi(capability) >= 89) {
+    MESSAGE(
+        "skipped: runs on the emulator with MG_EMULATOR_COMPUTE_CAPABILITY below 89 (ctest test_cuda_fp8_before_sm89)");
+    return;
+  }
+  const Fp8Tensor q = on(kernels::fp8_quantize(ones({16, 32}), ones({1, 1}), {}, Format::E4M3), Device::cuda());
+  Tensor c = Tensor::empty({16, 16}, {.device = Device::cuda()});
+  const std::string expected = fmt::format("has compute capability {}.{}", std::atoi(capability) / 10,
+                                           std::atoi(capability) % 10);
+  check_error([&] { kernels::fp8_gemm(q, q, c, {.m = 16, .n = 16, .k = 32, .transpose_b = true}); }, expected);
+  check_error([&] { kernels::fp8_gemm(q, q, c, {.m = 16, .n = 16, .k = 32, .transpose_b = true}); }, "sm_89");
+  check_error([&] { kernels::fp8_gemm(q, q, c, {.m = 16, .n = 16, .k = 32, .transpose_b = true}); }, "cuda:0");
+  // Quantisation needs no Tensor Cores: it runs there.
+  CHECK(kernels::fp8_dequantize(q).to(Device::cpu()).to_vector<double>() == std::vector<double>(16 * 32, 1.0));
+}
