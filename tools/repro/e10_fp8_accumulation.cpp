@@ -118,8 +118,9 @@ std::string gemm_verdict(const E10Result& r) {
     text += fmt::format(
         "**Mechanism reproduced, size not:** promotion every 128 removes most of the model's error, but the model "
         "gives {} where DeepSeek saw about 2%. The size rests on what the model assumes, not measures: truncation, "
-        "and exact sums within groups of 32 products. Adding every product alone gives {}, so the H800 behaves "
-        "somewhere between the two readings (or their matrices differed); only a GPU measurement can tell.",
+        "and exact sums within groups of 32 products. Adding every product alone gives {}: DeepSeek's figure lies "
+        "between the two readings, and which one an H800 follows (or whether their matrices differed) only a GPU "
+        "measurement can tell.",
         percent(model, 2), percent(reading(kAlone), 2));
   else
     text += "**Not reproduced:** promotion did not remove most of the model's error.";
@@ -161,9 +162,9 @@ std::string training_verdict(const E10Result& r) {
 const std::vector<E10Accumulator>& e10_accumulators() {
   using kernels::Fp8Accumulator;
   static const std::vector<E10Accumulator> all{
-      {"f32", Fp8Accumulator{}},
-      {"13 bits, never promoted", Fp8Accumulator{.limited = true, .promote_every = 0}},
-      {"13 bits, promoted every 128", Fp8Accumulator{.limited = true, .promote_every = 128}},
+      {"f32 (V8)", Fp8Accumulator{}},
+      {"13 bits, never promoted (V13)", Fp8Accumulator{.limited = true, .promote_every = 0}},
+      {"13 bits, promoted every 128 (V14)", Fp8Accumulator{.limited = true, .promote_every = 128}},
       {"13 bits rounded to nearest, never promoted",
        Fp8Accumulator{.limited = true, .rounding = kernels::Fp8Rounding::Nearest, .promote_every = 0}},
       {"13 bits, each product added alone, never promoted",

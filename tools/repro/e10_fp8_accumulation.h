@@ -41,7 +41,7 @@ E10Options e10_options(Preset preset, Device device, std::uint64_t seed);
 
 // An accumulator E10 compares, by name.
 struct E10Accumulator {
-  std::string name;  // "f32", "13 bits, never promoted", ...
+  std::string name;  // "f32 (V8)", "13 bits, never promoted (V13)", ...
   kernels::Fp8Accumulator accumulator;
 };
 const std::vector<E10Accumulator>& e10_accumulators();

@@ -15,7 +15,7 @@ namespace mg::tools::repro {
 constexpr Heading kE11GradientFormats{
     .id = "E11",
     .title = "E4M3 or E5M2 for gradients",
-    .reference = "Micikevicius et al. 2022 §3; DeepSeek-V3 §3.3",
+    .reference = "Micikevicius et al. 2022 §3; DeepSeek-V3 §3.3.2",
     .claim = "Gradients need more dynamic range than weights and activations, which need more precision: the FP8 "
              "paper recommends E4M3 (18 binades, 3 mantissa bits) for weights and activations and E5M2 (32 binades, "
              "2 mantissa bits) for gradients, the \"hybrid\" Transformer Engine defaults to. DeepSeek-V3 instead "

@@ -232,7 +232,7 @@ std::string setup_text(const E8Result& r) {
       "784-256-256-10 ({} steps) and CNN conv{}-pool-conv{}-pool-{}-10 ({} steps) as E1: SGD with momentum {:g}, lr "
       "{:g} decaying to {:g} (cosine), batch {}, the first {} Fashion-MNIST training images, accuracy on the first {} "
       "test images. Char LSTM (embedding {}, {} cells) on the first {} characters of the King James Bible, {} steps "
-      "of Adam (lr {:g}) on {} windows of {} characters, validation on {} held-out characters.{} Seeds {}: the "
+      "of Adam (lr {:g}) on {} windows of {} characters, validation on {} held-out characters.{} Seed{} {}: the "
       "variants of one seed share initial weights and batches, so differences are paired. Scores are measured in "
       "fp32 (the f32 weights, no FP8). The FP8 GEMMs run on the CPU (autograd/fp8.h has no GPU path yet).",
       o.gpt ? ", every projection of the tiny GPT" : "", o.images.mlp_steps, o.images.cnn.channels1,
@@ -244,7 +244,7 @@ std::string setup_text(const E8Result& r) {
                           l.gpt_options.layers, l.gpt_options.embed_dim, l.gpt_options.heads, l.gpt_options.block_size,
                           l.gpt_steps, l.gpt_lr)
             : " The tiny GPT runs in the full preset only.",
-      seeds);
+      o.seed_offsets.size() > 1 ? "s" : "", seeds);
 }
 
 // The table's rows of one model: each variant's score, its difference from V5 and its loss gap.

@@ -16,7 +16,7 @@ namespace mg::tools::repro {
 constexpr Heading kE9Granularity{
     .id = "E9",
     .title = "Scaling granularity",
-    .reference = "DeepSeek-V3 §3.3.1; OCP MX v1.0 §6.3",
+    .reference = "DeepSeek-V3 §3.3.2; OCP MX v1.0 §6.3",
     .claim = "Scaling a whole tensor to FP8's range by its largest value \"makes low-precision training highly "
              "sensitive to activation outliers\": the outliers set the scale and the other values lose their "
              "precision or flush to zero. DeepSeek-V3 scales per 1x128 tile of activations (and 128x128 block of "
@@ -138,7 +138,8 @@ const std::vector<E9Scaling>& e9_scalings() {
       {"per tensor", "V8, V9", forward_options(Fp8Scaling::Current), variant_style(variant("V8"))},
       {"1x128 tiles", "V10", forward_options(Fp8Scaling::Block), variant_style(variant("V10"))},
       {"MX, floor (spec)", "V11", forward_options(Fp8Scaling::Mx, MxScaleRule::Floor), variant_style(variant("V11"))},
-      {"MX, round up (TE)", "no variant", forward_options(Fp8Scaling::Mx, MxScaleRule::RoundUp), kNoVariantStyle},
+      {"MX, round up (TE)", "V15", forward_options(Fp8Scaling::Mx, MxScaleRule::RoundUp),
+       variant_style(variant("V15"))},
   };
   return all;
 }
@@ -263,34 +264,50 @@ const E9Measure* headline(const E9Result& r) {
   return r.synthetic.empty() ? nullptr : &r.synthetic.back();
 }
 
-// The synthetic sweep's verdict at the headline factor: does finer scaling lose less, and MX's rules.
+// Finer scaling does better than one scale per tensor when a typical value loses less (by a tenth at
+// least) and no more values flush.
+bool better_than_per_tensor(const E9Measure& m, std::size_t scaling) {
+  const Fp8Effect &tensor = m.effects[kPerTensor], &e = m.effects[scaling];
+  return e.mean_element_error() < 0.9 * tensor.mean_element_error() && e.flushed_share() <= tensor.flushed_share();
+}
+
+// "per tensor 0.050% / 0.000% / 2.4e-02, 1x128 tiles ..., MX (floor) ..., MX (round up) ...".
+std::string effects_of(const E9Measure& m) {
+  return fmt::format("per tensor {}, 1x128 tiles {}, MX (floor) {}, MX (round up) {}",
+                     effect_cell(m.effects[kPerTensor]), effect_cell(m.effects[kTiles]),
+                     effect_cell(m.effects[kMxFloor]), effect_cell(m.effects[kMxRoundUp]));
+}
+
+// The synthetic sweep's verdict: from which outlier factor on finer scaling does better, the headline
+// factor's numbers, and MX's two rules.
 std::string synthetic_verdict(const E9Result& r) {
   const E9Measure* h = headline(r);
   if (!h) return "";
-  const Fp8Effect &tensor = h->effects[kPerTensor], &tiles = h->effects[kTiles], &mx = h->effects[kMxFloor],
-                  &up = h->effects[kMxRoundUp];
-  // Finer is better when a typical value loses less and no more values flush.
-  auto better = [&](const Fp8Effect& e) {
-    return e.mean_element_error() < 0.9 * tensor.mean_element_error() && e.flushed_share() <= tensor.flushed_share();
-  };
+  const E9Measure* first = nullptr;  // the smallest factor where a finer scaling does better
+  for (const E9Measure& m : r.synthetic)
+    if (!first && (better_than_per_tensor(m, kTiles) || better_than_per_tensor(m, kMxFloor))) first = &m;
   std::string text = fmt::format(
-      "Synthetic activations, {} (E4M3; flushed / saturated / mean error of a value): per tensor {}, 1x128 tiles {}, "
-      "MX (floor) {}, MX (round up) {}. ",
-      h->source.substr(h->source.find(", ") + 2), effect_cell(tensor), effect_cell(tiles), effect_cell(mx),
-      effect_cell(up));
-  if (better(mx) && better(tiles))
-    text += "**Reproduced:** both fine-grained scalings lose less of the values than one scale per tensor. ";
-  else if (better(mx))
-    text += "**Reproduced for MX's blocks of 32, not for 1x128 tiles:** with outliers spread over the channels, "
-            "almost every tile of 128 channels holds one, so a tile's scale is the tensor's. ";
-  else if (better(tiles))
-    text += "**Reproduced for 1x128 tiles, not for MX's blocks of 32.** ";
+      "Synthetic activations (E4M3; of the non-zero values flushed / saturated / mean error of a value), x{:g}: {}. ",
+      h->outlier_factor, effects_of(*h));
+  if (!first)
+    text += fmt::format("**Not reproduced** up to outliers x{:g}: no finer scaling lost markedly less than one scale "
+                        "per tensor. ",
+                        r.synthetic.back().outlier_factor);
+  else if (first->outlier_factor <= h->outlier_factor)
+    text += "**Reproduced:** finer scaling loses less of the values than one scale per tensor. ";
   else
-    text += "**Not reproduced:** no fine-grained scaling lost markedly less than one scale per tensor. ";
+    text += fmt::format("**Reproduced from outliers x{:g} on, not at x{:g}:** E4M3's 18 binades hold outliers "
+                        "{:.1f} binades above the rest with little loss; at x{:g}: {}. ",
+                        first->outlier_factor, h->outlier_factor, std::log2(h->outlier_factor), first->outlier_factor,
+                        effects_of(*first));
+  const E9Measure& last = r.synthetic.back();
+  if (&last != first && last.outlier_factor > h->outlier_factor)
+    text += fmt::format("At x{:g}: {}. ", last.outlier_factor, effects_of(last));
+  const Fp8Effect &floor = h->effects[kMxFloor], &up = h->effects[kMxRoundUp];
   return text + fmt::format("MX's floor rule saturated {} of the values (the top of each block's largest binade), the "
                             "rounded-up exponent none, at the price of {} flushed instead of {}. ",
-                            percent(mx.saturated_share(), 2), percent(up.flushed_share(), 3),
-                            percent(mx.flushed_share(), 3));
+                            percent(floor.saturated_share(), 2), percent(up.flushed_share(), 3),
+                            percent(floor.flushed_share(), 3));
 }
 
 std::string real_verdict(const E9Result& r) {

@@ -3,7 +3,7 @@
 //
 // An FP8 scale maps a block's largest magnitude onto the format's max; every value of the block far
 // below that amax lands in the subnormals or flushes to zero. With one scale per tensor, a few channels
-// 100x larger than the rest set the scale for all of them (DeepSeek-V3 §3.3.1: per-tensor scaling
+// 100x larger than the rest set the scale for all of them (DeepSeek-V3 §3.3.2: per-tensor scaling
 // "makes low-precision training highly sensitive to activation outliers"); a scale per 1x128 tile or
 // per 32 values confines an outlier's damage to its own block. Measured, for E4M3 (the forward format
 // of every recipe), with each way of scaling a GEMM operand along its reduction (autograd/fp8.h):
