@@ -435,7 +435,7 @@ Section e9_section(const E9Result& r, Report& report) {
                                      r.real, "outliers"));
   if (!r.gaps.empty()) s.tables.push_back(gap_table(r));
   s.csv_files = write_csvs(r, report);
-  s.plots.push_back(sweep_plot(r, "e9_flushed", "share of non-zero values flushed to zero",
+  s.plots.push_back(sweep_plot(r, "e9_flushed", "share of non-zero values flushed to zero (none: drawn at 1e-7)",
                                [](const Fp8Effect& e) { return e.flushed_share(); }));
   s.plots.push_back(sweep_plot(r, "e9_error", "mean |x - q| / |x| of the non-zero values",
                                [](const Fp8Effect& e) { return e.mean_element_error(); }));
