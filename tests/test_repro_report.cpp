@@ -2,13 +2,19 @@
 // gnuplot scripts and plots) and the command's refusals. The experiments' outcomes: test_repro.cpp.
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "tests/repro_fixtures.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 #include "tools/repro/e3_histograms.h"
 #include "tools/repro/e6_speed_memory.h"
+#include "tools/repro/e8_fp8_parity.h"
+#include "tools/repro/e9_granularity.h"
+#include "tools/repro/e10_fp8_accumulation.h"
+#include "tools/repro/e11_gradient_formats.h"
 #include "tools/repro/repro.h"
+#include "tools/repro/run_tables.h"
 
 using namespace mg;
 using namespace mg::tools::repro;
@@ -32,7 +38,53 @@ TEST_CASE("variants: V0..V6 are the paper's setups, V2/V3/V4 differ only in loss
     CHECK_MESSAGE((variant(id).accumulation == kernels::Accumulation::F16) == (id == "V7"), id);
   CHECK(variant("V7").recipe.name == variant("V4").recipe.name);
   CHECK(variant("V7").recipe.loss_scaling == amp::LossScaling::Dynamic);
-  mg::testing::check_error([] { variant("V8"); }, "repro::variant");
+  mg::testing::check_error([] { variant("V16"); }, "repro::variant");
+}
+
+// Every field of two Fp8Options (the struct has no operator==).
+bool same_fp8(const Fp8Options& a, const Fp8Options& b) {
+  const kernels::Fp8Accumulator &x = a.accumulator, &y = b.accumulator;
+  return a.scaling == b.scaling && a.forward_format == b.forward_format && a.backward_format == b.backward_format &&
+         a.margin == b.margin && a.power_of_two == b.power_of_two && a.amax_history_len == b.amax_history_len &&
+         a.amax_algorithm == b.amax_algorithm && a.mx_rule == b.mx_rule && x.limited == y.limited &&
+         x.mantissa_bits == y.mantissa_bits && x.rounding == y.rounding && x.group == y.group &&
+         x.promote_every == y.promote_every;
+}
+
+TEST_CASE("variants: V8..V11 are the FP8 recipes, V12..V15 change one FP8 option each; every variant its own style") {
+  const char* recipes[] = {"fp8_delayed", "fp8_current", "fp8_block", "mxfp8"};
+  for (int i = 0; i < 4; ++i) {
+    const Variant v = variant(fmt::format("V{}", 8 + i));
+    CHECK(v.recipe.name == recipes[i]);
+    CHECK(same_fp8(*v.recipe.fp8, *amp::Recipe::parse(recipes[i]).fp8));  // unchanged from amp/recipe.h
+  }
+  const Fp8Options delayed = *variant("V8").recipe.fp8;
+  Fp8Options e4m3 = delayed, limited = delayed, promoted = delayed, round_up = *variant("V11").recipe.fp8;
+  e4m3.backward_format = fp8::Format::E4M3;
+  limited.accumulator = {.limited = true, .promote_every = 0};
+  promoted.accumulator = {.limited = true, .promote_every = 128};
+  round_up.mx_rule = MxScaleRule::RoundUp;
+  CHECK(same_fp8(*variant("V12").recipe.fp8, e4m3));
+  CHECK(same_fp8(*variant("V13").recipe.fp8, limited));
+  CHECK(same_fp8(*variant("V14").recipe.fp8, promoted));
+  CHECK(same_fp8(*variant("V15").recipe.fp8, round_up));
+  std::set<int> styles;
+  for (const std::string& id : variant_ids()) {
+    CHECK(variant_style(variant(id)) != kNoVariantStyle);
+    styles.insert(variant_style(variant(id)));
+  }
+  CHECK(styles.size() == variant_ids().size());
+  CHECK(variant_style(variant("V8")) == 9);
+}
+
+TEST_CASE("Context: what an experiment keeps, a later one gets back by id and type") {
+  Context context(Preset::Quick, Device::cpu(), 0, true);
+  CHECK(context.kept<int>("E8") == nullptr);
+  context.keep<int>("E8", std::make_shared<const int>(8));
+  REQUIRE(context.kept<int>("E8") != nullptr);
+  CHECK(*context.kept<int>("E8") == 8);
+  CHECK(context.kept<double>("E8") == nullptr);  // another type: nothing
+  CHECK(context.kept<int>("E9") == nullptr);
 }
 
 TEST_CASE("the report: report.md with every experiment's section, CSVs with headers, plots when gnuplot exists") {
@@ -187,13 +239,90 @@ TEST_CASE("E6's plots: the variants are categories, drawn as bars") {
 
 TEST_CASE("run_repro: bad options are refused before anything runs") {
   TempDir tmp;
-  mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E9", .out = tmp / "x", .quiet = true}); },
+  mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E12", .out = tmp / "x", .quiet = true}); },
                            "mixgrad repro");
   mg::testing::check_error([&] { run_repro(ReproOptions{.preset = "huge", .out = tmp / "x", .quiet = true}); },
                            "--preset");
   if (cuda_device_count() == 0)
     mg::testing::check_error([&] { run_repro(ReproOptions{.experiment = "E1", .device = "cuda", .out = tmp / "y"}); },
                              "mixgrad repro --device cuda");
-  CHECK(experiments().size() == 7);
+  CHECK(experiments().size() == 11);
   for (const Experiment& e : experiments()) CHECK_MESSAGE(e.run, e.id);
+}
+
+// A run of `id` whose training loss is `loss` at steps 10, 20, ..., and whose score is `score`.
+RunResult fake_run(const std::string& id, std::vector<double> loss, double score, bool text = false) {
+  RunResult run{.variant = variant(id)};
+  for (std::size_t i = 0; i < loss.size(); ++i)
+    run.log.push_back(StepLog{.step = static_cast<std::int64_t>(10 * (i + 1)), .loss = loss[i]});
+  (text ? run.final_bpc : run.final_accuracy) = score;
+  (text ? run.final_accuracy : run.final_bpc) = std::nan("");
+  run.log.back().test_accuracy = text ? std::nullopt : std::optional<double>(score);
+  run.log.back().validation_bpc = text ? std::optional<double>(score) : std::nullopt;
+  return run;
+}
+
+TEST_CASE("E8..E11's sections: their tables, verdicts, CSVs and plots, from results made by hand") {
+  TempDir tmp;
+  const fs::path out = tmp / "fp8";
+  {
+    Report report(out);
+    // E8: the MLP at parity in every recipe, the char LSTM out of it in one.
+    E8Model mlp{.name = "MLP"}, lstm{.name = "char LSTM", .text = true};
+    for (const char* id : {"V5", "V8", "V11"}) {
+      mlp.runs.push_back({fake_run(id, {1.0, 0.5, 0.4, 0.3}, 0.86)});
+      lstm.runs.push_back({fake_run(id, {3.0, 2.5, 2.2, std::string(id) == "V11" ? 2.3 : 2.0},
+                                    std::string(id) == "V11" ? 2.9 : 2.8, true)});
+    }
+    report.add(e8_section(E8Result{.options = {}, .models = {mlp, lstm}}, report));
+    // E9: the synthetic sweep only.
+    E9Result e9{.options = {}};
+    for (double factor : {1.0, 100.0}) {
+      e9.synthetic.push_back(
+          measure_scalings("synthetic x" + std::to_string(factor), outlier_activations(16, 256, 0.01, factor, 0)));
+      e9.synthetic.back().outlier_factor = factor;
+    }
+    report.add(e9_section(e9, report));
+    // E10: two lengths, no training.
+    report.add(e10_section(E10Result{.options = {.lengths = {64, 128}}, .errors = fp8_gemm_errors({64, 128}, 2, 2, 0)},
+                           report));
+    // E11: one layer's gradients, recorded once.
+    E11Model e11{.name = "MLP"};
+    E11Gradients layer{.layer = "5", .tensors = 1};
+    const Tensor g = outlier_activations(8, 16, 0.1, 100, 1);
+    for (const E11Cast& cast : e11_casts())
+      layer.effects.push_back(
+          cast.scaled ? fp8_effect_of(g, Fp8Role::GradOutput,
+                                      Fp8Options{.scaling = Fp8Scaling::Current, .backward_format = cast.format})
+                      : fp8_effect_with_scale(g, 1.0f, cast.format));
+    layer.exponents.add(g);
+    e11.gradients = {layer, layer};
+    for (const char* id : {"V5", "V8", "V12"}) e11.runs.push_back(fake_run(id, {1.0, 0.5, 0.4, 0.3}, 0.86));
+    report.add(e11_section(E11Result{.options = {}, .models = {e11}}, report));
+    report.write("fp8 preamble");
+  }
+  const std::string md = read(out / "report.md");
+  for (const char* needle :
+       {"## E8", "## E9", "## E10", "## E11", "FP8 Formats for Deep Learning", "DeepSeek-V3 §3.3.2",
+        "**Reproduced for some recipes only**", "| V11 mxfp8 |", "13 bits, promoted every 128", "E4M3 per tensor"})
+    CHECK_MESSAGE(md.find(needle) != std::string::npos, needle);
+  // The char LSTM's V11 is 0.1 bits/char behind: outside the 0.02 margin; the MLP's recipes all within.
+  CHECK(md.find("| char LSTM | V11 mxfp8 | 2.9 | +0.1000 | **no** |") != std::string::npos);
+  CHECK(md.find("| MLP | V8 fp8_delayed | 86.00% | +0.00 | yes |") != std::string::npos);
+  for (const char* csv : {"e8_runs.csv", "e8_steps.csv", "e9_activations.csv", "e10_gemm_errors.csv",
+                          "e11_gradients.csv", "e11_runs.csv"})
+    CHECK_MESSAGE(fs::exists(out / csv), csv);
+  CHECK(read(out / "e10_gemm_errors.csv").starts_with("distribution,k,accumulator,mean,largest,normwise"));
+  CHECK(read(out / "e9_activations.csv").find("\nsynthetic,") != std::string::npos);
+  // A variant's curve keeps its style: V8's is style 9, gnuplot's line style 10.
+  const std::string gap = read(out / "e8_loss_gap_lstm.gp");
+  CHECK(gap.find("ls 10 title \"V8 fp8_delayed\"") != std::string::npos);
+  for (const char* plot :
+       {"e8_loss_gap_mlp", "e8_accuracy_mlp", "e8_validation_bpc_lstm", "e9_flushed", "e9_error",
+        "e10_gemm_error_zero_mean", "e10_gemm_error_positive", "e11_gradient_exponents", "e11_loss_gap_mlp"}) {
+    INFO(plot);
+    CHECK(fs::exists(out / (std::string(plot) + ".gp")));
+    if (have_gnuplot()) CHECK(fs::exists(out / (std::string(plot) + ".png")));
+  }
+  CHECK(read(out / "e11_gradient_exponents.gp").find("E4M3 flushes") != std::string::npos);
 }

@@ -96,11 +96,12 @@ std::string verdict_for(const std::string& model, const E1Result& r, const std::
 
 }  // namespace
 
-PairedDifference paired_difference(const std::vector<RunResult>& variant, const std::vector<RunResult>& fp32) {
+PairedDifference paired_difference(const std::vector<RunResult>& variant, const std::vector<RunResult>& fp32,
+                                   double RunResult::*metric) {
   PairedDifference d;
   std::vector<double> differences;
   for (std::size_t s = 0; s < variant.size() && s < fp32.size(); ++s)
-    differences.push_back(variant[s].final_accuracy - fp32[s].final_accuracy);
+    differences.push_back(variant[s].*metric - fp32[s].*metric);
   d.seeds = differences.size();
   if (differences.empty()) return d;
   for (double x : differences) d.mean += x / static_cast<double>(differences.size());
@@ -114,12 +115,12 @@ PairedDifference paired_difference(const std::vector<RunResult>& variant, const 
   return d;
 }
 
-double fp32_seed_spread(const std::vector<RunResult>& fp32_runs) {
+double fp32_seed_spread(const std::vector<RunResult>& fp32_runs, double RunResult::*metric) {
   if (fp32_runs.empty()) return 0;
-  double low = fp32_runs.front().final_accuracy, high = low;
+  double low = fp32_runs.front().*metric, high = low;
   for (const RunResult& r : fp32_runs) {
-    low = std::min(low, r.final_accuracy);
-    high = std::max(high, r.final_accuracy);
+    low = std::min(low, r.*metric);
+    high = std::max(high, r.*metric);
   }
   return high - low;
 }

@@ -48,17 +48,20 @@ struct E1Result {
   std::vector<std::vector<RunResult>> mlp_seeds{}, cnn_seeds{};
 };
 
-// The paired difference of a variant's final accuracy from fp32's over the seeds (variant[s] and
-// fp32[s] share seed s): mean, sample standard deviation and the 95% confidence interval of the mean
-// (Student's t with seeds - 1 degrees of freedom; with one seed the interval is the point).
+// The paired difference of a variant's final accuracy (or another `metric`: E8 compares bits/char too)
+// from fp32's over the seeds (variant[s] and fp32[s] share seed s): mean, sample standard deviation
+// and the 95% confidence interval of the mean (Student's t with seeds - 1 degrees of freedom; with one
+// seed the interval is the point).
 struct PairedDifference {
   double mean = 0, deviation = 0, low = 0, high = 0;
   std::size_t seeds = 0;
 };
-PairedDifference paired_difference(const std::vector<RunResult>& variant, const std::vector<RunResult>& fp32);
+PairedDifference paired_difference(const std::vector<RunResult>& variant, const std::vector<RunResult>& fp32,
+                                   double RunResult::*metric = &RunResult::final_accuracy);
 
-// fp32's spread over seeds: its largest final accuracy minus its smallest.
-double fp32_seed_spread(const std::vector<RunResult>& fp32_runs);
+// fp32's spread over seeds: its largest final accuracy (or `metric`) minus its smallest.
+double fp32_seed_spread(const std::vector<RunResult>& fp32_runs,
+                        double RunResult::*metric = &RunResult::final_accuracy);
 
 // One standard error of an accuracy measured on n examples: sqrt(p (1 - p) / n).
 double accuracy_standard_error(double accuracy, std::int64_t examples);

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <any>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -73,10 +74,24 @@ class Context {
   Progress progress_sink() const {
     return [this](const std::string& line) { progress(line); };
   }
+  // What an experiment leaves for a later one of the same call, by its id: E9 takes the loss gaps of
+  // E8's FP8 runs rather than training them again. kept<T> is null when nothing of type T was kept.
+  template <class T>
+  void keep(const std::string& id, std::shared_ptr<const T> result) {
+    kept_[id] = std::move(result);
+  }
+  template <class T>
+  std::shared_ptr<const T> kept(const std::string& id) const {
+    const auto found = kept_.find(id);
+    if (found == kept_.end()) return nullptr;
+    const auto* result = std::any_cast<std::shared_ptr<const T>>(&found->second);
+    return result ? *result : nullptr;
+  }
 
  private:
   std::map<std::pair<std::int64_t, std::int64_t>, std::shared_ptr<const ImageData>> fashion_;
   std::shared_ptr<const data::TextCorpus> kjv_corpus_;
+  std::map<std::string, std::any> kept_;
 };
 
 // Which claim of the paper an experiment checks: the heading of its section. A constant beside the

@@ -46,8 +46,9 @@ std::string shell_quoted(const std::string& path) {
 
 // One look per curve: colour, dash pattern and marker shape all differ, so that a curve lying on
 // another still shows. The colours are Okabe and Ito's, told apart with colour blindness too; the
-// markers are open shapes, so markers at the same point show through each other. Style i draws
-// variant Vi's curves.
+// markers of V0..V7 are open shapes, so markers at the same point show through each other; the FP8
+// variants' are mostly filled, so that they read apart from the f16 and bf16 ones. variant_style
+// (run_tables.h) says which style draws a variant's curves.
 struct LineStyle {
   const char* color;
   const char* dash;  // a gnuplot dash type
@@ -63,6 +64,16 @@ constexpr LineStyle kLineStyles[] = {
     {"#56B4E9", "(4,4,12,4)", 1},  // sky blue, short-long dashes, plus
     {"#882255", "(8,3,2,3)", 3},  // wine, dash-dot with long dashes, star
     {"#7F7F7F", "(2,6)", 14},  // grey, sparse dots, pentagon: kNoVariantStyle
+    // V8..V15 (the FP8 variants), after the grey of no variant: Paul Tol's muted colours, which stay apart
+    // from the eight above, each with a dash pattern and a marker of its own among them.
+    {"#332288", "(10,4)", 5},  // indigo, dashes: V8
+    {"#117733", "(2,3)", 9},  // dark green, dense dots: V9
+    {"#AA4499", "(12,3,3,3)", 11},  // purple, dash-dot: V10
+    {"#44AA99", "(6,2)", 13},  // teal, short dashes: V11
+    {"#999933", "(3,3,3,9)", 15},  // olive, dot pairs: V12
+    {"#661100", "(16,4,4,4)", 7},  // brown, long dash-dot: V13
+    {"#6699CC", "(8,8)", 1},  // steel blue, even dashes: V14
+    {"#CC6677", "(1,2,8,2)", 3},  // rose, dot-dash: V15
 };
 constexpr std::size_t kStyleCount = std::size(kLineStyles);
 
@@ -306,7 +317,7 @@ void Report::add(Section section) {
 }
 
 std::string Report::write(const std::string& preamble) const {
-  std::string md = "# Mixed Precision Training, reproduced with mixgrad\n\n" + preamble + "\n\n";
+  std::string md = "# Mixed Precision Training and FP8 training, reproduced with mixgrad\n\n" + preamble + "\n\n";
   if (!have_gnuplot_)
     md += "> **No plots:** gnuplot was not found when this report was made. The `.gp` scripts and `.dat` files are "
           "here; install the Debian package `gnuplot-nox` and run `gnuplot NAME.gp` in this folder to draw them.\n\n";

@@ -35,9 +35,9 @@ struct Series {
   std::string name{};  // the legend entry
   std::vector<double> x{}, y{};
   bool markers = false;  // points only, no line (events such as skipped steps)
-  // Which of the 9 line styles (colour, dash pattern, marker shape) draws it; -1: its position in
-  // the plot. A variant's curves take the variant's number (V2: 2), so that a variant looks the same
-  // in every plot; style kNoVariantStyle (grey) is no variant's.
+  // Which of the 17 line styles (colour, dash pattern, marker shape) draws it; -1: its position in
+  // the plot. A variant's curves take variant_style's (V2: 2, V8: 9), so that a variant looks the
+  // same in every plot; style kNoVariantStyle (grey) is no variant's.
   int style = -1;
 };
 

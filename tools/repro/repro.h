@@ -1,10 +1,11 @@
-// `mixgrad repro`: run the paper's experiments and write a report with tables, CSVs and plots.
+// `mixgrad repro`: run the papers' experiments and write a report with tables, CSVs and plots.
 //
 //   mixgrad repro --experiment all --preset quick --out repro-quick
 //   mixgrad repro --experiment E4 --preset full --device cuda --out repro-full --seed 1
 //
-// Each experiment (E1..E7, experiment.h) trains the same model in several precision variants
-// (variants.h) from one seed, and fills one section of DIR/report.md.
+// Each experiment (E1..E7 of Mixed Precision Training, E8..E11 of the FP8 papers; experiment.h) trains
+// the same model in several precision variants (variants.h) from one seed, and fills one section of
+// DIR/report.md.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ class App;
 namespace mg::tools::repro {
 
 struct ReproOptions {
-  std::string experiment = "all";  // E1..E7 or all
+  std::string experiment = "all";  // E1..E11 or all
   std::string preset = "quick";  // quick | full
   std::string device = "cpu";  // cpu | cuda
   std::string out = "repro";  // the report's directory (created)
@@ -28,7 +29,7 @@ struct ReproOptions {
   bool quiet = false;
 };
 
-// Every experiment, E1..E7, in order.
+// Every experiment, E1..E11, in order.
 std::vector<Experiment> experiments();
 
 // Registers the flags on `command` (the repro subcommand), with help texts and value checks.

@@ -33,7 +33,10 @@ Plot over_steps(Plot plot, const std::vector<RunResult>& runs, const std::functi
 
 std::string legend(const Variant& variant) { return variant.id + " " + variant.name; }
 
-int variant_style(const Variant& variant) { return std::stoi(variant.id.substr(1)); }
+int variant_style(const Variant& variant) {
+  const int number = std::stoi(variant.id.substr(1));
+  return number < kNoVariantStyle ? number : number + 1;  // V8 on: past the grey that is no variant's
+}
 
 Series variant_series(const Variant& variant) {
   return Series{.name = legend(variant), .style = variant_style(variant)};

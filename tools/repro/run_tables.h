@@ -65,7 +65,8 @@ std::vector<const RunResult*> with_loss_scaling(const std::vector<RunResult>& ru
 const RunResult* find_run(const std::vector<RunResult>& runs, const std::string& id);
 // "V2 float16_master"
 std::string legend(const Variant& variant);
-// The line style of a variant's curves (Series::style): its number, V2's 2, in every plot.
+// The line style of a variant's curves (Series::style), in every plot: its number for V0..V7 (V2: 2),
+// one more from V8 on (kNoVariantStyle, grey, is no variant's).
 int variant_style(const Variant& variant);
 
 // What the paper says about one variant, for a table's last column.

@@ -241,8 +241,8 @@ class Training {
   void step(std::int64_t step) {
     const bool logged = step % c_.log_every == 0 || step == c_.steps;
     const bool evaluated = step == c_.steps || (c_.eval_every > 0 && step % c_.eval_every == 0);
-    const bool recording = logged &&
-                           (c_.record_activation_gradients || c_.record_weight_gradients || c_.record_histograms);
+    const bool recording = logged && (c_.record_activation_gradients || c_.record_weight_gradients ||
+                                      c_.record_histograms || c_.watch_logged_step);
     StepLog entry{.step = step};
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
     const train::StepResult stepped = train_on_next_batch(step, recording, entry);
@@ -299,6 +299,9 @@ class Training {
     const Tensor inputs = batch.inputs.to(c_.device);
     const Tensor targets = (c_.reconstruct ? train::pixels_of(batch.inputs) : batch.labels).to(c_.device);
     GradientRecording recording_observer(c_, weights_, result_, entry);
+    const std::shared_ptr<void> watcher = recording && c_.watch_logged_step
+                                              ? c_.watch_logged_step(trainer_.model(), step)
+                                              : nullptr;  // lives through this step
     std::optional<ForwardMemory> memory;  // measured at the last step
     if (step == c_.steps) memory.emplace(c_.device);
     // Forward and backward queue their GEMMs inside step: V7's f16 accumulation covers both, and
@@ -347,6 +350,9 @@ class Training {
     if (in_fp32) {
       Generator unused(c_.seed);  // the weights come from the trained model
       fp32 = c_.make_model(unused);
+      // The delayed-scaling buffers of an FP8 recipe (amp::Recipe::prepare) are in the trained model's
+      // state: the copy gets them too, to load them; outside an FP8 region nothing reads them.
+      c_.variant.recipe.prepare(*fp32);
       fp32->to(c_.device);
       train::load_fp32_(*fp32, trainer_.model(), trainer_.optimizer());
     }

@@ -93,6 +93,10 @@ struct RunConfig {
   bool record_activation_gradients = false;  // activation-gradient statistics at logged steps
   bool record_weight_gradients = false;  // per-weight gradient zero fractions at logged steps
   bool record_histograms = false;  // RunResult::histograms, from the logged steps
+  // Called at each logged step (1-based) before its forward pass, with the model; what it returns lives
+  // until the step's backward pass is done: an op observer that registers itself, say (E9 and E11 watch
+  // the Linear layers' operands through tools/repro/linear_operands.h). Empty, or null: nothing watches.
+  std::function<std::shared_ptr<void>(const nn::Module& model, std::int64_t step)> watch_logged_step{};
   std::int64_t warmup_steps = 5;  // steps left out of the throughput (first allocations, caches)
   std::uint64_t seed = 0;
   Device device = Device::cpu();

@@ -12,12 +12,19 @@ namespace {
 using enum amp::LossScaling;
 using enum kernels::Accumulation;
 
+// V12..V15: what each changes in its recipe's FP8 options.
+void gradients_in_e4m3(Fp8Options& o) { o.backward_format = fp8::Format::E4M3; }
+void limited_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 0}; }
+void promoted_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 128}; }
+void mx_exponent_rounded_up(Fp8Options& o) { o.mx_rule = MxScaleRule::RoundUp; }
+
 // The variants, as the table in variants.h has them. V3's name and description end with its S.
 struct Row {
   std::string_view id, name, recipe;
   amp::LossScaling scaling;
   kernels::Accumulation accumulation;
   std::string_view description;
+  void (*fp8_change)(Fp8Options&) = nullptr;  // applied to the recipe's FP8 options
 };
 constexpr Row kRows[] = {
     {"V0", "fp32", "fp32", None, F32, "f32 everywhere: the control"},
@@ -31,6 +38,25 @@ constexpr Row kRows[] = {
     {"V6", "bfloat16_pure", "bfloat16_pure", None, F32, "bf16 weights updated in place, no master copy"},
     {"V7", "float16_f16_accum", "float16_master", Dynamic, F16,
      "V4 with every f16 GEMM accumulating its products in f16 instead of f32 (an ablation)"},
+    {"V8", "fp8_delayed", "fp8_delayed", None, F32,
+     "V5 with every Linear's GEMMs in FP8: E4M3 forward, E5M2 gradients, per-tensor scales from an amax history"},
+    {"V9", "fp8_current", "fp8_current", None, F32,
+     "V5 with every Linear's GEMMs in FP8: E4M3 forward, E5M2 gradients, per-tensor scales from the tensor's own amax"},
+    {"V10", "fp8_block", "fp8_block", None, F32,
+     "V5 with every Linear's GEMMs in FP8: E4M3 throughout, a scale per 1x128 tile of activations and gradients and "
+     "per 128x128 block of weights (DeepSeek-V3)"},
+    {"V11", "mxfp8", "mxfp8", None, F32,
+     "V5 with every Linear's GEMMs in FP8: E4M3 throughout, a power-of-two scale per 32 values (OCP MX)"},
+    {"V12", "fp8_delayed_e4m3", "fp8_delayed", None, F32, "V8 with its gradients in E4M3 instead of E5M2",
+     gradients_in_e4m3},
+    {"V13", "fp8_acc13", "fp8_delayed", None, F32,
+     "V8 with the FP8 GEMMs accumulating in the Hopper model (13 mantissa bits, truncated), never promoted",
+     limited_accumulator},
+    {"V14", "fp8_acc13_promoted", "fp8_delayed", None, F32,
+     "V13 with the running sum promoted into f32 every 128 products (DeepSeek-V3)", promoted_accumulator},
+    {"V15", "mxfp8_round_up", "mxfp8", None, F32,
+     "V11 with each block's shared exponent rounded up (Transformer Engine's rule) instead of the spec's floor",
+     mx_exponent_rounded_up},
 };
 
 }  // namespace
@@ -56,6 +82,7 @@ Variant variant(std::string_view id, double static_scale) {
               .monitor = {},
               .accumulation = row.accumulation};
     v.recipe.loss_scaling = row.scaling;
+    if (row.fp8_change) row.fp8_change(*v.recipe.fp8);
     if (row.scaling == Static) {
       v.recipe.static_scale = static_scale;
       v.name += fmt::format("{:g}", static_scale);

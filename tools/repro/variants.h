@@ -1,4 +1,4 @@
-// The precision variants, V0..V7: the rows of every table `mixgrad repro` writes.
+// The precision variants, V0..V15: the rows of every table `mixgrad repro` writes.
 //
 //   id  name                 recipe (amp/recipe.h)       loss scaling
 //   V0  fp32                 fp32                        -              the control
@@ -10,12 +10,28 @@
 //   V6  bfloat16_pure        bfloat16_pure               -              bf16 weights updated directly
 //   V7  float16_f16_accum    float16_master              dynamic        V4 with every f16 GEMM accumulating
 //                                                                       in f16 (E7: the paper's §3.3 ablated)
+//   V8  fp8_delayed          fp8_delayed                 -              Linear GEMMs in FP8, per-tensor scales from
+//                                                                       an amax history (Transformer Engine)
+//   V9  fp8_current          fp8_current                 -              ... per-tensor scales from the tensor itself
+//   V10 fp8_block            fp8_block                   -              ... 1x128 / 128x128 blocks, E4M3 (DeepSeek-V3)
+//   V11 mxfp8                mxfp8                       -              ... blocks of 32, E8M0 scales (OCP MX)
+//   V12 fp8_delayed_e4m3     fp8_delayed                 -              V8 with its gradients in E4M3, not E5M2 (E11)
+//   V13 fp8_acc13            fp8_delayed                 -              V8 with the Hopper accumulator model (13
+//                                                                       mantissa bits, truncated), never promoted (E10)
+//   V14 fp8_acc13_promoted   fp8_delayed                 -              V13 promoted to f32 every 128 products (E10)
+//   V15 mxfp8_round_up       mxfp8                       -              V11 with each block's exponent rounded up
+//                                                                       (Transformer Engine's rule, never saturates:
+//                                                                       E9), not the spec's floor
 //
 // V2, V3 and V4 share one recipe (f16 weights with an f32 master copy) and differ only in the loss
 // scaling, so an experiment that compares them isolates the scaling: that is why V4 is
 // float16_master with the dynamic scaler rather than mixed_float16 (which also differs in where the
 // f32 weights live). V7 differs from V4 in the GEMMs' accumulation alone: it is an ablation for E7,
 // not a recipe anyone would train with (no amp::Recipe has it: kernels/gemm.h's Accumulation::F16).
+// V8..V11 are the four FP8 recipes as amp/recipe.h defines them (E8..E11 compare them with V5, the
+// 16-bit recipe they are built on); V12..V15 change one field of V8's or V11's Fp8Options each (the
+// gradients' format, the GEMM's accumulator, MX's scale rule: autograd/fp8.h, kernels/fp8.h), so that
+// E9, E10 and E11 isolate it.
 #pragma once
 
 #include <string>
@@ -30,10 +46,10 @@
 namespace mg::tools::repro {
 
 struct Variant {
-  std::string id{};  // "V0" .. "V6"
+  std::string id{};  // "V0" .. "V15"
   std::string name;  // short, for tables, CSVs and plot legends ("float16_master_S1024")
   std::string description{};  // one line: what is stored in which precision and how the loss is scaled
-  amp::Recipe recipe;  // parameters, autocast, master copy, loss-scaling mode (and S for V3)
+  amp::Recipe recipe;  // parameters, autocast, master copy, loss-scaling mode (and S for V3), FP8 options
   amp::GradScalerOptions scaler;  // everything else about the scaler (make_scaler sets enabled/dynamic)
   amp::ScaleMonitorOptions monitor;  // the run's record of the scale (no collapse alarm: see variants.cpp)
   // How the f16 GEMMs of its training steps accumulate (kernels/gemm.h): F16 for V7 only.
@@ -47,7 +63,7 @@ Variant variant(std::string_view id, double static_scale = 1024.0);
 // Several at once, in the given order: variants({"V0", "V2"}).
 std::vector<Variant> variants(const std::vector<std::string>& ids, double static_scale = 1024.0);
 
-// Every id, V0..V7.
+// Every id, V0..V15.
 const std::vector<std::string>& variant_ids();
 
 }  // namespace mg::tools::repro

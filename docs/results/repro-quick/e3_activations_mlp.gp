@@ -16,6 +16,14 @@ set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
 set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
 set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
 set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 10 lc rgb "#332288" dt (10,4) lw 2 pt 5 ps 1.3
+set style line 11 lc rgb "#117733" dt (2,3) lw 2 pt 9 ps 1.3
+set style line 12 lc rgb "#AA4499" dt (12,3,3,3) lw 2 pt 11 ps 1.3
+set style line 13 lc rgb "#44AA99" dt (6,2) lw 2 pt 13 ps 1.3
+set style line 14 lc rgb "#999933" dt (3,3,3,9) lw 2 pt 15 ps 1.3
+set style line 15 lc rgb "#661100" dt (16,4,4,4) lw 2 pt 7 ps 1.3
+set style line 16 lc rgb "#6699CC" dt (8,8) lw 2 pt 1 ps 1.3
+set style line 17 lc rgb "#CC6677" dt (1,2,8,2) lw 2 pt 3 ps 1.3
 set xrange [-40:18]
 set xtics ("≤ -40" -40, "-32" -32, "-24" -24, "-16" -16, "-8" -8, "0" 0, "8" 8, "≥ 16" 16) noenhanced
 set logscale y 10
