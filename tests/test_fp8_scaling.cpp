@@ -55,7 +55,9 @@ TEST_CASE("fp8 scaling: delayed scaling uses the history of earlier steps, then 
     const Tensor x = from_vector({amax, -amax / 2}, {1, 2});
     return fp8_quantize_operand(x, Fp8Role::Input, false, options, &history);
   };
-  auto input_history = [&] { return std::vector<float>(history.amax_history.data<float>(), history.amax_history.data<float>() + 3); };
+  auto input_history = [&] {
+    return std::vector<float>(history.amax_history.data<float>(), history.amax_history.data<float>() + 3);
+  };
   // Step 1: the fresh scale is 1 (2 and -1 are E4M3 values); then the history holds 2 and the next
   // scale is 448 / 2 = 224. The other roles are untouched.
   kernels::Fp8Tensor q = step(2.0, max);
@@ -86,8 +88,11 @@ TEST_CASE("fp8 scaling: delayed scaling uses the history of earlier steps, then 
   step(NAN, max);
   CHECK(floats(history.scale)[0] == 224.0f);
   // Delayed scaling without a history is an error that says where the history comes from.
-  check_error([&] { (void)fp8_quantize_operand(from_vector({1.0}, {1, 1}), Fp8Role::Input, false, max, nullptr); },
-              "enable_fp8");
+  check_error(
+      [&] {
+        (void)fp8_quantize_operand(from_vector({1.0}, {1, 1}), Fp8Role::Input, false, max, nullptr);
+      },
+      "enable_fp8");
 }
 
 TEST_CASE("fp8 scaling: DeepSeek-V3's blocks, along each GEMM's own reduction") {
@@ -150,7 +155,10 @@ TEST_CASE("fp8 scaling: MX's shared exponent, the spec's floor against rounding 
 TEST_CASE("fp8 scaling: a scale that is not finite and positive is refused before any code is written") {
   const Tensor x = from_vector({1.0, 2.0}, {1, 2});
   for (double bad : {0.0, -1.0, double(INFINITY), double(NAN)})
-    check_error([&] { (void)kernels::fp8_quantize(x, full({1, 1}, bad), {0, 0}, fp8::Format::E4M3); },
-                "kernels::fp8_quantize");
+    check_error(
+        [&] {
+          (void)kernels::fp8_quantize(x, full({1, 1}, bad), {0, 0}, fp8::Format::E4M3);
+        },
+        "kernels::fp8_quantize");
   check_error([&] { (void)kernels::fp8_quantize(x, full({1, 2}, 1.0), {0, 0}, fp8::Format::E4M3); }, "one per block");
 }

@@ -74,9 +74,11 @@ TEST_CASE("fp8_linear: forward and gradients are the GEMMs of the codes and scal
     // along its rows for dW; W along its rows, x along its rows.
     const Tensor g = randn({rows, out}, generator).to(DType::BF16);
     backward(y, g);
-    const std::vector<double> dx = product(deq(g, Fp8Role::GradOutput, false), deq(w, Fp8Role::Weight, true), false, false);
+    const std::vector<double> dx = product(deq(g, Fp8Role::GradOutput, false), deq(w, Fp8Role::Weight, true), false,
+                                           false);
     check_near(x.grad(), dx, gemm_tolerance(dx, out, DType::F32));
-    const std::vector<double> dw = product(deq(g, Fp8Role::GradOutput, true), deq(x, Fp8Role::Input, true), true, false);
+    const std::vector<double> dw = product(deq(g, Fp8Role::GradOutput, true), deq(x, Fp8Role::Input, true), true,
+                                           false);
     check_near(w.grad(), dw, gemm_tolerance(dw, rows, DType::F32));
     CHECK(w.grad().dtype() == DType::F32);
     // db: dy's bf16 values summed in f32, no FP8 at all.
@@ -133,15 +135,22 @@ TEST_CASE("fp8 recipes: the Trainer trains every example model a few steps, and 
   const Tensor images = randn({16, 1, 12, 12}, data), classes = randint(0, 4, {16}, data);
   const Tensor tokens = randint(0, 12, {4, 9}, data);
   const std::vector<Model> models{
-      {"mlp", [](Generator& g) { return nn::mlp({144, 32, 4}, g); }, images, classes},
+      {"mlp",
+       [](Generator& g) {
+         return nn::mlp({144, 32, 4}, g);
+       },
+       images, classes},
       {"cnn",
-       [](Generator& g) { return nn::cnn({.image_size = 12, .channels1 = 4, .channels2 = 8, .hidden = 16, .classes = 4}, g); },
+       [](Generator& g) {
+         return nn::cnn({.image_size = 12, .channels1 = 4, .channels2 = 8, .hidden = 16, .classes = 4}, g);
+       },
        images, classes},
       {"char_lstm", [](Generator& g) { return std::make_shared<nn::CharLSTM>(12, 8, 16, 1, g); },
        slice(tokens, 1, 0, 8), slice(tokens, 1, 1, 9)},
       {"tiny_gpt",
        [](Generator& g) {
-         return std::make_shared<nn::TinyGPT>(nn::GptOptions{.vocab = 12, .block_size = 8, .embed_dim = 16, .heads = 2, .layers = 1}, g);
+         return std::make_shared<nn::TinyGPT>(
+             nn::GptOptions{.vocab = 12, .block_size = 8, .embed_dim = 16, .heads = 2, .layers = 1}, g);
        },
        slice(tokens, 1, 0, 8), slice(tokens, 1, 1, 9)},
   };
@@ -222,4 +231,22 @@ TEST_CASE("fp8_linear: the memory report counts the saved FP8 codes, one byte an
     CHECK(report.saved_activations == (recipe.fp8 ? elements + 2 * sizeof(float) : 2 * elements));
     backward(sum(cast(y, DType::F32)));  // releases what the tape saved before the next recipe
   }
+}
+
+TEST_CASE("fp8 recipes: a model trained under fp8_delayed loads into an f32 copy for scoring") {
+  // train::load_fp32_ (what mixgrad repro scores with): the copy runs no FP8, so the layers' amax
+  // histories stay behind, and the weights arrive as they are.
+  Generator data(4);
+  const Tensor x = randn({16, 10}, data), labels = randint(0, 3, {16}, data);
+  auto build = [] {
+    Generator init(3);
+    return nn::mlp({10, 8, 3}, init);
+  };
+  train::Trainer trainer(build(), {.recipe = amp::Recipe::parse("fp8_delayed"), .optimizer = {.name = "sgd"}});
+  trainer.step(x, labels);
+  std::shared_ptr<nn::Sequential> copy = build();
+  train::load_fp32_(*copy, trainer.model(), trainer.optimizer());
+  CHECK(copy->state_dict().count("1.fp8_scale") == 0);
+  const StateDict trained = trainer.model().state_dict();
+  CHECK(copy->state_dict().at("1.weight").to_vector<double>() == trained.at("1.weight").to_vector<double>());
 }

@@ -34,7 +34,8 @@ Tensor pixels_of(const Tensor& images);
 // Loads `trained`'s state into `fp32_model` (the same architecture, f32, on the trained model's
 // device), to score in fp32 as the PyTorch and Keras mixed-precision guides advise: each parameter
 // from its f32 master where `optimizer` keeps one (the weights PyTorch's AMP model would hold),
-// everything else widened to f32 (exact). An mg::Error from load_state_dict when the two differ.
+// everything else widened to f32 (exact); an FP8 recipe's scaling state (amax histories) is left out
+// unless `fp32_model` holds it too. An mg::Error from load_state_dict when the two differ.
 void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::Optimizer& optimizer);
 
 // The mean loss of the model over inputs [N, ...] and targets [N, ...] on the CPU, `batch` examples

@@ -350,9 +350,6 @@ class Training {
     if (in_fp32) {
       Generator unused(c_.seed);  // the weights come from the trained model
       fp32 = c_.make_model(unused);
-      // The delayed-scaling buffers of an FP8 recipe (amp::Recipe::prepare) are in the trained model's
-      // state: the copy gets them too, to load them; outside an FP8 region nothing reads them.
-      c_.variant.recipe.prepare(*fp32);
       fp32->to(c_.device);
       train::load_fp32_(*fp32, trainer_.model(), trainer_.optimizer());
     }
