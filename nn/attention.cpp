@@ -43,7 +43,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor q = part(0), k = part(1), v = part(2);
 
   Tensor scores = mul(matmul(q, k, {.transpose_b = true}), 1.0 / std::sqrt(static_cast<double>(D)));  // [BH, T, T]
-  Tensor future = full({1}, -std::numeric_limits<double>::infinity(), {.dtype = scores.dtype()});
+  Tensor future = full({1}, -std::numeric_limits<double>::infinity(),
+                       {.dtype = scores.dtype(), .device = scores.device()});
   Tensor weights = (*dropout_)(softmax(where(causal_mask(T, scores.device()), scores, future), -1));
   Tensor heads = matmul(weights, v);  // [BH, T, D]
   Tensor joined = reshape(permute(reshape(heads, {B, heads_, T, D}), {0, 2, 1, 3}), {B, T, C});

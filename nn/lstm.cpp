@@ -49,9 +49,9 @@ std::pair<Tensor, LSTM::State> LSTM::forward_with_state(const Tensor& x, const S
   for (std::int64_t l = 0; l < num_layers(); ++l) {
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     Tensor h = initial.h.defined() ? reshape(slice(initial.h, 0, l, l + 1), {batch, H})
-                                   : zeros({batch, H}, {.dtype = state_dtype});
+                                   : zeros({batch, H}, {.dtype = state_dtype, .device = x.device()});
     Tensor c = initial.c.defined() ? reshape(slice(initial.c, 0, l, l + 1), {batch, H})
-                                   : zeros({batch, H}, {.dtype = state_dtype});
+                                   : zeros({batch, H}, {.dtype = state_dtype, .device = x.device()});
     Tensor projected = linear(sequence, layer.weight_ih, layer.bias_ih);  // [T, B, 4H]: every step in one GEMM
     Tensor hc = lstm_recurrence(projected, layer.weight_hh, layer.bias_hh, h, c);  // [T, B, 2H]: (h_t, c_t)
     Tensor last = reshape(slice(hc, 0, steps - 1, steps), {batch, 2 * H});

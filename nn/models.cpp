@@ -76,7 +76,7 @@ Tensor TinyGPT::forward(const Tensor& tokens) {
   MG_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) <= options_.block_size,
            "nn::TinyGPT: expects tokens [batch, steps] with steps <= block_size {}, got {}", options_.block_size,
            tokens.defined() ? tokens.shape() : Shape{});
-  Tensor positions = arange(static_cast<double>(tokens.size(1)), {.dtype = DType::I32});
+  Tensor positions = arange(static_cast<double>(tokens.size(1)), {.dtype = DType::I32, .device = tokens.device()});
   Tensor x = add((*token_embedding)(tokens), (*position_embedding)(positions));  // [B, T, C] + [T, C]
   return (*head)((*ln_f)((*blocks)(x)));
 }
