@@ -2,7 +2,7 @@
 // x is [..., in] (any number of leading dims, or none). Under autocast the product and bias run in f16/bf16
 // (mg::linear is on the lower-precision list) with f32 accumulation.
 //
-// In FP8 (autograd/fp8.h): inside an Fp8Autocast region the layer's three GEMMs run through
+// In FP8 (autograd/fp8.h): inside an FP8 region (an Autocast given Fp8Options) the layer's three GEMMs run through
 // mg::fp8_linear. Delayed scaling keeps the layer's amax histories and scales in two buffers that
 // enable_fp8 registers ("fp8_amax_history" [3, len], "fp8_scale" [3], f32), so they are in the state
 // dict and a checkpoint resumes them; amp::Recipe::prepare calls it for every Linear of a model.
