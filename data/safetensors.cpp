@@ -2,6 +2,7 @@
 // file that is renamed into place; load_safetensors validates the whole header against the file's
 // size before it makes a single tensor. The layout is drawn in data/safetensors.h.
 #include "data/safetensors.h"
+#include "core/test_pause.h"
 #include "data/untrusted_json.h"
 
 #include <fcntl.h>
@@ -146,7 +147,8 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
   // O_EXCL refuses to reuse a leftover file of that name.
   remove_leftovers_of(path);
   static std::atomic<std::uint64_t> saves{0};
-  const std::string temp_path = fmt::format("{}.tmp.{}.{}", path, ::getpid(), saves++);
+  const std::uint64_t save_number = saves++;
+  const std::string temp_path = fmt::format("{}.tmp.{}.{}", path, ::getpid(), save_number);
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   MG_CHECK(fd >= 0,
            "data::save_safetensors: cannot create the temporary file {}: {}; does the directory exist and "
@@ -156,7 +158,13 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
     const std::uint64_t header_length = header.size();  // little-endian, as the static_assert ensures
     write_all(fd, &header_length, sizeof header_length, temp_path);
     write_all(fd, header.data(), header.size(), temp_path);
-    for (const auto& [name, tensor] : tensors) write_all(fd, tensor.data_ptr(), tensor.nbytes(), temp_path);
+    // A test may stop the process halfway through the file (core/test_pause.h), to kill it there.
+    const std::string pause_point = fmt::format("safetensors-write:{}", save_number + 1);
+    std::size_t written = 0;
+    for (const auto& [name, tensor] : tensors) {
+      if (written++ == tensors.size() / 2) test_pause_point(pause_point);
+      write_all(fd, tensor.data_ptr(), tensor.nbytes(), temp_path);
+    }
     MG_CHECK(::fsync(fd) == 0, "data::save_safetensors: flushing {} to the disk failed: {}", temp_path,
              std::strerror(errno));
     const int closed = ::close(fd);

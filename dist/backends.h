@@ -14,5 +14,6 @@ std::shared_ptr<ProcessGroup> make_nccl_group(Device device);  // NCCL over the 
 [[noreturn]] void mpi_abort(int status);
 bool mpi_initialized();
 void mpi_check_same(const std::string& what, const std::string& value);
+int mpi_max(int value);  // MPI_Allreduce(MAX) of one int over MPI_COMM_WORLD
 
 }  // namespace mg::dist::detail

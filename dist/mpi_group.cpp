@@ -175,6 +175,12 @@ void mpi_abort(int status) {
   std::exit(status);  // MPI_Abort does not return; the compiler does not know
 }
 
+int mpi_max(int value) {
+  int largest = value;
+  check_mpi(MPI_Allreduce(&value, &largest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  return largest;
+}
+
 void mpi_check_same(const std::string& what, const std::string& value) {
   MG_CHECK(mpi_initialized(), "dist::check_same_on_every_rank: call dist::init_process_group first");
   int rank = 0;

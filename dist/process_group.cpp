@@ -110,4 +110,11 @@ void check_same_on_every_rank(const std::string& what, const std::string& value)
 #endif
 }
 
+int max_over_ranks(int value) {
+#ifdef MG_WITH_MPI
+  if (detail::mpi_initialized()) return detail::mpi_max(value);
+#endif
+  return value;
+}
+
 }  // namespace mg::dist

@@ -98,4 +98,10 @@ int local_rank();
 // init_process_group.
 void check_same_on_every_rank(const std::string& what, const std::string& value);
 
+// The largest of every rank's `value`: one all-reduce of an int over MPI_COMM_WORLD on the host, which
+// no GPU work waits for. It is also a barrier (no rank returns before every rank has called it). How
+// the ranks agree on a flag only some of them have seen, such as a stop asked for by a signal
+// (tools/train.cpp). Outside an MPI job (or before init_process_group) it returns `value`.
+int max_over_ranks(int value);
+
 }  // namespace mg::dist

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
       fmt::print("mixgrad repro: wrote {}\n", report);
       return 0;
     }
+    options.command_line.assign(argv, argv + argc);
     mg::tools::finalize(options);
     const mg::tools::TrainSummary summary = mg::tools::train(options);
     if (!options.summary.empty() && summary.rank == 0) {

@@ -24,8 +24,10 @@
 #include "kernels/cuda/runtime.h"
 #endif
 #include "nn/models.h"
+#include "core/test_pause.h"
 #include "tools/progress.h"
-#include "train/checkpoint.h"
+#include "tools/run_checkpoints.h"
+#include "train/stop_signals.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
@@ -147,40 +149,6 @@ std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
-using Identity = std::map<std::string, std::string>;  // the flags a checkpoint must have been saved with
-
-// Where a run starts: step 0, or where --resume's checkpoint left it, with the losses of its last
-// steps (carried by checkpoints, for the final mean loss).
-struct RunPosition {
-  std::int64_t step = 0;
-  std::deque<double> recent_losses;
-};
-
-RunPosition resume(const TrainOptions& o, train::Trainer& trainer, Task& task, const Identity& identity,
-                   std::int64_t total) {
-  RunPosition position;
-  if (o.resume.empty()) return position;
-  train::LoadedCheckpoint loaded = train::load_checkpoint(o.resume, trainer.checkpoint_objects());
-  for (const auto& [key, value] : identity)
-    MG_CHECK(loaded.metadata[key] == value, "mixgrad train: --resume {} was saved with --{} {}, not {}", o.resume, key,
-             loaded.metadata[key], value);
-  // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
-  // must not become a loop that runs for ever, backwards or from a truncated count.
-  const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", o.resume);
-  position.step = state_whole_number(loaded.extra, "step", owner, 0, std::int64_t{1} << 53);
-  task.load_data_state(state_subset(loaded.extra, "data."));
-  if (loaded.extra.count("recent_losses")) {  // absent from checkpoints written before it was kept
-    const Tensor& losses = loaded.extra.at("recent_losses");
-    MG_CHECK(losses.dim() == 1 && losses.numel() <= static_cast<std::int64_t>(kFinalLossSteps),
-             "{}: entry 'recent_losses' must be 1-D with at most {} losses, got shape {}", owner, kFinalLossSteps,
-             losses.shape());
-    for (double value : losses.to_vector<double>()) position.recent_losses.push_back(value);
-  }
-  MG_CHECK(position.step <= total, "mixgrad train: {} is already at step {}, past the {} steps asked for", o.resume,
-           position.step, total);
-  return position;
-}
-
 void print_header(const TrainOptions& o, train::Trainer& trainer, const TrainSummary& summary, std::int64_t step,
                   std::int64_t total) {
   const Device device = trainer.device();
@@ -244,15 +212,61 @@ class StepNumbersSink {
   std::deque<std::pair<double, std::int64_t>> queued_;  // seconds and items of each step not yet read
 };
 
-// The checkpoint of --save: the run's objects, and where it stands.
-void save_run(const std::string& path, train::Trainer& trainer, Task& task, const RunPosition& position,
-              const Identity& identity) {
-  const std::vector<double> losses(position.recent_losses.begin(), position.recent_losses.end());
-  StateDict extra{{"step", state_scalar(static_cast<double>(position.step))},
-                  {"recent_losses",
-                   from_vector(losses, {static_cast<std::int64_t>(losses.size())}, {.dtype = DType::F64})}};
-  state_insert(extra, "data.", task.data_state());
-  train::save_checkpoint(path, trainer.checkpoint_objects(), extra, identity);
+// Whether the run stops before its next step. A signal reaches the ranks of a job at different
+// moments, or only one of them: the ranks agree before every step, with one all-reduce of an int on
+// the host (dist::max_over_ranks, a few microseconds; bench/stop_agreement.cpp), so that every rank
+// stops after the same step.
+bool stop_agreed(train::StopSignals& stop, int ranks) {
+  if (ranks == 1) return stop.requested();
+  const int agreed = dist::max_over_ranks(stop.signal());
+  if (agreed != 0) stop.request(agreed);
+  return agreed != 0;
+}
+
+// A word of a command line as a shell reads it back: quoted when it holds anything but [A-Za-z0-9_./=:,+-].
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                             "0123456789_./=:,+-") == std::string::npos;
+  if (plain) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The command that continues a stopped run: this one, with --resume naming its checkpoint.
+std::string resume_command(const TrainOptions& o, int ranks, const std::string& checkpoint) {
+  std::string command = ranks > 1 ? fmt::format("mpirun -n {} ", ranks) : std::string();
+  const std::vector<std::string>& words = o.command_line;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "--resume") {
+      ++i;  // and its value
+      continue;
+    }
+    if (words[i].starts_with("--resume=")) continue;
+    command += shell_word(words[i]) + " ";
+  }
+  return command + "--resume " + shell_word(checkpoint);
+}
+
+// A run stopped by a signal: its checkpoint (rank 0 writes, the others wait for it), one line that
+// says how to go on, and the end of the process by the signal's default action.
+[[noreturn]] void end_stopped_run(const TrainOptions& o, train::StopSignals& stop, train::Trainer& trainer, Task& task,
+                                  RunCheckpoints& checkpoints, const RunPosition& position, std::int64_t total,
+                                  int ranks, bool lead, Progress& progress, MetricsLog& log) {
+  progress.finish();
+  log.close();
+  std::optional<std::string> resume_from;
+  if (lead) resume_from = checkpoints.save_stopped(trainer, position, task.data_state());
+  if (ranks > 1) dist::max_over_ranks(0);  // a barrier: no rank ends before rank 0's checkpoint is whole
+  if (lead) {
+    const std::string head = fmt::format("mixgrad train: {}: stopped at step {} of {}",
+                                         train::signal_name(stop.signal()), position.step, total);
+    if (resume_from)
+      fmt::print("{}; resume with: {}\n", head, resume_command(o, ranks, *resume_from));
+    else
+      fmt::print("{}; nothing saved: add --save FILE or --save-every N to keep a stopped run\n", head);
+  }
+  stop.end_process();
 }
 
 }  // namespace
@@ -282,7 +296,8 @@ TrainSummary train(const TrainOptions& o) {
   const Device device = trainer.device();
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
   const Identity identity{{"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};
-  RunPosition position = resume(o, trainer, task, identity, total);
+  RunCheckpoints checkpoints(o, identity, lead);
+  RunPosition position = checkpoints.resume(trainer, task.load_data_state, total);
 
   TrainSummary summary;
   summary.recipe = o.precision;
@@ -296,10 +311,12 @@ TrainSummary train(const TrainOptions& o) {
   Progress progress(position.step, total, task.unit, trainer.scaler().is_enabled(), quiet);
   MetricsLog log(lead ? o.log : std::string(), !o.resume.empty());
   StepNumbersSink numbers(o, trainer, position, progress, log);
+  // From here a signal of --stop-signals lets the step it arrives in finish, then stops the run.
+  train::StopSignals stop(o.stop_signals.empty() ? std::vector<int>{} : train::parse_signals(o.stop_signals));
   const auto start = Clock::now();
   const std::int64_t waits_before = host_waits(device);
   std::int64_t items = 0;
-  while (position.step < total) {
+  while (position.step < total && !stop_agreed(stop, ranks)) {
     data::Batch batch = task.next();
     const train::StepResult result = trainer.step(batch);  // throws when the scale collapses
     ++position.step;
@@ -309,8 +326,15 @@ TrainSummary train(const TrainOptions& o) {
     if (const train::DataParallel* replicas = trainer.data_parallel())
       summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
     numbers.take(result.read);
+    test_pause_point(fmt::format("step:{}", position.step));
+    if (checkpoints.due(position.step)) {
+      numbers.take(trainer.read_steps());  // the checkpoint's recent losses include this step's
+      checkpoints.save_periodic(trainer, position, task.data_state());
+    }
   }
   numbers.take(trainer.read_steps());
+  if (stop.requested())
+    end_stopped_run(o, stop, trainer, task, checkpoints, position, total, ranks, lead, progress, log);
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
   progress.finish();
   log.close();
@@ -325,7 +349,11 @@ TrainSummary train(const TrainOptions& o) {
   summary.final_loss_steps = static_cast<std::int64_t>(position.recent_losses.size());
 
   if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
-  if (!o.save.empty()) save_run(o.save, trainer, task, position, identity);
+  checkpoints.save_final(trainer, position, task.data_state());
+  summary.checkpoints_written = checkpoints.written();
+  summary.checkpoint_seconds = checkpoints.seconds();
+  summary.checkpoint_max_seconds = checkpoints.max_seconds();
+  summary.checkpoint_bytes = checkpoints.last_bytes();
   summary = task.evaluate(summary, trainer.recipe());
   summary.peak_rss_bytes = peak_rss_bytes();
   return summary;
@@ -348,6 +376,11 @@ std::string TrainSummary::to_json() const {
   j["items_per_second"] = items_per_second;
   j["peak_rss_bytes"] = peak_rss_bytes;
   if (host_waits >= 0) j["host_waits"] = host_waits;
+  if (checkpoints_written > 0)
+    j["checkpoints"] = {{"written", checkpoints_written},
+                        {"seconds", checkpoint_seconds},
+                        {"max_seconds", checkpoint_max_seconds},
+                        {"bytes", checkpoint_bytes}};
   if (ranks > 1) {
     j["allreduce_bytes_per_step"] = allreduce_bytes_per_step;
     j["allreduce_wait_seconds"] = allreduce_wait_seconds;
@@ -358,10 +391,15 @@ std::string TrainSummary::to_json() const {
 std::string TrainSummary::to_line() const {
   std::string metric = test_accuracy ? fmt::format("test accuracy {:.2f}%", 100 * *test_accuracy)
                                      : fmt::format("val {:.3f} bits/char", val_bits_per_char.value_or(0));
+  const std::string saves = checkpoints_written == 0
+                                ? std::string()
+                                : fmt::format(", {} checkpoint(s) of {:.1f} MiB written in {:.3f} s each at most",
+                                              checkpoints_written, static_cast<double>(checkpoint_bytes) / (1 << 20),
+                                              checkpoint_max_seconds);
   return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), mean loss of the last {} steps "
-                     "{:.4f}, {:.1f} s of training, peak RSS {:.0f} MiB",
+                     "{:.4f}, {:.1f} s of training{}, peak RSS {:.0f} MiB",
                      recipe, model, data, metric, steps, skipped_steps, final_scale, final_loss_steps, final_loss,
-                     train_seconds, static_cast<double>(peak_rss_bytes) / (1 << 20));
+                     train_seconds, saves, static_cast<double>(peak_rss_bytes) / (1 << 20));
 }
 
 }  // namespace mg::tools

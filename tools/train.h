@@ -39,6 +39,12 @@ struct TrainSummary {
   // --device cuda: how often the training loop made the host wait for the GPU: once per read of the
   // steps' numbers (every 16 steps, and the last), nothing else in steady state. -1 on the CPU.
   std::int64_t host_waits = -1;
+  // Checkpoints written (--save-every, --save) and how long they took: their total and the longest,
+  // which tells how often --save-every can afford to save, and whether a save fits the time a
+  // scheduler leaves between SIGTERM and SIGKILL. checkpoint_bytes: the last one's size.
+  std::int64_t checkpoints_written = 0;
+  double checkpoint_seconds = 0, checkpoint_max_seconds = 0;
+  std::int64_t checkpoint_bytes = 0;
 
   std::string to_json() const;
   std::string to_line() const;  // the same numbers in one human-readable line

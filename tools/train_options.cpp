@@ -12,6 +12,7 @@
 #include "core/warning.h"
 #include "kernels/threads.h"
 #include "tools/flag_checks.h"
+#include "train/stop_signals.h"
 
 namespace mg::tools {
 
@@ -78,9 +79,31 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
   c.add_option("--text-file", o.text_file, "Text: train on this plain-text file instead of the King James Bible")
       ->check(CLI::ExistingFile);
   c.add_option("--log", o.log, "Write one CSV row per step: step, loss, lr, scale, skipped, seconds");
-  c.add_option("--save", o.save, "Write a checkpoint (safetensors) at the end");
-  c.add_option("--resume", o.resume, "Continue from this checkpoint (same data, model, precision and optimizer)")
-      ->check(CLI::ExistingFile);
+  c.add_option("--save", o.save,
+               "Write a checkpoint (safetensors) at the end, and when a signal of --stop-signals stops the run");
+  auto* save_every = c.add_option("--save-every", o.save_every,
+                                  "Also write a checkpoint every N steps, and at the end, into --checkpoint-dir as "
+                                  "step-<S>.safetensors (resume with --resume DIR)")
+                         ->check(whole_number_in(1));
+  c.add_option("--keep", o.keep,
+               "With --save-every: keep the newest K checkpoints (0: all); an older one is deleted only once a "
+               "newer one is complete")
+      ->check(whole_number_in(0))
+      ->needs(save_every)
+      ->capture_default_str();
+  c.add_option("--checkpoint-dir", o.checkpoint_dir,
+               "With --save-every: the directory of the checkpoints (created; its parent must exist)")
+      ->needs(save_every)
+      ->capture_default_str();
+  c.add_option("--resume", o.resume,
+               "Continue from this checkpoint (same data, model, precision and optimizer), or from the newest "
+               "readable checkpoint of a --checkpoint-dir")
+      ->check(CLI::ExistingPath);
+  c.add_option("--stop-signals", o.stop_signals,
+               "Signals that stop the run cleanly: the step finishes, the checkpoint is written (--save, else "
+               "--save-every's), a line says how to resume, and the program ends as the signal would have "
+               "(status 128 + signal); a second signal ends it at once. Names separated by commas; '' for none")
+      ->capture_default_str();
   c.add_option("--summary", o.summary, "Write a JSON summary of the run");
   c.add_flag("--quiet", o.quiet, "No progress output, only the closing line");
   c.add_option("--bucket-kb", o.bucket_kb,
@@ -122,11 +145,19 @@ void finalize(TrainOptions& o) {
           "mixgrad train --device cuda: cuda:0 is the CUDA emulator of this build (-DMG_CUDA=EMULATE), which "
           "runs the GPU kernels on the CPU to check them: a step takes hundreds of times as long as with --device cpu");
   }
-  for (const std::string* path : {&o.log, &o.save, &o.summary}) {
-    if (path->empty()) continue;
-    const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
+  if (!o.stop_signals.empty()) train::parse_signals(o.stop_signals);  // an unknown name is refused here
+  // Each file (and the directory of --save-every) goes into a directory that must exist already.
+  std::vector<std::string> outputs{o.log, o.save, o.summary};
+  if (o.save_every > 0) {
+    std::string directory = o.checkpoint_dir;
+    while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
+    outputs.push_back(directory);
+  }
+  for (const std::string& path : outputs) {
+    if (path.empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     MG_CHECK(parent.empty() || std::filesystem::is_directory(parent),
-             "mixgrad train: cannot write {}: the directory {} does not exist", *path, parent.string());
+             "mixgrad train: cannot write {}: the directory {} does not exist", path, parent.string());
   }
   if (o.batch == 0) o.batch = images ? 128 : 32;
   if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : o.optimizer == "adagrad" ? 0.01 : 1e-3;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -33,13 +34,19 @@ struct TrainOptions {
   std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all
   std::string text_file;  // text: a plain-text file instead of the King James Bible
   std::string log;  // CSV: one row per step
-  std::string save;  // checkpoint written at the end
-  std::string resume;  // checkpoint to continue from
+  std::string save;  // checkpoint written at the end, and when a signal stops the run
+  std::int64_t save_every = 0;  // steps between checkpoints into checkpoint_dir; 0: none
+  std::int64_t keep = 2;  // the newest checkpoints of checkpoint_dir kept; 0: all
+  std::string checkpoint_dir = "checkpoints";  // where --save-every writes step-<S>.safetensors
+  std::string resume;  // checkpoint to continue from: a file, or a checkpoint_dir (its newest)
+  std::string stop_signals = "INT,TERM,USR1";  // signals that stop the run cleanly; empty: none
   std::string summary;  // JSON summary of the run
   bool quiet = false;  // no progress output, only the closing line
   // Data-parallel runs (under mpirun, train/data_parallel.h): --batch is the global batch.
   std::int64_t bucket_kb = 256;  // gradient bytes per all-reduce bucket, in KiB
   std::string allreduce_dtype = "f32";  // f32 | f16 | bf16: the gradients' dtype on the wire
+  // Not a flag: the words the program was started with, for the line that says how to resume.
+  std::vector<std::string> command_line;
 };
 
 // Registers every flag on `command` (the train subcommand), with its help text and value checks.

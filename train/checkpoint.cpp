@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include <cmath>
+
 #include "autograd/tape.h"
 #include "core/factory.h"
 #include "core/generator.h"
@@ -40,6 +42,20 @@ StateDict copy_of(const StateDict& state) {
   return copy;
 }
 
+// The first parameter or optimizer entry holding NaN or inf, as "name (NaN)"; empty when all are finite.
+// Buffers are not looked at: an FP8 recipe's amax history may hold the NaN of a skipped step.
+std::string first_non_finite(const StateDict& state, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const Tensor& value = state.at(name);
+    if (!is_floating(value.dtype()) || is_fp8(value.dtype())) continue;
+    const Tensor wide = value.to(DType::F64);
+    const double* x = wide.data<double>();
+    for (std::int64_t i = 0; i < wide.numel(); ++i)
+      if (!std::isfinite(x[i])) return fmt::format("{} ({} at element {})", name, x[i], i);
+  }
+  return {};
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra,
@@ -52,16 +68,33 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
   if (objects.monitor) state_insert(state, "scaler.", objects.monitor->state_dict());  // keys of its own
   state["rng.default"] = generator_state(default_generator());
   state_insert(state, "extra.", extra);
+  for (auto& [key, value] : state)
+    if (!value.device().is_cpu()) value = value.to(Device::cpu());  // one copy per tensor, written from the host
+  std::vector<std::string> checked;
+  for (const auto& [name, parameter] : objects.model->named_parameters()) checked.push_back("model." + name);
+  for (const auto& [key, value] : state)
+    if (key.starts_with("optimizer.")) checked.push_back(key);
+  const std::string non_finite = first_non_finite(state, checked);
+  MG_CHECK(non_finite.empty(),
+           "train::save_checkpoint: {}: not written, since {} is not finite: the run diverged and its state is not "
+           "worth keeping; the file there (if any) is unchanged",
+           path, non_finite);
   std::map<std::string, std::string> meta = metadata;
   meta.insert_or_assign("format", std::string(kFormat));
   meta.insert_or_assign("version", std::string(kVersion));
   data::save_safetensors(path, state, meta);
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects) {
+LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects,
+                                 const std::map<std::string, std::string>& required) {
+  MG_CHECK(objects.model != nullptr, "train::load_checkpoint: {}: no model given", path);
+  return load_checkpoint(path, data::load_safetensors(path), objects, required);
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, data::SafetensorsFile file, const TrainingObjects& objects,
+                                 const std::map<std::string, std::string>& required) {
   const char* op = "train::load_checkpoint";
   MG_CHECK(objects.model != nullptr, "{}: {}: no model given", op, path);
-  data::SafetensorsFile file = data::load_safetensors(path);
   auto format = file.metadata.find("format");
   MG_CHECK(format != file.metadata.end() && format->second == kFormat,
            "{}: {} is a safetensors file but not a mixgrad checkpoint (no metadata format = {}); to read its "
@@ -69,6 +102,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
            op, path, kFormat);
   MG_CHECK(file.metadata["version"] == kVersion, "{}: {} is checkpoint version '{}'; this build reads version {}", op,
            path, file.metadata["version"], kVersion);
+  for (const auto& [key, value] : required)
+    MG_CHECK(file.metadata[key] == value, "{}: {} was saved with {} '{}', not '{}'", op, path, key, file.metadata[key],
+             value);
   const StateDict model_state = state_subset(file.tensors, "model.");
   const StateDict optimizer_state = state_subset(file.tensors, "optimizer.");
   // The scaler's entries and its monitor's share the prefix (the GradScaler held both before issue 17).
@@ -106,7 +142,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects&
     throw;
   }
   set_generator_state(default_generator(), rng->second);
-  return {state_subset(file.tensors, "extra."), file.metadata};
+  return {state_subset(file.tensors, "extra."), file.metadata, path};
 }
 
 }  // namespace mg::train

@@ -17,6 +17,9 @@
 //
 // Loading checks the whole file against the objects first (every name present, every dtype and
 // shape equal); a file that does not fit changes nothing and says which entry is wrong.
+// Saving refuses a state whose parameters or optimizer state hold NaN or inf (a diverged run): the
+// file at `path`, if any, is left as it was. Tensors on a GPU are copied to the CPU to be written.
+// Checkpoints written while a run goes on, every N steps: train/checkpoint_series.h.
 #pragma once
 
 #include <map>
@@ -25,6 +28,7 @@
 #include "amp/grad_scaler.h"
 #include "amp/scale_monitor.h"
 #include "core/state_dict.h"
+#include "data/safetensors.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -44,8 +48,16 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
 struct LoadedCheckpoint {
   StateDict extra;  // the "extra." entries, prefix removed
   std::map<std::string, std::string> metadata;  // the file's metadata
+  std::string path;  // the file it came from
 };
-// Restores every object given (and the default generator) from `path`.
-LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects);
+// Restores every object given (and the default generator) from `path`. Each entry of `required`
+// must be in the file's metadata with that value (the flags a run must have been saved with), or
+// the load is an mg::Error naming the key and both values, before anything changes.
+LoadedCheckpoint load_checkpoint(const std::string& path, const TrainingObjects& objects,
+                                 const std::map<std::string, std::string>& required = {});
+// The same from a file already read whole (data::load_safetensors), which is where a damaged file
+// is found: train/checkpoint_series.h reads the newest of a series first, then falls back.
+LoadedCheckpoint load_checkpoint(const std::string& path, data::SafetensorsFile file, const TrainingObjects& objects,
+                                 const std::map<std::string, std::string>& required = {});
 
 }  // namespace mg::train
