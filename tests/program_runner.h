@@ -103,6 +103,7 @@ class Spawned {
     return done;
   }
   const std::string& output() const { return output_; }
+  pid_t pid() const { return pid_; }  // the shell's, or the program's when the command starts with exec
 
  private:
   bool read_some() {

@@ -59,6 +59,11 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --steps 1 --resume /nonexistent.safetensors", "--resume"},
       {"train --steps 1 --save /nonexistent-dir/x.safetensors", "does not exist"},
       {"train --steps 1 --tf32", "--tf32 changes only the f32 GEMMs of a GPU"},
+      {"train --steps 1 --stop-signals TERM,KILL", "SIGKILL cannot be caught"},
+      {"train --steps 1 --stop-signals TERM,PWR", "unknown signal 'PWR'"},
+      {"train --steps 1 --keep 3", "--keep requires --save-every"},
+      {"train --steps 1 --save-every 0", "--save-every: 0 is not allowed"},
+      {"train --steps 1 --save-every 5 --checkpoint-dir /nonexistent-dir/run", "does not exist"},
   };
   if (cuda_device_count() == 0)  // without a GPU, asking for one is refused before any data is read
     cases.push_back({"train --steps 1 --device cuda", "mixgrad train --device cuda: cuda:0 is not available"});

@@ -46,9 +46,9 @@ TEST_CASE("a run stopped by SIGTERM, SIGINT or SIGUSR1 saves its step, says how 
     int step;
     const char* flags;
   };
-  for (const Case& c : {Case{SIGTERM, "SIGTERM", 3, "--seed 0"},
-                        Case{SIGINT, "SIGINT", 6, "--seed 1 --precision mixed_float16"},
-                        Case{SIGUSR1, "SIGUSR1", 1, "--seed 2 --precision float16_master --optimizer adam"}}) {
+  for (const Case& c :
+       {Case{SIGTERM, "SIGTERM", 3, "--seed 0"}, Case{SIGINT, "SIGINT", 6, "--seed 1 --precision mixed_float16"},
+        Case{SIGUSR1, "SIGUSR1", 1, "--seed 2 --precision float16_master --optimizer adam"}}) {
     INFO(c.name << " at step " << c.step << ", " << c.flags);
     TempDir tmp;
     const std::string run = fmt::format("{} {} --steps 8", kSmallRun, c.flags);
@@ -146,6 +146,19 @@ TEST_CASE("--resume DIR takes the newest checkpoint, falls back past a damaged o
   CHECK(fresh.output.find("already holds a checkpoint of step 12") != std::string::npos);
 }
 
+TEST_CASE("a run resumed from an earlier checkpoint drops the log rows of the steps it takes again") {
+  TempDir tmp;
+  const std::string run = kSmallRun + fmt::format(" --steps 9 --log {}", tmp / "steps.csv");
+  // A run that went on past its checkpoint of step 3 (as a crash after it does) logged steps 4..9.
+  REQUIRE(mixgrad(run + fmt::format(" --save-every 3 --keep 0 --checkpoint-dir {}", tmp / "run")).status == 0);
+  REQUIRE(mixgrad(run + " --resume " + tmp / "run/step-00000003.safetensors").status == 0);
+  std::ifstream log(tmp / "steps.csv");
+  std::string line;
+  std::vector<std::string> steps;
+  while (std::getline(log, line)) steps.push_back(line.substr(0, line.find(',')));
+  CHECK(steps == std::vector<std::string>{"step", "1", "2", "3", "4", "5", "6", "7", "8", "9"});
+}
+
 TEST_CASE("SIGKILL in the middle of a periodic save leaves the previous checkpoint whole") {
   TempDir tmp;
   const std::string run = kSmallRun + " --steps 9";
@@ -184,4 +197,22 @@ TEST_CASE("a second signal ends the run at once, in the middle of its save, leav
   CHECK(done.output.find("resume with") == std::string::npos);
   CHECK_FALSE(fs::exists(tmp / "stopped.safetensors"));
   CHECK(checkpoint_step(tmp / "run/step-00000004.safetensors") == 4);
+}
+
+// On a GPU (or the CUDA emulator, which runs this in CI): the checkpoint is written from the device's
+// tensors, copied to the host, and a resumed run puts them back on the device.
+TEST_CASE("--device cuda: a stopped run saves the device's state and resumes to the same bits") {
+  if (!have_gpu()) return;
+  TempDir tmp;
+  const std::string run = kSmallRun + " --device cuda --precision mixed_float16 --steps 4";
+  REQUIRE(mixgrad(run + " --save " + tmp / "straight.safetensors").status == 0);
+  auto stopped = spawn_mixgrad("step:2", run + " --save " + tmp / "stopped.safetensors");
+  const int pid = stopped->wait_for_pause();
+  REQUIRE(pid > 0);
+  kill(pid, SIGTERM);
+  const Finished done = stopped->finish();
+  CHECK(done.signal == SIGTERM);
+  CHECK(checkpoint_step(tmp / "stopped.safetensors") == 2);
+  REQUIRE(run_command(resume_command(done.output)).status == 0);
+  check_same_checkpoint(tmp / "straight.safetensors", tmp / "stopped.safetensors");
 }

@@ -12,14 +12,13 @@
 #include <fstream>
 
 #include "data/safetensors.h"
+#include "tests/checkpoint_files.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
-using mg::testing::Run;
-using mg::testing::run_command;
-using mg::testing::TempDir;
+using namespace mg::testing;
 
 namespace {
 
@@ -134,4 +133,42 @@ TEST_CASE("mpirun: a failing rank ends the whole job with its message; ranks sta
   INFO(bad.output);
   CHECK(bad.status != 0);
   CHECK(bad.output.find("--steps: 0 is not allowed") != std::string::npos);
+}
+
+// The issue's stop contract under mpirun: a signal reaches one rank (a scheduler's SIGTERM to one
+// process) or mpirun itself (which forwards SIGUSR1 to every rank at its own moment). The ranks agree
+// on the step, rank 0 saves, every rank ends by the signal, and the job resumes to the bits of a job
+// never stopped.
+TEST_CASE("mpirun: a signal to one rank or to mpirun stops every rank after the same step, and resumes exactly") {
+  struct Case {
+    const char* pause;  // where one rank waits for the signal
+    bool to_mpirun;  // the signal goes to mpirun, else to the paused rank
+    int signal;
+    const char* name;
+    int step;
+    const char* flags;
+  };
+  for (const Case& c : {Case{"step:5@1", false, SIGTERM, "SIGTERM", 5, "--precision fp32"},
+                        Case{"step:3@0", true, SIGUSR1, "SIGUSR1", 3, "--precision mixed_float16"}}) {
+    INFO(c.name << (c.to_mpirun ? " to mpirun" : " to rank 1") << " at step " << c.step << ", " << c.flags);
+    TempDir tmp;
+    const std::string flags = kSmallRun + " --quiet --steps 8 " + c.flags;
+    REQUIRE(two_ranks(flags + " --save " + tmp / "straight.safetensors").status == 0);
+    shell("true");  // sets Open MPI's variables for running as root, which Spawned inherits
+    Spawned job(fmt::format("MG_TEST_PAUSE={} exec {} {} {} --save {}", c.pause, MG_MPIRUN, MG_CLI_PATH, flags,
+                            tmp / "stopped.safetensors"));
+    const int paused_rank = job.wait_for_pause();
+    REQUIRE(paused_rank > 0);
+    kill(c.to_mpirun ? job.pid() : paused_rank, c.signal);
+    const Finished done = job.finish();
+    CHECK(done.exit_status == 128 + c.signal);  // mpirun reports the ranks' end
+    const std::string line = fmt::format("mixgrad train: {}: stopped at step {} of 8; resume with: mpirun -n 2 {} ",
+                                         c.name, c.step, MG_CLI_PATH);
+    REQUIRE(occurrences(done.output, line) == 1);  // rank 0's line alone
+    CHECK(checkpoint_step(tmp / "stopped.safetensors") == c.step);
+    // The printed command's arguments, run as printed on 2 ranks.
+    const std::size_t begin = done.output.find(line) + line.size();
+    REQUIRE(two_ranks(done.output.substr(begin, done.output.find('\n', begin) - begin)).status == 0);
+    check_same_checkpoint(tmp / "straight.safetensors", tmp / "stopped.safetensors");
+  }
 }

@@ -25,8 +25,8 @@ namespace {
 
 struct SmallRun {
   std::shared_ptr<nn::Linear> model = std::make_shared<nn::Linear>(3, 2);
-  std::unique_ptr<optim::SGD> optimizer =
-      std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+  std::unique_ptr<optim::SGD> optimizer = std::make_unique<optim::SGD>(model->parameters(),
+                                                                       optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
   train::TrainingObjects objects() { return {.model = model.get(), .optimizer = optimizer.get()}; }
   // One SGD step on fixed data: the weights and the momentum move.
   void step() {
@@ -72,8 +72,8 @@ TEST_CASE("a series writes step-<S>.safetensors, keeps the newest K, and skips f
   }
   // Steps 4 and 6 kept; step 2 went once step 6 was complete; the other files are left alone.
   CHECK(names_in(tmp / "run") == std::set<std::string>{"notes.txt", "step-00000004.safetensors",
-                                                        "step-00000006.safetensors",
-                                                        "step-00000099.safetensors.tmp.1.0"});
+                                                       "step-00000006.safetensors",
+                                                       "step-00000099.safetensors.tmp.1.0"});
   const auto files = train::CheckpointSeries::list(tmp / "run");
   REQUIRE(files.size() == 2);
   CHECK(files[0].first == 4);

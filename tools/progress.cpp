@@ -67,14 +67,33 @@ void Progress::finish() {
   if (terminal_ && !quiet_) fmt::print("\n");
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool append) {
+MetricsLog::MetricsLog(const std::string& path, std::int64_t resumed_step) {
   if (path.empty()) return;
+  const bool append = resumed_step >= 0;
+  // A run that crashed after its checkpoint logged steps the resumed run takes again: their rows go.
+  if (append) drop_rows_after(path, resumed_step);
   file_.open(path, append ? std::ios::app : std::ios::trunc);
   MG_CHECK(file_.is_open(), "mixgrad train: cannot open the log file {} for writing", path);
   path_ = path;
   if (!append || file_.tellp() == 0) file_ << "step,loss,lr,scale,skipped,seconds\n";
   file_.flush();  // a file that cannot be written (a full disk, /dev/full) stops the run before its first step
   check_written(file_, path_, kOp);
+}
+
+void MetricsLog::drop_rows_after(const std::string& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;  // no log yet
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const bool row = !line.empty() && line[0] >= '0' && line[0] <= '9';
+    if (row && std::stoll(line) > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped) write_file(path, kept, kOp);
 }
 
 void MetricsLog::write(const StepRecord& r) {

@@ -44,15 +44,18 @@ class Progress {
 };
 
 // One CSV row per step: step,loss,lr,scale,skipped,seconds. Opened for append when resuming, so
-// one file covers the whole run.
+// one file covers the whole run; rows of steps after the resumed checkpoint's (logged by a run that
+// crashed after its last checkpoint) are dropped first, since the resumed run takes those steps again.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append);
+  // resumed_step: the checkpoint's step when resuming, -1 for a new run (the file is rewritten).
+  MetricsLog(const std::string& path, std::int64_t resumed_step);
   void write(const StepRecord& record);  // throws when the row cannot be written
   void close();  // flushes the last rows; throws when they cannot be written
   bool enabled() const { return file_.is_open(); }
 
  private:
+  static void drop_rows_after(const std::string& path, std::int64_t step);
   static constexpr const char* kOp = "mixgrad train: the step log (--log)";
   std::string path_;
   std::ofstream file_;

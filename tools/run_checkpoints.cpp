@@ -17,16 +17,17 @@ namespace fs = std::filesystem;
 RunCheckpoints::RunCheckpoints(const TrainOptions& options, Identity identity, bool lead)
     : options_(options), identity_(std::move(identity)), lead_(lead) {
   if (options_.save_every > 0 && lead_)
-    series_ = std::make_unique<train::CheckpointSeries>(
-        options_.checkpoint_dir, train::CheckpointSeriesOptions{.every = options_.save_every, .keep = options_.keep});
+    series_ = std::make_unique<train::CheckpointSeries>(options_.checkpoint_dir,
+                                                        train::CheckpointSeriesOptions{.every = options_.save_every,
+                                                                                       .keep = options_.keep});
 }
 
 RunPosition RunCheckpoints::resume(train::Trainer& trainer,
                                    const std::function<void(const StateDict&)>& load_data_state, std::int64_t total) {
   RunPosition position;
   if (!options_.resume.empty()) {
-    const train::LoadedCheckpoint loaded =
-        train::load_latest_checkpoint(options_.resume, trainer.checkpoint_objects(), identity_);
+    const train::LoadedCheckpoint loaded = train::load_latest_checkpoint(options_.resume, trainer.checkpoint_objects(),
+                                                                         identity_);
     // Every number of the file is checked before it is used: an edited step (NaN, 1e300, -3, 2.5)
     // must not become a loop that runs for ever, backwards or from a truncated count.
     const std::string owner = fmt::format("mixgrad train --resume {}, extra.*", loaded.path);
@@ -69,8 +70,8 @@ void RunCheckpoints::count(double seconds, std::int64_t bytes) {
 
 void RunCheckpoints::save_periodic(train::Trainer& trainer, const RunPosition& position, const StateDict& data_state) {
   if (!lead_ || !series_ || last_series_step_ == position.step) return;
-  const train::SavedCheckpoint saved =
-      series_->save(position.step, trainer.checkpoint_objects(), extra(position, data_state), identity_);
+  const train::SavedCheckpoint saved = series_->save(position.step, trainer.checkpoint_objects(),
+                                                     extra(position, data_state), identity_);
   last_series_step_ = position.step;
   count(saved.seconds, saved.bytes);
 }

@@ -309,7 +309,7 @@ TrainSummary train(const TrainOptions& o) {
   const bool quiet = o.quiet || !lead;
   if (!quiet) print_header(o, trainer, summary, position.step, total);
   Progress progress(position.step, total, task.unit, trainer.scaler().is_enabled(), quiet);
-  MetricsLog log(lead ? o.log : std::string(), !o.resume.empty());
+  MetricsLog log(lead ? o.log : std::string(), o.resume.empty() ? -1 : position.step);
   StepNumbersSink numbers(o, trainer, position, progress, log);
   // From here a signal of --stop-signals lets the step it arrives in finish, then stops the run.
   train::StopSignals stop(o.stop_signals.empty() ? std::vector<int>{} : train::parse_signals(o.stop_signals));

@@ -66,8 +66,7 @@ void CheckpointSeries::begin_at(std::int64_t step, bool resumed_here) {
     if (later <= step) continue;
     const std::string aside = path + ".damaged";
     fs::rename(path, aside);
-    warn(fmt::format("{} could not be loaded; renamed {}, so that the series goes on from step {}", path, aside,
-                     step));
+    warn(fmt::format("{} could not be loaded; renamed {}, so that the series goes on from step {}", path, aside, step));
   }
 }
 
@@ -112,8 +111,8 @@ LoadedCheckpoint load_latest_checkpoint(const std::string& path, const TrainingO
     }
     return load_checkpoint(file->second, std::move(contents), objects, required);
   }
-  throw Error(fmt::format("train::load_latest_checkpoint: none of the {} checkpoints in {} can be read:{}", files.size(),
-                          path, failures));
+  throw Error(fmt::format("train::load_latest_checkpoint: none of the {} checkpoints in {} can be read:{}",
+                          files.size(), path, failures));
 }
 
 }  // namespace mg::train

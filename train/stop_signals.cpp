@@ -67,8 +67,8 @@ std::vector<int> parse_signals(const std::string& text) {
              "stop signals '{}': SIG{} cannot be caught, so no program can save before it ends; choose among INT, "
              "TERM, USR1, USR2, HUP, QUIT, ALRM, XCPU",
              text, name);
-    const auto* found =
-        std::find_if(std::begin(kSignals), std::end(kSignals), [&](const NamedSignal& s) { return name == s.name; });
+    const auto* found = std::find_if(std::begin(kSignals), std::end(kSignals),
+                                     [&](const NamedSignal& s) { return name == s.name; });
     MG_CHECK(found != std::end(kSignals),
              "stop signals '{}': unknown signal '{}'; write names such as INT,TERM,USR1 (also USR2, HUP, QUIT, ALRM, "
              "XCPU), separated by commas",
