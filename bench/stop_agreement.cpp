@@ -42,10 +42,11 @@ int main(int argc, char** argv) {
     if (r >= 3) per_call_us.push_back(seconds / calls * 1e6);
   }
   if (group->rank() == 0)
-    fmt::print("{}\nstop agreement on {} ranks (MPI_Allreduce of one int): {:.2f} us per step (median of {} x {} calls; "
-               "min {:.2f}, max {:.2f})\n",
-               bench::machine_lines(), group->size(), bench::median(per_call_us), repeats, calls,
-               *std::min_element(per_call_us.begin(), per_call_us.end()),
-               *std::max_element(per_call_us.begin(), per_call_us.end()));
+    fmt::print(
+        "{}\nstop agreement on {} ranks (MPI_Allreduce of one int): {:.2f} us per step (median of {} x {} calls; "
+        "min {:.2f}, max {:.2f})\n",
+        bench::machine_lines(), group->size(), bench::median(per_call_us), repeats, calls,
+        *std::min_element(per_call_us.begin(), per_call_us.end()),
+        *std::max_element(per_call_us.begin(), per_call_us.end()));
   return 0;
 }

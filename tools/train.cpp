@@ -27,6 +27,7 @@
 #include "core/test_pause.h"
 #include "tools/progress.h"
 #include "tools/run_checkpoints.h"
+#include "tools/run_stop.h"
 #include "train/stop_signals.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
@@ -212,63 +213,6 @@ class StepNumbersSink {
   std::deque<std::pair<double, std::int64_t>> queued_;  // seconds and items of each step not yet read
 };
 
-// Whether the run stops before its next step. A signal reaches the ranks of a job at different
-// moments, or only one of them: the ranks agree before every step, with one all-reduce of an int on
-// the host (dist::max_over_ranks, a few microseconds; bench/stop_agreement.cpp), so that every rank
-// stops after the same step.
-bool stop_agreed(train::StopSignals& stop, int ranks) {
-  if (ranks == 1) return stop.requested();
-  const int agreed = dist::max_over_ranks(stop.signal());
-  if (agreed != 0) stop.request(agreed);
-  return agreed != 0;
-}
-
-// A word of a command line as a shell reads it back: quoted when it holds anything but [A-Za-z0-9_./=:,+-].
-std::string shell_word(const std::string& word) {
-  const bool plain = !word.empty() && word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                             "0123456789_./=:,+-") == std::string::npos;
-  if (plain) return word;
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// The command that continues a stopped run: this one, with --resume naming its checkpoint.
-std::string resume_command(const TrainOptions& o, int ranks, const std::string& checkpoint) {
-  std::string command = ranks > 1 ? fmt::format("mpirun -n {} ", ranks) : std::string();
-  const std::vector<std::string>& words = o.command_line;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    if (words[i] == "--resume") {
-      ++i;  // and its value
-      continue;
-    }
-    if (words[i].starts_with("--resume=")) continue;
-    command += shell_word(words[i]) + " ";
-  }
-  return command + "--resume " + shell_word(checkpoint);
-}
-
-// A run stopped by a signal: its checkpoint (rank 0 writes, the others wait for it), one line that
-// says how to go on, and the end of the process by the signal's default action.
-[[noreturn]] void end_stopped_run(const TrainOptions& o, train::StopSignals& stop, train::Trainer& trainer, Task& task,
-                                  RunCheckpoints& checkpoints, const RunPosition& position, std::int64_t total,
-                                  int ranks, bool lead, Progress& progress, MetricsLog& log) {
-  progress.finish();
-  log.close();
-  std::optional<std::string> resume_from;
-  if (lead) resume_from = checkpoints.save_stopped(trainer, position, task.data_state());
-  if (ranks > 1) dist::max_over_ranks(0);  // a barrier: no rank ends before rank 0's checkpoint is whole
-  if (lead) {
-    const std::string head = fmt::format("mixgrad train: {}: stopped at step {} of {}",
-                                         train::signal_name(stop.signal()), position.step, total);
-    if (resume_from)
-      fmt::print("{}; resume with: {}\n", head, resume_command(o, ranks, *resume_from));
-    else
-      fmt::print("{}; nothing saved: add --save FILE or --save-every N to keep a stopped run\n", head);
-  }
-  stop.end_process();
-}
-
 }  // namespace
 
 TrainSummary train(const TrainOptions& o) {
@@ -334,7 +278,7 @@ TrainSummary train(const TrainOptions& o) {
   }
   numbers.take(trainer.read_steps());
   if (stop.requested())
-    end_stopped_run(o, stop, trainer, task, checkpoints, position, total, ranks, lead, progress, log);
+    end_stopped_run(o, stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
   progress.finish();
   log.close();
