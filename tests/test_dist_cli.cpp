@@ -147,16 +147,21 @@ TEST_CASE("mpirun: a signal to one rank or to mpirun stops every rank after the 
     const char* name;
     int step;
     const char* flags;
+    bool series;  // saves with --save-every 2 into a directory, else with --save
   };
-  for (const Case& c : {Case{"step:5@1", false, SIGTERM, "SIGTERM", 5, "--precision fp32"},
-                        Case{"step:3@0", true, SIGUSR1, "SIGUSR1", 3, "--precision mixed_float16"}}) {
+  for (const Case& c : {Case{"step:5@1", false, SIGTERM, "SIGTERM", 5, "--precision fp32", false},
+                        Case{"step:3@0", true, SIGUSR1, "SIGUSR1", 3, "--precision mixed_float16", true}}) {
     INFO(c.name << (c.to_mpirun ? " to mpirun" : " to rank 1") << " at step " << c.step << ", " << c.flags);
     TempDir tmp;
     const std::string flags = kSmallRun + " --quiet --steps 8 " + c.flags;
     REQUIRE(two_ranks(flags + " --save " + tmp / "straight.safetensors").status == 0);
+    const std::string saving = c.series ? fmt::format("--save-every 2 --checkpoint-dir {}", tmp / "run")
+                                        : fmt::format("--save {}", tmp / "stopped.safetensors");
+    const std::string at_stop = c.series ? tmp / fmt::format("run/step-{:08}.safetensors", c.step)
+                                         : tmp / "stopped.safetensors";
+    const std::string at_end = c.series ? tmp / "run/step-00000008.safetensors" : tmp / "stopped.safetensors";
     shell("true");  // sets Open MPI's variables for running as root, which Spawned inherits
-    Spawned job(fmt::format("MG_TEST_PAUSE={} exec {} {} {} --save {}", c.pause, MG_MPIRUN, MG_CLI_PATH, flags,
-                            tmp / "stopped.safetensors"));
+    Spawned job(fmt::format("MG_TEST_PAUSE={} exec {} {} {} {}", c.pause, MG_MPIRUN, MG_CLI_PATH, flags, saving));
     const int paused_rank = job.wait_for_pause();
     REQUIRE(paused_rank > 0);
     kill(c.to_mpirun ? job.pid() : paused_rank, c.signal);
@@ -165,10 +170,10 @@ TEST_CASE("mpirun: a signal to one rank or to mpirun stops every rank after the 
     const std::string line = fmt::format("mixgrad train: {}: stopped at step {} of 8; resume with: mpirun -n 2 {} ",
                                          c.name, c.step, MG_CLI_PATH);
     REQUIRE(occurrences(done.output, line) == 1);  // rank 0's line alone
-    CHECK(checkpoint_step(tmp / "stopped.safetensors") == c.step);
+    CHECK(checkpoint_step(at_stop) == c.step);
     // The printed command's arguments, run as printed on 2 ranks.
     const std::size_t begin = done.output.find(line) + line.size();
     REQUIRE(two_ranks(done.output.substr(begin, done.output.find('\n', begin) - begin)).status == 0);
-    check_same_checkpoint(tmp / "straight.safetensors", tmp / "stopped.safetensors");
+    check_same_checkpoint(tmp / "straight.safetensors", at_end);
   }
 }

@@ -43,9 +43,9 @@ std::string resume_command(const TrainOptions& o, int ranks, const std::string& 
   return command + "--resume " + shell_word(checkpoint);
 }
 
-void end_stopped_run(const TrainOptions& o, train::StopSignals& stop, train::Trainer& trainer, const StateDict& data_state,
-                                  RunCheckpoints& checkpoints, const RunPosition& position, std::int64_t total,
-                                  int ranks, bool lead, Progress& progress, MetricsLog& log) {
+void end_stopped_run(const TrainOptions& o, train::StopSignals& stop, train::Trainer& trainer,
+                     const StateDict& data_state, RunCheckpoints& checkpoints, const RunPosition& position,
+                     std::int64_t total, int ranks, bool lead, Progress& progress, MetricsLog& log) {
   progress.finish();
   log.close();
   std::optional<std::string> resume_from;

@@ -29,8 +29,7 @@ std::string resume_command(const TrainOptions& options, int ranks, const std::st
 // stdout that says how to go on (or that nothing was saved, and how to ask), and the end of the
 // process by the signal's default action.
 [[noreturn]] void end_stopped_run(const TrainOptions& options, train::StopSignals& stop, train::Trainer& trainer,
-                                  const StateDict& data_state, RunCheckpoints& checkpoints,
-                                  const RunPosition& position, std::int64_t total, int ranks, bool lead,
-                                  Progress& progress, MetricsLog& log);
+                                  const StateDict& data_state, RunCheckpoints& checkpoints, const RunPosition& position,
+                                  std::int64_t total, int ranks, bool lead, Progress& progress, MetricsLog& log);
 
 }  // namespace mg::tools
