@@ -20,7 +20,11 @@
 using namespace mg;
 using namespace mg::testing;
 
-#ifdef MG_WITH_CUDA
+// The cases that lower the device's memory start with this where there is no emulator to lower.
+[[maybe_unused]] constexpr const char* kNeedsTheEmulator =
+    "skipped: needs the CUDA emulator's memory limit (a build with -DMG_CUDA=EMULATE)";
+
+#ifdef MG_CUDA_EMULATED
 namespace {
 
 // The device's free memory, from the driver.
@@ -30,18 +34,6 @@ std::size_t device_free() {
   return free;
 }
 
-// Whether the device's memory can be limited (the emulator); says why not and returns false otherwise.
-bool have_memory_limit() {
-  if (!have_gpu()) return false;
-#ifdef MG_CUDA_EMULATED
-  return true;
-#else
-  MESSAGE("skipped: needs the CUDA emulator's memory limit (a build with -DMG_CUDA=EMULATE)");
-  return false;
-#endif
-}
-
-#ifdef MG_CUDA_EMULATED
 // Lowers the emulated device's memory for its scope to what is allocated now plus `free_bytes`, the
 // caching allocator's cache given back first (so that cached blocks cannot stretch the budget): an
 // allocation then fits when mixgrad's allocated bytes stay within `free_bytes` of today's.
@@ -60,7 +52,6 @@ class MemoryLimit {
  private:
   std::size_t saved_ = emu::settings().memory_limit_bytes;
 };
-#endif
 
 // The device memory a step takes beyond what was allocated when it began (after it dropped the
 // last step's gradients): its peak up to the end of the forward pass, and up to the end of backward.
@@ -133,8 +124,9 @@ TEST_CASE("a request larger than the whole device fails with the sizes and what 
 }
 
 TEST_CASE("emulator: cudaMalloc fails past the memory limit; cudaMemGetInfo's free falls by what is allocated") {
-#ifdef MG_CUDA_EMULATED
-  if (!have_memory_limit()) return;
+#ifndef MG_CUDA_EMULATED
+  MESSAGE(kNeedsTheEmulator);
+#else
   CHECK(emu::parse_memory_size("4096") == 4096);
   CHECK(emu::parse_memory_size("512MiB") == std::size_t{512} << 20);
   CHECK(emu::parse_memory_size("80GiB") == std::size_t{80} << 30);
@@ -164,8 +156,9 @@ TEST_CASE("emulator: cudaMalloc fails past the memory limit; cudaMemGetInfo's fr
 }
 
 TEST_CASE("CUDA allocator: out of memory gives the cache back and retries: a size the cache held room for fits") {
-#ifdef MG_CUDA_EMULATED
-  if (!have_memory_limit()) return;
+#ifndef MG_CUDA_EMULATED
+  MESSAGE(kNeedsTheEmulator);
+#else
   constexpr std::size_t kBlock = 256 * kKiB;  // a size class of its own
   MemoryLimit limit(4 * kBlock);
   {
@@ -202,8 +195,9 @@ TEST_CASE("CUDA allocator: out of memory gives the cache back and retries: a siz
 // ---- a training step that runs out of memory ---------------------------------------------------
 
 TEST_CASE("Trainer: out of device memory in forward or in backward; then a smaller batch trains") {
-#ifdef MG_CUDA_EMULATED
-  if (!have_memory_limit()) return;
+#ifndef MG_CUDA_EMULATED
+  MESSAGE(kNeedsTheEmulator);
+#else
   auto trainer = make_trainer(1);
   const Batch big = batch(kBigBatch), small = batch(kSmallBatch);
   StepMemory big_step, small_step;  // measured without a limit
@@ -250,8 +244,9 @@ TEST_CASE("Trainer: out of device memory in forward or in backward; then a small
 }
 
 TEST_CASE("Trainer: a checkpoint written before running out of device memory loads afterwards, bit for bit") {
-#ifdef MG_CUDA_EMULATED
-  if (!have_memory_limit()) return;
+#ifndef MG_CUDA_EMULATED
+  MESSAGE(kNeedsTheEmulator);
+#else
   TempDir dir;
   auto trainer = make_trainer(1);
   const Batch big = batch(kBigBatch), small = batch(kSmallBatch);
