@@ -41,11 +41,21 @@ class FailingAllocator final : public Allocator {
   std::int64_t countdown_ = 0;
 };
 
-// In place of the CUDA allocator while it lives. The allocator itself is never destroyed: storages
-// made through it give their memory back through it, however late.
+// One for the process, never destroyed: storages made through it give their memory back through it,
+// however late (and LeakSanitizer sees it held by a static).
+FailingAllocator& failing_allocator() {
+  static auto* instance = new FailingAllocator();
+  return *instance;
+}
+
+// The stand-in in place of the CUDA allocator while it lives, counting from 0, failing nothing yet.
 struct UseFailingAllocator {
-  FailingAllocator& allocator = *new FailingAllocator();
-  UseFailingAllocator() { set_allocator(DeviceType::CUDA, &allocator); }
+  FailingAllocator& allocator = failing_allocator();
+  UseFailingAllocator() {
+    allocator.requests = 0;
+    allocator.fail_at(0);
+    set_allocator(DeviceType::CUDA, &allocator);
+  }
   ~UseFailingAllocator() { set_allocator(DeviceType::CUDA, nullptr); }
   UseFailingAllocator(const UseFailingAllocator&) = delete;
   UseFailingAllocator& operator=(const UseFailingAllocator&) = delete;
