@@ -227,7 +227,14 @@ void backward(const Tensor& loss, BackwardOptions options) {
            "backward: the loss has shape {} ({} elements); reduce it to one value with mg::sum or mg::mean, "
            "or pass a seed gradient of shape {}: backward(output, seed)",
            loss.shape(), loss.numel(), loss.shape());
-  backward(loss, ones_like(loss), options);
+  Tensor seed;
+  try {
+    seed = ones_like(loss);
+  } catch (...) {
+    empty_tape();  // out of memory already: the graph's saved tensors go, as when the walk fails
+    throw;
+  }
+  backward(loss, seed, options);
 }
 
 void backward(const Tensor& output, const Tensor& seed, BackwardOptions options) {
@@ -254,9 +261,15 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
   MG_CHECK(on_tape, "backward: the output was made by ops that are no longer on the tape (a previous backward "
                     "cleared it); recompute the forward pass, or pass {{.keep_tape = true}} to the first backward");
 
-  std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> leaves;
+  // Every gradient is made (the walk, then each one in its leaf's dtype and memory of its own)
+  // before the first .grad changes: running out of memory on the way changes none.
+  std::vector<std::pair<Tensor, Tensor>> gradients;  // (leaf, the gradient to add into its .grad)
   try {
-    leaves = walk(output, seed, options.keep_tape);
+    auto leaves = walk(output, seed, options.keep_tape);
+    for (auto& [id, entry] : leaves) {
+      Tensor grad = converted(std::move(entry.second), entry.first.dtype());
+      gradients.emplace_back(entry.first, entry.first.grad().defined() ? grad : owned(std::move(grad)));
+    }
   } catch (...) {
     // Partly consumed: unusable. No .grad has been touched, unless a GradReadyHook is registered:
     // then the leaves handed over before the error keep what was added to them (README, the tape).
@@ -264,7 +277,7 @@ void backward(const Tensor& output, const Tensor& seed, BackwardOptions options)
     throw;
   }
   if (!options.keep_tape) empty_tape();
-  for (auto& [id, entry] : leaves) accumulate(entry.first, converted(std::move(entry.second), entry.first.dtype()));
+  for (auto& [leaf, grad] : gradients) accumulate(leaf, std::move(grad));
 }
 
 Saved::Saved(const Tensor& tensor)

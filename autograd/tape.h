@@ -87,8 +87,12 @@ struct BackwardOptions {
 // leaf's dtype (a cast's backward casts back, so an f32 parameter used in f16 gets an f32 grad).
 // Unless keep_tape, clears this thread's whole tape (other graphs recorded since the last backward
 // included), releasing each node's saved tensors as the walk reaches it.
-// Throws, changing no .grad and clearing the tape, if a backward function fails, a saved tensor was
-// modified in place, or a gradient reaches a tensor whose op is no longer on the tape.
+// Throws, changing no .grad and clearing the tape (keep_tape or not), if a backward function fails,
+// a saved tensor was modified in place, a gradient reaches a tensor whose op is no longer on the
+// tape, or memory runs out (an allocator's mg::Error) anywhere after the arguments were checked:
+// every gradient is computed before the first .grad changes, and the saved tensors go with the
+// tape, so the process can go on (with a smaller batch, say). Bad arguments (a loss of several
+// elements, an output that does not require grad) throw before anything happens.
 void backward(const Tensor& loss, BackwardOptions options = {});
 // Backpropagates from any tensor with an explicit seed gradient of the same shape and dtype.
 void backward(const Tensor& output, const Tensor& seed, BackwardOptions options = {});
@@ -113,6 +117,11 @@ void remove_grad_ready_hook(GradReadyHook* hook);
 // Nodes on this thread's tape. Forward passes with grad mode on that never reach backward()
 // stay on the tape: evaluate under NoGradGuard, or call clear_tape().
 std::size_t tape_size();
+// Drops every node of this thread's tape, and with them the tensors they saved. A hand-written
+// training loop calls it when a step throws before backward (out of device memory in the forward
+// pass, say): the nodes recorded before the error hold that pass's activations until the tape is
+// cleared, and the next backward() would walk them. backward() clears the tape itself when it
+// throws, and train::Trainer::step does both.
 void clear_tape();
 // Counts how often this thread's tape was emptied (by backward or clear_tape). A tensor made by a
 // recorded op can only pass gradients while its generation lasts: autocast's weight-cast cache

@@ -59,8 +59,13 @@ void* CachingCpuAllocator::allocate(std::size_t nbytes) {
     stats_.reserved_bytes += size;
   }
   void* ptr = std::aligned_alloc(kAlignment, size);  // size is a multiple of 64 by construction
+  std::size_t cache_freed = 0;
   if (ptr == nullptr) {
     // Free what the cache holds and try once more before giving up.
+    {
+      std::lock_guard lock(mutex_);
+      cache_freed = stats_.reserved_bytes - stats_.allocated_bytes;  // both count this request already
+    }
     empty_cache();
     ptr = std::aligned_alloc(kAlignment, size);
   }
@@ -68,8 +73,10 @@ void* CachingCpuAllocator::allocate(std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     stats_.allocated_bytes -= size;
     stats_.reserved_bytes -= size;
-    throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes ({} held by tensors)", size,
-                            stats_.allocated_bytes));
+    throw Error(fmt::format("CPU allocator: out of memory allocating {} bytes, even after freeing its cache ({} "
+                            "bytes) and retrying; tensors hold {} bytes; use a smaller --batch, or a --precision "
+                            "that needs less memory (mixed_bfloat16 or float16_master keep activations in 16 bits)",
+                            size, cache_freed, stats_.allocated_bytes));
   }
   MG_POISON(static_cast<char*>(ptr) + nbytes, size - nbytes);
   return ptr;

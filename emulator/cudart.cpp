@@ -5,7 +5,9 @@
 // One device, shaped like an H100 SXM where a kernel asks (compute capability 9.0, 132 multiprocessors,
 // 48 KiB of dynamic shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor).
 // Everything runs at once, in the order it is called: a kernel is done when its launch returns, so
-// streams and events only need to exist. Memory is the host's (memory.cpp); copies check that the
+// streams and events only need to exist. Memory is the host's (memory.cpp), counted against the
+// device's memory limit (MG_EMULATOR_MEMORY_LIMIT, 80 GiB by default): cudaMalloc past it fails with
+// cudaErrorMemoryAllocation, and cudaMemGetInfo reports the limit as the total. Copies check that the
 // device side of each is device memory in use, and fail as CUDA would (cudaErrorInvalidValue) when it
 // is not.
 // Functions the backend does not call are not here: a new call is a link error that says which.
@@ -118,7 +120,7 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid argument (in the emulator: a copy's device side is not device memory in use, or a value is out "
              "of range)";
     case cudaErrorMemoryAllocation:
-      return "out of memory";
+      return "out of memory (in the emulator: past the device's memory limit, MG_EMULATOR_MEMORY_LIMIT)";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
     case cudaErrorInvalidDevice:
@@ -226,6 +228,15 @@ cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // every launch
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   *pointer = memory::allocate(bytes);
   return *pointer == nullptr ? failed(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+// The limit as the total and what cudaMalloc has handed out subtracted from it. A real device
+// counts its context and the driver's own memory as taken; here free starts at the total.
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  const std::size_t limit = settings().memory_limit_bytes, in_use = memory::bytes_in_use();
+  *total = limit;
+  *free = in_use < limit ? limit - in_use : 0;  // a test may lower the limit below what is allocated
+  return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* pointer) {

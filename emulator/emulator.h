@@ -10,7 +10,8 @@
 //   - Shared memory is a per-block arena, filled with 0xFF bytes (NaN in f32, f16 and bf16) when the
 //     block starts, so a read of shared memory nobody wrote shows as NaN; under AddressSanitizer the
 //     bytes between shared variables are poisoned as well. Device memory (memory.cpp) is exactly
-//     sized heap memory, NaN-filled when handed out.
+//     sized heap memory, NaN-filled when handed out, counted against the device's memory limit
+//     (Settings::memory_limit_bytes), past which cudaMalloc fails as a full GPU's does.
 // The race check: every launch runs once per schedule of settings().schedules (by default threads
 // and blocks in forward order with cp.async copies landing at issue, in reverse order with copies
 // landing only at the wait that covers them, and in a seeded random order, landing at the wait),
@@ -59,12 +60,21 @@ struct Settings {
   // MG_EMULATOR_COMPUTE_CAPABILITY: what the device reports as its compute capability, major * 10 +
   // minor: 90 (an H100); e.g. 80 to see how the backend refuses what an A100 lacks (FP8 mma.sync).
   int compute_capability = 90;
+  // MG_EMULATOR_MEMORY_LIMIT: the device's memory, in bytes (or with a suffix: 512MiB, 2GiB), 80 GiB
+  // (an H100's) by default. Allocations are the host's heap, so the limit is a count: a cudaMalloc
+  // that would take the device's allocations past it fails with cudaErrorMemoryAllocation, whether
+  // or not the host has the memory, and cudaMemGetInfo reports it as the total. Tests lower it to
+  // run out of device memory on purpose; lowering it below what is allocated fails every cudaMalloc.
+  std::size_t memory_limit_bytes = std::size_t{80} << 30;
 };
 
 Settings& settings();
 std::string describe(const Schedule& schedule);
 // Parses a MG_EMULATOR_SCHEDULES value; an mg::Error names what it could not read.
 std::vector<Schedule> parse_schedules(const std::string& text);
+// Parses a MG_EMULATOR_MEMORY_LIMIT value: whole bytes, or with a suffix KiB, MiB or GiB; an
+// mg::Error names what it could not read.
+std::size_t parse_memory_size(const std::string& text);
 
 // ---- launches --------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ struct Allocation {
 struct Registry {
   std::mutex mutex;
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
+  std::size_t bytes_in_use = 0;  // the sizes of the allocations: what counts against the memory limit
 
   // The allocation containing `address`, or end().
   std::map<std::uintptr_t, Allocation>::iterator find(std::uintptr_t address) {
@@ -54,10 +55,23 @@ void unpoison([[maybe_unused]] void* begin, [[maybe_unused]] std::size_t bytes) 
 }
 
 void* allocate(std::size_t bytes) {
-  void* pointer = nullptr;
-  if (posix_memalign(&pointer, 256, bytes == 0 ? 1 : bytes) != 0) return nullptr;
-  std::memset(pointer, kPoisonByte, bytes);
   Registry& r = registry();
+  {
+    // The device's memory is a count, not the host's: the limit is reached (and tested) long before
+    // the heap would be. The bytes are taken before the heap is asked, so that two threads cannot
+    // both fit in the last free bytes.
+    std::lock_guard lock(r.mutex);
+    const std::size_t limit = settings().memory_limit_bytes;
+    if (r.bytes_in_use > limit || bytes > limit - r.bytes_in_use) return nullptr;
+    r.bytes_in_use += bytes;
+  }
+  void* pointer = nullptr;
+  if (posix_memalign(&pointer, 256, bytes == 0 ? 1 : bytes) != 0) {
+    std::lock_guard lock(r.mutex);
+    r.bytes_in_use -= bytes;
+    return nullptr;
+  }
+  std::memset(pointer, kPoisonByte, bytes);
   std::lock_guard lock(r.mutex);
   r.allocations[reinterpret_cast<std::uintptr_t>(pointer)] = {bytes, bytes};
   return pointer;
@@ -72,10 +86,17 @@ bool release(void* pointer) {
     if (it == r.allocations.end()) return false;
     size = it->second.size;
     r.allocations.erase(it);
+    r.bytes_in_use -= size;
   }
   unpoison(pointer, size);
   std::free(pointer);
   return true;
+}
+
+std::size_t bytes_in_use() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.bytes_in_use;
 }
 
 bool is_device_range(const void* pointer, std::size_t bytes) {

@@ -5,7 +5,8 @@
 // a kernel that reads or writes past it), 256-byte aligned as cudaMalloc's are, and filled with 0xFF
 // bytes (NaN in every floating dtype): memory nobody wrote reads as NaN. The registry knows each
 // allocation's size and how much of it is in use (mark_in_use), which is what copies may touch and
-// what the race check compares.
+// what the race check compares. The sizes together count against the device's memory limit
+// (Settings::memory_limit_bytes): past it, allocate() fails as cudaMalloc does on a full GPU.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +14,13 @@
 
 namespace mg::emu::memory {
 
+// Null when the allocation would take the device past its memory limit, or the host has no memory.
 void* allocate(std::size_t bytes);
 // Frees an allocation; false when `pointer` is not one.
 bool release(void* pointer);
+
+// The bytes of every allocation together (cudaMemGetInfo's total minus its free).
+std::size_t bytes_in_use();
 
 // Whether [pointer, pointer + bytes) lies inside the in-use part of one allocation.
 bool is_device_range(const void* pointer, std::size_t bytes);

@@ -1,6 +1,8 @@
 // The CUDA emulator's settings: which schedules the race check runs, its seed, the cap on the
-// blocks of grid-stride loops, and the compute capability the device reports. Read from the environment once (emulator.h names the variables).
+// blocks of grid-stride loops, the compute capability the device reports and its memory. Read from
+// the environment once (emulator.h names the variables).
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -72,6 +74,21 @@ std::vector<Schedule> parse_schedules(const std::string& text) {
   return schedules;
 }
 
+std::size_t parse_memory_size(const std::string& text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string suffix = text.substr(digits);
+  const int shift = suffix.empty() ? 0 : suffix == "KiB" ? 10 : suffix == "MiB" ? 20 : suffix == "GiB" ? 30 : -1;
+  MG_CHECK(digits > 0 && digits <= 18 && shift >= 0,
+           "CUDA emulator: MG_EMULATOR_MEMORY_LIMIT={} is not a size; write whole bytes, or a whole number with "
+           "KiB, MiB or GiB after it (e.g. 512MiB)",
+           text);
+  const std::size_t count = std::stoull(text.substr(0, digits));
+  MG_CHECK(count <= (std::numeric_limits<std::size_t>::max() >> shift),
+           "CUDA emulator: MG_EMULATOR_MEMORY_LIMIT={} does not fit in 64 bits", text);
+  return count << shift;
+}
+
 Settings& settings() {
   static Settings instance = [] {
     Settings s;
@@ -81,6 +98,8 @@ Settings& settings() {
     s.max_grid_stride_blocks = integer_from_environment("MG_EMULATOR_MAX_BLOCKS", s.max_grid_stride_blocks, 1);
     s.compute_capability = static_cast<int>(
         integer_from_environment("MG_EMULATOR_COMPUTE_CAPABILITY", s.compute_capability, 10));
+    const char* memory = std::getenv("MG_EMULATOR_MEMORY_LIMIT");
+    if (memory && *memory) s.memory_limit_bytes = parse_memory_size(memory);
     return s;
   }();
   return instance;

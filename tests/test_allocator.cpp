@@ -76,3 +76,36 @@ TEST_CASE("allocator: a tensor on a device without an allocator, or a missing GP
   }
   check_error([] { set_allocator(DeviceType::CPU, nullptr); }, "set_allocator");
 }
+
+// AddressSanitizer's allocator stops the process at a request this large rather than returning null
+// (its allocator_may_return_null is off by default), so the case runs in the builds without it.
+#if defined(__SANITIZE_ADDRESS__)
+#define MG_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MG_TEST_ASAN 1
+#endif
+#endif
+
+TEST_CASE("allocator: out of memory frees the cache, retries, and says so; the allocator then goes on") {
+#ifdef MG_TEST_ASAN
+  MESSAGE("skipped under AddressSanitizer, which aborts at a 2^62-byte request instead of failing it");
+#else
+  CachingCpuAllocator allocator;
+  allocator.deallocate(allocator.allocate(10000), 10000);  // one cached block of 10240 bytes
+  REQUIRE(allocator.stats().reserved_bytes == 10240);
+  // 2^62 bytes: no machine has it, so the heap refuses at once without touching a page.
+  constexpr std::size_t kHuge = std::size_t{1} << 62;
+  check_error([&] { allocator.allocate(kHuge); },
+              fmt::format("CPU allocator: out of memory allocating {} bytes, even after freeing its cache (10240 "
+                          "bytes) and retrying; tensors hold 0 bytes; use a smaller --batch, or a --precision",
+                          kHuge));
+  const AllocatorStats after = allocator.stats();
+  CHECK(after.allocated_bytes == 0);  // the failed request is not counted
+  CHECK(after.reserved_bytes == 0);  // the cache was given back
+  void* block = allocator.allocate(10000);
+  CHECK(block != nullptr);
+  CHECK(allocator.stats().allocated_bytes == 10240);
+  allocator.deallocate(block, 10000);
+#endif
+}

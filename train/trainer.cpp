@@ -108,6 +108,20 @@ StepResult Trainer::step(const data::Batch& batch, std::initializer_list<StepObs
 
 StepResult Trainer::step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
                                  std::initializer_list<StepObserver*> observers) {
+  try {
+    return take_step(inputs, targets, global_rows, observers);
+  } catch (...) {
+    // The nodes the forward pass recorded hold its activations, and backward may have made some
+    // gradients: neither may outlive a failed step, or the memory that ran out stays taken (and the
+    // next backward would walk this step's nodes).
+    clear_tape();
+    optimizer_->zero_grad();
+    throw;
+  }
+}
+
+StepResult Trainer::take_step(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                              std::initializer_list<StepObserver*> observers) {
   auto notify = [&](auto&& call) {
     for (StepObserver* observer : observers)
       if (observer) call(*observer);

@@ -123,6 +123,13 @@ class Trainer {
 
   // One training step on a batch: inputs and targets on any device (they move to the trainer's).
   // Each observer (null ones are passed over) sees every phase, in the order given.
+  // A step that throws (out of device memory, an observer that stops it) clears the tape, which
+  // frees the activations its forward pass saved, and drops the gradients, then rethrows: the
+  // process can go on. An error in the forward pass, in backward or from an observer comes before
+  // the update, so the model, the optimizer and the scaler are as they were before the step (step
+  // count, scale, queued readings): a step on a smaller batch can follow, and a checkpoint written
+  // before loads. An error inside scaler.step() or update() (their few small allocations) may
+  // come after some parameters were updated: load the last checkpoint into a new Trainer.
   StepResult step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers = {});
   // The same for a batch of a data::DataLoader or TextBatcher. Data-parallel, the batch is this
   // rank's shard and its global_rows weigh it: a shard of n of N rows counts n / N in the mean.
@@ -146,8 +153,11 @@ class Trainer {
   const DataParallel* data_parallel() const { return data_parallel_.get(); }
 
  private:
+  // The step; step_on_rows runs it and cleans up after it when it throws (clear_tape, zero_grad).
   StepResult step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
                           std::initializer_list<StepObserver*> observers);
+  StepResult take_step(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                       std::initializer_list<StepObserver*> observers);
   void observe_queued_steps();  // reads the queue into unread_, the monitor observing each step
 
   TrainerOptions options_;

@@ -1,5 +1,7 @@
 #include "kernels/cuda/allocator.h"
 
+#include <string>
+
 #include "core/error.h"
 #include "kernels/cuda/runtime.h"
 #ifdef MG_CUDA_EMULATED
@@ -7,6 +9,30 @@
 #endif
 
 namespace mg::cuda {
+
+namespace {
+
+// A size for people: 512 bytes, 4.0 KiB, 12.5 MiB, 80.0 GiB.
+std::string readable(std::size_t bytes) {
+  const double value = static_cast<double>(bytes);
+  if (bytes < (1u << 10)) return fmt::format("{} bytes", bytes);
+  if (bytes < (1u << 20)) return fmt::format("{:.1f} KiB", value / (1u << 10));
+  if (bytes < (1u << 30)) return fmt::format("{:.1f} MiB", value / (1u << 20));
+  return fmt::format("{:.1f} GiB", value / (1u << 30));
+}
+
+// What the device says it has left, for the message of an allocation that failed.
+std::string device_memory(Device device) {
+  std::size_t free = 0, total = 0;
+  const cudaError_t error = cudaMemGetInfo(&free, &total);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("the free memory of {} is unknown (cudaMemGetInfo: {})", device, cudaGetErrorString(error));
+  }
+  return fmt::format("{} has {} free of {} total", device, readable(free), readable(total));
+}
+
+}  // namespace
 
 CachingCudaAllocator::Pool& CachingCudaAllocator::pool(int device_index) {
   if (pools_.size() <= static_cast<std::size_t>(device_index))
@@ -29,21 +55,28 @@ void* CachingCudaAllocator::allocate_on(Device device, std::size_t nbytes) {
   } else {
     DeviceGuard guard(device.index);
     cudaError_t error = cudaMalloc(&block, size);
+    std::size_t cache_given_back = 0;
     if (error == cudaErrorMemoryAllocation) {
       // Out of memory: give the cached blocks of every class back and try once more, as PyTorch does.
       cudaGetLastError();
       for (auto& [cached_size, blocks] : p.free_blocks) {
         for (void* cached : blocks) cudaFree(cached);
-        p.stats.reserved_bytes -= cached_size * blocks.size();
+        cache_given_back += cached_size * blocks.size();
         blocks.clear();
       }
+      p.stats.reserved_bytes -= cache_given_back;
       error = cudaMalloc(&block, size);
     }
     if (error == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      throw Error(fmt::format("CUDA allocator: out of memory on {} allocating {} bytes ({} allocated by mixgrad, "
-                              "{} reserved); use a smaller batch or model",
-                              device, size, p.stats.allocated_bytes, p.stats.reserved_bytes));
+      // Activations grow with the batch, and the 16-bit recipes store them in half the bytes.
+      const std::string asked = size < 1024 ? readable(size) : fmt::format("{} bytes ({})", size, readable(size));
+      throw Error(fmt::format("CUDA allocator: out of memory allocating {}: {}, and mixgrad's tensors hold {} ({} "
+                              "reserved) after its cache of {} was given back and the allocation retried; use a "
+                              "smaller --batch, or a --precision that needs less memory (mixed_bfloat16 or "
+                              "float16_master keep activations in 16 bits)",
+                              asked, device_memory(device), readable(p.stats.allocated_bytes),
+                              readable(p.stats.reserved_bytes), readable(cache_given_back)));
     }
     MG_CUDA_CHECK(error);
     p.stats.reserved_bytes += size;

@@ -6,6 +6,11 @@
 // device). Blocks are reused without events because all of mixgrad's work on a device runs on one
 // stream (kernels/cuda/runtime.h): work queued after the free runs after the work that used it.
 // Statistics are per device; empty_cache() gives the cached blocks back to the driver.
+// Out of memory: when cudaMalloc fails, the device's cached blocks (of every size class) are given
+// back and cudaMalloc is tried once more, as PyTorch does; when that fails too, an mg::Error names
+// the size asked for, mixgrad's allocated and reserved bytes, the device's free and total memory
+// (cudaMemGetInfo) and what to do (a smaller batch, a precision that needs less memory). Nothing
+// is allocated then, and a train::Trainer step that runs into it leaves the process usable.
 // Handed to core by register_cuda_backend (kernels/dispatch.cpp) on a CUDA device's first use.
 // Tests: build/tests/test_cuda_runtime (skips without a GPU).
 #pragma once
