@@ -86,19 +86,6 @@ struct TapeWatch : OpObserver {
   void backward(const char*, const std::string&, const Tensor&, const Grads&) override {}
 };
 
-// Writes a checkpoint of a run on the GPU through a twin on the CPU, loaded from the run's objects
-// entry for entry: train::save_checkpoint hands the objects' tensors to data::save_safetensors,
-// which takes CPU tensors only (to be fixed there; then this is save_checkpoint(path, objects)).
-void save_gpu_checkpoint(const std::string& path, train::Trainer& trainer) {
-  auto twin = make_trainer(0, Device::cpu());
-  const train::TrainingObjects from = trainer.checkpoint_objects(), to = twin->checkpoint_objects();
-  to.model->load_state_dict(from.model->state_dict());
-  to.optimizer->load_state_dict(from.optimizer->state_dict());
-  to.scaler->load_state_dict(from.scaler->state_dict());
-  to.monitor->load_state_dict(from.monitor->state_dict());
-  train::save_checkpoint(path, to);
-}
-
 }  // namespace
 #endif
 
@@ -255,7 +242,7 @@ TEST_CASE("Trainer: a checkpoint written before running out of device memory loa
   auto trainer = make_trainer(1);
   const Batch big = batch(kBigBatch), small = batch(kSmallBatch);
   for (int i = 0; i < 3; ++i) trainer->step(small.x, small.y);
-  save_gpu_checkpoint(dir / "before.safetensors", *trainer);
+  train::save_checkpoint(dir / "before.safetensors", trainer->checkpoint_objects());  // copied from the device
   const Snapshot saved = snapshot(*trainer);
   {
     MemoryLimit limit(128 * kKiB);  // room for the batch and the first layer, not for the whole forward pass
