@@ -245,11 +245,13 @@ void add_repro_flags(CLI::App& c, ReproOptions& o) {
       ->check(CLI::Validator(
           [ids](std::string& text) -> std::string {
             if (text == "all") return "";
-            for (const std::string& id : asked_ids(text))
+            for (const std::string& id : asked_ids(text)) {
+              if (id == "all") return "all stands alone: give it, or E1..E11 separated by commas (E4,E5)";
               if (std::find(ids.begin(), ids.end(), id) == ids.end())
                 return fmt::format("{} is not an experiment: give E1..E11, several separated by commas (E4,E5), "
                                    "or all",
                                    id.empty() ? "''" : id);
+            }
             return "";
           },
           "E1..E11[,..]|all"))
