@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -299,11 +302,19 @@ void Report::make_plot(const Plot& plot) {
     close_checked(data, (dir / (plot.name + ".dat")).string(), "mixgrad repro");
   }
   write_file((dir / (plot.name + ".gp")).string(), gnuplot_script(plot, points), "mixgrad repro");
-  if (!have_gnuplot_) return;
+  if (!have_gnuplot_) {
+    not_drawn_[plot.name] = "no gnuplot";
+    return;
+  }
   const std::string command = fmt::format("cd {} && gnuplot {} >{} 2>&1", shell_quoted(directory_),
                                           shell_quoted(plot.name + ".gp"), shell_quoted(plot.name + ".gnuplot.log"));
-  if (std::system(command.c_str()) != 0 || !fs::exists(dir / (plot.name + ".png"))) {
-    plot_failures_.push_back(plot.name);
+  const int status = std::system(command.c_str());
+  // std::system ignores SIGINT and SIGQUIT here while gnuplot runs: a Ctrl-C at the terminal ends
+  // gnuplot alone. It is passed on, so that this process stops as it would have (repro.cpp).
+  if (status != -1 && WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGQUIT))
+    std::raise(WTERMSIG(status));
+  if (status != 0 || !fs::exists(dir / (plot.name + ".png"))) {
+    not_drawn_[plot.name] = "gnuplot failed";
     fmt::print(stderr, "mixgrad repro: warning: gnuplot failed on {}.gp; see {}.gnuplot.log in {}\n", plot.name,
                plot.name, directory_);
   } else {
@@ -313,6 +324,12 @@ void Report::make_plot(const Plot& plot) {
 
 void Report::add(Section section) {
   for (const Plot& plot : section.plots) make_plot(plot);
+  sections_.push_back(std::move(section));
+}
+
+void Report::add_made_earlier(Section section, const std::map<std::string, std::string>& not_drawn) {
+  for (const Plot& plot : section.plots)
+    if (const auto why = not_drawn.find(plot.name); why != not_drawn.end()) not_drawn_[plot.name] = why->second;
   sections_.push_back(std::move(section));
 }
 
@@ -332,12 +349,11 @@ std::string Report::write(const std::string& preamble) const {
     for (const Table& table : s.tables) md += table.markdown() + "\n";
     md += "**Verdict.** " + s.verdict + "\n\n";
     for (const Plot& plot : s.plots) {
-      const bool failed = std::find(plot_failures_.begin(), plot_failures_.end(), plot.name) != plot_failures_.end();
-      if (have_gnuplot_ && !failed)
+      if (const auto why = not_drawn_.find(plot.name); why == not_drawn_.end())
         md += fmt::format("![{}]({}.png)\n\n", plot.title, plot.name);
       else
-        md += fmt::format("*Plot not drawn ({}): {} — data in `{}.dat`, script `{}.gp`.*\n\n",
-                          have_gnuplot_ ? "gnuplot failed" : "no gnuplot", plot.title, plot.name, plot.name);
+        md += fmt::format("*Plot not drawn ({}): {} — data in `{}.dat`, script `{}.gp`.*\n\n", why->second, plot.title,
+                          plot.name, plot.name);
     }
     if (!s.csv_files.empty()) {
       md += "Every number: ";

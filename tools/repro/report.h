@@ -3,7 +3,8 @@
 // An experiment fills a Section (the paper's claim, tables of measured numbers beside the paper's,
 // a verdict, plots) and writes its raw numbers with Report::write_csv; repro.cpp adds each Section
 // to the Report and calls write() after each one, so report.md always lists every experiment done
-// so far (a long run stopped midway keeps them).
+// so far (a long run stopped midway keeps them). A section that an earlier call finished comes back
+// from its manifest (manifest.h) through add_made_earlier, its files as they are.
 //
 // Plots are made with gnuplot (Debian package gnuplot-nox, terminal pngcairo): for each plot the
 // report folder gets NAME.dat (the series, one gnuplot data block each), NAME.gp (the script, so a
@@ -14,6 +15,7 @@
 // and one warning goes to stderr; the run does not fail.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,12 @@ class Report {
                         const std::vector<std::vector<std::string>>& rows) const;
   // Appends a section; plots are made here (gnuplot runs once per plot).
   void add(Section section);
+  // Appends a section an earlier call made into this directory (from its manifest, manifest.h): its
+  // CSVs, .dat, .gp and PNG files are there already, so no plot is made again. `not_drawn`: its plots
+  // that have no PNG, and why (as not_drawn() said then).
+  void add_made_earlier(Section section, const std::map<std::string, std::string>& not_drawn);
+  // The plots of the sections added that have no PNG, and why: "no gnuplot" or "gnuplot failed".
+  const std::map<std::string, std::string>& not_drawn() const { return not_drawn_; }
   // Writes DIR/report.md: a header (preset, device, seed, date), a summary table of the sections,
   // then every section. Returns its path.
   std::string write(const std::string& preamble) const;
@@ -109,7 +117,7 @@ class Report {
 
   std::string directory_;
   bool have_gnuplot_ = false;
-  std::vector<std::string> plot_failures_;
+  std::map<std::string, std::string> not_drawn_;  // plot name -> why it has no PNG
   std::vector<Section> sections_;
 };
 

@@ -14,6 +14,7 @@
 #include "data/idx.h"
 #include "nn/models.h"
 #include "tools/repro/gradient_recording.h"
+#include "tools/repro/stopping.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
@@ -383,7 +384,11 @@ class Training {
 RunResult run(const RunConfig& c) {
   check_config(c);
   Training training(c);
-  for (std::int64_t step = 1; step <= c.steps; ++step) training.step(step);
+  for (std::int64_t step = 1; step <= c.steps; ++step) {
+    stop_if_requested();
+    training.step(step);
+    pause_point_after_step(step);
+  }
   return training.finish();
 }
 

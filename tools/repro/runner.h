@@ -187,7 +187,8 @@ struct RunResult {
 // Trains a fresh model as `config` says and returns the record. Requires make_model, one of data and
 // text, steps >= 1, batch >= 1, lr > 0, log_every >= 1, loss_multiplier > 0 (and 1 with Adam); an
 // mg::Error says which is wrong.
-// A run that diverges is a result (diverged = true), not an error.
+// A run that diverges is a result (diverged = true), not an error. In a `mixgrad repro` call asked to
+// stop it throws Stopped before its next step (stopping.h).
 RunResult run(const RunConfig& config);
 
 // Models the experiments share, built from the generator so that every variant starts alike.
