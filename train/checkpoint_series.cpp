@@ -33,6 +33,9 @@ CheckpointSeries::CheckpointSeries(std::string directory, CheckpointSeriesOption
   MG_CHECK(options_.every >= 0 && options_.keep >= 0,
            "train::CheckpointSeries({}): every ({}) and keep ({}) must be >= 0", directory_, options_.every,
            options_.keep);
+  MG_CHECK(!fs::exists(directory_) || fs::is_directory(directory_),
+           "train::CheckpointSeries: {} is a file, not a directory; choose another directory for the checkpoints",
+           directory_);
   std::error_code error;
   fs::create_directory(directory_, error);
   MG_CHECK(fs::is_directory(directory_),
@@ -95,7 +98,7 @@ LoadedCheckpoint load_latest_checkpoint(const std::string& path, const TrainingO
   const auto files = CheckpointSeries::list(path);
   MG_CHECK(!files.empty(),
            "train::load_latest_checkpoint: the directory {} holds no checkpoint (files named "
-           "step-<step>.safetensors, as CheckpointSeries writes them)",
+           "step-<step>.safetensors, as mixgrad train --save-every and train::CheckpointSeries write them)",
            path);
   std::string failures;
   for (auto file = files.rbegin(); file != files.rend(); ++file) {
