@@ -9,6 +9,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "amp/recipe.h"
@@ -255,12 +256,14 @@ TrainSummary train(const TrainOptions& o) {
   Progress progress(position.step, total, task.unit, trainer.scaler().is_enabled(), quiet);
   MetricsLog log(lead ? o.log : std::string(), o.resume.empty() ? -1 : position.step);
   StepNumbersSink numbers(o, trainer, position, progress, log);
-  // From here a signal of --stop-signals lets the step it arrives in finish, then stops the run.
-  train::StopSignals stop(o.stop_signals.empty() ? std::vector<int>{} : train::parse_signals(o.stop_signals));
+  // From here to the last checkpoint a signal of --stop-signals lets the step it arrives in finish,
+  // then stops the run; the evaluation after it ends at a signal as any program does.
+  std::optional<train::StopSignals> stop;
+  stop.emplace(o.stop_signals.empty() ? std::vector<int>{} : train::parse_signals(o.stop_signals));
   const auto start = Clock::now();
   const std::int64_t waits_before = host_waits(device);
   std::int64_t items = 0;
-  while (position.step < total && !stop_agreed(stop, ranks)) {
+  while (position.step < total && !stop_agreed(*stop, ranks)) {
     data::Batch batch = task.next();
     const train::StepResult result = trainer.step(batch);  // throws when the scale collapses
     ++position.step;
@@ -277,8 +280,8 @@ TrainSummary train(const TrainOptions& o) {
     }
   }
   numbers.take(trainer.read_steps());
-  if (stop.requested())
-    end_stopped_run(o, stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
+  if (stop->requested())
+    end_stopped_run(o, *stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
   progress.finish();
   log.close();
@@ -294,6 +297,7 @@ TrainSummary train(const TrainOptions& o) {
 
   if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
   checkpoints.save_final(trainer, position, task.data_state());
+  stop.reset();  // the default actions again
   summary.checkpoints_written = checkpoints.written();
   summary.checkpoint_seconds = checkpoints.seconds();
   summary.checkpoint_max_seconds = checkpoints.max_seconds();
