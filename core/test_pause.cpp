@@ -70,10 +70,20 @@ void on_signal_during_pause(int signal) {
   }
 }
 
+const std::vector<PauseRequest>& pause_requests() {
+  static const std::vector<PauseRequest> requests = requested_pauses();
+  return requests;
+}
+
 }  // namespace
 
+void test_pause_point(std::string_view name, std::int64_t number) {
+  if (pause_requests().empty()) return;
+  test_pause_point(std::string(name) + ":" + std::to_string(number));
+}
+
 void test_pause_point(std::string_view point) {
-  static const std::vector<PauseRequest> requests = requested_pauses();
+  const std::vector<PauseRequest>& requests = pause_requests();
   const bool asked = std::any_of(requests.begin(), requests.end(), [&](const PauseRequest& request) {
     return point == request.point && on_requested_rank(request.rank);
   });

@@ -15,11 +15,15 @@
 // data::save_safetensors writes in the process.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 namespace mg {
 
 // Pauses here if MG_TEST_PAUSE names `point` (read once, at the first call); otherwise returns at once.
 void test_pause_point(std::string_view point);
+// The point "NAME:NUMBER" ("step:5"), its name made only when MG_TEST_PAUSE names some point, so that
+// a loop may call it every step for the price of one comparison.
+void test_pause_point(std::string_view name, std::int64_t number);
 
 }  // namespace mg

@@ -159,10 +159,10 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
     write_all(fd, &header_length, sizeof header_length, temp_path);
     write_all(fd, header.data(), header.size(), temp_path);
     // A test may stop the process halfway through the file (core/test_pause.h), to kill it there.
-    const std::string pause_point = fmt::format("safetensors-write:{}", save_number + 1);
     std::size_t written = 0;
     for (const auto& [name, tensor] : tensors) {
-      if (written++ == tensors.size() / 2) test_pause_point(pause_point);
+      if (written++ == tensors.size() / 2)
+        test_pause_point("safetensors-write", static_cast<std::int64_t>(save_number + 1));
       write_all(fd, tensor.data_ptr(), tensor.nbytes(), temp_path);
     }
     MG_CHECK(::fsync(fd) == 0, "data::save_safetensors: flushing {} to the disk failed: {}", temp_path,

@@ -273,7 +273,7 @@ TrainSummary train(const TrainOptions& o) {
     if (const train::DataParallel* replicas = trainer.data_parallel())
       summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
     numbers.take(result.read);
-    test_pause_point(fmt::format("step:{}", position.step));
+    test_pause_point("step", position.step);
     if (checkpoints.due(position.step)) {
       numbers.take(trainer.read_steps());  // the checkpoint's recent losses include this step's
       checkpoints.save_periodic(trainer, position, task.data_state());

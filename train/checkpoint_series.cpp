@@ -22,7 +22,9 @@ constexpr std::string_view kSuffix = ".safetensors";
 std::int64_t step_of(const std::string& name) {
   if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return -1;
   const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  if (digits.empty() || digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  if (digits.empty() || digits.size() > 15 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
   return std::stoll(digits);
 }
 

@@ -28,7 +28,7 @@ void stop_if_requested() {
 }
 
 void pause_point_after_step(std::int64_t step) {
-  if (g_scope) test_pause_point(fmt::format("repro-step:{}:{}", g_scope->experiment, step));
+  if (g_scope) test_pause_point("repro-step:" + g_scope->experiment, step);
 }
 
 }  // namespace mg::tools::repro
