@@ -101,7 +101,18 @@ void test_pause_point(std::string_view point) {
   std::fprintf(stderr, "mixgrad test pause: at %.*s (pid %d); waiting for a signal\n", static_cast<int>(point.size()),
                point.data(), static_cast<int>(::getpid()));
   std::fflush(stderr);
-  while (g_signal_during_pause == 0) ::usleep(1000);
+  // A test that never sends the signal (a failed check before it; an mpirun that does not forward
+  // it) must fail, not hang: after kPauseLimit the process ends itself, saying so. Under mpirun a
+  // paused rank would otherwise outlive the test and keep ctest waiting on its output.
+  constexpr int kPauseLimitSeconds = 120;
+  for (int waited_ms = 0; g_signal_during_pause == 0; ++waited_ms) {
+    if (waited_ms == kPauseLimitSeconds * 1000) {
+      std::fprintf(stderr, "mixgrad test pause: no signal came within %d s at %.*s; ending the process\n",
+                   kPauseLimitSeconds, static_cast<int>(point.size()), point.data());
+      std::_Exit(124);
+    }
+    ::usleep(1000);
+  }
   for (std::size_t i = 0; i < std::size(kWakingSignals); ++i) sigaction(kWakingSignals[i], &g_replaced[i], nullptr);
 }
 

@@ -9,7 +9,8 @@
 // OMPI_COMM_WORLD_RANK), it prints one line to stderr,
 //   mixgrad test pause: at step:5 (pid 1234); waiting for a signal
 // and sleeps until a signal arrives. A signal with a handler (train/stop_signals.h) then lets it go on;
-// SIGKILL, or a signal with its default action, ends it where it stands. Without MG_TEST_PAUSE a
+// SIGKILL, or a signal with its default action, ends it where it stands. No signal within 120 s
+// ends the process with status 124 and a line saying so: a test that never signals fails, not hangs. Without MG_TEST_PAUSE a
 // pause point costs one comparison. The points are named where they are called: "step:S" after step
 // S of mixgrad train (tools/train.cpp), "safetensors-write:N" halfway through the N-th file that
 // data::save_safetensors writes in the process.

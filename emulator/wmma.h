@@ -54,8 +54,8 @@ inline float __float_to_tf32(float x) {
 }
 
 // Products summed in f32 between two roundings of an f16 accumulator: kernels::kF16AccumulationBlock
-// (kernels/gemm.h says why 8; gemm.cu checks that the two agree).
-constexpr int kHalfAccumulatorBlock = 8;
+// (kernels/gemm.h says why 16: measured on an H200; gemm.cu checks that the two agree).
+constexpr int kHalfAccumulatorBlock = 16;
 
 namespace detail {
 

@@ -65,10 +65,10 @@ Tensor fp8_dequantize(const Fp8Tensor& x);
 // The accumulator of an FP8 GEMM chunk.
 //
 // F32: products summed in f32, the contract; on the CPU the bf16 dot-product microkernel (every FP8
-// value is a bf16 value). A GPU cannot give it: its FP8 Tensor Cores accumulate in fewer bits than
-// f32 (below) and there is no FP8 instruction without them, so on a GPU F32 means the closest it can
-// do, promotion after every instruction: each mma.sync (32 products) starts from 0 and its result is
-// added to the f32 sum, which is the Limited model below with promote_every = 32 (kernels/cuda/fp8.cu).
+// value is a bf16 value). On a GPU it was written for Tensor Cores that accumulate in fewer bits than
+// f32 (below): promotion after every instruction, each mma.sync (32 products) starting from 0 and
+// its result added to the f32 sum, which is the Limited model below with promote_every = 32
+// (kernels/cuda/fp8.cu). That is what the emulator computes; an H200's mma.sync keeps f32 (below).
 //
 // Limited: a model of the Hopper FP8 Tensor Core's accumulator, which keeps fewer bits than f32.
 //   - DeepSeek-V3 technical report (arXiv 2412.19437, section 3.3.2, measured on an H800): "the
@@ -78,7 +78,13 @@ Tensor fp8_dequantize(const Fp8Tensor& x);
 //     mma.f32.f8.f8.f32 is FP22, 1 sign, 8 exponent and 13 mantissa bits.
 //   So mantissa_bits = 13 (14 significant bits). How it rounds is not published: `rounding` is an
 //   assumption (Truncate by default: Fasi et al., PeerJ CS 2021, measured truncation when the f16
-//   Tensor Cores of the V100, T4 and A100 align their summands), until scripts/gpu-check measures an H100.
+//   Tensor Cores of the V100, T4 and A100 align their summands).
+//   Measured on an H200 (scripts/gpu-check, 2026-11-28, bench/results/fp8_accumulator-h200-2026-11-28.txt):
+//   mixgrad's kernel, mma.sync.m16n8k32 chained with no promotion, summed 256 and 255 products of
+//   2^-12 exactly, which takes 21 significant bits: the mma.sync of sm_90 does not cut its sum to 14
+//   bits. DeepSeek-V3's limit is of Hopper's wgmma (QGMMA), which mixgrad does not use. So this model
+//   is the CPU's and the CUDA emulator's (E10 of mixgrad repro, the FP8 tests), and on a real GPU a
+//   Limited accumulator gives what F32 gives.
 //   The model: the products of one instruction's k (32 for m16n8k32) are summed exactly (assumed:
 //   the hardware may truncate there too), and that group's sum is added to the running sum, which is
 //   then cut to `mantissa_bits`.

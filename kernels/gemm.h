@@ -51,18 +51,20 @@ bool allow_tf32();
 // consecutive k are exact and summed in f32, that sum is added to the running sum, and the result is
 // rounded to f16 (to nearest even; subnormals kept; past 65504 it is inf). It exists so that
 // `mixgrad repro` (E7) can show what f32 accumulation prevents; no recipe selects it.
-// Why blocks of 8: the accumulator fragment is f16 between two mma_sync calls, so the sum is rounded
-// at least every 16 products (one WMMA k-step) for certain; inside the instruction the hardware's
-// adder is undocumented, and Fasi et al. ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021)
-// measured blocks of 4 products on the V100 and T4 and of 8 on the A100 for f16 operands. H100's
-// granularity is not published that we know of; the A100's 8 is the closest measured one. The
-// hardware also truncates when it aligns the summands of a block, which this model does not: the
-// real f16-accumulating Tensor Core is, if anything, a little less accurate than this model.
+// Why blocks of 16: measured. On an H200 (scripts/gpu-check, 2026-11-28, bench/results/gpu_tests-
+// h200-2026-11-28.txt) the WMMA kernel with a half accumulator sums 65536 f16 ones to 32768: the sum
+// grows by exact blocks of 16 until the block is half the f16 spacing (32 above 2^15) and the tie
+// keeps the even 32768. Blocks of 8, the A100's granularity in Fasi et al. ("Numerical behavior of
+// NVIDIA tensor cores", PeerJ CS 2021; 4 on the V100 and T4), would stop at 16384. 16 is also the
+// k of one mma.sync.m16n8k16 instruction, what a WMMA k-step compiles to on sm_80 and later: the
+// accumulator is rounded to f16 between two instructions. Whether the hardware truncates when it
+// aligns the summands of a block, as Fasi et al. found on older chips, is not pinned down: the
+// random products of tests/test_gemm_accumulation.cpp hold it to one f16 spacing of this model.
 // Like allow_tf32, one process-wide switch, read when a GEMM is queued; bf16, f32 and f64 GEMMs
 // ignore it (no Tensor Core accumulates bf16 products in bf16). On the GPU the F16 mode runs the
 // simple WMMA kernel (rung 1 of kernels/cuda/gemm.cu) with a half accumulator, never split along k.
 enum class Accumulation : std::uint8_t { F32, F16 };
-constexpr int kF16AccumulationBlock = 8;
+constexpr int kF16AccumulationBlock = 16;
 void set_gemm_accumulation(Accumulation accumulation);
 Accumulation gemm_accumulation();
 

@@ -3,11 +3,12 @@
 // GPU, or the CUDA emulation build), in the WMMA kernel with a half accumulator fragment.
 //
 // The hand-computed cases pin the block size: k ones summed in f16 stop growing once a block's
-// contribution (8) is half the f16 spacing of the sum (16 above 2^14): the sum ends at 16384
-// whatever k beyond that, where rounding after every product would stop at 2048 and f32 reaches k.
+// contribution (16) is half the f16 spacing of the sum (32 above 2^15): the sum ends at 32768
+// whatever k beyond that, where rounding after every product would stop at 2048, blocks of 8 at
+// 16384, and f32 reaches k. An H200 gave 32768 (kernels/gemm.h).
 // The random cases compare with a reference in f64 that applies the same rule: each block's
 // products summed exactly, added to the running sum, rounded to f16. The code under test sums a
-// block in f32 first (8 exact products: a relative error below 8 x 2^-24), which can move a sum
+// block in f32 first (16 exact products: a relative error below 16 x 2^-24), which can move a sum
 // across an f16 rounding boundary: at most one f16 spacing apart, so the tolerance is eps(f16) of
 // the larger of the result and the block sums (1 unit, the spacing of the running sum).
 #include "tests/testing.h"
@@ -98,14 +99,14 @@ TEST_CASE("gemm accumulation: f32 by default, and the guard restores the mode it
   CHECK(kernels::gemm_accumulation() == kernels::Accumulation::F32);
 }
 
-TEST_CASE("gemm accumulation on the CPU: k ones sum to k in f32, and stop at 16384 in f16 (blocks of 8)") {
+TEST_CASE("gemm accumulation on the CPU: k ones sum to k in f32, and stop at 32768 in f16 (blocks of 16)") {
   const Device cpu = Device::cpu();
   CHECK(sum_of_ones(65536, kernels::Accumulation::F32, cpu) == 65536);
   CHECK(sum_of_ones(2048, kernels::Accumulation::F16, cpu) == 2048);  // every integer to 2048 is an f16
-  CHECK(sum_of_ones(16384, kernels::Accumulation::F16, cpu) == 16384);  // + 8 is exact below 2^14 (spacing <= 8)
-  CHECK(sum_of_ones(65536, kernels::Accumulation::F16, cpu) == 16384);  // 16384 + 8 is a tie, kept at even 16384
-  // A last partial block: 16384 + 5 rounds to 16384 as well; 2048 + 3 (spacing 2) to 2052.
-  CHECK(sum_of_ones(16389, kernels::Accumulation::F16, cpu) == 16384);
+  CHECK(sum_of_ones(32768, kernels::Accumulation::F16, cpu) == 32768);  // + 16 is exact below 2^15 (spacing <= 16)
+  CHECK(sum_of_ones(65536, kernels::Accumulation::F16, cpu) == 32768);  // 32768 + 16 is a tie, kept at even 32768
+  // A last partial block: 32768 + 5 rounds to 32768 as well; 2048 + 3 (spacing 2) to 2052.
+  CHECK(sum_of_ones(32773, kernels::Accumulation::F16, cpu) == 32768);
   CHECK(sum_of_ones(2051, kernels::Accumulation::F16, cpu) == 2052);
 }
 
@@ -136,7 +137,7 @@ TEST_CASE("cuda gemm accumulation: the half accumulator fragment follows the sam
   if (!have_gpu()) return;
   const Device gpu = Device::cuda();
   CHECK(sum_of_ones(65536, kernels::Accumulation::F32, gpu) == 65536);
-  CHECK(sum_of_ones(65536, kernels::Accumulation::F16, gpu) == 16384);
+  CHECK(sum_of_ones(65536, kernels::Accumulation::F16, gpu) == 32768);
   CHECK(sum_of_ones(2051, kernels::Accumulation::F16, gpu) == 2052);
   for (int layout = 0; layout < 4; ++layout) {
     check_random_product(5, 7, 3, layout & 1, layout & 2, DType::F32, gpu);

@@ -30,9 +30,11 @@
 //   are, so a transpose costs nothing but uncoalesced byte loads. Codes outside the matrices (rows
 //   past m, columns past n, k past the chunk's end) are loaded as 0 and add nothing.
 //
-// The accumulator. The CPU's F32 contract (every product added in f32) is not something FP8 Tensor
-// Cores can give: every FP8 mma.sync accumulates in its own accumulator of about 14 significant bits
-// (mma_fp8.cuh). So on the GPU:
+// The accumulator. The CPU's F32 contract (every product added in f32) was taken not to be something
+// FP8 Tensor Cores can give: the emulator models every FP8 mma.sync with an accumulator of 14
+// significant bits (mma_fp8.cuh; DeepSeek-V3's measurement of Hopper's wgmma). An H200 kept 21 bits
+// or more in mma.sync (kernels/fp8.h), so on hardware both modes below give f32 sums; the modes
+// differ on the emulator, which the tests use. On the GPU:
 //   F32      = promotion after every instruction: each mma starts from 0 and its 32 products go to the
 //              f32 sum; equal to the CPU's Limited model with promote_every = 32 (group 32, 13 bits,
 //              truncation), not to its F32 microkernel (a few f32 ulps apart: the test holds both);

@@ -212,7 +212,7 @@ Section e7_section(const E7Result& r, Report& report) {
   s.setup = fmt::format(
       "Dot products: {} per length k and distribution, f16 operands (uniform in [0, 1) for positive terms, standard "
       "normal for zero-mean ones), computed by kernels::gemm on the {} with f32 and with f16 accumulation (the running "
-      "sum rounded to f16 after every {} products: kernels/gemm.h says why 8 and how sure that is), against the exact "
+      "sum rounded to f16 after every {} products: kernels/gemm.h says how an H200 measured that), against the exact "
       "sum in f64; error = |computed - exact| / sum |a_i b_i|. Training: V7 is V4 (f16 weights, f32 master copy, "
       "dynamic loss scaling) with every f16 GEMM of the training steps accumulating in f16; an ablation, not a recipe "
       "to train with. MLP 784-256-256-10 as E1 ({} steps, batch {}, SGD momentum 0.9, cosine lr); char LSTM (embedding "
