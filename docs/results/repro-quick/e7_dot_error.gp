@@ -28,7 +28,7 @@ set autoscale xfix
 set offsets graph 0.02, graph 0.02, 0, 0
 set xtics ("64" 6, "256" 8, "1024" 10, "4096" 12, "16384" 14, "65536" 16) noenhanced
 set logscale y 10
-set yrange [5.43056615e-09:1.18916196]
+set yrange [6.4821497e-09:0.0288993509]
 set format y "10^{%L}"
 plot "e7_dot_error.dat" index 0 using 1:2 with lines ls 1 notitle, \
      "e7_dot_error.dat" index 0 using ($1-0.105):2 with points ls 1 notitle, \
