@@ -1,0 +1,284 @@
+// The drawing half of amp/step_graph.h: a StepGraph as Graphviz DOT text.
+//
+// Node ids say what a node is, so that tests (and readers of the .dot file) can find them:
+//   op<i>      the i-th recorded op (a box; a cast is a hexagon; the scaler's op is gold)
+//   repeat<i>  the repeats of a block, collapsed (first op i), with count=<n> blocks
+//   more       every op past max_nodes
+//   t<id>      a tensor no recorded op made: a parameter, the batch, a constant
+//   master<id> the optimizer's f32 master of a low-precision parameter
+//   unscale, optimizer, legend
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <unordered_map>
+
+#include "amp/step_graph.h"
+
+namespace mg::amp {
+
+namespace {
+
+std::string escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string bytes_text(std::size_t bytes) {
+  if (bytes >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= (1u << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / (1 << 10));
+  return fmt::format("{} B", bytes);
+}
+
+// "blocks.2.attention" -> "blocks.#.attention": scopes of repeats of one block read alike.
+std::string pattern_of(const std::string& scope) {
+  std::string out, part;
+  auto flush = [&] {
+    const bool number = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(c); });
+    out += number ? "#" : part;
+    part.clear();
+  };
+  for (char c : scope) {
+    if (c == '.') {
+      flush();
+      out += '.';
+    } else {
+      part += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+// The block an op belongs to: its scope up to the first numbered part ("blocks.2.attention.qkv" ->
+// "blocks.2"); "" when no part is a number. Consecutive ops of one block form one instance of it.
+std::string block_of(const std::string& scope) {
+  std::size_t start = 0;
+  while (start <= scope.size()) {
+    std::size_t end = scope.find('.', start);
+    if (end == std::string::npos) end = scope.size();
+    const std::string_view part(scope.data() + start, end - start);
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(c); }))
+      return scope.substr(0, end);
+    start = end + 1;
+  }
+  return "";
+}
+
+// What must match for two instances of a block to be repeats: each op, its scope inside the block,
+// its tensors' shapes and dtypes, and what its inputs are made of, not their ids.
+std::string op_signature(const GraphOp& op, std::size_t block_length) {
+  std::string s = fmt::format("{}|{}|{}{}", op.op, pattern_of(op.scope.substr(block_length)), op.output.shape,
+                              dtype_name(op.output.dtype));
+  for (const GraphTensor& t : op.inputs) s += fmt::format("|{}{}", t.shape, dtype_name(t.dtype));
+  return s;
+}
+
+struct Instance {
+  std::size_t first, last;  // ops [first, last)
+  std::string block, pattern, signature;
+};
+
+std::vector<Instance> instances_of(const StepGraph& graph) {
+  std::vector<Instance> out;
+  for (std::size_t i = 0; i < graph.ops.size(); ++i) {
+    const std::string block = block_of(graph.ops[i].scope);
+    if (out.empty() || out.back().block != block || block.empty())
+      out.push_back({i, i, block, pattern_of(block), ""});
+    out.back().last = i + 1;
+    out.back().signature += op_signature(graph.ops[i], block.size()) + "\n";
+  }
+  return out;
+}
+
+std::string op_label(const GraphOp& op, double loss_scale) {
+  if (op.loss_scaling) return fmt::format("{}: loss x S\\nS = {:g} (scaler.scale)", op.op, loss_scale);
+  std::string label = op.op;
+  if (op.op == "cast" && !op.inputs.empty())
+    label = fmt::format("cast {} -> {}", dtype_name(op.inputs[0].dtype), dtype_name(op.output.dtype));
+  if (!op.scope.empty()) label += "\\n" + escaped(op.scope);
+  if (op.cache_fill)
+    label += "\\nautocast, weight cache";
+  else if (op.autocast)
+    label += "\\nautocast";
+  if (!op.taped) label += "\\nnot on the tape";
+  if (op.saved_bytes > 0) label += "\\nsaves " + bytes_text(op.saved_bytes);
+  return label;
+}
+
+std::string tensor_text(const GraphTensor& t) { return fmt::format("{} {}", t.shape, dtype_name(t.dtype)); }
+
+}  // namespace
+
+std::string_view dtype_colour(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "#1f77b4";
+    case DType::F16: return "#d62728";
+    case DType::BF16: return "#2ca02c";
+    case DType::E4M3: return "#ff7f0e";
+    case DType::E5M2: return "#9467bd";
+    case DType::F64: return "#7f7f7f";
+    case DType::I32: return "#000000";
+  }
+  return "#000000";
+}
+
+std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
+  std::string dot = "digraph step {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+                    "  edge [fontname=\"Helvetica\", fontsize=9];\n";
+  dot += fmt::format("  labelloc=t;\n  label=\"{}\";\n", escaped(options.title));
+
+  std::unordered_map<std::uint64_t, std::size_t> producer;  // tensor id -> the op that made it
+  for (std::size_t i = 0; i < graph.ops.size(); ++i) producer[graph.ops[i].output.id] = i;
+
+  // Where each op is drawn: its own node, its block's collapsed node, or "more".
+  std::vector<std::string> node_of(graph.ops.size());
+  std::set<std::string> drawn_leaves;
+  std::size_t drawn = 0;  // nodes so far, against max_nodes
+  bool capped = false;
+  std::size_t more = 0;
+  auto has_master = [&](const GraphTensor& t) {
+    return t.parameter && is_low_precision(t.dtype) && options.recipe.master_weights;
+  };
+  auto new_leaves = [&](const GraphOp& op, std::size_t& nodes) {  // the op's leaves not drawn yet
+    std::set<std::string> fresh;
+    nodes = 0;
+    for (const GraphTensor& t : op.inputs)
+      if (t.id != 0 && !producer.contains(t.id) && !drawn_leaves.contains(fmt::format("t{}", t.id)) &&
+          fresh.insert(fmt::format("t{}", t.id)).second)
+        nodes += has_master(t) ? 2 : 1;
+    return fresh;
+  };
+  const std::vector<Instance> instances = instances_of(graph);
+  for (std::size_t k = 0; k < instances.size(); ++k) {
+    const Instance& first = instances[k];
+    std::size_t repeats = 0;  // instances after `first` that repeat it
+    while (options.collapse_repeats && !first.block.empty() && k + repeats + 1 < instances.size() &&
+           instances[k + repeats + 1].pattern == first.pattern &&
+           instances[k + repeats + 1].signature == first.signature)
+      ++repeats;
+    for (std::size_t i = first.first; i < first.last; ++i) {
+      std::size_t leaf_nodes = 0;
+      const std::set<std::string> fresh = new_leaves(graph.ops[i], leaf_nodes);
+      capped = capped || drawn + 1 + leaf_nodes > options.max_nodes;
+      if (capped) {
+        node_of[i] = "more";
+        ++more;
+        continue;
+      }
+      node_of[i] = fmt::format("op{}", i);
+      drawn += 1 + leaf_nodes;
+      drawn_leaves.insert(fresh.begin(), fresh.end());
+      dot += fmt::format("  op{} [label=\"{}\", shape={}, style=\"{}\", fillcolor=\"{}\", class=\"{}\"];\n", i,
+                         op_label(graph.ops[i], options.loss_scale), graph.ops[i].op == "cast" ? "hexagon" : "box",
+                         graph.ops[i].taped ? "rounded,filled" : "rounded,filled,dashed",
+                         graph.ops[i].loss_scaling ? "#ffe08a" : graph.ops[i].op == "cast" ? "#eeeeee" : "#ffffff",
+                         graph.ops[i].taped ? "op taped" : "op untaped");
+    }
+    if (repeats == 0) continue;
+    const Instance& last = instances[k + repeats];
+    const std::string id = fmt::format("repeat{}", instances[k + 1].first);
+    capped = capped || drawn + 1 > options.max_nodes;
+    for (std::size_t r = 1; r <= repeats; ++r)
+      for (std::size_t i = instances[k + r].first; i < instances[k + r].last; ++i) {
+        node_of[i] = capped ? "more" : id;
+        more += capped;
+      }
+    if (!capped) {
+      ++drawn;
+      std::size_t saved = 0;
+      for (std::size_t i = instances[k + 1].first; i < last.last; ++i) saved += graph.ops[i].saved_bytes;
+      dot += fmt::format(
+          "  {} [label=\"{} ... {}\\n{} more of {} (x{}), {} ops each\\nsave {} in all\", shape=box3d, "
+          "style=filled, fillcolor=\"#f4f0ff\", class=\"repeat\", count={}];\n",
+          id, escaped(instances[k + 1].block), escaped(last.block), repeats, escaped(first.block), repeats,
+          first.last - first.first, bytes_text(saved), repeats);
+    }
+    k += repeats;
+  }
+  if (more > 0)
+    dot += fmt::format("  more [label=\"... {} more ops, not drawn\\n(the picture stops at {} nodes)\", "
+                       "shape=note, class=\"more\", count={}];\n",
+                       more, options.max_nodes, more);
+
+  // The tensors no op made: parameters (with their masters), the batch, constants.
+  for (const GraphOp& op : graph.ops)
+    for (const GraphTensor& t : op.inputs) {
+      const std::string id = fmt::format("t{}", t.id);
+      if (!drawn_leaves.erase(id)) continue;  // not drawn, or drawn already
+      auto name = options.parameter_names.find(t.id);
+      const std::string what = t.parameter ? (name != options.parameter_names.end() ? name->second : "parameter")
+                               : op.loss_scaling ? "loss scale S"
+                                                 : "input";
+      std::string role;
+      if (t.parameter && t.dtype == DType::F32 && options.recipe.autocast_dtype) role = "\\nthe f32 master";
+      dot += fmt::format("  {} [label=\"{}\\n{}{}\", shape={}, style=filled, fillcolor=\"{}\", class=\"{}\"];\n", id,
+                         escaped(what), tensor_text(t), role, t.parameter ? "cylinder" : "ellipse",
+                         t.parameter ? "#dde8f5" : op.loss_scaling ? "#ffe08a" : "#f5f5f5",
+                         t.parameter ? "parameter" : "input");
+      if (has_master(t))
+        dot += fmt::format("  master{0} [label=\"f32 master of {1}\\n{2} f32\\n(optimizer state)\", shape=cylinder, "
+                           "style=filled, fillcolor=\"#dde8f5\", class=\"master\"];\n"
+                           "  master{0} -> {3} [label=\"rounded to {4}\\nafter each update\", style=dashed, "
+                           "color=\"{5}\"];\n",
+                           t.id, escaped(what), t.shape, id, dtype_name(t.dtype), dtype_colour(t.dtype));
+    }
+
+  // Every tensor an op reads is an edge from where it was made, once per (from, to, tensor).
+  std::set<std::string> edges;
+  for (std::size_t i = 0; i < graph.ops.size(); ++i)
+    for (std::size_t j = 0; j < graph.ops[i].inputs.size(); ++j) {
+      const GraphTensor& t = graph.ops[i].inputs[j];
+      if (t.id == 0) continue;
+      auto made = producer.find(t.id);
+      const std::string from = made != producer.end() ? node_of[made->second] : fmt::format("t{}", t.id);
+      const std::string to = node_of[i];
+      if (from == to || (made == producer.end() && to.starts_with("repeat")) || (to == "more" && from == "more"))
+        continue;
+      if (made == producer.end() && to == "more") continue;  // the leaves of undrawn ops stay undrawn
+      if (!edges.insert(fmt::format("{}>{}>{}", from, to, t.id)).second) continue;
+      const bool hit = graph.ops[i].cache_hit[j];
+      dot += fmt::format("  {} -> {} [label=\"{}{}\", color=\"{}\", fontcolor=\"{}\", penwidth=1.6{}, dtype={}];\n",
+                         from, to, tensor_text(t), hit ? "\\nweight-cast cache hit" : "", dtype_colour(t.dtype),
+                         dtype_colour(t.dtype), hit ? ", style=dashed" : "", dtype_name(t.dtype));
+    }
+
+  // After the forward pass: backward, the unscale and the optimizer, which the tape does not show.
+  if (!graph.ops.empty()) {
+    const std::string last = node_of.back();
+    const bool scaled = options.recipe.loss_scaling != LossScaling::None;
+    const std::string masters = options.recipe.master_weights || options.recipe.autocast_dtype ? "f32 masters" : "weights";
+    if (scaled)
+      dot += fmt::format("  unscale [label=\"unscale: gradients x 1/S\\ninf/NaN check (scaler.step)\", shape=box, "
+                         "style=filled, fillcolor=\"#ffe08a\", class=\"unscale\"];\n"
+                         "  {} -> unscale [label=\"backward: gradients x S\", style=bold, color=\"#b8860b\"];\n",
+                         last);
+    dot += fmt::format("  optimizer [label=\"{} step on the {}\\n{}\", shape=box, style=filled, fillcolor=\"#dde8f5\", "
+                       "class=\"optimizer\"];\n  {} -> optimizer [label=\"{}\", style=bold, color=\"#555555\"];\n",
+                       escaped(options.optimizer), masters, scaled ? "(skipped when a gradient is inf/NaN)" : "",
+                       scaled ? "unscale" : last, scaled ? "true gradients" : "backward: gradients");
+  }
+
+  // The legend: the colours of the dtypes this step used.
+  std::set<DType> used;
+  for (const GraphOp& op : graph.ops) {
+    used.insert(op.output.dtype);
+    for (const GraphTensor& t : op.inputs)
+      if (t.id != 0) used.insert(t.dtype);
+  }
+  std::string rows;
+  for (DType dtype : used)
+    rows += fmt::format("<tr><td><font color=\"{}\">&#9473;&#9473;&#9473; {}</font></td></tr>", dtype_colour(dtype),
+                        dtype_name(dtype));
+  dot += fmt::format("  legend [shape=plaintext, class=\"legend\", label=<<table border=\"0\" cellspacing=\"0\">"
+                     "<tr><td><b>edges: tensors, by dtype</b></td></tr>{}</table>>];\n",
+                     rows);
+  return dot + "}\n";
+}
+
+}  // namespace mg::amp
