@@ -95,7 +95,9 @@ struct DotOptions {
   Recipe recipe = Recipe::parse("fp32");  // masters, loss scaling
   double loss_scale = 1;  // S of the drawn step (GradScaler::get_scale() before it)
   std::string optimizer = "sgd";
-  std::map<std::uint64_t, std::string> parameter_names = {};  // Tensor::id() -> "fc1.weight"
+  // Names of the tensors no op made, by Tensor::id(): "fc1.weight", "images". Unnamed, a parameter
+  // is "parameter" and any other tensor "tensor".
+  std::map<std::uint64_t, std::string> tensor_names = {};
   bool collapse_repeats = true;
   std::size_t max_nodes = 120;  // ops beyond it become one "... N more ops" node
 };

@@ -88,8 +88,7 @@ std::vector<Instance> instances_of(const StepGraph& graph) {
   std::vector<Instance> out;
   for (std::size_t i = 0; i < graph.ops.size(); ++i) {
     const std::string block = block_of(graph.ops[i].scope);
-    if (out.empty() || out.back().block != block || block.empty())
-      out.push_back({i, i, block, pattern_of(block), ""});
+    if (out.empty() || out.back().block != block || block.empty()) out.push_back({i, i, block, pattern_of(block), ""});
     out.back().last = i + 1;
     out.back().signature += op_signature(graph.ops[i], block.size()) + "\n";
   }
@@ -106,6 +105,8 @@ std::string op_label(const GraphOp& op, double loss_scale) {
     label += "\\nautocast, weight cache";
   else if (op.autocast)
     label += "\\nautocast";
+  // FP8 recipes quantise inside the op (autograd/fp8.h): its E4M3/E5M2 codes never leave it as tensors.
+  if (op.op.find("fp8") != std::string::npos) label += "\\nGEMMs in FP8 (E4M3 / E5M2) inside";
   if (!op.taped) label += "\\nnot on the tape";
   if (op.saved_bytes > 0) label += "\\nsaves " + bytes_text(op.saved_bytes);
   return label;
@@ -117,13 +118,20 @@ std::string tensor_text(const GraphTensor& t) { return fmt::format("{} {}", t.sh
 
 std::string_view dtype_colour(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "#1f77b4";
-    case DType::F16: return "#d62728";
-    case DType::BF16: return "#2ca02c";
-    case DType::E4M3: return "#ff7f0e";
-    case DType::E5M2: return "#9467bd";
-    case DType::F64: return "#7f7f7f";
-    case DType::I32: return "#000000";
+    case DType::F32:
+      return "#1f77b4";
+    case DType::F16:
+      return "#d62728";
+    case DType::BF16:
+      return "#2ca02c";
+    case DType::E4M3:
+      return "#ff7f0e";
+    case DType::E5M2:
+      return "#9467bd";
+    case DType::F64:
+      return "#7f7f7f";
+    case DType::I32:
+      return "#000000";
   }
   return "#000000";
 }
@@ -174,11 +182,16 @@ std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
       node_of[i] = fmt::format("op{}", i);
       drawn += 1 + leaf_nodes;
       drawn_leaves.insert(fresh.begin(), fresh.end());
-      dot += fmt::format("  op{} [label=\"{}\", shape={}, style=\"{}\", fillcolor=\"{}\", class=\"{}\"];\n", i,
-                         op_label(graph.ops[i], options.loss_scale), graph.ops[i].op == "cast" ? "hexagon" : "box",
-                         graph.ops[i].taped ? "rounded,filled" : "rounded,filled,dashed",
-                         graph.ops[i].loss_scaling ? "#ffe08a" : graph.ops[i].op == "cast" ? "#eeeeee" : "#ffffff",
-                         graph.ops[i].taped ? "op taped" : "op untaped");
+      const GraphOp& op = graph.ops[i];
+      const bool fp8 = op.op.find("fp8") != std::string::npos;
+      dot +=
+          fmt::format("  op{} [label=\"{}\", shape={}, style=\"{}\", fillcolor=\"{}\", color=\"{}\", class=\"{}\"];\n",
+                      i, op_label(op, options.loss_scale), op.op == "cast" ? "hexagon" : "box",
+                      op.taped ? "rounded,filled" : "rounded,filled,dashed",
+                      op.loss_scaling   ? "#ffe08a"
+                      : op.op == "cast" ? "#eeeeee"
+                                        : "#ffffff",
+                      fp8 ? dtype_colour(DType::E4M3) : "#000000", op.taped ? "op taped" : "op untaped");
     }
     if (repeats == 0) continue;
     const Instance& last = instances[k + repeats];
@@ -193,11 +206,10 @@ std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
       ++drawn;
       std::size_t saved = 0;
       for (std::size_t i = instances[k + 1].first; i < last.last; ++i) saved += graph.ops[i].saved_bytes;
-      dot += fmt::format(
-          "  {} [label=\"{} ... {}\\n{} more of {} (x{}), {} ops each\\nsave {} in all\", shape=box3d, "
-          "style=filled, fillcolor=\"#f4f0ff\", class=\"repeat\", count={}];\n",
-          id, escaped(instances[k + 1].block), escaped(last.block), repeats, escaped(first.block), repeats,
-          first.last - first.first, bytes_text(saved), repeats);
+      dot += fmt::format("  {} [label=\"{} ... {}\\n{} more of {} (x{}), {} ops each\\nsave {} in all\", shape=box3d, "
+                         "style=filled, fillcolor=\"#f4f0ff\", class=\"repeat\", count={}];\n",
+                         id, escaped(instances[k + 1].block), escaped(last.block), repeats, escaped(first.block),
+                         repeats, first.last - first.first, bytes_text(saved), repeats);
     }
     k += repeats;
   }
@@ -211,16 +223,19 @@ std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
     for (const GraphTensor& t : op.inputs) {
       const std::string id = fmt::format("t{}", t.id);
       if (!drawn_leaves.erase(id)) continue;  // not drawn, or drawn already
-      auto name = options.parameter_names.find(t.id);
-      const std::string what = t.parameter ? (name != options.parameter_names.end() ? name->second : "parameter")
-                               : op.loss_scaling ? "loss scale S"
-                                                 : "input";
+      auto name = options.tensor_names.find(t.id);
+      const std::string what = name != options.tensor_names.end() ? name->second
+                               : t.parameter                      ? "parameter"
+                               : op.loss_scaling                  ? "loss scale S"
+                                                                  : "tensor";
       std::string role;
       if (t.parameter && t.dtype == DType::F32 && options.recipe.autocast_dtype) role = "\\nthe f32 master";
       dot += fmt::format("  {} [label=\"{}\\n{}{}\", shape={}, style=filled, fillcolor=\"{}\", class=\"{}\"];\n", id,
                          escaped(what), tensor_text(t), role, t.parameter ? "cylinder" : "ellipse",
-                         t.parameter ? "#dde8f5" : op.loss_scaling ? "#ffe08a" : "#f5f5f5",
-                         t.parameter ? "parameter" : "input");
+                         t.parameter       ? "#dde8f5"
+                         : op.loss_scaling ? "#ffe08a"
+                                           : "#f5f5f5",
+                         t.parameter ? "parameter" : "tensor");
       if (has_master(t))
         dot += fmt::format("  master{0} [label=\"f32 master of {1}\\n{2} f32\\n(optimizer state)\", shape=cylinder, "
                            "style=filled, fillcolor=\"#dde8f5\", class=\"master\"];\n"
@@ -252,7 +267,8 @@ std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
   if (!graph.ops.empty()) {
     const std::string last = node_of.back();
     const bool scaled = options.recipe.loss_scaling != LossScaling::None;
-    const std::string masters = options.recipe.master_weights || options.recipe.autocast_dtype ? "f32 masters" : "weights";
+    const std::string masters = options.recipe.master_weights || options.recipe.autocast_dtype ? "f32 masters"
+                                                                                               : "weights";
     if (scaled)
       dot += fmt::format("  unscale [label=\"unscale: gradients x 1/S\\ninf/NaN check (scaler.step)\", shape=box, "
                          "style=filled, fillcolor=\"#ffe08a\", class=\"unscale\"];\n"
@@ -276,7 +292,9 @@ std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
     rows += fmt::format("<tr><td><font color=\"{}\">&#9473;&#9473;&#9473; {}</font></td></tr>", dtype_colour(dtype),
                         dtype_name(dtype));
   dot += fmt::format("  legend [shape=plaintext, class=\"legend\", label=<<table border=\"0\" cellspacing=\"0\">"
-                     "<tr><td><b>edges: tensors, by dtype</b></td></tr>{}</table>>];\n",
+                     "<tr><td><b>edges: tensors, by dtype</b></td></tr>{}"
+                     "<tr><td>hexagon: a cast</td></tr><tr><td>dashed: not on the tape</td></tr>"
+                     "<tr><td>gold: the loss scale S</td></tr></table>>];\n",
                      rows);
   return dot + "}\n";
 }

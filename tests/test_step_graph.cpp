@@ -83,9 +83,11 @@ TEST_CASE("step graph: the op nodes are exactly the taped ops, with their scopes
   // Linear 1 and 3 (each with its two weight casts), the ReLU between them, and the loss after the
   // logits' cast back to f32 (cross_entropy is on the f32 list). The input's flatten and cast are
   // not on the tape: nothing upstream of them needs a gradient.
-  const std::vector<std::string> expected{"cast f32 -> f16\\n1\\n", "cast f32 -> f16\\n1\\n", "linear\\n1\\n",
-                                          "relu\\n2\\n",           "cast f32 -> f16\\n3\\n", "cast f32 -> f16\\n3\\n",
-                                          "linear\\n3\\n",         "cast f16 -> f32",      "cross_entropy"};
+  const std::vector<std::string> expected{"cast f32 -> f16\\n1\\n", "cast f32 -> f16\\n1\\n",
+                                          "linear\\n1\\n",          "relu\\n2\\n",
+                                          "cast f32 -> f16\\n3\\n", "cast f32 -> f16\\n3\\n",
+                                          "linear\\n3\\n",          "cast f16 -> f32",
+                                          "cross_entropy"};
   for (std::size_t i = 0; i < expected.size(); ++i)
     CHECK_MESSAGE(taped[i].label.starts_with(expected[i]), taped[i].label, " vs ", expected[i]);
   CHECK(with_class(nodes_of(dot), "op untaped").size() == 2);  // flatten, and the input's cast
@@ -182,9 +184,10 @@ TEST_CASE("step graph: saved bytes, the loss scale from loss to unscale, and mas
   recorder.loss_scaling_begins();
   Tensor scaled = scaler.scale(loss);
   recorder.stop();
-  const std::string dot = amp::step_graph_dot(recorder.graph(),
-                                              {.recipe = recipe, .loss_scale = scaler.get_scale(), .optimizer = "adam",
-                                               .parameter_names = {{w.id(), "fc.weight"}}});
+  const std::string dot = amp::step_graph_dot(recorder.graph(), {.recipe = recipe,
+                                                                 .loss_scale = scaler.get_scale(),
+                                                                 .optimizer = "adam",
+                                                                 .tensor_names = {{w.id(), "fc.weight"}}});
   const std::vector<DotNode> nodes = nodes_of(dot);
   // matmul keeps x and w, both f16 already: 2*8*2 + 8*8*2 bytes, x's only (w is a parameter).
   CHECK(contains(nodes[0].label, "matmul\\nsaves 32 B"));
@@ -251,7 +254,7 @@ TEST_CASE("step graph: at most max_nodes nodes are drawn; the rest is one node w
   INFO(dot);
   const std::vector<DotNode> nodes = nodes_of(dot);
   std::size_t drawn = 0;  // ops and the tensors they read
-  for (const DotNode& n : nodes) drawn += n.cls.starts_with("op ") || n.cls == "parameter" || n.cls == "input";
+  for (const DotNode& n : nodes) drawn += n.cls.starts_with("op ") || n.cls == "parameter" || n.cls == "tensor";
   CHECK(drawn <= 7);
   const std::vector<DotNode> more = with_class(nodes, "more");
   REQUIRE(more.size() == 1);
@@ -283,5 +286,6 @@ TEST_CASE("step graph: recording changes no bit of the step") {
   const std::vector<double> plain = run(false);
   const std::vector<double> recorded = run(true);
   REQUIRE(plain.size() == recorded.size());
-  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(std::bit_cast<std::uint64_t>(plain[i]) == std::bit_cast<std::uint64_t>(recorded[i]));
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    CHECK(std::bit_cast<std::uint64_t>(plain[i]) == std::bit_cast<std::uint64_t>(recorded[i]));
 }
