@@ -44,8 +44,10 @@ std::string model_run(const std::string& model, const TempDir& tmp) {
 
 TEST_CASE("--graph draws the first step of every model as DOT, and as SVG where dot is installed") {
   // Each model's own op, drawn with its scope, under mixed_float16.
-  const std::vector<std::pair<std::string, std::string>> models{
-      {"mlp", "linear\\n1"}, {"cnn", "conv2d\\n0"}, {"lstm", "lstm_recurrence\\nlstm"}, {"gpt", "class=\"repeat\""}};
+  const std::vector<std::pair<std::string, std::string>> models{{"mlp", "linear\\n1"},
+                                                                {"cnn", "conv2d\\n0"},
+                                                                {"lstm", "lstm_recurrence\\nlstm"},
+                                                                {"gpt", "class=\"repeat\""}};
   for (const auto& [model, own_op] : models) {
     INFO(model);
     TempDir tmp;
@@ -76,8 +78,8 @@ TEST_CASE("--graph draws the first step of every model as DOT, and as SVG where 
 
 TEST_CASE("--graph without dot on the PATH writes the DOT file and says how to render it") {
   TempDir tmp;
-  Run run = run_command(fmt::format("env PATH=/nonexistent {} {} --graph {}", MG_CLI_PATH, model_run("mlp", tmp),
-                                    tmp / "step.dot"));
+  Run run = run_command(
+      fmt::format("env PATH=/nonexistent {} {} --graph {}", MG_CLI_PATH, model_run("mlp", tmp), tmp / "step.dot"));
   INFO(run.output);
   REQUIRE(run.status == 0);
   CHECK(read(tmp / "step.dot").starts_with("digraph step {"));
@@ -87,9 +89,10 @@ TEST_CASE("--graph without dot on the PATH writes the DOT file and says how to r
 }
 
 TEST_CASE("--graph refuses a path it cannot write before training starts") {
-  for (const auto& [graph, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"/nonexistent-dir/step.dot", "the directory /nonexistent-dir does not exist"},
-           {"step.svg", "must name the DOT file to write"}}) {
+  for (const auto& [graph, needle] :
+       std::vector<std::pair<std::string, std::string>>{{"/nonexistent-dir/step.dot",
+                                                         "the directory /nonexistent-dir does not exist"},
+                                                        {"step.svg", "must name the DOT file to write"}}) {
     Run run = mixgrad("train --steps 1 --graph " + graph);
     INFO(run.output);
     CHECK(run.status == 1);

@@ -64,8 +64,8 @@ void StepGraphDrawing::after_backward(const optim::Optimizer& /*optimizer*/) {
     return;
   }
   const int status = std::system(fmt::format("dot -Tsvg {} -o {}", shell_quoted(path_), shell_quoted(svg)).c_str());
-  MG_CHECK(status == 0, "mixgrad train --graph: `dot -Tsvg {} -o {}` failed (status {}); {} holds the DOT text",
-           path_, svg, status, path_);
+  MG_CHECK(status == 0, "mixgrad train --graph: `dot -Tsvg {} -o {}` failed (status {}); {} holds the DOT text", path_,
+           svg, status, path_);
   if (!quiet_)
     fmt::print("mixgrad train: the first step is drawn in {} ({} ops) and {}\n", path_, recorder_->graph().ops.size(),
                svg);
