@@ -114,6 +114,183 @@ std::string op_label(const GraphOp& op, double loss_scale) {
 
 std::string tensor_text(const GraphTensor& t) { return fmt::format("{} {}", t.shape, dtype_name(t.dtype)); }
 
+bool has_master(const GraphTensor& t, const DotOptions& options) {
+  return t.parameter && is_low_precision(t.dtype) && options.recipe.master_weights;
+}
+
+// Where each op is drawn, and the DOT lines of the op nodes. Ops are taken in order; the repeats
+// of a block go into one node; once the next op and the tensors it would add pass max_nodes,
+// every op left goes into "more".
+struct Placement {
+  std::vector<std::string> node_of;  // per op: "op<i>", "repeat<i>" or "more"
+  std::set<std::uint64_t> leaves;  // tensors no op made, read by a drawn op
+  std::string nodes;
+};
+
+Placement place_ops(const StepGraph& graph, const DotOptions& options,
+                    const std::unordered_map<std::uint64_t, std::size_t>& producer) {
+  Placement placed;
+  placed.node_of.resize(graph.ops.size());
+  std::size_t drawn = 0;  // nodes so far, against max_nodes
+  std::size_t more = 0;
+  bool capped = false;
+  // Draws op i unless the cap is reached: the op and the leaves (and masters) it reads first.
+  auto place = [&](std::size_t i) {
+    const GraphOp& op = graph.ops[i];
+    std::set<std::uint64_t> fresh;
+    std::size_t nodes = 1;
+    for (const GraphTensor& t : op.inputs)
+      if (t.id != 0 && !producer.contains(t.id) && !placed.leaves.contains(t.id) && fresh.insert(t.id).second)
+        nodes += has_master(t, options) ? 2 : 1;
+    capped = capped || drawn + nodes > options.max_nodes;
+    if (capped) {
+      placed.node_of[i] = "more";
+      ++more;
+      return;
+    }
+    drawn += nodes;
+    placed.leaves.insert(fresh.begin(), fresh.end());
+    placed.node_of[i] = fmt::format("op{}", i);
+    const bool fp8 = op.op.find("fp8") != std::string::npos;
+    placed.nodes +=
+        fmt::format("  op{} [label=\"{}\", shape={}, style=\"{}\", fillcolor=\"{}\", color=\"{}\", class=\"{}\"];\n", i,
+                    op_label(op, options.loss_scale), op.op == "cast" ? "hexagon" : "box",
+                    op.taped ? "rounded,filled" : "rounded,filled,dashed",
+                    op.loss_scaling   ? "#ffe08a"
+                    : op.op == "cast" ? "#eeeeee"
+                                      : "#ffffff",
+                    fp8 ? dtype_colour(DType::E4M3) : "#000000", op.taped ? "op taped" : "op untaped");
+  };
+
+  const std::vector<Instance> instances = instances_of(graph);
+  for (std::size_t k = 0; k < instances.size(); ++k) {
+    const Instance& first = instances[k];
+    for (std::size_t i = first.first; i < first.last; ++i) place(i);
+    std::size_t repeats = 0;  // instances right after `first` that repeat it
+    while (options.collapse_repeats && !first.block.empty() && k + repeats + 1 < instances.size() &&
+           instances[k + repeats + 1].pattern == first.pattern &&
+           instances[k + repeats + 1].signature == first.signature)
+      ++repeats;
+    if (repeats == 0) continue;
+    // The repeats become one node, which stands for their ops and the parameters only they read.
+    const std::size_t begin = instances[k + 1].first, end = instances[k + repeats].last;
+    const std::string id = fmt::format("repeat{}", begin);
+    capped = capped || drawn + 1 > options.max_nodes;
+    for (std::size_t i = begin; i < end; ++i) placed.node_of[i] = capped ? "more" : id;
+    if (capped) {
+      more += end - begin;
+    } else {
+      ++drawn;
+      std::size_t saved = 0;
+      for (std::size_t i = begin; i < end; ++i) saved += graph.ops[i].saved_bytes;
+      placed.nodes += fmt::format(
+          "  {} [label=\"{} ... {}: x{}\\nthe same {} ops as {}\\nsave {} in all\", shape=box3d, style=filled, "
+          "fillcolor=\"#f4f0ff\", class=\"repeat\", count={}];\n",
+          id, escaped(instances[k + 1].block), escaped(instances[k + repeats].block), repeats, first.last - first.first,
+          escaped(first.block), bytes_text(saved), repeats);
+    }
+    k += repeats;
+  }
+  if (more > 0)
+    placed.nodes += fmt::format("  more [label=\"... {} more ops, not drawn\\n(a picture stops at {} nodes)\", "
+                                "shape=note, class=\"more\", count={}];\n",
+                                more, options.max_nodes, more);
+  return placed;
+}
+
+// The tensors no op made, read by drawn ops: parameters (each low-precision one with its f32
+// master, where the optimizer keeps one), the batch, constants such as the loss scale.
+std::string leaf_nodes(const StepGraph& graph, const DotOptions& options, std::set<std::uint64_t> leaves) {
+  std::string dot;
+  for (const GraphOp& op : graph.ops)
+    for (const GraphTensor& t : op.inputs) {
+      if (!leaves.erase(t.id)) continue;  // not drawn, or drawn already
+      auto name = options.tensor_names.find(t.id);
+      const std::string what = name != options.tensor_names.end() ? name->second
+                               : t.parameter                      ? "parameter"
+                               : op.loss_scaling                  ? "loss scale S"
+                                                                  : "tensor";
+      // Under autocast an f32 parameter is the master copy itself; autocast casts it for each use.
+      const bool master = t.parameter && t.dtype == DType::F32 && options.recipe.autocast_dtype;
+      dot += fmt::format("  t{} [label=\"{}\\n{}{}\", shape={}, style=filled, fillcolor=\"{}\", class=\"{}\"];\n", t.id,
+                         escaped(what), tensor_text(t), master ? "\\nthe f32 master" : "",
+                         t.parameter ? "cylinder" : "ellipse",
+                         t.parameter       ? "#dde8f5"
+                         : op.loss_scaling ? "#ffe08a"
+                                           : "#f5f5f5",
+                         t.parameter ? "parameter" : "tensor");
+      if (has_master(t, options))
+        dot += fmt::format("  master{0} [label=\"f32 master of {1}\\n{2} f32\\n(optimizer state)\", shape=cylinder, "
+                           "style=filled, fillcolor=\"#dde8f5\", class=\"master\"];\n"
+                           "  master{0} -> t{0} [label=\"rounded to {3}\\nafter each update\", style=dashed, "
+                           "color=\"{4}\"];\n",
+                           t.id, escaped(what), t.shape, dtype_name(t.dtype), dtype_colour(t.dtype));
+    }
+  return dot;
+}
+
+// Every tensor an op reads is an edge from where it was made, once per (from, to, tensor). Edges
+// inside a collapsed node, or into it from the parameters it stands for, are not drawn.
+std::string tensor_edges(const StepGraph& graph, const Placement& placed,
+                         const std::unordered_map<std::uint64_t, std::size_t>& producer) {
+  std::string dot;
+  std::set<std::string> edges;
+  for (std::size_t i = 0; i < graph.ops.size(); ++i)
+    for (std::size_t j = 0; j < graph.ops[i].inputs.size(); ++j) {
+      const GraphTensor& t = graph.ops[i].inputs[j];
+      if (t.id == 0) continue;  // an optional input left out
+      auto made = producer.find(t.id);
+      const bool leaf = made == producer.end();
+      if (leaf && !placed.leaves.contains(t.id)) continue;
+      const std::string from = leaf ? fmt::format("t{}", t.id) : placed.node_of[made->second];
+      const std::string& to = placed.node_of[i];
+      if (from == to || (leaf && to.starts_with("repeat"))) continue;
+      if (!edges.insert(fmt::format("{}>{}>{}", from, to, t.id)).second) continue;
+      const bool hit = graph.ops[i].cache_hit[j];
+      dot += fmt::format("  {} -> {} [label=\"{}{}\", color=\"{}\", fontcolor=\"{}\", penwidth=1.6{}, dtype={}];\n",
+                         from, to, tensor_text(t), hit ? "\\nweight-cast cache hit" : "", dtype_colour(t.dtype),
+                         dtype_colour(t.dtype), hit ? ", style=dashed" : "", dtype_name(t.dtype));
+    }
+  return dot;
+}
+
+// After the forward pass: backward, the unscale and the optimizer, which are not ops on the tape.
+std::string after_forward(const std::string& last, const DotOptions& options) {
+  const bool scaled = options.recipe.loss_scaling != LossScaling::None;
+  const bool masters = options.recipe.master_weights || options.recipe.autocast_dtype;
+  std::string dot;
+  if (scaled)
+    dot += fmt::format("  unscale [label=\"unscale: gradients x 1/S\\ninf/NaN check (scaler.step)\", shape=box, "
+                       "style=filled, fillcolor=\"#ffe08a\", class=\"unscale\"];\n"
+                       "  {} -> unscale [label=\"backward: gradients x S\", style=bold, color=\"#b8860b\"];\n",
+                       last);
+  dot += fmt::format("  optimizer [label=\"{} step on the {}{}\", shape=box, style=filled, fillcolor=\"#dde8f5\", "
+                     "class=\"optimizer\"];\n  {} -> optimizer [label=\"{}\", style=bold, color=\"#555555\"];\n",
+                     escaped(options.optimizer), masters ? "f32 masters" : "weights",
+                     scaled ? "\\n(skipped when a gradient is inf/NaN)" : "", scaled ? "unscale" : last,
+                     scaled ? "true gradients" : "backward: gradients");
+  return dot;
+}
+
+// The colours of the dtypes this step used, and what the shapes mean.
+std::string legend(const StepGraph& graph) {
+  std::set<DType> used;
+  for (const GraphOp& op : graph.ops) {
+    used.insert(op.output.dtype);
+    for (const GraphTensor& t : op.inputs)
+      if (t.id != 0) used.insert(t.dtype);
+  }
+  std::string rows;
+  for (DType dtype : used)
+    rows += fmt::format("<tr><td><font color=\"{}\">&#9473;&#9473;&#9473; {}</font></td></tr>", dtype_colour(dtype),
+                        dtype_name(dtype));
+  return fmt::format("  legend [shape=plaintext, class=\"legend\", label=<<table border=\"0\" cellspacing=\"0\">"
+                     "<tr><td><b>edges: tensors, by dtype</b></td></tr>{}"
+                     "<tr><td>hexagon: a cast</td></tr><tr><td>dashed: not on the tape</td></tr>"
+                     "<tr><td>gold: the loss scale S</td></tr></table>>];\n",
+                     rows);
+}
+
 }  // namespace
 
 std::string_view dtype_colour(DType dtype) {
@@ -137,166 +314,18 @@ std::string_view dtype_colour(DType dtype) {
 }
 
 std::string step_graph_dot(const StepGraph& graph, const DotOptions& options) {
-  std::string dot = "digraph step {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
-                    "  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  dot += fmt::format("  labelloc=t;\n  label=\"{}\";\n", escaped(options.title));
-
   std::unordered_map<std::uint64_t, std::size_t> producer;  // tensor id -> the op that made it
   for (std::size_t i = 0; i < graph.ops.size(); ++i) producer[graph.ops[i].output.id] = i;
+  const Placement placed = place_ops(graph, options, producer);
 
-  // Where each op is drawn: its own node, its block's collapsed node, or "more".
-  std::vector<std::string> node_of(graph.ops.size());
-  std::set<std::string> drawn_leaves;
-  std::size_t drawn = 0;  // nodes so far, against max_nodes
-  bool capped = false;
-  std::size_t more = 0;
-  auto has_master = [&](const GraphTensor& t) {
-    return t.parameter && is_low_precision(t.dtype) && options.recipe.master_weights;
-  };
-  auto new_leaves = [&](const GraphOp& op, std::size_t& nodes) {  // the op's leaves not drawn yet
-    std::set<std::string> fresh;
-    nodes = 0;
-    for (const GraphTensor& t : op.inputs)
-      if (t.id != 0 && !producer.contains(t.id) && !drawn_leaves.contains(fmt::format("t{}", t.id)) &&
-          fresh.insert(fmt::format("t{}", t.id)).second)
-        nodes += has_master(t) ? 2 : 1;
-    return fresh;
-  };
-  const std::vector<Instance> instances = instances_of(graph);
-  for (std::size_t k = 0; k < instances.size(); ++k) {
-    const Instance& first = instances[k];
-    std::size_t repeats = 0;  // instances after `first` that repeat it
-    while (options.collapse_repeats && !first.block.empty() && k + repeats + 1 < instances.size() &&
-           instances[k + repeats + 1].pattern == first.pattern &&
-           instances[k + repeats + 1].signature == first.signature)
-      ++repeats;
-    for (std::size_t i = first.first; i < first.last; ++i) {
-      std::size_t leaf_nodes = 0;
-      const std::set<std::string> fresh = new_leaves(graph.ops[i], leaf_nodes);
-      capped = capped || drawn + 1 + leaf_nodes > options.max_nodes;
-      if (capped) {
-        node_of[i] = "more";
-        ++more;
-        continue;
-      }
-      node_of[i] = fmt::format("op{}", i);
-      drawn += 1 + leaf_nodes;
-      drawn_leaves.insert(fresh.begin(), fresh.end());
-      const GraphOp& op = graph.ops[i];
-      const bool fp8 = op.op.find("fp8") != std::string::npos;
-      dot +=
-          fmt::format("  op{} [label=\"{}\", shape={}, style=\"{}\", fillcolor=\"{}\", color=\"{}\", class=\"{}\"];\n",
-                      i, op_label(op, options.loss_scale), op.op == "cast" ? "hexagon" : "box",
-                      op.taped ? "rounded,filled" : "rounded,filled,dashed",
-                      op.loss_scaling   ? "#ffe08a"
-                      : op.op == "cast" ? "#eeeeee"
-                                        : "#ffffff",
-                      fp8 ? dtype_colour(DType::E4M3) : "#000000", op.taped ? "op taped" : "op untaped");
-    }
-    if (repeats == 0) continue;
-    const Instance& last = instances[k + repeats];
-    const std::string id = fmt::format("repeat{}", instances[k + 1].first);
-    capped = capped || drawn + 1 > options.max_nodes;
-    for (std::size_t r = 1; r <= repeats; ++r)
-      for (std::size_t i = instances[k + r].first; i < instances[k + r].last; ++i) {
-        node_of[i] = capped ? "more" : id;
-        more += capped;
-      }
-    if (!capped) {
-      ++drawn;
-      std::size_t saved = 0;
-      for (std::size_t i = instances[k + 1].first; i < last.last; ++i) saved += graph.ops[i].saved_bytes;
-      dot += fmt::format("  {} [label=\"{} ... {}\\n{} more of {} (x{}), {} ops each\\nsave {} in all\", shape=box3d, "
-                         "style=filled, fillcolor=\"#f4f0ff\", class=\"repeat\", count={}];\n",
-                         id, escaped(instances[k + 1].block), escaped(last.block), repeats, escaped(first.block),
-                         repeats, first.last - first.first, bytes_text(saved), repeats);
-    }
-    k += repeats;
-  }
-  if (more > 0)
-    dot += fmt::format("  more [label=\"... {} more ops, not drawn\\n(the picture stops at {} nodes)\", "
-                       "shape=note, class=\"more\", count={}];\n",
-                       more, options.max_nodes, more);
-
-  // The tensors no op made: parameters (with their masters), the batch, constants.
-  for (const GraphOp& op : graph.ops)
-    for (const GraphTensor& t : op.inputs) {
-      const std::string id = fmt::format("t{}", t.id);
-      if (!drawn_leaves.erase(id)) continue;  // not drawn, or drawn already
-      auto name = options.tensor_names.find(t.id);
-      const std::string what = name != options.tensor_names.end() ? name->second
-                               : t.parameter                      ? "parameter"
-                               : op.loss_scaling                  ? "loss scale S"
-                                                                  : "tensor";
-      std::string role;
-      if (t.parameter && t.dtype == DType::F32 && options.recipe.autocast_dtype) role = "\\nthe f32 master";
-      dot += fmt::format("  {} [label=\"{}\\n{}{}\", shape={}, style=filled, fillcolor=\"{}\", class=\"{}\"];\n", id,
-                         escaped(what), tensor_text(t), role, t.parameter ? "cylinder" : "ellipse",
-                         t.parameter       ? "#dde8f5"
-                         : op.loss_scaling ? "#ffe08a"
-                                           : "#f5f5f5",
-                         t.parameter ? "parameter" : "tensor");
-      if (has_master(t))
-        dot += fmt::format("  master{0} [label=\"f32 master of {1}\\n{2} f32\\n(optimizer state)\", shape=cylinder, "
-                           "style=filled, fillcolor=\"#dde8f5\", class=\"master\"];\n"
-                           "  master{0} -> {3} [label=\"rounded to {4}\\nafter each update\", style=dashed, "
-                           "color=\"{5}\"];\n",
-                           t.id, escaped(what), t.shape, id, dtype_name(t.dtype), dtype_colour(t.dtype));
-    }
-
-  // Every tensor an op reads is an edge from where it was made, once per (from, to, tensor).
-  std::set<std::string> edges;
-  for (std::size_t i = 0; i < graph.ops.size(); ++i)
-    for (std::size_t j = 0; j < graph.ops[i].inputs.size(); ++j) {
-      const GraphTensor& t = graph.ops[i].inputs[j];
-      if (t.id == 0) continue;
-      auto made = producer.find(t.id);
-      const std::string from = made != producer.end() ? node_of[made->second] : fmt::format("t{}", t.id);
-      const std::string to = node_of[i];
-      if (from == to || (made == producer.end() && to.starts_with("repeat")) || (to == "more" && from == "more"))
-        continue;
-      if (made == producer.end() && to == "more") continue;  // the leaves of undrawn ops stay undrawn
-      if (!edges.insert(fmt::format("{}>{}>{}", from, to, t.id)).second) continue;
-      const bool hit = graph.ops[i].cache_hit[j];
-      dot += fmt::format("  {} -> {} [label=\"{}{}\", color=\"{}\", fontcolor=\"{}\", penwidth=1.6{}, dtype={}];\n",
-                         from, to, tensor_text(t), hit ? "\\nweight-cast cache hit" : "", dtype_colour(t.dtype),
-                         dtype_colour(t.dtype), hit ? ", style=dashed" : "", dtype_name(t.dtype));
-    }
-
-  // After the forward pass: backward, the unscale and the optimizer, which the tape does not show.
-  if (!graph.ops.empty()) {
-    const std::string last = node_of.back();
-    const bool scaled = options.recipe.loss_scaling != LossScaling::None;
-    const std::string masters = options.recipe.master_weights || options.recipe.autocast_dtype ? "f32 masters"
-                                                                                               : "weights";
-    if (scaled)
-      dot += fmt::format("  unscale [label=\"unscale: gradients x 1/S\\ninf/NaN check (scaler.step)\", shape=box, "
-                         "style=filled, fillcolor=\"#ffe08a\", class=\"unscale\"];\n"
-                         "  {} -> unscale [label=\"backward: gradients x S\", style=bold, color=\"#b8860b\"];\n",
-                         last);
-    dot += fmt::format("  optimizer [label=\"{} step on the {}\\n{}\", shape=box, style=filled, fillcolor=\"#dde8f5\", "
-                       "class=\"optimizer\"];\n  {} -> optimizer [label=\"{}\", style=bold, color=\"#555555\"];\n",
-                       escaped(options.optimizer), masters, scaled ? "(skipped when a gradient is inf/NaN)" : "",
-                       scaled ? "unscale" : last, scaled ? "true gradients" : "backward: gradients");
-  }
-
-  // The legend: the colours of the dtypes this step used.
-  std::set<DType> used;
-  for (const GraphOp& op : graph.ops) {
-    used.insert(op.output.dtype);
-    for (const GraphTensor& t : op.inputs)
-      if (t.id != 0) used.insert(t.dtype);
-  }
-  std::string rows;
-  for (DType dtype : used)
-    rows += fmt::format("<tr><td><font color=\"{}\">&#9473;&#9473;&#9473; {}</font></td></tr>", dtype_colour(dtype),
-                        dtype_name(dtype));
-  dot += fmt::format("  legend [shape=plaintext, class=\"legend\", label=<<table border=\"0\" cellspacing=\"0\">"
-                     "<tr><td><b>edges: tensors, by dtype</b></td></tr>{}"
-                     "<tr><td>hexagon: a cast</td></tr><tr><td>dashed: not on the tape</td></tr>"
-                     "<tr><td>gold: the loss scale S</td></tr></table>>];\n",
-                     rows);
-  return dot + "}\n";
+  std::string dot = fmt::format("digraph step {{\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+                                "  edge [fontname=\"Helvetica\", fontsize=9];\n  labelloc=t;\n  label=\"{}\";\n",
+                                escaped(options.title));
+  dot += placed.nodes;
+  dot += leaf_nodes(graph, options, placed.leaves);
+  dot += tensor_edges(graph, placed, producer);
+  if (!graph.ops.empty()) dot += after_forward(placed.node_of.back(), options);
+  return dot + legend(graph) + "}\n";
 }
 
 }  // namespace mg::amp

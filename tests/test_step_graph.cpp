@@ -237,7 +237,7 @@ TEST_CASE("step graph: repeated blocks collapse into one node with their count")
   const std::vector<DotNode> repeats = with_class(nodes, "repeat");
   REQUIRE(repeats.size() == 1);
   CHECK(repeats[0].count == 3);  // blocks 1, 2, 3 behind the drawn block 0
-  CHECK(contains(repeats[0].label, "blocks.1 ... blocks.3\\n3 more of blocks.0 (x3), 2 ops each"));
+  CHECK(contains(repeats[0].label, "blocks.1 ... blocks.3: x3\\nthe same 2 ops as blocks.0"));
   CHECK(with_class(nodes, "op taped").size() == 4);  // block 0's two ops, block 4's two
   CHECK(contains(dot, "op1 -> repeat2"));  // block 0 feeds the repeats, which feed block 4
   CHECK(contains(dot, "repeat2 -> op8"));
