@@ -88,6 +88,13 @@ TEST_CASE("--graph without dot on the PATH writes the DOT file and says how to r
   CHECK(contains(run.output, fmt::format("dot -Tsvg '{}' -o '{}'", tmp / "step.dot", tmp / "step.svg")));
 }
 
+TEST_CASE("--help documents --graph") {
+  Run run = mixgrad("train --help");
+  CHECK(run.status == 0);
+  CHECK(contains(run.output, "--graph"));
+  CHECK(contains(run.output, "Graphviz DOT"));
+}
+
 TEST_CASE("--graph refuses a path it cannot write before training starts") {
   for (const auto& [graph, needle] :
        std::vector<std::pair<std::string, std::string>>{{"/nonexistent-dir/step.dot",
