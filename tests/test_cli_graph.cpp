@@ -8,10 +8,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/checkpoint_files.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
+using mg::testing::check_same_checkpoint;
 using mg::testing::Run;
 using mg::testing::run_command;
 using mg::testing::TempDir;
@@ -86,6 +88,17 @@ TEST_CASE("--graph without dot on the PATH writes the DOT file and says how to r
   CHECK(!std::filesystem::exists(tmp / "step.svg"));
   CHECK(contains(run.output, "apt-get install graphviz"));
   CHECK(contains(run.output, fmt::format("dot -Tsvg '{}' -o '{}'", tmp / "step.dot", tmp / "step.svg")));
+}
+
+TEST_CASE("a run with --graph takes the same steps, bit for bit, as one without") {
+  TempDir tmp;
+  for (const std::string model : {"mlp", "lstm"}) {
+    INFO(model);
+    const std::string run = model_run(model, tmp) + " --precision mixed_float16 --steps 3 --save ";
+    REQUIRE(mixgrad(run + tmp / "plain.safetensors").status == 0);
+    REQUIRE(mixgrad(run + tmp / "drawn.safetensors" + " --graph " + tmp / "step.dot").status == 0);
+    check_same_checkpoint(tmp / "plain.safetensors", tmp / "drawn.safetensors");
+  }
 }
 
 TEST_CASE("--help documents --graph") {
