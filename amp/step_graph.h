@@ -4,14 +4,15 @@
 //   { Autocast region = recipe.autocast(); loss = cross_entropy(model(x), y); }
 //   recorder.loss_scaling_begins();              // the next ops are the scaler's (loss x S)
 //   Tensor scaled = scaler.scale(loss);
-//   recorder.stop();                             // backward's own ops are not drawn
+//   recorder.stop();                             // backward and the update are not ops to draw
 //   std::string dot = amp::step_graph_dot(recorder.graph(), {.recipe = recipe, ...});
 //
 // The recorder only looks: it keeps shapes, dtypes and ids, never a tensor, so a recorded step runs
 // the same bits as any other, and without a recorder there is nothing to pay. What it sees:
 // - every forward op of the thread (OpObserver::forward), with its scope and its input and output
 //   tensors, and whether it went on the tape with the bytes its backward keeps (OpObserver::taped);
-// - which casts autocast made: a cast inside an enabled mg::Autocast region. A cast made for the
+// - which casts autocast made: a cast inside an enabled mg::Autocast region (a model's own mg::cast
+//   there counts too: nothing tells the two apart). A cast made for the
 //   weight-cast cache is seen as a cache miss of cast_cache_stats() just before it, and a later op
 //   that reuses it as a hit (autograd/autocast.h): the picture marks both.
 //
@@ -99,7 +100,9 @@ struct DotOptions {
   // is "parameter" and any other tensor "tensor".
   std::map<std::uint64_t, std::string> tensor_names = {};
   bool collapse_repeats = true;
-  std::size_t max_nodes = 120;  // ops beyond it become one "... N more ops" node
+  // Nodes for ops and the tensors they read, counted together; the ops past it become one
+  // "... N more ops" node.
+  std::size_t max_nodes = 120;
 };
 
 // The Graphviz colour of a dtype's edges: f32 blue, f16 red, bf16 green, FP8 orange (e4m3) and
