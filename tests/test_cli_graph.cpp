@@ -101,6 +101,17 @@ TEST_CASE("a run with --graph takes the same steps, bit for bit, as one without"
   }
 }
 
+TEST_CASE("--graph on a resumed run that is complete already says that there is no step to draw") {
+  TempDir tmp;
+  const std::string run = model_run("mlp", tmp);
+  REQUIRE(mixgrad(run + " --save " + tmp / "done.safetensors").status == 0);
+  Run resumed = mixgrad(run + " --resume " + tmp / "done.safetensors" + " --graph " + tmp / "step.dot");
+  INFO(resumed.output);
+  REQUIRE(resumed.status == 0);
+  CHECK(contains(resumed.output, "the run took no step, so there is none to draw"));
+  CHECK(!std::filesystem::exists(tmp / "step.dot"));
+}
+
 TEST_CASE("--help documents --graph") {
   Run run = mixgrad("train --help");
   CHECK(run.status == 0);

@@ -45,6 +45,10 @@ train::StepObserver* StepGraphDrawing::next(const data::Batch& batch) {
   return this;
 }
 
+void StepGraphDrawing::finish() const {
+  if (!used_) fmt::print("mixgrad train: --graph {}: the run took no step, so there is none to draw\n", path_);
+}
+
 void StepGraphDrawing::before_forward() { recorder_.emplace(); }
 void StepGraphDrawing::before_backward() { recorder_->loss_scaling_begins(); }
 

@@ -24,6 +24,8 @@ class StepGraphDrawing : public train::StepObserver {
   StepGraphDrawing(const TrainOptions& options, train::Trainer& trainer);
   // This observer for the first step, null after it: trainer.step(batch, {drawing.next(batch)}).
   train::StepObserver* next(const data::Batch& batch);
+  // After the last step: says so when no step was drawn (a resumed run that was complete already).
+  void finish() const;
 
   void before_forward() override;
   void before_backward() override;

@@ -284,6 +284,7 @@ TrainSummary train(const TrainOptions& o) {
     }
   }
   numbers.take(trainer.read_steps());
+  if (drawing) drawing->finish();
   if (stop->requested())
     end_stopped_run(o, *stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;
