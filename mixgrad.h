@@ -10,6 +10,7 @@
 #include "amp/memory_report.h"
 #include "amp/recipe.h"
 #include "amp/scale_monitor.h"
+#include "amp/step_graph.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"

@@ -190,6 +190,17 @@ NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
 namespace {
 
+// Bytes of the distinct storage among `saved` that is still alive.
+std::size_t storage_bytes(const std::vector<std::weak_ptr<Storage>>& saved) {
+  std::unordered_set<const Storage*> counted;
+  std::size_t bytes = 0;
+  for (const std::weak_ptr<Storage>& weak : saved) {
+    std::shared_ptr<Storage> storage = weak.lock();
+    if (storage && counted.insert(storage.get()).second) bytes += storage->nbytes();
+  }
+  return bytes;
+}
+
 void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs, Tensor& output, BackwardFn backward) {
   std::vector<std::weak_ptr<Storage>> saved = std::move(pending_saved);
   pending_saved.clear();
@@ -209,6 +220,10 @@ void record_node(const char* op, bool is_cast, const std::vector<Tensor>& inputs
   output.impl().requires_grad = true;
   output.impl().is_leaf = false;
   tape.push_back(std::move(node));
+  if (!observers.empty()) {
+    const std::size_t saved_bytes = storage_bytes(tape.back().saved);
+    for (OpObserver* observer : observers) observer->taped(saved_bytes);
+  }
 }
 
 }  // namespace

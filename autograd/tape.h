@@ -163,6 +163,10 @@ class OpObserver {
   virtual void forward(const char* op, const std::string& scope, const std::vector<Tensor>& inputs,
                        const Tensor& output) = 0;
   virtual void backward(const char* op, const std::string& scope, const Tensor& grad_output, const Grads& grads) = 0;
+  // Right after forward(), when that op went on the tape (grad mode on, an input requiring grad):
+  // the bytes of distinct storage its backward function keeps, the parameters it saved excluded
+  // (a tensor saved by several ops counts in each). amp::StepRecorder draws them; others ignore it.
+  virtual void taped(std::size_t /*saved_bytes*/) {}
 };
 void add_observer(OpObserver* observer);
 void remove_observer(OpObserver* observer);

@@ -27,6 +27,7 @@
 #include "nn/models.h"
 #include "core/test_pause.h"
 #include "tools/progress.h"
+#include "tools/run_graph.h"
 #include "tools/run_checkpoints.h"
 #include "tools/run_stop.h"
 #include "train/stop_signals.h"
@@ -256,6 +257,8 @@ TrainSummary train(const TrainOptions& o) {
   Progress progress(position.step, total, task.unit, trainer.scaler().is_enabled(), quiet);
   MetricsLog log(lead ? o.log : std::string(), o.resume.empty() ? -1 : position.step);
   StepNumbersSink numbers(o, trainer, position, progress, log);
+  std::optional<StepGraphDrawing> drawing;  // --graph: the first step as a picture, drawn by rank 0
+  if (lead && !o.graph.empty()) drawing.emplace(o, trainer);
   // From here to the last checkpoint a signal of --stop-signals lets the step it arrives in finish,
   // then stops the run; the evaluation after it ends at a signal as any program does.
   std::optional<train::StopSignals> stop;
@@ -265,7 +268,8 @@ TrainSummary train(const TrainOptions& o) {
   std::int64_t items = 0;
   while (position.step < total && !stop_agreed(*stop, ranks)) {
     data::Batch batch = task.next();
-    const train::StepResult result = trainer.step(batch);  // throws when the scale collapses
+    // Throws when the scale collapses.
+    const train::StepResult result = trainer.step(batch, {drawing ? drawing->next(batch) : nullptr});
     ++position.step;
     const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
     items += global_items;
@@ -280,6 +284,7 @@ TrainSummary train(const TrainOptions& o) {
     }
   }
   numbers.take(trainer.read_steps());
+  if (drawing) drawing->finish();
   if (stop->requested())
     end_stopped_run(o, *stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
   if (device.is_cuda()) summary.host_waits = host_waits(device) - waits_before;

@@ -106,6 +106,10 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->capture_default_str();
   c.add_option("--summary", o.summary, "Write a JSON summary of the run");
   c.add_flag("--quiet", o.quiet, "No progress output, only the closing line");
+  c.add_option("--graph", o.graph,
+               "Draw the first training step in FILE as Graphviz DOT (ops with their layer scopes, tensors coloured "
+               "by dtype, autocast's casts, saved bytes, loss scale, masters), and in FILE's name with .svg when "
+               "the `dot` program (graphviz) is installed; docs/step-graph/ shows two");
   c.add_option("--bucket-kb", o.bucket_kb,
                "Under mpirun (data-parallel): KiB of gradients per all-reduce bucket; "
                "each bucket is sent as soon as backward has its gradients")
@@ -158,6 +162,14 @@ void finalize(TrainOptions& o) {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     MG_CHECK(parent.empty() || std::filesystem::is_directory(parent),
              "mixgrad train: cannot write {}: the directory {} does not exist", path, parent.string());
+  }
+  if (!o.graph.empty()) {  // --graph: the DOT file, and its .svg beside it
+    const std::filesystem::path graph(o.graph);
+    MG_CHECK(graph.extension() != ".svg" && !std::filesystem::is_directory(graph),
+             "mixgrad train: --graph {} must name the DOT file to write (e.g. step.dot); the SVG goes beside it",
+             o.graph);
+    MG_CHECK(graph.parent_path().empty() || std::filesystem::is_directory(graph.parent_path()),
+             "mixgrad train: cannot write {}: the directory {} does not exist", o.graph, graph.parent_path().string());
   }
   if (o.batch == 0) o.batch = images ? 128 : 32;
   if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : o.optimizer == "adagrad" ? 0.01 : 1e-3;

@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string stop_signals = "INT,TERM,USR1";  // signals that stop the run cleanly; empty: none
   std::string summary;  // JSON summary of the run
   bool quiet = false;  // no progress output, only the closing line
+  std::string graph;  // the first step drawn as Graphviz DOT here (and its .svg when `dot` is installed)
   // Data-parallel runs (under mpirun, train/data_parallel.h): --batch is the global batch.
   std::int64_t bucket_kb = 256;  // gradient bytes per all-reduce bucket, in KiB
   std::string allreduce_dtype = "f32";  // f32 | f16 | bf16: the gradients' dtype on the wire
