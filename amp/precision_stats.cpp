@@ -70,8 +70,7 @@ void PrecisionStats::merge(const PrecisionStats& other) {
 }
 
 PrecisionStats precision_stats(const Tensor& tensor, const Fp8Judging& fp8) {
-  MG_CHECK(tensor.defined() && is_floating(tensor.dtype()),
-           "amp::precision_stats: needs a floating tensor, got {}",
+  MG_CHECK(tensor.defined() && is_floating(tensor.dtype()), "amp::precision_stats: needs a floating tensor, got {}",
            tensor.defined() ? fmt::format("{} {}", tensor.dtype(), tensor.shape()) : std::string("an undefined one"));
   PrecisionStats stats;
   stats.values = gradient_stats(tensor);
@@ -82,7 +81,9 @@ PrecisionStats precision_stats(const Tensor& tensor, const Fp8Judging& fp8) {
   for (double v : values) {
     if (!std::isfinite(v) || v == 0.0) continue;
     for (Format format : kAllFormats) {
-      const double scale = format == Format::E4M3 ? stats.fp8_scale[0] : format == Format::E5M2 ? stats.fp8_scale[1] : 1;
+      const double scale = format == Format::E4M3   ? stats.fp8_scale[0]
+                           : format == Format::E5M2 ? stats.fp8_scale[1]
+                                                    : 1;
       const Rounded r = round_to(v, format, scale);
       auto& counts = stats.counts[static_cast<std::size_t>(format)];
       if (!std::isfinite(r.value))

@@ -57,9 +57,12 @@ int main(int argc, char** argv) {
   std::int64_t steps = 30, batch = 128;
   Device device = Device::cpu();
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = !std::strcmp(argv[++i], "cuda") ? Device::cuda() : Device::cpu();
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc)
+      device = !std::strcmp(argv[++i], "cuda") ? Device::cuda() : Device::cpu();
     else {
       fmt::print(stderr, "usage: inspect_step [--steps N] [--batch B] [--device cpu|cuda]\n");
       return 2;
@@ -82,7 +85,8 @@ int main(int argc, char** argv) {
         nn::cnn({}, generator), train::TrainerOptions{.recipe = amp::Recipe::parse("mixed_float16"),
                                                       .optimizer = {.name = "sgd", .lr = 0.01, .momentum = 0.9},
                                                       .device = device});
-    if (v.every) v.inspector = std::make_unique<train::PrecisionInspector>(*v.trainer, train::InspectorOptions{.every = *v.every});
+    if (v.every)
+      v.inspector = std::make_unique<train::PrecisionInspector>(*v.trainer, train::InspectorOptions{.every = *v.every});
   }
   auto step = [&](Variant& v) {
     const train::StepResult result = v.trainer->step(images, labels, {v.inspector.get()});

@@ -15,11 +15,11 @@ using amp::Outcome;
 TEST_CASE("precision_stats: zero, flushed, subnormal and overflow shares in f16 and bf16") {
   // f16: min subnormal 2^-24, min normal 2^-14, max 65504. bf16: min subnormal 2^-133, min normal
   // 2^-126, max about 3.39e38.
-  const std::vector<double> values{0.0,  -0.0,  // zero
+  const std::vector<double> values{0.0,      -0.0,  // zero
                                    0x1p-26,  // f16: flushed; bf16: normal
                                    0x1p-20,  // f16: subnormal
                                    70000.0,  // f16: overflow (>= 65520); bf16: normal
-                                   1.0,   0.5,
+                                   1.0,      0.5,
                                    0x1p-130,  // f16: flushed; bf16: subnormal
                                    0x1p-140,  // f16 and bf16: flushed (below half of 2^-133)
                                    3.5e38};  // f16 and bf16 (and f32): overflow

@@ -55,7 +55,7 @@ std::string quoted(const std::string& text) {
 // One heatmap: rows (bottom to top) x the inspected steps, value(record) of each cell.
 struct Heatmap {
   std::string name, title, colour_label;
-  std::vector<std::pair<std::string, TensorKind>> rows;  // layer, kind
+  std::vector<std::pair<std::string, TensorKind>> rows = {};  // layer, kind
   bool label_kind = true;
 };
 
@@ -88,25 +88,26 @@ void write_heatmap(const Heatmap& map, const std::vector<LayerRecord>& records, 
   const std::size_t stride = std::max<std::size_t>(1, steps.size() / 10);
   for (std::size_t column = 0; column < steps.size(); column += stride)
     xtics += fmt::format("{}\"{}\" {}", column ? ", " : "", steps[column], column);
-  const std::string script = fmt::format(
-      "# Made by `mixgrad train --inspect`; run `gnuplot {0}.gp` in this folder to redraw.\n"
-      "set terminal pngcairo size 900,{1} font \"sans,10\"\n"
-      "set output \"{0}.png\"\n"
-      "set title {2}\n"
-      "set xlabel \"step\"\n"
-      "set ylabel \"layer\"\n"
-      "set xtics ({3})\n"
-      "set ytics ({4})\n"
-      "set xrange [-0.5:{5}]\n"
-      "set yrange [-0.5:{6}]\n"
-      "set logscale cb\n"
-      "set cbrange [{7}:1]\n"
-      "set cblabel {8}\n"
-      "set palette defined (0 \"#fff7ec\", 1 \"#fdd49e\", 2 \"#fc8d59\", 3 \"#d7301f\", 4 \"#7f0000\")\n"
-      "set datafile missing NaN\n"
-      "plot \"{0}.dat\" using 1:2:3 with image notitle\n",
-      map.name, 200 + 28 * map.rows.size(), quoted(map.title), xtics, ytics, steps.size() - 0.5,
-      map.rows.size() - 0.5, kShareFloor, quoted(map.colour_label));
+  const std::string script =
+      fmt::format("# Made by `mixgrad train --inspect`; run `gnuplot {0}.gp` in this folder to redraw.\n"
+                  "set terminal pngcairo size 900,{1} font \"sans,10\"\n"
+                  "set termoption noenhanced\n"
+                  "set output \"{0}.png\"\n"
+                  "set title {2}\n"
+                  "set xlabel \"step\"\n"
+                  "set ylabel \"layer\"\n"
+                  "set xtics ({3})\n"
+                  "set ytics ({4})\n"
+                  "set xrange [-0.5:{5}]\n"
+                  "set yrange [-0.5:{6}]\n"
+                  "set logscale cb\n"
+                  "set cbrange [{7}:1]\n"
+                  "set cblabel {8}\n"
+                  "set palette defined (0 \"#fff7ec\", 1 \"#fdd49e\", 2 \"#fc8d59\", 3 \"#d7301f\", 4 \"#7f0000\")\n"
+                  "set datafile missing NaN\n"
+                  "plot \"{0}.dat\" using 1:2:3 with image notitle\n",
+                  map.name, 200 + 28 * map.rows.size(), quoted(map.title), xtics, ytics, steps.size() - 0.5,
+                  map.rows.size() - 0.5, kShareFloor, quoted(map.colour_label));
   std::ofstream gp(dir / (map.name + ".gp"));
   gp << script;
   gp.close();
@@ -134,16 +135,22 @@ std::vector<Band> bands(amp::Format format) {
   const int lost = format == amp::Format::F16 ? -24 : -133, normal = format == amp::Format::F16 ? -14 : -126;
   const int overflow = format == amp::Format::F16 ? 16 : 128;
   const std::string name = amp::format_name(format);
-  std::vector<Band> all{
-      Band{.from = GradientStats::kMinExponent, .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
-           .label = fmt::format("lost in {} (< 2^{})", name, lost), .color = "#d62728"},
-      Band{.from = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
-           .to = static_cast<double>(std::max(normal, GradientStats::kMinExponent)), .label = name + " subnormal",
-           .color = "#ff7f0e"},
-      Band{.from = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
-           .to = static_cast<double>(std::min(overflow, kAxisEnd)), .label = name + " normal", .color = "#2ca02c"},
-      Band{.from = static_cast<double>(std::min(overflow, kAxisEnd)), .to = kAxisEnd, .label = "inf",
-           .color = "#7f7f7f"}};
+  std::vector<Band> all{Band{.from = GradientStats::kMinExponent,
+                             .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
+                             .label = fmt::format("lost in {} (< 2^{})", name, lost),
+                             .color = "#d62728"},
+                        Band{.from = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
+                             .to = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
+                             .label = name + " subnormal",
+                             .color = "#ff7f0e"},
+                        Band{.from = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
+                             .to = static_cast<double>(std::min(overflow, kAxisEnd)),
+                             .label = name + " normal",
+                             .color = "#2ca02c"},
+                        Band{.from = static_cast<double>(std::min(overflow, kAxisEnd)),
+                             .to = kAxisEnd,
+                             .label = "inf",
+                             .color = "#7f7f7f"}};
   std::erase_if(all, [](const Band& b) { return b.to <= b.from; });  // bf16's ends lie past the axis
   return all;
 }
@@ -185,9 +192,8 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
   }
   std::sort(steps.begin(), steps.end());
   auto present = [&](const std::string& layer, TensorKind kind) {
-    return std::any_of(records.begin(), records.end(), [&](const LayerRecord& r) {
-      return r.layer == layer && r.kind == kind;
-    });
+    return std::any_of(records.begin(), records.end(),
+                       [&](const LayerRecord& r) { return r.layer == layer && r.kind == kind; });
   };
   Heatmap flushed{.name = stem + "_flushed",
                   .title = fmt::format("share flushed to zero in {}, per layer and inspected step", name),
@@ -206,7 +212,8 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
                 [&](const LayerRecord& r) { return r.stats.share(format, amp::Outcome::Flushed); });
   made.push_back((fs::path(directory) / (flushed.name + ".png")).string());
   if (!lost.rows.empty()) {
-    write_heatmap(lost, records, steps, directory, [](const LayerRecord& r) { return r.lost ? r.lost->fraction() : 0; });
+    write_heatmap(lost, records, steps, directory,
+                  [](const LayerRecord& r) { return r.lost ? r.lost->fraction() : 0; });
     made.push_back((fs::path(directory) / (lost.name + ".png")).string());
   }
 

@@ -102,8 +102,8 @@ void PrecisionInspector::stop_observing() {
 
 void PrecisionInspector::add(const std::string& layer, TensorKind kind, DType dtype, const amp::PrecisionStats& stats,
                              std::optional<amp::LostUpdates> lost) {
-  records_.push_back({.step = step_number(), .layer = layer, .kind = kind, .dtype = dtype, .stats = stats,
-                      .lost = lost});
+  records_.push_back(
+      {.step = step_number(), .layer = layer, .kind = kind, .dtype = dtype, .stats = stats, .lost = lost});
   if (kind == TensorKind::Update) records_.back().step = pending_step_;
   if (csv_.is_open()) csv_ << csv_row(records_.back()) << '\n';
 }
@@ -171,8 +171,8 @@ void PrecisionInspector::after_backward(const optim::Optimizer& optimizer) {
       grads[layer].first.merge(amp::precision_stats(p.grad(), fp8_));
     }
     const Tensor& target = optimizer.master(i).defined() ? optimizer.master(i) : p;
-    pending_.push_back({target.to_vector<double>(), p.grad().defined() ? p.grad().to_vector<double>()
-                                                                       : std::vector<double>(p.numel(), 0.0)});
+    pending_.push_back({target.to_vector<double>(),
+                        p.grad().defined() ? p.grad().to_vector<double>() : std::vector<double>(p.numel(), 0.0)});
   }
   for (const std::string& layer : order) add(layer, TensorKind::Weight, weights[layer].second, weights[layer].first);
   for (const std::string& layer : order)
