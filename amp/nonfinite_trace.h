@@ -2,10 +2,12 @@
 //
 // amp::OverflowDetector (amp/diagnostics.h) reads every op's output back to the host as the op runs:
 // exact, and a host wait per op on a GPU, which a GPU step cannot afford. NonfiniteTrace keeps one
-// flag per op on the op's own device instead: for each floating output in forward, and each input's
-// gradient in backward, sum(x * 0), which is 0 when every value is finite and NaN otherwise (0 * inf
-// is NaN). Two small kernels queued behind the op, nothing read. At the end of a step the step's flags
-// are joined into one tensor (one more kernel), and kept with the ops' names and scopes. Only when the
+// flag per op instead, for each floating output in forward and each input's gradient in backward.
+// On the CPU the flag is computed directly: one pass over the tensor's bits (exponent all ones: inf
+// or NaN), no copy. On a GPU it stays on the device: sum(x * 0), which is 0 when every value is finite
+// and NaN otherwise (0 * inf is NaN). Two small kernels queued behind the op, nothing read. At the end
+// of a step the step's device flags are joined into one tensor (one more kernel), and kept with the
+// ops' names and scopes. Only when the
 // step turns out to have been skipped (its StepNumbers say so, read in a batch every read_every steps:
 // train/step_readout.h) is that one tensor read back, one transfer, and the first NaN in it names the
 // op. Steps that were not skipped are dropped unread. Nothing the step computes changes: the flags
@@ -68,11 +70,13 @@ class NonfiniteTrace : public OpObserver {
     bool backward;
     const char* op;  // the tape's names are literals
     std::string scope;
+    bool on_device;  // its flag is the next of `flags`; else it was computed on the CPU:
+    bool nonfinite;
   };
   struct Step {
     std::int64_t number = 0;
     std::vector<Site> sites;
-    std::vector<Tensor> flags;  // one f32 [1] per site while open; joined into flags[0] when closed
+    std::vector<Tensor> flags;  // one f32 [1] per device site while open; joined into flags[0] when closed
   };
   void flag(bool backward, const char* op, const std::string& scope, const Tensor& tensor);
 

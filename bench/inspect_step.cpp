@@ -44,10 +44,10 @@ std::int64_t host_waits([[maybe_unused]] Device device) {
 
 struct Variant {
   std::string name;
-  std::optional<std::int64_t> every;  // none: no inspector
-  std::unique_ptr<train::Trainer> trainer;
-  std::unique_ptr<train::PrecisionInspector> inspector;
-  std::vector<double> seconds;
+  std::optional<std::int64_t> every = std::nullopt;  // none: no inspector
+  std::unique_ptr<train::Trainer> trainer = nullptr;
+  std::unique_ptr<train::PrecisionInspector> inspector = nullptr;
+  std::vector<double> seconds = {};
   std::int64_t waits = 0;
 };
 
