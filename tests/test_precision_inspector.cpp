@@ -169,3 +169,37 @@ TEST_CASE("inspector: bad options are refused before any step") {
   check_error([&] { train::PrecisionInspector(trainer, {.every = 5, .csv_path = "/nonexistent-dir/inspect.csv"}); },
               "cannot write the inspection CSV /nonexistent-dir/inspect.csv");
 }
+
+TEST_CASE("NonfiniteTrace: the first op whose output holds an inf or NaN, in every floating dtype, at any position") {
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32, DType::F64}) {
+    for (std::int64_t position : {0, 36, 99}) {  // the first, one inside, the last element (past the vector width)
+      CAPTURE(dtype);
+      CAPTURE(position);
+      std::vector<double> values(100, 1.0);
+      values[static_cast<std::size_t>(position)] = dtype == DType::F16 ? 60000.0 : 1e38;
+      const Tensor x = from_vector(values, {100}, {.dtype = dtype});
+      amp::NonfiniteTrace trace;
+      trace.begin_step(1);
+      Tensor finite = mul(x, 0.5);  // finite
+      Tensor overflow;
+      {
+        NameScope scope("block.fc");
+        overflow = mul(x, dtype == DType::F64 ? 1e300 : 4.0);  // past the format's max at `position` alone
+      }
+      Tensor nan = sub(overflow, overflow);  // inf - inf: NaN, but not the first
+      trace.end_step();
+      REQUIRE(trace.first(1).has_value());
+      CHECK(trace.first(1)->op == "mul");
+      CHECK(trace.first(1)->scope == "block.fc");
+      CHECK_FALSE(trace.first(1)->backward);
+      CHECK_FALSE(trace.first(2).has_value());  // not traced
+      trace.drop_through(1);
+      CHECK(trace.kept_steps() == 0);
+    }
+  }
+  amp::NonfiniteTrace trace;  // between steps nothing is observed
+  Tensor inf = mul(from_vector({60000.0}, {1}, {.dtype = DType::F16}), 4.0);
+  trace.begin_step(1);
+  trace.end_step();
+  CHECK_FALSE(trace.first(1).has_value());
+}
