@@ -162,7 +162,8 @@ std::string worst_layer(const std::vector<LayerRecord>& records, amp::Format for
     std::map<std::string, std::pair<double, int>> sums;
     for (const LayerRecord& r : records)
       if (r.kind == kind) {
-        sums[r.layer].first += r.stats.share(format, amp::Outcome::Flushed);
+        sums[r.layer].first += r.stats.share(format, amp::Outcome::Flushed) +
+                               r.stats.share(format, amp::Outcome::Subnormal);
         ++sums[r.layer].second;
       }
     std::string worst;
@@ -207,10 +208,20 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
       if (present(layer, kind)) flushed.rows.push_back({layer, kind});
   for (const std::string& layer : layers)
     if (present(layer, TensorKind::Update)) lost.rows.push_back({layer, TensorKind::Update});
+  // A tensor stored in f16 has lost its flushed values already (they are zeros): what still shows is
+  // the subnormal band just above, so the second heatmap adds it.
+  Heatmap underflow = flushed;
+  underflow.name = stem + "_underflow";
+  underflow.title = fmt::format("share flushed to zero or subnormal in {}, per layer and inspected step", name);
+  underflow.colour_label = fmt::format("flushed or subnormal in {}", name);
   std::vector<std::string> made;
   write_heatmap(flushed, records, steps, directory,
                 [&](const LayerRecord& r) { return r.stats.share(format, amp::Outcome::Flushed); });
   made.push_back((fs::path(directory) / (flushed.name + ".png")).string());
+  write_heatmap(underflow, records, steps, directory, [&](const LayerRecord& r) {
+    return r.stats.share(format, amp::Outcome::Flushed) + r.stats.share(format, amp::Outcome::Subnormal);
+  });
+  made.push_back((fs::path(directory) / (underflow.name + ".png")).string());
   if (!lost.rows.empty()) {
     write_heatmap(lost, records, steps, directory,
                   [](const LayerRecord& r) { return r.lost ? r.lost->fraction() : 0; });
@@ -227,7 +238,7 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
   repro::Section section{.id = "inspect"};
   for (amp::Format range : {amp::Format::F16, amp::Format::BF16}) {
     Plot plot{.name = fmt::format("{}_worst_{}", stem, amp::format_name(range)),
-              .title = fmt::format("layer {} (the most flushed), all inspected steps, with {}'s ranges", worst,
+              .title = fmt::format("layer {} (the most underflowing), all inspected steps, with {}'s ranges", worst,
                                    amp::format_name(range)),
               .x_label = "log2 |x|",
               .y_label = "fraction of values",
