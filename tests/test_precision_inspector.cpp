@@ -10,6 +10,9 @@
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 #include "train/precision_inspector.h"
+#ifdef MG_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 using namespace mg;
 using namespace mg::testing;
@@ -203,3 +206,45 @@ TEST_CASE("NonfiniteTrace: the first op whose output holds an inf or NaN, in eve
   trace.end_step();
   CHECK_FALSE(trace.first(1).has_value());
 }
+
+#ifdef MG_WITH_CUDA
+// On a GPU (or the CUDA emulator) the flags stay on the device: a step that is not inspected makes the
+// host wait no more than without the inspector, and a skipped step's op is named as on the CPU.
+TEST_CASE("inspector (GPU): no host wait on steps not inspected; the skipped step's op named as on the CPU") {
+  if (!have_gpu()) return;
+  Batch huge = batches(1, 1e5).front();
+  const std::vector<Batch> clean = batches(3);
+  train::Trainer cpu(small_mlp(), {.recipe = amp::Recipe::parse("mixed_float16")});
+  train::PrecisionInspector cpu_inspector(cpu, {.every = 100});
+  cpu.step(huge.x, huge.y, {&cpu_inspector});
+  cpu_inspector.steps_read(cpu.read_steps());
+  REQUIRE(cpu_inspector.first_nonfinite().has_value());
+
+  auto run = [&](bool inspect) {
+    train::Trainer trainer(small_mlp(), {.recipe = amp::Recipe::parse("mixed_float16"), .device = Device::cuda(),
+                                         .read_every = 4});
+    std::optional<train::PrecisionInspector> inspector;
+    if (inspect) inspector.emplace(trainer, train::InspectorOptions{.every = 100});
+    trainer.step(clean[0].x, clean[0].y, {inspector ? &*inspector : nullptr});  // step 1: inspected
+    const std::uint64_t mark = cuda::host_waits();
+    trainer.step(huge.x, huge.y, {inspector ? &*inspector : nullptr});  // steps 2, 3: not inspected
+    trainer.step(clean[1].x, clean[1].y, {inspector ? &*inspector : nullptr});
+    const std::uint64_t waits = cuda::host_waits() - mark;
+    const std::vector<train::StepNumbers> read = trainer.read_steps();
+    std::optional<amp::NonfiniteOp> op;
+    if (inspector) {
+      inspector->steps_read(read);  // reads step 2's flags: one transfer
+      op = inspector->first_nonfinite();
+    }
+    return std::pair{waits, op};
+  };
+  const auto [waits_off, none] = run(false);
+  const auto [waits_on, op] = run(true);
+  CHECK(waits_on == waits_off);
+  REQUIRE(op.has_value());
+  CHECK(op->step == 2);
+  CHECK(op->op == cpu_inspector.first_nonfinite()->op);
+  CHECK(op->scope == cpu_inspector.first_nonfinite()->scope);
+  CHECK(op->backward == cpu_inspector.first_nonfinite()->backward);
+}
+#endif
