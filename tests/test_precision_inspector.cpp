@@ -221,19 +221,21 @@ TEST_CASE("inspector (GPU): no host wait on steps not inspected; the skipped ste
   REQUIRE(cpu_inspector.first_nonfinite().has_value());
 
   auto run = [&](bool inspect) {
-    train::Trainer trainer(small_mlp(), {.recipe = amp::Recipe::parse("mixed_float16"), .device = Device::cuda(),
-                                         .read_every = 4});
+    train::Trainer trainer(small_mlp(),
+                           {.recipe = amp::Recipe::parse("mixed_float16"), .device = Device::cuda(), .read_every = 8});
     std::optional<train::PrecisionInspector> inspector;
     if (inspect) inspector.emplace(trainer, train::InspectorOptions{.every = 100});
-    trainer.step(clean[0].x, clean[0].y, {inspector ? &*inspector : nullptr});  // step 1: inspected
+    train::StepObserver* observer = inspector ? &*inspector : nullptr;
+    trainer.step(clean[0].x, clean[0].y, {observer});  // step 1: inspected (reads)
+    trainer.step(clean[1].x, clean[1].y, {observer});  // step 2: reads step 1's updated parameters
     const std::uint64_t mark = cuda::host_waits();
-    trainer.step(huge.x, huge.y, {inspector ? &*inspector : nullptr});  // steps 2, 3: not inspected
-    trainer.step(clean[1].x, clean[1].y, {inspector ? &*inspector : nullptr});
+    trainer.step(huge.x, huge.y, {observer});  // steps 3 and 4: neither inspected nor reading
+    trainer.step(clean[2].x, clean[2].y, {observer});
     const std::uint64_t waits = cuda::host_waits() - mark;
     const std::vector<train::StepNumbers> read = trainer.read_steps();
     std::optional<amp::NonfiniteOp> op;
     if (inspector) {
-      inspector->steps_read(read);  // reads step 2's flags: one transfer
+      inspector->steps_read(read);  // reads step 3's flags: one transfer
       op = inspector->first_nonfinite();
     }
     return std::pair{waits, op};
@@ -241,8 +243,9 @@ TEST_CASE("inspector (GPU): no host wait on steps not inspected; the skipped ste
   const auto [waits_off, none] = run(false);
   const auto [waits_on, op] = run(true);
   CHECK(waits_on == waits_off);
+  CHECK_FALSE(none.has_value());
   REQUIRE(op.has_value());
-  CHECK(op->step == 2);
+  CHECK(op->step == 3);
   CHECK(op->op == cpu_inspector.first_nonfinite()->op);
   CHECK(op->scope == cpu_inspector.first_nonfinite()->scope);
   CHECK(op->backward == cpu_inspector.first_nonfinite()->backward);

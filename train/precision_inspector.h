@@ -16,14 +16,16 @@
 //                    keeps one, else the parameter), and `lost`: of the elements with a non-zero
 //                    gradient, the share that kept its value (amp::lost_updates). The parameters are
 //                    copied to the host after backward of an inspected step only, and compared at
-//                    the next step's start (or finish()); a step the scaler skipped has no update row.
+//                    the next step's start (or finish()), which reads them again: on a GPU, that step
+//                    waits for the device once more. A step the scaler skipped has no update row.
 // Each inspected step appends one CSV row per layer and kind to options.csv_path, written as it goes.
 //
 // Skipped steps. With options.trace_nonfinite, every step (not only the inspected ones) runs under an
 // amp::NonfiniteTrace: a flag per op on the device, no host wait. steps_read() takes the StepNumbers
 // the Trainer read (StepResult::read, Trainer::read_steps()) and, for each step skipped or with a
 // non-finite loss, reads that step's flags (one transfer) and keeps the first op that made an inf/NaN.
-// That is the one cost on steps that are not inspected: two small kernels per op, and one join per step.
+// That is the one cost on steps that are neither inspected nor right after one: on the CPU one pass over
+// each op's output, on a GPU two small kernels per op and one join per step, and no host wait.
 //
 //   train::PrecisionInspector inspector(trainer, {.every = 50, .csv_path = "inspect.csv"});
 //   for (...) {
