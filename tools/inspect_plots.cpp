@@ -203,7 +203,8 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
                .title = "share of the updates lost (the stored value did not change)",
                .colour_label = "lost",
                .label_kind = false};
-  for (TensorKind kind : {TensorKind::Activation, TensorKind::ActivationGrad, TensorKind::WeightGrad})
+  for (TensorKind kind :
+       {TensorKind::Activation, TensorKind::ActivationGrad, TensorKind::WeightGrad, TensorKind::Update})
     for (const std::string& layer : layers)
       if (present(layer, kind)) flushed.rows.push_back({layer, kind});
   for (const std::string& layer : layers)

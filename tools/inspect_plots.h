@@ -1,7 +1,7 @@
 // The plots of `mixgrad train --inspect FILE`, written beside FILE (its stem STEM):
 //
 //   STEM_flushed.png    heatmap, layers x inspected steps: the share of each layer's activations,
-//                       activation gradients and weight gradients that the run's format (f16, or
+//                       activation gradients, weight gradients and updates that the run's format (f16, or
 //                       bf16 for the bf16 recipes) flushes to zero; log colour scale from 10^-4
 //   STEM_underflow.png  the same for the share flushed or subnormal: a tensor stored in f16 has lost
 //                       its flushed values already (they are zeros), and shows its subnormal band
