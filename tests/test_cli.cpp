@@ -401,3 +401,13 @@ TEST_CASE("--inspect's bad flags are refused before any work starts; a CSV that 
     CHECK(run.output.find(message) != std::string::npos);
   }
 }
+
+TEST_CASE("--inspect names the first inf/NaN op in the error that stops a diverged run without a scaler") {
+  TempDir tmp;
+  Run run = mixgrad(kSmallRun +
+                    fmt::format(" --steps 4 --precision float16_pure --lr 1000 --inspect {}", tmp / "inspect.csv"));
+  INFO(run.output);
+  CHECK(run.status == 1);
+  CHECK(run.output.find("the run diverged") != std::string::npos);
+  CHECK(run.output.find("; first inf/NaN at step ") != std::string::npos);
+}

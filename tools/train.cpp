@@ -285,8 +285,14 @@ TrainSummary train(const TrainOptions& o) {
   StepNumbersSink numbers(o, trainer, position, progress, log);
   std::unique_ptr<train::PrecisionInspector> inspector = make_inspector(o, trainer, position.step + 1, lead);
   auto take = [&](const std::vector<train::StepNumbers>& read) {  // the inspector first: a diverged run stops in take
-    if (inspector) inspector->steps_read(read);
-    numbers.take(read);
+    if (!inspector) return numbers.take(read);
+    inspector->steps_read(read);
+    try {
+      numbers.take(read);
+    } catch (const Error& error) {
+      if (!inspector->first_nonfinite()) throw;
+      throw Error(fmt::format("{}; first inf/NaN at {}", error.what(), inspector->first_nonfinite()->describe()));
+    }
   };
   // From here to the last checkpoint a signal of --stop-signals lets the step it arrives in finish,
   // then stops the run; the evaluation after it ends at a signal as any program does.
