@@ -220,15 +220,19 @@ TEST_CASE("inspector (GPU): no host wait on steps not inspected; the skipped ste
   cpu_inspector.steps_read(cpu.read_steps());
   REQUIRE(cpu_inspector.first_nonfinite().has_value());
 
+  std::uint64_t waits_first_two = 0;  // steps 1 and 2 without the inspector (run first)
   auto run = [&](bool inspect) {
     train::Trainer trainer(small_mlp(),
                            {.recipe = amp::Recipe::parse("mixed_float16"), .device = Device::cuda(), .read_every = 8});
     std::optional<train::PrecisionInspector> inspector;
     if (inspect) inspector.emplace(trainer, train::InspectorOptions{.every = 100});
     train::StepObserver* observer = inspector ? &*inspector : nullptr;
+    std::uint64_t mark = cuda::host_waits();
     trainer.step(clean[0].x, clean[0].y, {observer});  // step 1: inspected (reads)
     trainer.step(clean[1].x, clean[1].y, {observer});  // step 2: reads step 1's updated parameters
-    const std::uint64_t mark = cuda::host_waits();
+    if (inspect) CHECK(cuda::host_waits() - mark <= waits_first_two + 3);  // one batched read each, and the step count
+    waits_first_two = cuda::host_waits() - mark;
+    mark = cuda::host_waits();
     trainer.step(huge.x, huge.y, {observer});  // steps 3 and 4: neither inspected nor reading
     trainer.step(clean[2].x, clean[2].y, {observer});
     const std::uint64_t waits = cuda::host_waits() - mark;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/ops.h"
 #include "core/factory.h"
 
 namespace mg::train {
@@ -28,6 +29,24 @@ std::vector<std::string> scope_and_parents(const std::string& scope) {
     s = dot == std::string::npos ? std::string() : s.substr(0, dot);
   }
   return scopes;
+}
+
+// The tensors on the CPU, read from a GPU in one transfer: flattened, cast to f32 (exact for f16 and
+// bf16; f64 lives on the CPU only), joined, copied and cut apart again. CPU tensors are returned as
+// they are. An inspected step reads everything it judges this way, instead of one wait per tensor.
+std::vector<Tensor> to_host(const std::vector<Tensor>& tensors) {
+  if (tensors.empty() || tensors.front().device().is_cpu()) return tensors;
+  NoGradGuard no_grad;
+  std::vector<Tensor> flat;
+  for (const Tensor& t : tensors) flat.push_back(cast(t, DType::F32).reshape({t.numel()}));
+  const Tensor joined = cat(flat, 0).to(Device::cpu());  // the one wait
+  std::vector<Tensor> host;
+  std::int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    host.push_back(joined.slice(offset, offset + t.numel()).reshape(t.shape()));
+    offset += t.numel();
+  }
+  return host;
 }
 
 std::string csv_header() {
@@ -116,6 +135,7 @@ void PrecisionInspector::before_forward() {
   if (trace_) trace_->begin_step(seen_);
   layer_order_.clear();
   layer_outputs_.clear();
+  held_.clear();
   gradient_seen_.clear();
   if (inspecting_) {
     add_observer(this);
@@ -132,11 +152,10 @@ void PrecisionInspector::forward(const char*, const std::string& scope, const st
 
 void PrecisionInspector::after_forward(const Tensor&) {
   if (!inspecting_) return;
-  for (const std::string& layer : layer_order_) {
-    const Tensor& output = layer_outputs_.at(layer);
-    add(layer, TensorKind::Activation, output.dtype(), amp::precision_stats(output, fp8_));
-  }
-  layer_outputs_.clear();  // the activations are the tape's to keep, not ours
+  // Judged after backward, with everything else this step reads (one transfer on a GPU).
+  for (const std::string& layer : layer_order_)
+    held_.push_back({layer, TensorKind::Activation, layer_outputs_.at(layer)});
+  layer_outputs_.clear();
 }
 
 void PrecisionInspector::backward(const char*, const std::string& scope, const Tensor& grad_output, const Grads&) {
@@ -146,7 +165,7 @@ void PrecisionInspector::backward(const char*, const std::string& scope, const T
     gradient_seen_[s] = true;
     // Backward meets a layer's ops last to first: its first gradient here is its output's.
     if (std::find(layer_order_.begin(), layer_order_.end(), s) != layer_order_.end())
-      add(s, TensorKind::ActivationGrad, grad_output.dtype(), amp::precision_stats(grad_output, fp8_));
+      held_.push_back({s, TensorKind::ActivationGrad, grad_output});
   }
 }
 
@@ -154,25 +173,42 @@ void PrecisionInspector::after_backward(const optim::Optimizer& optimizer) {
   stop_observing();
   if (trace_) trace_->end_step();
   if (!inspecting_) return;
+  // Everything this step judges, read at once: the held activations and their gradients, then per
+  // parameter its value, its gradient (or none) and what the optimizer updates (for the snapshot).
   const std::vector<Tensor>& parameters = optimizer.parameters();
+  std::vector<Tensor> tensors;
+  for (const Held& h : held_) tensors.push_back(h.tensor);
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor& p = parameters[i];
+    tensors.push_back(p);
+    tensors.push_back(p.grad().defined() ? p.grad() : p);  // a stand-in, skipped below
+    tensors.push_back(optimizer.master(i).defined() ? optimizer.master(i) : p);
+  }
+  const std::vector<Tensor> host = to_host(tensors);
+  std::size_t next = 0;
+  for (const Held& h : held_) {
+    add(h.layer, h.kind, h.tensor.dtype(), amp::precision_stats(host[next++], fp8_));
+  }
+  held_.clear();
   std::map<std::string, std::pair<amp::PrecisionStats, DType>> weights, grads;
   std::vector<std::string> order;
   pending_.clear();
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     const Tensor& p = parameters[i];
+    const Tensor &value = host[next], &gradient = host[next + 1], &target = host[next + 2];
+    next += 3;
     const std::string& layer = parameter_layers_[i];
     if (!weights.contains(layer)) {
       order.push_back(layer);
       weights[layer] = {amp::PrecisionStats{}, p.dtype()};
     }
-    weights[layer].first.merge(amp::precision_stats(p, fp8_));
+    weights[layer].first.merge(amp::precision_stats(value, fp8_));
     if (p.grad().defined()) {
       if (!grads.contains(layer)) grads[layer] = {amp::PrecisionStats{}, p.grad().dtype()};
-      grads[layer].first.merge(amp::precision_stats(p.grad(), fp8_));
+      grads[layer].first.merge(amp::precision_stats(gradient, fp8_));
     }
-    const Tensor& target = optimizer.master(i).defined() ? optimizer.master(i) : p;
     pending_.push_back({target.to_vector<double>(),
-                        p.grad().defined() ? p.grad().to_vector<double>() : std::vector<double>(p.numel(), 0.0)});
+                        p.grad().defined() ? gradient.to_vector<double>() : std::vector<double>(p.numel(), 0.0)});
   }
   for (const std::string& layer : order) add(layer, TensorKind::Weight, weights[layer].second, weights[layer].first);
   for (const std::string& layer : order)
@@ -194,10 +230,14 @@ void PrecisionInspector::record_updates() {
   };
   std::map<std::string, LayerUpdate> layers;
   std::vector<std::string> order;
+  std::vector<Tensor> targets;
+  for (std::size_t i = 0; i < before.size(); ++i)
+    targets.push_back(optimizer.master(i).defined() ? optimizer.master(i) : optimizer.parameters()[i]);
+  const std::vector<Tensor> host = to_host(targets);
   for (std::size_t i = 0; i < before.size(); ++i) {
     const Tensor& p = optimizer.parameters()[i];
-    const Tensor& target = optimizer.master(i).defined() ? optimizer.master(i) : p;
-    const std::vector<double> after = target.to_vector<double>();
+    const Tensor& target = targets[i];
+    const std::vector<double> after = host[i].to_vector<double>();
     std::vector<double> change(after.size());
     for (std::size_t k = 0; k < after.size(); ++k) change[k] = after[k] - before[i].target[k];
     const std::string& layer = parameter_layers_[i];

@@ -19,6 +19,8 @@
 //                    the next step's start (or finish()), which reads them again: on a GPU, that step
 //                    waits for the device once more. A step the scaler skipped has no update row.
 // Each inspected step appends one CSV row per layer and kind to options.csv_path, written as it goes.
+// What an inspected step judges is held until after backward and read then, on a GPU in one transfer
+// (with one more for the optimizer's step count, and one at the next step for the updated parameters).
 //
 // Skipped steps. With options.trace_nonfinite, every step (not only the inspected ones) runs under an
 // amp::NonfiniteTrace: a flag per op on the device, no host wait. steps_read() takes the StepNumbers
@@ -128,6 +130,12 @@ class PrecisionInspector : public StepObserver, public OpObserver {
   // This step's layers in forward order, each with its output so far (the last op in its subtree).
   std::vector<std::string> layer_order_;
   std::map<std::string, Tensor> layer_outputs_;
+  struct Held {  // a tensor of this step, judged after backward
+    std::string layer;
+    TensorKind kind;
+    Tensor tensor;
+  };
+  std::vector<Held> held_;
   std::map<std::string, bool> gradient_seen_;  // the layers whose output gradient was recorded
   std::vector<Snapshot> pending_;  // per optimizer parameter, of the last inspected step; empty: none
   std::int64_t pending_step_ = 0, pending_count_ = 0;  // its step, and the optimizer's step count then
