@@ -35,6 +35,12 @@ Rounded round_to(double v, Format format, double fp8_scale) {
   }
 }
 
+// Each format's smallest normal and largest finite magnitude (kAllFormats' order). A value between
+// them (after the FP8 scale) rounds to a normal value in between, both ends being representable: no
+// rounding needs to be done to know that it is neither flushed, nor subnormal, nor overflowing.
+constexpr std::array<std::array<double, 2>, kFormats> kNormalRange{
+    {{kF16MinNormal, 65504.0}, {kBf16MinNormal, 0x1.FEp127}, {0x1p-6, 448.0}, {0x1p-14, 57344.0}}};
+
 double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
   if (!(amax > 0.0)) return 1.0;
   const double max = fp8::format_info(format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2).max;
@@ -84,6 +90,9 @@ PrecisionStats precision_stats(const Tensor& tensor, const Fp8Judging& fp8) {
       const double scale = format == Format::E4M3   ? stats.fp8_scale[0]
                            : format == Format::E5M2 ? stats.fp8_scale[1]
                                                     : 1;
+      const std::array<double, 2>& range = kNormalRange[static_cast<std::size_t>(format)];
+      const double magnitude = std::fabs(v) * scale;
+      if (magnitude >= range[0] && magnitude <= range[1]) continue;  // the common case: normal
       const Rounded r = round_to(v, format, scale);
       auto& counts = stats.counts[static_cast<std::size_t>(format)];
       if (!std::isfinite(r.value))
