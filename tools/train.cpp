@@ -1,6 +1,7 @@
 #include "tools/train.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -26,12 +27,14 @@
 #endif
 #include "nn/models.h"
 #include "core/test_pause.h"
+#include "tools/inspect_plots.h"
 #include "tools/progress.h"
 #include "tools/run_graph.h"
 #include "tools/run_checkpoints.h"
 #include "tools/run_stop.h"
 #include "train/stop_signals.h"
 #include "train/evaluation.h"
+#include "train/precision_inspector.h"
 #include "train/trainer.h"
 
 namespace mg::tools {
@@ -215,6 +218,30 @@ class StepNumbersSink {
   std::deque<std::pair<double, std::int64_t>> queued_;  // seconds and items of each step not yet read
 };
 
+// --inspect: the precision inspector, on the rank that writes; none without the flag, so that a run
+// without it observes nothing. Its CSV is opened here, before the first step (an mg::Error if it cannot be).
+std::unique_ptr<train::PrecisionInspector> make_inspector(const TrainOptions& o, train::Trainer& trainer,
+                                                          std::int64_t first_step, bool lead) {
+  if (o.inspect.empty() || !lead) return nullptr;
+  return std::make_unique<train::PrecisionInspector>(trainer, train::InspectorOptions{.every = o.inspect_every,
+                                                                                      .csv_path = o.inspect,
+                                                                                      .first_step = first_step});
+}
+
+// After the run: the last update's rows, the plots, and the first inf/NaN into the summary.
+void finish_inspection(train::PrecisionInspector& inspector, const train::Trainer& trainer, const TrainOptions& o,
+                       TrainSummary& summary) {
+  inspector.finish();
+  const amp::Recipe& recipe = trainer.recipe();
+  const bool bf16 = recipe.autocast_dtype.value_or(recipe.parameter_dtype) == DType::BF16;
+  const std::vector<std::string> plots = write_inspection_plots(inspector.records(), o.inspect,
+                                                                bf16 ? amp::Format::BF16 : amp::Format::F16);
+  if (inspector.first_nonfinite()) summary.first_nonfinite = inspector.first_nonfinite()->describe();
+  if (!o.quiet)
+    fmt::print("mixgrad train: inspected every {} steps: {} rows in {}; plots {}\n", inspector.every(),
+               inspector.records().size(), o.inspect, fmt::join(plots, ", "));
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& o) {
@@ -259,6 +286,17 @@ TrainSummary train(const TrainOptions& o) {
   StepNumbersSink numbers(o, trainer, position, progress, log);
   std::optional<StepGraphDrawing> drawing;  // --graph: the first step as a picture, drawn by rank 0
   if (lead && !o.graph.empty()) drawing.emplace(o, trainer);
+  std::unique_ptr<train::PrecisionInspector> inspector = make_inspector(o, trainer, position.step + 1, lead);
+  auto take = [&](const std::vector<train::StepNumbers>& read) {  // the inspector first: a diverged run stops in take
+    if (!inspector) return numbers.take(read);
+    inspector->steps_read(read);
+    try {
+      numbers.take(read);
+    } catch (const Error& error) {
+      if (!inspector->first_nonfinite()) throw;
+      throw Error(fmt::format("{}; first inf/NaN at {}", error.what(), inspector->first_nonfinite()->describe()));
+    }
+  };
   // From here to the last checkpoint a signal of --stop-signals lets the step it arrives in finish,
   // then stops the run; the evaluation after it ends at a signal as any program does.
   std::optional<train::StopSignals> stop;
@@ -268,22 +306,22 @@ TrainSummary train(const TrainOptions& o) {
   std::int64_t items = 0;
   while (position.step < total && !stop_agreed(*stop, ranks)) {
     data::Batch batch = task.next();
-    // Throws when the scale collapses.
-    const train::StepResult result = trainer.step(batch, {drawing ? drawing->next(batch) : nullptr});
+    // Throws when the scale collapses; null observers are passed over.
+    const train::StepResult result = trainer.step(batch, {drawing ? drawing->next(batch) : nullptr, inspector.get()});
     ++position.step;
     const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
     items += global_items;
     numbers.queued(std::chrono::duration<double>(Clock::now() - start).count(), global_items);
     if (const train::DataParallel* replicas = trainer.data_parallel())
       summary.allreduce_wait_seconds += replicas->last_sync().wait_seconds;
-    numbers.take(result.read);
+    take(result.read);
     test_pause_point("step", position.step);
     if (checkpoints.due(position.step)) {
-      numbers.take(trainer.read_steps());  // the checkpoint's recent losses include this step's
+      take(trainer.read_steps());  // the checkpoint's recent losses include this step's
       checkpoints.save_periodic(trainer, position, task.data_state());
     }
   }
-  numbers.take(trainer.read_steps());
+  take(trainer.read_steps());
   if (drawing) drawing->finish();
   if (stop->requested())
     end_stopped_run(o, *stop, trainer, task.data_state(), checkpoints, position, total, ranks, lead, progress, log);
@@ -299,6 +337,7 @@ TrainSummary train(const TrainOptions& o) {
   summary.final_scale = trainer.scaler().get_scale();  // 1 when the recipe does not scale
   summary.final_loss = mean_of(position.recent_losses);
   summary.final_loss_steps = static_cast<std::int64_t>(position.recent_losses.size());
+  if (inspector) finish_inspection(*inspector, trainer, o, summary);
 
   if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
   checkpoints.save_final(trainer, position, task.data_state());
@@ -323,6 +362,7 @@ std::string TrainSummary::to_json() const {
                            {"final_loss", final_loss},
                            {"final_loss_steps", final_loss_steps},
                            {"ranks", ranks}};
+  if (first_nonfinite) j["first_nonfinite"] = *first_nonfinite;
   if (test_accuracy) j["test_accuracy"] = *test_accuracy;
   if (val_bits_per_char) j["val_bits_per_char"] = *val_bits_per_char;
   j["train_seconds"] = train_seconds;
@@ -349,10 +389,11 @@ std::string TrainSummary::to_line() const {
                                 : fmt::format(", {} checkpoint(s) of {:.1f} MiB written in {:.3f} s each at most",
                                               checkpoints_written, static_cast<double>(checkpoint_bytes) / (1 << 20),
                                               checkpoint_max_seconds);
+  const std::string nonfinite = first_nonfinite ? "; first inf/NaN at " + *first_nonfinite : std::string();
   return fmt::format("{} {} on {}: {} after {} steps ({} skipped, final scale {:g}), mean loss of the last {} steps "
-                     "{:.4f}, {:.1f} s of training{}, peak RSS {:.0f} MiB",
+                     "{:.4f}, {:.1f} s of training{}, peak RSS {:.0f} MiB{}",
                      recipe, model, data, metric, steps, skipped_steps, final_scale, final_loss_steps, final_loss,
-                     train_seconds, saves, static_cast<double>(peak_rss_bytes) / (1 << 20));
+                     train_seconds, saves, static_cast<double>(peak_rss_bytes) / (1 << 20), nonfinite);
 }
 
 }  // namespace mg::tools

@@ -45,6 +45,9 @@ struct TrainSummary {
   std::int64_t checkpoints_written = 0;
   double checkpoint_seconds = 0, checkpoint_max_seconds = 0;
   std::int64_t checkpoint_bytes = 0;
+  // --inspect: the first op and layer that made an inf/NaN, of the first skipped step (or step with a
+  // non-finite loss); unset without --inspect or when there was none.
+  std::optional<std::string> first_nonfinite;
 
   std::string to_json() const;
   std::string to_line() const;  // the same numbers in one human-readable line

@@ -110,6 +110,18 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "Draw the first training step in FILE as Graphviz DOT (ops with their layer scopes, tensors coloured "
                "by dtype, autocast's casts, saved bytes, loss scale, masters), and in FILE's name with .svg when "
                "the `dot` program (graphviz) is installed; docs/step-graph/ shows two");
+  c.add_option("--inspect", o.inspect,
+               fmt::format("Inspect the run's precision: every --inspect-every steps (default {}), per layer, the "
+                           "activations, their gradients, the weights, their gradients and the updates: amax and the "
+                           "shares zero, flushed to zero, subnormal and overflowing in f16, bf16, E4M3 and E5M2, one "
+                           "CSV row per layer, kind and step into this file, with heatmaps and histograms (PNG) "
+                           "beside it; a skipped step's first inf/NaN op and layer are named "
+                           "(train/precision_inspector.h)",
+                           kDefaultInspectEvery));
+  c.add_option("--inspect-every", o.inspect_every,
+               "With --inspect: steps between inspections (the first step, then "
+               "every N-th)")
+      ->check(whole_number_in(1));
   c.add_option("--bucket-kb", o.bucket_kb,
                "Under mpirun (data-parallel): KiB of gradients per all-reduce bucket; "
                "each bucket is sent as soon as backward has its gradients")
@@ -151,7 +163,11 @@ void finalize(TrainOptions& o) {
   }
   if (!o.stop_signals.empty()) train::parse_signals(o.stop_signals);  // an unknown name is refused here
   // Each file (and the directory of --save-every) goes into a directory that must exist already.
-  std::vector<std::string> outputs{o.log, o.save, o.summary};
+  MG_CHECK(o.inspect_every == 0 || !o.inspect.empty(),
+           "mixgrad train: --inspect-every needs --inspect FILE, the CSV the inspector writes (its plots go beside "
+           "it)");
+  if (!o.inspect.empty() && o.inspect_every == 0) o.inspect_every = kDefaultInspectEvery;
+  std::vector<std::string> outputs{o.log, o.save, o.summary, o.inspect};
   if (o.save_every > 0) {
     std::string directory = o.checkpoint_dir;
     while (directory.size() > 1 && directory.back() == '/') directory.pop_back();

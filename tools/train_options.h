@@ -14,6 +14,8 @@ namespace mg::tools {
 
 // The length of a text run that names none (about 4 minutes of the LSTM on one CPU core).
 inline constexpr std::int64_t kDefaultTextSteps = 1000;
+// Steps between inspections when --inspect is given without --inspect-every.
+inline constexpr std::int64_t kDefaultInspectEvery = 100;
 
 struct TrainOptions {
   std::string data = "fashion-mnist";  // fashion-mnist | text
@@ -43,6 +45,11 @@ struct TrainOptions {
   std::string summary;  // JSON summary of the run
   bool quiet = false;  // no progress output, only the closing line
   std::string graph;  // the first step drawn as Graphviz DOT here (and its .svg when `dot` is installed)
+  // The precision inspector (train/precision_inspector.h): every inspect_every steps, per layer, the
+  // shares flushed / subnormal / overflowing in f16, bf16, E4M3, E5M2, written to the CSV `inspect`
+  // with plots beside it. --inspect alone inspects every kDefaultInspectEvery steps.
+  std::string inspect;  // "": no inspector at all
+  std::int64_t inspect_every = 0;
   // Data-parallel runs (under mpirun, train/data_parallel.h): --batch is the global batch.
   std::int64_t bucket_kb = 256;  // gradient bytes per all-reduce bucket, in KiB
   std::string allreduce_dtype = "f32";  // f32 | f16 | bf16: the gradients' dtype on the wire

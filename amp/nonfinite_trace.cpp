@@ -1,0 +1,117 @@
+#include "amp/nonfinite_trace.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/ops.h"
+#include "core/format.h"
+
+namespace mg::amp {
+
+namespace {
+
+// Whether a CPU tensor holds an inf or NaN, from the bits (no copy): its largest magnitude's bits
+// (sign dropped) reach those of inf. A max over integers, which the compiler vectorises.
+template <class Bits>
+bool largest_magnitude_reaches(const Tensor& t, Bits magnitude_mask, Bits infinity) {
+  const auto* bits = static_cast<const Bits*>(t.data_ptr());
+  const std::int64_t count = t.numel();  // read once: the loop then vectorises
+  Bits largest = 0;
+  for (std::int64_t i = 0; i < count; ++i) largest = std::max<Bits>(largest, bits[i] & magnitude_mask);
+  return largest >= infinity;
+}
+
+bool cpu_nonfinite(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::F16:
+      return largest_magnitude_reaches<std::uint16_t>(t, 0x7FFFu, 0x7C00u);
+    case DType::BF16:
+      return largest_magnitude_reaches<std::uint16_t>(t, 0x7FFFu, 0x7F80u);
+    case DType::F32:
+      return largest_magnitude_reaches<std::uint32_t>(t, 0x7FFFFFFFu, 0x7F800000u);
+    case DType::F64:
+      return largest_magnitude_reaches<std::uint64_t>(t, 0x7FFFFFFFFFFFFFFFu, 0x7FF0000000000000u);
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string NonfiniteOp::describe() const {
+  return fmt::format("step {}: the {} of op {}{}", step, backward ? "gradient (backward)" : "output (forward)", op,
+                     scope.empty() ? std::string(" outside any layer") : fmt::format(" in layer '{}'", scope));
+}
+
+NonfiniteTrace::~NonfiniteTrace() {
+  if (open_) remove_observer(this);
+}
+
+void NonfiniteTrace::begin_step(std::int64_t step) {
+  end_step();
+  open_.emplace();
+  open_->number = step;
+  add_observer(this);
+}
+
+void NonfiniteTrace::end_step() {
+  if (!open_) return;
+  remove_observer(this);
+  Step step = std::move(*open_);
+  open_.reset();
+  if (step.flags.size() > 1) {
+    NoGradGuard no_grad;
+    step.flags = {cat(step.flags, 0)};
+  }
+  closed_.push_back(std::move(step));
+}
+
+void NonfiniteTrace::flag(bool backward, const char* op, const std::string& scope, const Tensor& tensor) {
+  if (!open_ || !tensor.defined() || !is_floating(tensor.dtype()) || tensor.numel() == 0) return;
+  if (tensor.device().is_cpu()) {
+    open_->sites.push_back({backward, op, scope, false, cpu_nonfinite(tensor)});
+    return;
+  }
+  flagging_ = true;
+  try {
+    NoGradGuard no_grad;
+    // 0 * x is 0 for every finite x and NaN for inf and NaN: the sum is NaN iff one value is not finite.
+    Tensor flag = cast(sum(mul(tensor, 0.0)), DType::F32).reshape({1});
+    open_->sites.push_back({backward, op, scope, true, false});
+    open_->flags.push_back(std::move(flag));
+  } catch (...) {
+    flagging_ = false;
+    throw;
+  }
+  flagging_ = false;
+}
+
+void NonfiniteTrace::forward(const char* op, const std::string& scope, const std::vector<Tensor>&,
+                             const Tensor& output) {
+  if (!flagging_) flag(false, op, scope, output);
+}
+
+void NonfiniteTrace::backward(const char* op, const std::string& scope, const Tensor&, const Grads& grads) {
+  if (flagging_) return;
+  for (const Tensor& grad : grads) flag(true, op, scope, grad);
+}
+
+std::optional<NonfiniteOp> NonfiniteTrace::first(std::int64_t step) const {
+  for (const Step& s : closed_) {
+    if (s.number != step) continue;
+    // The device flags, in one transfer, only when the step has some.
+    const std::vector<double> flags = s.flags.empty() ? std::vector<double>() : s.flags.front().to_vector<double>();
+    std::size_t next = 0;
+    for (const Site& site : s.sites)
+      if (site.on_device ? !std::isfinite(flags[next++]) : site.nonfinite)
+        return NonfiniteOp{.step = step, .backward = site.backward, .op = site.op, .scope = site.scope};
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void NonfiniteTrace::drop_through(std::int64_t step) {
+  std::erase_if(closed_, [&](const Step& s) { return s.number <= step; });
+}
+
+}  // namespace mg::amp

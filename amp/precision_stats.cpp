@@ -1,0 +1,123 @@
+#include "amp/precision_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/convert.h"
+#include "core/fp8.h"
+
+namespace mg::amp {
+
+namespace {
+
+constexpr double kF16MinNormal = 0x1p-14;
+constexpr double kBf16MinNormal = 0x1p-126;
+
+// The outcome of rounding a finite non-zero v: what it becomes, and that format's smallest normal.
+struct Rounded {
+  double value;
+  double min_normal;
+};
+
+Rounded round_to(double v, Format format, double fp8_scale) {
+  switch (format) {
+    case Format::F16:
+      return {static_cast<double>(scalar_cast<half>(v)), kF16MinNormal};
+    case Format::BF16:
+      return {static_cast<double>(scalar_cast<bfloat16>(v)), kBf16MinNormal};
+    default: {
+      const fp8::Format f = format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
+      const fp8::FormatInfo info = fp8::format_info(f);
+      // The format's own overflow rule (NaN in E4M3, inf in E5M2): a value past max is not finite.
+      const std::uint8_t code = fp8::encode(static_cast<float>(v * fp8_scale), f, fp8::Overflow::NonFinite);
+      return {static_cast<double>(fp8::decode(code, f)), std::ldexp(1.0, 1 - info.bias)};
+    }
+  }
+}
+
+// Each format's smallest normal and largest finite magnitude (kAllFormats' order). A value between
+// them (after the FP8 scale) rounds to a normal value in between, both ends being representable: no
+// rounding needs to be done to know that it is neither flushed, nor subnormal, nor overflowing.
+constexpr std::array<std::array<double, 2>, kFormats> kNormalRange{
+    {{kF16MinNormal, 65504.0}, {kBf16MinNormal, 0x1.FEp127}, {0x1p-6, 448.0}, {0x1p-14, 57344.0}}};
+
+double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
+  if (!(amax > 0.0)) return 1.0;
+  const double max = fp8::format_info(format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2).max;
+  double scale = max / amax / std::ldexp(1.0, judging.margin);
+  if (judging.power_of_two) scale = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(scale))));
+  return scale;
+}
+
+}  // namespace
+
+const char* format_name(Format format) {
+  switch (format) {
+    case Format::F16:
+      return "f16";
+    case Format::BF16:
+      return "bf16";
+    case Format::E4M3:
+      return "e4m3";
+    case Format::E5M2:
+      return "e5m2";
+  }
+  return "?";
+}
+
+bool is_fp8(Format format) { return format == Format::E4M3 || format == Format::E5M2; }
+
+void PrecisionStats::merge(const PrecisionStats& other) {
+  values.merge(other.values);
+  amax = std::max(amax, other.amax);
+  for (int f = 0; f < kFormats; ++f)
+    for (int o = 0; o < 3; ++o) counts[f][o] += other.counts[f][o];
+  for (int k = 0; k < 2; ++k) fp8_scale[k] = std::min(fp8_scale[k], other.fp8_scale[k]);
+}
+
+PrecisionStats precision_stats(const Tensor& tensor, const Fp8Judging& fp8) {
+  MG_CHECK(tensor.defined() && is_floating(tensor.dtype()), "amp::precision_stats: needs a floating tensor, got {}",
+           tensor.defined() ? fmt::format("{} {}", tensor.dtype(), tensor.shape()) : std::string("an undefined one"));
+  PrecisionStats stats;
+  stats.values = gradient_stats(tensor);
+  const std::vector<double> values = tensor.to_vector<double>();
+  for (double v : values)
+    if (std::isfinite(v)) stats.amax = std::max(stats.amax, std::fabs(v));
+  stats.fp8_scale = {fp8_scale_for(stats.amax, Format::E4M3, fp8), fp8_scale_for(stats.amax, Format::E5M2, fp8)};
+  for (double v : values) {
+    if (!std::isfinite(v) || v == 0.0) continue;
+    for (Format format : kAllFormats) {
+      const double scale = format == Format::E4M3   ? stats.fp8_scale[0]
+                           : format == Format::E5M2 ? stats.fp8_scale[1]
+                                                    : 1;
+      const std::array<double, 2>& range = kNormalRange[static_cast<std::size_t>(format)];
+      const double magnitude = std::fabs(v) * scale;
+      if (magnitude >= range[0] && magnitude <= range[1]) continue;  // the common case: normal
+      const Rounded r = round_to(v, format, scale);
+      auto& counts = stats.counts[static_cast<std::size_t>(format)];
+      if (!std::isfinite(r.value))
+        ++counts[static_cast<std::size_t>(Outcome::Overflow)];
+      else if (r.value == 0.0)
+        ++counts[static_cast<std::size_t>(Outcome::Flushed)];
+      else if (std::fabs(r.value) < r.min_normal)
+        ++counts[static_cast<std::size_t>(Outcome::Subnormal)];
+    }
+  }
+  return stats;
+}
+
+LostUpdates lost_updates(const std::vector<double>& before, const std::vector<double>& after,
+                         const std::vector<double>& gradient) {
+  MG_CHECK(before.size() == after.size() && before.size() == gradient.size(),
+           "amp::lost_updates: before, after and the gradient must have one value per element each, got {}, {} and {}",
+           before.size(), after.size(), gradient.size());
+  LostUpdates lost;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    if (gradient[i] == 0.0 || !std::isfinite(gradient[i])) continue;
+    ++lost.meant;
+    lost.lost += after[i] == before[i];
+  }
+  return lost;
+}
+
+}  // namespace mg::amp
