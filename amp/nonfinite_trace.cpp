@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "core/format.h"
+#include "kernels/amp.h"
 
 namespace mg::amp {
 
@@ -72,27 +73,22 @@ void NonfiniteTrace::flag(bool backward, const char* op, const std::string& scop
     open_->sites.push_back({backward, op, scope, false, cpu_nonfinite(tensor)});
     return;
   }
-  flagging_ = true;
-  try {
-    NoGradGuard no_grad;
-    // 0 * x is 0 for every finite x and NaN for inf and NaN: the sum is NaN iff one value is not finite.
-    Tensor flag = cast(sum(mul(tensor, 0.0)), DType::F32).reshape({1});
-    open_->sites.push_back({backward, op, scope, true, false});
-    open_->flags.push_back(std::move(flag));
-  } catch (...) {
-    flagging_ = false;
-    throw;
-  }
-  flagging_ = false;
+  // The GradScaler's own check (kernels/amp.h): flag = 1 if a value of the tensor is inf or NaN. A
+  // kernel called directly, not an mg:: op, so that no observer sees it (a --graph picture would
+  // otherwise draw it beside the step's own ops).
+  if (!one_.defined() || one_.device() != tensor.device()) one_ = ones({1}, {.device = tensor.device()});
+  Tensor flag = zeros({1}, {.device = tensor.device()});
+  kernels::find_non_finite({tensor}, one_, flag);
+  open_->sites.push_back({backward, op, scope, true, false});
+  open_->flags.push_back(std::move(flag));
 }
 
 void NonfiniteTrace::forward(const char* op, const std::string& scope, const std::vector<Tensor>&,
                              const Tensor& output) {
-  if (!flagging_) flag(false, op, scope, output);
+  flag(false, op, scope, output);
 }
 
 void NonfiniteTrace::backward(const char* op, const std::string& scope, const Tensor&, const Grads& grads) {
-  if (flagging_) return;
   for (const Tensor& grad : grads) flag(true, op, scope, grad);
 }
 
@@ -103,7 +99,7 @@ std::optional<NonfiniteOp> NonfiniteTrace::first(std::int64_t step) const {
     const std::vector<double> flags = s.flags.empty() ? std::vector<double>() : s.flags.front().to_vector<double>();
     std::size_t next = 0;
     for (const Site& site : s.sites)
-      if (site.on_device ? !std::isfinite(flags[next++]) : site.nonfinite)
+      if (site.on_device ? flags[next++] != 0.0 : site.nonfinite)
         return NonfiniteOp{.step = step, .backward = site.backward, .op = site.op, .scope = site.scope};
     return std::nullopt;
   }

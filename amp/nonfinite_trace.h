@@ -4,10 +4,11 @@
 // exact, and a host wait per op on a GPU, which a GPU step cannot afford. NonfiniteTrace keeps one
 // flag per op instead, for each floating output in forward and each input's gradient in backward.
 // On the CPU the flag is computed directly: one pass over the tensor's bits (exponent all ones: inf
-// or NaN), no copy. On a GPU it stays on the device: sum(x * 0), which is 0 when every value is finite
-// and NaN otherwise (0 * inf is NaN). Two small kernels queued behind the op, nothing read. At the end
-// of a step the step's device flags are joined into one tensor (one more kernel), and kept with the
-// ops' names and scopes. Only when the
+// or NaN), no copy. On a GPU it stays on the device: the GradScaler's check (kernels::find_non_finite)
+// sets a flag of the op's own to 1 when a value is inf or NaN; a zero fill and one kernel queued behind
+// the op, called directly (no mg:: op, so no observer sees them), nothing read. At the end of a step
+// the step's device flags are joined into one tensor (one more kernel), and kept with the ops' names
+// and scopes. Only when the
 // step turns out to have been skipped (its StepNumbers say so, read in a batch every read_every steps:
 // train/step_readout.h) is that one tensor read back, one transfer, and the first NaN in it names the
 // op. Steps that were not skipped are dropped unread. Nothing the step computes changes: the flags
@@ -58,8 +59,6 @@ class NonfiniteTrace : public OpObserver {
   // Forgets the kept steps numbered <= step.
   void drop_through(std::int64_t step);
   std::size_t kept_steps() const { return closed_.size(); }
-  // True while the trace runs its own flag ops: another observer sees them, and should pass them over.
-  bool flagging() const { return flagging_; }
 
   void forward(const char* op, const std::string& scope, const std::vector<Tensor>& inputs,
                const Tensor& output) override;
@@ -80,7 +79,7 @@ class NonfiniteTrace : public OpObserver {
   };
   void flag(bool backward, const char* op, const std::string& scope, const Tensor& tensor);
 
-  bool flagging_ = false;  // the flags' own ops are not flagged
+  Tensor one_;  // the check's factor, 1 (f32 [1] on the device of the last flag)
   std::optional<Step> open_;  // observing while set
   std::vector<Step> closed_;  // oldest first
 };

@@ -12,6 +12,8 @@
 
 #include "tests/testing.h"
 
+#include "amp/nonfinite_trace.h"
+
 using namespace mg;
 using mg::testing::uniform_in;
 
@@ -288,4 +290,34 @@ TEST_CASE("step graph: recording changes no bit of the step") {
   REQUIRE(plain.size() == recorded.size());
   for (std::size_t i = 0; i < plain.size(); ++i)
     CHECK(std::bit_cast<std::uint64_t>(plain[i]) == std::bit_cast<std::uint64_t>(recorded[i]));
+}
+
+TEST_CASE("step graph: the precision inspector's inf/NaN flags beside it draw nothing, on every device") {
+  // mixgrad train --graph --inspect: amp::NonfiniteTrace flags every op of the step, on a GPU with a
+  // kernel of its own. The picture must be the step's, the same as without the trace.
+  std::vector<Device> devices{Device::cpu()};
+  if (mg::testing::have_gpu()) devices.push_back(Device::cuda());
+  for (Device device : devices) {
+    INFO(device);
+    auto draw = [&](bool trace_too) {
+      Generator generator(7);
+      auto model = nn::mlp({8, 6, 4}, generator);
+      model->to(device);
+      const Tensor x = uniform({5, 8}, -1, 1, generator).to(device);
+      const Tensor y = from_vector({0, 1, 2, 3, 0}, {5}, {.dtype = DType::I32}).to(device);
+      clear_tape();
+      amp::NonfiniteTrace trace;
+      if (trace_too) trace.begin_step(1);
+      amp::StepRecorder recorder;
+      {
+        Autocast region(DType::F16);
+        backward(cross_entropy((*model)(x), y));
+      }
+      recorder.stop();
+      trace.end_step();
+      CHECK(!trace.first(1).has_value());  // finite: the trace saw the step, and found nothing
+      return amp::step_graph_dot(recorder.graph(), {.recipe = amp::Recipe::parse("mixed_float16")});
+    };
+    CHECK(draw(true) == draw(false));
+  }
 }

@@ -145,7 +145,7 @@ void PrecisionInspector::before_forward() {
 
 void PrecisionInspector::forward(const char*, const std::string& scope, const std::vector<Tensor>&,
                                  const Tensor& output) {
-  if ((trace_ && trace_->flagging()) || scope.empty() || !output.defined() || !is_floating(output.dtype())) return;
+  if (scope.empty() || !output.defined() || !is_floating(output.dtype())) return;
   if (!layer_outputs_.contains(scope)) layer_order_.push_back(scope);  // a layer: a scope with ops of its own
   for (const std::string& s : scope_and_parents(scope)) layer_outputs_[s] = output;
 }
@@ -159,7 +159,7 @@ void PrecisionInspector::after_forward(const Tensor&) {
 }
 
 void PrecisionInspector::backward(const char*, const std::string& scope, const Tensor& grad_output, const Grads&) {
-  if ((trace_ && trace_->flagging()) || scope.empty() || !grad_output.defined()) return;
+  if (scope.empty() || !grad_output.defined()) return;
   for (const std::string& s : scope_and_parents(scope)) {
     if (gradient_seen_[s]) continue;
     gradient_seen_[s] = true;
