@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "core/factory.h"
 #include "core/format.h"
 #include "kernels/amp.h"
 
