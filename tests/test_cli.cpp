@@ -366,8 +366,9 @@ TEST_CASE("--inspect writes one CSV row per layer, kind and inspected step, and 
       CHECK_MESSAGE(seen.contains(fmt::format("{} {}", step, kind)), step << " " << kind);
   CHECK_FALSE(seen.contains("2 activation"));
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0)
-    for (const char* plot : {"inspect_flushed.png", "inspect_underflow.png", "inspect_lost.png",
-                             "inspect_worst_f16.png", "inspect_worst_bf16.png"})
+    for (const char* plot :
+         {"inspect_flushed.png", "inspect_underflow.png", "inspect_lost.png", "inspect_worst_f16.png",
+          "inspect_worst_bf16.png", "inspect_worst_e4m3.png", "inspect_worst_e5m2.png"})
       CHECK_MESSAGE(fs::exists(tmp / plot), plot);
 }
 

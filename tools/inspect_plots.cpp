@@ -130,10 +130,28 @@ std::vector<Tick> exponent_ticks() {
   return ticks;
 }
 
-// A 16-bit format's ranges on the x axis of log2|x| (bin e holds 2^e <= |x| < 2^(e+1)).
+// A format's ranges on the x axis of log2|x| (bin e holds 2^e <= |x| < 2^(e+1)): below its smallest
+// subnormal, subnormal, normal up to its largest value, past it. For FP8 the axis is of the scaled
+// values, which is where the format's ranges are fixed.
+struct Ranges {
+  int lost, normal;
+  double overflow;
+};
+Ranges ranges_of(amp::Format format) {
+  switch (format) {
+    case amp::Format::F16:
+      return {-24, -14, 16};
+    case amp::Format::BF16:
+      return {-133, -126, 128};
+    case amp::Format::E4M3:
+      return {-9, -6, std::log2(448.0)};
+    default:  // E5M2
+      return {-16, -14, std::log2(57344.0)};
+  }
+}
+
 std::vector<Band> bands(amp::Format format) {
-  const int lost = format == amp::Format::F16 ? -24 : -133, normal = format == amp::Format::F16 ? -14 : -126;
-  const int overflow = format == amp::Format::F16 ? 16 : 128;
+  const auto [lost, normal, overflow] = ranges_of(format);
   const std::string name = amp::format_name(format);
   std::vector<Band> all{Band{.from = GradientStats::kMinExponent,
                              .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
@@ -144,10 +162,10 @@ std::vector<Band> bands(amp::Format format) {
                              .label = name + " subnormal",
                              .color = "#ff7f0e"},
                         Band{.from = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
-                             .to = static_cast<double>(std::min(overflow, kAxisEnd)),
+                             .to = std::min(overflow, static_cast<double>(kAxisEnd)),
                              .label = name + " normal",
                              .color = "#2ca02c"},
-                        Band{.from = static_cast<double>(std::min(overflow, kAxisEnd)),
+                        Band{.from = std::min(overflow, static_cast<double>(kAxisEnd)),
                              .to = kAxisEnd,
                              .label = "inf",
                              .color = "#7f7f7f"}};
@@ -230,18 +248,31 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
   }
 
   // The worst layer's histograms, one curve per kind over every inspected step, against each
-  // 16-bit format's ranges.
+  // format's ranges. For FP8 each tensor's histogram is first moved by its scale (the per-tensor
+  // current scale the CSV's e4m3_scale / e5m2_scale columns hold), to the nearest power of two: the
+  // bins are whole powers of two, so a scale between two of them is drawn at the nearer.
   const std::string worst = worst_layer(records, format);
-  std::map<TensorKind, GradientStats> merged;
-  for (const LayerRecord& r : records)
-    if (r.layer == worst) merged[r.kind].merge(r.stats.values);
   repro::Report report(directory);
   repro::Section section{.id = "inspect"};
-  for (amp::Format range : {amp::Format::F16, amp::Format::BF16}) {
+  for (amp::Format range : amp::kAllFormats) {
+    std::map<TensorKind, GradientStats> merged;
+    for (const LayerRecord& r : records) {
+      if (r.layer != worst) continue;
+      GradientStats moved = r.stats.values;
+      if (amp::is_fp8(range)) {
+        const double scale = r.stats.fp8_scale[range == amp::Format::E4M3 ? 0 : 1];
+        const int shift = static_cast<int>(std::lround(std::log2(scale)));
+        moved.histogram.fill(0);
+        for (int k = 0; k < GradientStats::kBins; ++k)
+          moved.histogram[static_cast<std::size_t>(std::clamp(k + shift, 0, GradientStats::kBins - 1))] +=
+              r.stats.values.histogram[static_cast<std::size_t>(k)];
+      }
+      merged[r.kind].merge(moved);
+    }
     Plot plot{.name = fmt::format("{}_worst_{}", stem, amp::format_name(range)),
-              .title = fmt::format("layer {} (the most underflowing), all inspected steps, with {}'s ranges", worst,
-                                   amp::format_name(range)),
-              .x_label = "log2 |x|",
+              .title = fmt::format("layer {} (the most underflowing), all inspected steps, {}with {}'s ranges", worst,
+                                   amp::is_fp8(range) ? "scaled, " : "", amp::format_name(range)),
+              .x_label = amp::is_fp8(range) ? "log2 |x scale|" : "log2 |x|",
               .y_label = "fraction of values",
               .kind = PlotKind::histogram,
               .log_y = 10,

@@ -8,8 +8,9 @@
 //   STEM_lost.png       heatmap, layers x inspected steps: the share of each layer's updates lost
 //   STEM_worst_f16.png  the log2|x| histograms of the worst layer (the largest mean flushed or subnormal share of its
 //   STEM_worst_bf16.png activation gradients), one curve per kind merged over the inspected steps,
-//                       against f16's and bf16's ranges: the report's E3 figures' style and code
-//                       (tools/repro/report.h)
+//   STEM_worst_e4m3.png against each format's ranges: the report's E3 figures' style and code
+//   STEM_worst_e5m2.png (tools/repro/report.h); for FP8 each tensor's values times its scale (the
+//                       CSV's e4m3_scale, e5m2_scale), to the nearest power of two
 //
 // Each plot comes with its .dat and .gp (re-run `gnuplot NAME.gp` in the folder to restyle it);
 // without gnuplot those are still written and the PNGs are missing, with one warning.

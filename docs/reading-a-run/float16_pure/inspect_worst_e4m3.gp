@@ -1,0 +1,41 @@
+# Made by `mixgrad repro`; run `gnuplot inspect_worst_e4m3.gp` in this folder to redraw.
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
+set output "inspect_worst_e4m3.png"
+set title "layer 2 (the most underflowing), all inspected steps, scaled, with e4m3's ranges" noenhanced
+set xlabel "log2 |x scale|" noenhanced
+set ylabel "fraction of values" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
+set grid
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 10 lc rgb "#332288" dt (10,4) lw 2 pt 5 ps 1.3
+set style line 11 lc rgb "#117733" dt (2,3) lw 2 pt 9 ps 1.3
+set style line 12 lc rgb "#AA4499" dt (12,3,3,3) lw 2 pt 11 ps 1.3
+set style line 13 lc rgb "#44AA99" dt (6,2) lw 2 pt 13 ps 1.3
+set style line 14 lc rgb "#999933" dt (3,3,3,9) lw 2 pt 15 ps 1.3
+set style line 15 lc rgb "#661100" dt (16,4,4,4) lw 2 pt 7 ps 1.3
+set style line 16 lc rgb "#6699CC" dt (8,8) lw 2 pt 1 ps 1.3
+set style line 17 lc rgb "#CC6677" dt (1,2,8,2) lw 2 pt 3 ps 1.3
+set xrange [-40:18]
+set xtics ("≤ -40" -40, "-32" -32, "-24" -24, "-16" -16, "-8" -8, "0" 0, "8" 8, "≥ 16" 16) noenhanced
+set logscale y 10
+set yrange [1.61276199e-07:1.72628115]
+set format y "10^{%L}"
+set object 1 rect from -40, graph 0 to -9, graph 1 behind fc rgb "#d62728" fs transparent solid 0.18 noborder
+set label 1 "lost in e4m3 (< 2^-9)" at -24.5, graph 0.965 center font 'sans,9' noenhanced
+set object 2 rect from -9, graph 0 to -6, graph 1 behind fc rgb "#ff7f0e" fs transparent solid 0.18 noborder
+set label 2 "e4m3 subnormal" at -7.5, graph 0.92 center font 'sans,9' noenhanced
+set object 3 rect from -6, graph 0 to 8.80735492, graph 1 behind fc rgb "#2ca02c" fs transparent solid 0.18 noborder
+set label 3 "e4m3 normal" at 1.40367746, graph 0.965 center font 'sans,9' noenhanced
+set object 4 rect from 8.80735492, graph 0 to 18, graph 1 behind fc rgb "#7f7f7f" fs transparent solid 0.18 noborder
+set label 4 "inf" at 13.4036775, graph 0.92 center font 'sans,9' noenhanced
+plot "inspect_worst_e4m3.dat" index 0 using 1:2 with histeps ls 1 title "activation", \
+     "inspect_worst_e4m3.dat" index 1 using 1:2 with histeps ls 2 title "activation_grad"
