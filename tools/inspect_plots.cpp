@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "tools/repro/e3_histograms.h"
 #include "tools/repro/report.h"
 
 namespace mg::tools {
@@ -119,15 +120,6 @@ void write_heatmap(const Heatmap& map, const std::vector<LayerRecord>& records, 
   else
     fmt::print(stderr, "mixgrad train --inspect: warning: gnuplot failed on {}.gp; see {}.gnuplot.log in {}\n",
                map.name, map.name, directory);
-}
-
-std::vector<Tick> exponent_ticks() {
-  std::vector<Tick> ticks;
-  for (int e = GradientStats::kMinExponent; e <= GradientStats::kMaxExponent; e += 8)
-    ticks.push_back(Tick{.at = static_cast<double>(e), .label = std::to_string(e)});
-  ticks.front().label = "≤ " + ticks.front().label;
-  ticks.back().label = "≥ " + ticks.back().label;
-  return ticks;
 }
 
 // A format's ranges on the x axis of log2|x| (bin e holds 2^e <= |x| < 2^(e+1)): below its smallest
@@ -278,7 +270,7 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
               .log_y = 10,
               .x_min = GradientStats::kMinExponent,
               .x_max = kAxisEnd,
-              .x_ticks = exponent_ticks(),
+              .x_ticks = repro::gradient_exponent_ticks(),
               .bands = bands(range)};
     for (const auto& [kind, stats] : merged) {
       Series series{.name = kind_name(kind)};

@@ -35,17 +35,6 @@ std::vector<Band> f16_bands() {
           Band{.from = 16, .to = kAxisEnd, .label = "inf", .color = "#7f7f7f"}};
 }
 
-// Every 8 binades, so that -24 (f16's smallest subnormal) and 16 (its overflow) get a tick; the
-// end bins take in everything beyond them, and their labels say so.
-std::vector<Tick> exponent_ticks() {
-  std::vector<Tick> ticks;
-  for (int e = GradientStats::kMinExponent; e <= GradientStats::kMaxExponent; e += 8)
-    ticks.push_back(Tick{.at = static_cast<double>(e), .label = std::to_string(e)});
-  ticks.front().label = "≤ " + ticks.front().label;
-  ticks.back().label = "≥ " + ticks.back().label;
-  return ticks;
-}
-
 // The histogram as a curve: x = the bin's lower exponent, y = its share of all values (zeros
 // included in the denominator, so the curve sums to the non-zero fraction).
 Series histogram_series(const std::string& name, const GradientStats& stats) {
@@ -239,7 +228,7 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
                .log_y = 10,
                .x_min = GradientStats::kMinExponent,
                .x_max = kAxisEnd,
-               .x_ticks = exponent_ticks(),
+               .x_ticks = gradient_exponent_ticks(),
                .bands = f16_bands()};
   Plot activations = weights;
   activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
@@ -324,6 +313,15 @@ Section e3_section(const E3Result& r, Report& report) {
   const std::string long_run = r.checkpoints.empty() ? "" : fmt::format(" {}", e3_long_run_part(r, report, s));
   s.verdict = verdict_text(r, long_run);
   return s;
+}
+
+std::vector<Tick> gradient_exponent_ticks() {
+  std::vector<Tick> ticks;
+  for (int e = GradientStats::kMinExponent; e <= GradientStats::kMaxExponent; e += 8)
+    ticks.push_back(Tick{.at = static_cast<double>(e), .label = std::to_string(e)});
+  ticks.front().label = "≤ " + ticks.front().label;
+  ticks.back().label = "≥ " + ticks.back().label;
+  return ticks;
 }
 
 }  // namespace mg::tools::repro

@@ -93,6 +93,11 @@ E3Result run_e3(const E3Options& options, std::shared_ptr<const ImageData> image
 // e3_weights_over_training.csv (one row per checkpoint and weight), and returns the section.
 Section e3_section(const E3Result& result, Report& report);
 
+// The x ticks of a log2|g| histogram (amp::GradientStats' bins): every 8 binades, so that -24 (f16's
+// smallest subnormal) and 16 (its overflow) get one; the end ticks say that their bins take in
+// everything beyond ("≤ -40", "≥ 16"). E3's figures and mixgrad train --inspect's use them.
+std::vector<Tick> gradient_exponent_ticks();
+
 extern const Heading kE3Histograms;
 
 }  // namespace mg::tools::repro
