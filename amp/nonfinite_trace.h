@@ -72,8 +72,8 @@ class NonfiniteTrace : public OpObserver {
     bool on_device;  // its flag is the next of `flags`; else it was computed on the CPU:
     bool nonfinite;
   };
-  struct Step {
-    std::int64_t number = 0;
+  struct Step {  // no default member initializers: clang rejects optional<Step>::emplace() in the class
+    std::int64_t number;
     std::vector<Site> sites;
     std::vector<Tensor> flags;  // one f32 [1] per device site while open; joined into flags[0] when closed
   };
