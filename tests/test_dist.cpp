@@ -30,12 +30,6 @@ std::shared_ptr<dist::ProcessGroup> world_ptr() {
 }
 dist::ProcessGroup& world() { return *world_ptr(); }
 
-std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
-  std::vector<std::vector<unsigned char>> all;
-  for (const Tensor& t : tensors) all.push_back(t.host_bytes("test"));
-  return all;
-}
-
 // Whether every rank holds the same bytes in `tensors` (rank 0's sent to all and compared).
 bool same_on_every_rank(const std::vector<Tensor>& tensors) {
   int differs = 0;

@@ -11,15 +11,7 @@
 using namespace mg;
 using namespace mg::testing;
 
-namespace {
-
-std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
-  std::vector<std::vector<unsigned char>> all;
-  for (const Tensor& t : tensors) all.push_back(t.host_bytes("test"));
-  return all;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("nccl: all_reduce and broadcast of CUDA tensors of every dtype, on the device's stream") {
   if (!have_gpu()) return;

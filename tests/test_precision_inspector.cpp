@@ -9,6 +9,7 @@
 
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
+#include "tests/trainer_fixtures.h"
 #include "train/precision_inspector.h"
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/runtime.h"
@@ -21,30 +22,6 @@ using amp::Outcome;
 using train::TensorKind;
 
 namespace {
-
-// Layers "0" Flatten, "1" Linear(6, 16), "2" ReLU, "3" Linear(16, 4).
-std::shared_ptr<nn::Module> small_mlp() {
-  Generator generator(5);
-  return nn::mlp({6, 16, 4}, generator);
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-std::vector<Batch> batches(int count, double spread = 2.0) {
-  Generator generator(9);
-  std::vector<Batch> all;
-  for (int i = 0; i < count; ++i)
-    all.push_back({uniform({8, 6}, -spread, spread, generator), randint(0, 4, {8}, generator)});
-  return all;
-}
-
-std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
-  std::vector<std::vector<unsigned char>> all;
-  for (const Tensor& t : tensors) all.push_back(t.host_bytes("test"));
-  return all;
-}
 
 std::vector<const train::LayerRecord*> rows(const train::PrecisionInspector& inspector, std::int64_t step,
                                             TensorKind kind) {

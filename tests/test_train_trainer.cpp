@@ -5,33 +5,12 @@
 #include <memory>
 
 #include "tests/testing.h"
+#include "tests/trainer_fixtures.h"
 
 using namespace mg;
 using namespace mg::testing;
 
 namespace {
-
-std::shared_ptr<nn::Module> small_mlp() {
-  Generator generator(5);
-  return nn::mlp({6, 16, 4}, generator);
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-std::vector<Batch> batches(int count) {
-  Generator generator(9);
-  std::vector<Batch> all;
-  for (int i = 0; i < count; ++i) all.push_back({uniform({8, 6}, -2.0, 2.0, generator), randint(0, 4, {8}, generator)});
-  return all;
-}
-
-std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
-  std::vector<std::vector<unsigned char>> all;
-  for (const Tensor& t : tensors) all.push_back(t.host_bytes("test"));
-  return all;
-}
 
 // Records the phases it sees, and the first weight's gradient after backward.
 struct PhaseLog : train::StepObserver {

@@ -89,6 +89,13 @@ inline void check_gradients(const std::string& name, const std::function<Tensor(
   CHECK(result.passed);
 }
 
+// The bytes of each tensor: two runs that leave the same bytes took the same steps, bit for bit.
+inline std::vector<std::vector<unsigned char>> bytes_of(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<unsigned char>> all;
+  for (const Tensor& t : tensors) all.push_back(t.host_bytes("test"));
+  return all;
+}
+
 // x rounded to f16 once, as a double.
 // The values of a state dict of scalars (the GradScaler's), to compare two of them.
 inline std::map<std::string, double> scalars_of(const StateDict& state) {

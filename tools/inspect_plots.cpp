@@ -29,7 +29,6 @@ using train::TensorKind;
 namespace {
 
 constexpr double kShareFloor = 1e-4;  // the heatmaps' log colour scale starts here (and zero shows as it)
-constexpr int kAxisEnd = GradientStats::kMaxExponent + 2;  // room for the "inf" band's label (as E3's)
 
 // A file stem a plot name may carry: letters, digits, '_' and '-'.
 std::string plot_stem(const std::string& csv_path) {
@@ -120,49 +119,6 @@ void write_heatmap(const Heatmap& map, const std::vector<LayerRecord>& records, 
   else
     fmt::print(stderr, "mixgrad train --inspect: warning: gnuplot failed on {}.gp; see {}.gnuplot.log in {}\n",
                map.name, map.name, directory);
-}
-
-// A format's ranges on the x axis of log2|x| (bin e holds 2^e <= |x| < 2^(e+1)): below its smallest
-// subnormal, subnormal, normal up to its largest value, past it. For FP8 the axis is of the scaled
-// values, which is where the format's ranges are fixed.
-struct Ranges {
-  int lost, normal;
-  double overflow;
-};
-Ranges ranges_of(amp::Format format) {
-  switch (format) {
-    case amp::Format::F16:
-      return {-24, -14, 16};
-    case amp::Format::BF16:
-      return {-133, -126, 128};
-    case amp::Format::E4M3:
-      return {-9, -6, std::log2(448.0)};
-    default:  // E5M2
-      return {-16, -14, std::log2(57344.0)};
-  }
-}
-
-std::vector<Band> bands(amp::Format format) {
-  const auto [lost, normal, overflow] = ranges_of(format);
-  const std::string name = amp::format_name(format);
-  std::vector<Band> all{Band{.from = GradientStats::kMinExponent,
-                             .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
-                             .label = fmt::format("lost in {} (< 2^{})", name, lost),
-                             .color = "#d62728"},
-                        Band{.from = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
-                             .to = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
-                             .label = name + " subnormal",
-                             .color = "#ff7f0e"},
-                        Band{.from = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
-                             .to = std::min(overflow, static_cast<double>(kAxisEnd)),
-                             .label = name + " normal",
-                             .color = "#2ca02c"},
-                        Band{.from = std::min(overflow, static_cast<double>(kAxisEnd)),
-                             .to = kAxisEnd,
-                             .label = "inf",
-                             .color = "#7f7f7f"}};
-  std::erase_if(all, [](const Band& b) { return b.to <= b.from; });  // bf16's ends lie past the axis
-  return all;
 }
 
 }  // namespace
@@ -269,17 +225,10 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
               .kind = PlotKind::histogram,
               .log_y = 10,
               .x_min = GradientStats::kMinExponent,
-              .x_max = kAxisEnd,
+              .x_max = repro::kGradientAxisEnd,
               .x_ticks = repro::gradient_exponent_ticks(),
-              .bands = bands(range)};
-    for (const auto& [kind, stats] : merged) {
-      Series series{.name = kind_name(kind)};
-      for (int k = 0; k < GradientStats::kBins; ++k) {
-        series.x.push_back(GradientStats::kMinExponent + k + 0.5);  // histeps draws a bin around its centre
-        series.y.push_back(stats.fraction(stats.histogram[static_cast<std::size_t>(k)]));
-      }
-      plot.series.push_back(series);
-    }
+              .bands = repro::format_bands(range)};
+    for (const auto& [kind, stats] : merged) plot.series.push_back(repro::histogram_series(kind_name(kind), stats));
     made.push_back((fs::path(directory) / (plot.name + ".png")).string());
     section.plots.push_back(std::move(plot));
   }

@@ -23,27 +23,24 @@ namespace {
 
 using amp::GradientStats;
 
-// The x axis of log2|g| ends a bin past the last one (which holds 2^16 and up), so that the "inf"
-// band is wide enough for its label.
-constexpr int kAxisEnd = GradientStats::kMaxExponent + 2;
-
-// f16's ranges on the x axis of log2|g| (bin e holds 2^e <= |g| < 2^(e+1)).
-std::vector<Band> f16_bands() {
-  return {Band{.from = GradientStats::kMinExponent, .to = -24, .label = "lost in f16 (< 2^-24)", .color = "#d62728"},
-          Band{.from = -24, .to = -14, .label = "f16 subnormal", .color = "#ff7f0e"},
-          Band{.from = -14, .to = 16, .label = "f16 normal", .color = "#2ca02c"},
-          Band{.from = 16, .to = kAxisEnd, .label = "inf", .color = "#7f7f7f"}};
-}
-
-// The histogram as a curve: x = the bin's lower exponent, y = its share of all values (zeros
-// included in the denominator, so the curve sums to the non-zero fraction).
-Series histogram_series(const std::string& name, const GradientStats& stats) {
-  Series series{.name = name};
-  for (int k = 0; k < GradientStats::kBins; ++k) {
-    series.x.push_back(GradientStats::kMinExponent + k + 0.5);  // histeps draws a bin around its centre
-    series.y.push_back(stats.fraction(stats.histogram[static_cast<std::size_t>(k)]));
+// A format's ranges on the x axis of log2|x| (bin e holds 2^e <= |x| < 2^(e+1)): below its smallest
+// subnormal, subnormal, normal up to its largest value, past it. For FP8 the axis is of the scaled
+// values, which is where the format's ranges are fixed.
+struct Ranges {
+  int lost, normal;
+  double overflow;
+};
+Ranges ranges_of(amp::Format format) {
+  switch (format) {
+    case amp::Format::F16:
+      return {-24, -14, 16};
+    case amp::Format::BF16:
+      return {-133, -126, 128};
+    case amp::Format::E4M3:
+      return {-9, -6, std::log2(448.0)};
+    default:  // E5M2
+      return {-16, -14, std::log2(57344.0)};
   }
-  return series;
 }
 
 // "1 Linear, 2 ReLU, ..., 5 Linear": the layers counted, in forward order, and their values per step.
@@ -227,9 +224,9 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
                .kind = PlotKind::histogram,
                .log_y = 10,
                .x_min = GradientStats::kMinExponent,
-               .x_max = kAxisEnd,
+               .x_max = kGradientAxisEnd,
                .x_ticks = gradient_exponent_ticks(),
-               .bands = f16_bands()};
+               .bands = format_bands(amp::Format::F16)};
   Plot activations = weights;
   activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
   activations.title = "E3 " + m.model + " layer-output gradients (fp32), with f16's ranges";
@@ -322,6 +319,38 @@ std::vector<Tick> gradient_exponent_ticks() {
   ticks.front().label = "≤ " + ticks.front().label;
   ticks.back().label = "≥ " + ticks.back().label;
   return ticks;
+}
+
+Series histogram_series(const std::string& name, const GradientStats& stats) {
+  Series series{.name = name};
+  for (int k = 0; k < GradientStats::kBins; ++k) {
+    series.x.push_back(GradientStats::kMinExponent + k + 0.5);  // histeps draws a bin around its centre
+    series.y.push_back(stats.fraction(stats.histogram[static_cast<std::size_t>(k)]));
+  }
+  return series;
+}
+
+std::vector<Band> format_bands(amp::Format format) {
+  const auto [lost, normal, overflow] = ranges_of(format);
+  const std::string name = amp::format_name(format);
+  std::vector<Band> all{Band{.from = GradientStats::kMinExponent,
+                             .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
+                             .label = fmt::format("lost in {} (< 2^{})", name, lost),
+                             .color = "#d62728"},
+                        Band{.from = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
+                             .to = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
+                             .label = name + " subnormal",
+                             .color = "#ff7f0e"},
+                        Band{.from = static_cast<double>(std::max(normal, GradientStats::kMinExponent)),
+                             .to = std::min(overflow, static_cast<double>(kGradientAxisEnd)),
+                             .label = name + " normal",
+                             .color = "#2ca02c"},
+                        Band{.from = std::min(overflow, static_cast<double>(kGradientAxisEnd)),
+                             .to = kGradientAxisEnd,
+                             .label = "inf",
+                             .color = "#7f7f7f"}};
+  std::erase_if(all, [](const Band& b) { return b.to <= b.from; });  // bf16's ends lie past the axis
+  return all;
 }
 
 }  // namespace mg::tools::repro

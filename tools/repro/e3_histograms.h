@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "amp/diagnostics.h"
+#include "amp/precision_stats.h"
 #include "tools/repro/e1_parity.h"
 #include "tools/repro/e5_language_model.h"
 #include "tools/repro/experiment.h"
@@ -97,6 +99,19 @@ Section e3_section(const E3Result& result, Report& report);
 // smallest subnormal) and 16 (its overflow) get one; the end ticks say that their bins take in
 // everything beyond ("≤ -40", "≥ 16"). E3's figures and mixgrad train --inspect's use them.
 std::vector<Tick> gradient_exponent_ticks();
+
+// The x axis of log2|g| ends a bin past the last one (which holds 2^16 and up), so that the "inf"
+// band is wide enough for its label.
+constexpr int kGradientAxisEnd = amp::GradientStats::kMaxExponent + 2;
+
+// A format's ranges as bands on that axis (bin e holds 2^e <= |x| < 2^(e+1)): lost (below its
+// smallest subnormal), subnormal, normal, and past its largest value. E3's figures draw f16's;
+// mixgrad train --inspect's draw each format's (for FP8, of the values times their scale).
+std::vector<Band> format_bands(amp::Format format);
+
+// A log2|g| histogram as a curve: x = the bin's centre, y = its share of all values (zeros included
+// in the denominator, so the curve sums to the non-zero fraction).
+Series histogram_series(const std::string& name, const amp::GradientStats& stats);
 
 extern const Heading kE3Histograms;
 
