@@ -113,7 +113,8 @@ TEST_CASE("fused master (CPU): a set found_inf leaves parameter, state and model
   UpdateCount count;
   check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.found_inf = &bad_flag}}); },
               "kernel sgd");
-  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.model_copy = &short_copy}); }, "kernel sgd");
+  check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {}, .model_copy = &short_copy}); },
+              "kernel sgd");
   check_error([&] { kernels::sgd(w, g, nullptr, {.lr = 0.1}, count, {.scaling = {.inv_scale = &bad_flag}}); },
               "inv_scale");
   Tensor m = zeros({3}), v = zeros({3}), f32_steps = zeros({});
