@@ -90,6 +90,22 @@ TEST_CASE("--graph without dot on the PATH writes the DOT file and says how to r
   CHECK(contains(run.output, fmt::format("dot -Tsvg '{}' -o '{}'", tmp / "step.dot", tmp / "step.svg")));
 }
 
+TEST_CASE("--graph names the batch's tensors on every device, also where the step moved them there") {
+  std::vector<std::string> devices{"cpu"};
+  if (mg::testing::have_gpu()) devices.push_back("cuda");  // a GPU, or the CUDA emulator's build
+  for (const std::string& device : devices) {
+    INFO(device);
+    TempDir tmp;
+    Run run = mixgrad(model_run("mlp", tmp) + fmt::format(" --device {} --graph {}", device, tmp / "step.dot"));
+    INFO(run.output);
+    REQUIRE(run.status == 0);
+    const std::string dot = read(tmp / "step.dot");
+    CHECK(contains(dot, "the batch: inputs"));
+    CHECK(contains(dot, "the batch: targets"));
+    CHECK_FALSE(contains(dot, "label=\"tensor"));  // every tensor no op made is named
+  }
+}
+
 TEST_CASE("a run with --graph takes the same steps, bit for bit, as one without") {
   TempDir tmp;
   for (const std::string model : {"mlp", "lstm"}) {

@@ -40,9 +40,13 @@ StepGraphDrawing::StepGraphDrawing(const TrainOptions& o, train::Trainer& traine
 train::StepObserver* StepGraphDrawing::next(const data::Batch& batch) {
   if (used_) return nullptr;
   used_ = true;
-  dot_options_.tensor_names[batch.inputs.id()] = "the batch: inputs";
-  dot_options_.tensor_names[batch.labels.id()] = "the batch: targets";
+  batch_on_device(batch.inputs, batch.labels);
   return this;
+}
+
+void StepGraphDrawing::batch_on_device(const Tensor& inputs, const Tensor& targets) {
+  dot_options_.tensor_names[inputs.id()] = "the batch: inputs";
+  dot_options_.tensor_names[targets.id()] = "the batch: targets";
 }
 
 void StepGraphDrawing::finish() const {

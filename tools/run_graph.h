@@ -28,6 +28,8 @@ class StepGraphDrawing : public train::StepObserver {
   void finish() const;
 
   void before_forward() override;
+  // Names the batch's tensors as the model reads them (next() named them as loaded: they differ on a GPU).
+  void batch_on_device(const Tensor& inputs, const Tensor& targets) override;
   void before_backward() override;
   void after_backward(const optim::Optimizer& optimizer) override;
 

@@ -129,11 +129,12 @@ StepResult Trainer::take_step(const Tensor& inputs, const Tensor& targets, std::
   StepResult result;
   optimizer_->zero_grad();  // drops the gradients: backward brings them back
   notify([](StepObserver& o) { o.before_forward(); });
+  const Tensor x = inputs.to(options_.device), y = targets.to(options_.device);
+  notify([&](StepObserver& o) { o.batch_on_device(x, y); });
   Tensor loss;  // this process's mean loss
   {
     Autocast region = options_.recipe.autocast();
-    loss = cast(mean_loss(options_.loss, (*model_)(inputs.to(options_.device)), targets.to(options_.device)),
-                DType::F32);
+    loss = cast(mean_loss(options_.loss, (*model_)(x), y), DType::F32);
   }
   // Data-parallel: this rank's rows are `fraction` of the global batch. Its loss times fraction,
   // summed over the ranks, is the global batch's mean; its gradient times fraction * size, averaged

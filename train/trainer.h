@@ -106,6 +106,8 @@ class StepObserver {
   virtual ~StepObserver() = default;
   // The gradients of the last step are dropped (zero_grad); the forward pass comes next.
   virtual void before_forward() {}
+  // The batch as the model reads it: on the trainer's device (new tensors where step() moved them).
+  virtual void batch_on_device(const Tensor& /*inputs*/, const Tensor& /*targets*/) {}
   // The forward pass is done: `loss` is the f32 loss. Throw to stop before backward.
   virtual void after_forward(const Tensor& /*loss*/) {}
   // Around backward: the gradients exist, still multiplied by the loss scale, when after_backward runs.
