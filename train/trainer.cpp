@@ -129,10 +129,11 @@ StepResult Trainer::take_step(const Tensor& inputs, const Tensor& targets, std::
   StepResult result;
   optimizer_->zero_grad();  // drops the gradients: backward brings them back
   notify([](StepObserver& o) { o.before_forward(); });
-  const Tensor x = inputs.to(options_.device), y = targets.to(options_.device);
-  notify([&](StepObserver& o) { o.batch_on_device(x, y); });
   Tensor loss;  // this process's mean loss
   {
+    // The batch on the trainer's device, dropped after the forward but for what the tape saved.
+    const Tensor x = inputs.to(options_.device), y = targets.to(options_.device);
+    notify([&](StepObserver& o) { o.batch_on_device(x, y); });
     Autocast region = options_.recipe.autocast();
     loss = cast(mean_loss(options_.loss, (*model_)(x), y), DType::F32);
   }
