@@ -11,25 +11,18 @@
 
 #include "data/safetensors.h"
 #include "tests/checkpoint_files.h"
+#include "tests/cli_runner.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using namespace mg;
 using mg::testing::check_same_checkpoint;
+using mg::testing::kSmallRun;
+using mg::testing::mixgrad;
 using mg::testing::Run;
-using mg::testing::run_command;
 using mg::testing::TempDir;
 namespace fs = std::filesystem;
-
-namespace {
-
-Run mixgrad(const std::string& arguments) { return run_command(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
-
-// A small, quick run of the MLP on the first 512 training images.
-const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";
-
-}  // namespace
 
 TEST_CASE("--help documents every flag of train") {
   Run run = mixgrad("train --help");

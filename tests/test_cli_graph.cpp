@@ -9,18 +9,18 @@
 #include <sstream>
 
 #include "tests/checkpoint_files.h"
+#include "tests/cli_runner.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
 using mg::testing::check_same_checkpoint;
+using mg::testing::mixgrad;
 using mg::testing::Run;
 using mg::testing::run_command;
 using mg::testing::TempDir;
 
 namespace {
-
-Run mixgrad(const std::string& arguments) { return run_command(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
 
 std::string read(const std::string& path) {
   std::ifstream file(path);
@@ -37,7 +37,7 @@ bool dot_installed() { return std::system("command -v dot >/dev/null 2>&1") == 0
 std::string model_run(const std::string& model, const TempDir& tmp) {
   if (model == "mlp" || model == "cnn")
     return fmt::format("train --model {} --subset 64 --batch 16 --steps 1 --quiet", model);
-  std::ofstream(tmp / "text.txt") << std::string(40, 'a') + " the quick brown fox jumps over the lazy dog\n";
+  std::ofstream(tmp / "text.txt") << std::string(40, 'a') << " the quick brown fox jumps over the lazy dog\n";
   return fmt::format("train --data text --model {} --text-file {} --batch 2 --context 8 --steps 1 --quiet", model,
                      tmp / "text.txt");
 }

@@ -10,23 +10,16 @@
 #include <set>
 #include <sstream>
 
+#include "tests/cli_runner.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
 
+using mg::testing::kSmallRun;
+using mg::testing::mixgrad;
 using mg::testing::Run;
-using mg::testing::run_command;
 using mg::testing::TempDir;
 namespace fs = std::filesystem;
-
-namespace {
-
-Run mixgrad(const std::string& arguments) { return run_command(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
-
-// A small, quick run of the MLP on the first 512 training images.
-const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";
-
-}  // namespace
 
 TEST_CASE("--inspect writes one CSV row per layer, kind and inspected step, and its plots") {
   TempDir tmp;

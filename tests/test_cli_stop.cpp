@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "tests/checkpoint_files.h"
+#include "tests/cli_runner.h"
 #include "tests/program_runner.h"
 #include "tests/temp_dir.h"
 #include "tests/testing.h"
@@ -20,14 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Run mixgrad(const std::string& arguments) { return run_command(fmt::format("{} {}", MG_CLI_PATH, arguments)); }
-
 // `mixgrad train` started with MG_TEST_PAUSE=pauses (nothing when empty).
 std::unique_ptr<Spawned> spawn_mixgrad(const std::string& pauses, const std::string& arguments) {
   return std::make_unique<Spawned>(fmt::format("MG_TEST_PAUSE='{}' exec {} {}", pauses, MG_CLI_PATH, arguments));
 }
-
-const std::string kSmallRun = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --quiet";
 
 // The command a stopped run printed after "resume with: ", up to the end of its line.
 std::string resume_command(const std::string& output) {
