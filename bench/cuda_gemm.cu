@@ -5,8 +5,10 @@
 //   build/bench/cuda_gemm f16 4096     only modes and shapes whose names contain the given words
 //
 // Modes: f16 and bf16 operands into an output of the same dtype with f32 accumulation (cuBLAS:
-// cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F); f32 on CUDA cores (cublasSgemmStridedBatched, no
-// TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS: CUBLAS_COMPUTE_32F_FAST_TF32).
+// cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 3, mma.sync); f16
+// again on rungs 2 and 1 ("f16-wmma2", "f16-wmma1": kernels::cuda::set_gemm_rung), square shapes only;
+// f32 on CUDA cores (cublasSgemmStridedBatched, no TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS:
+// CUBLAS_COMPUTE_32F_FAST_TF32).
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -19,8 +21,10 @@
 // off by O(1), flagged MISMATCH), then each runs 3 times to warm up and 25 timed times; every run
 // sits between two cudaEvents on mixgrad's stream, all queued before one wait, so the GPU runs them
 // back to back and the median is the kernel's time (for the smallest shapes the host's launch
-// cost may show through: that is then the real cost of the call). Targets on an H100: the
-// pipelined WMMA kernel >= 60% of cuBLAS at 4096^3, f32 on CUDA cores >= 70% of cublasSgemm.
+// cost may show through: that is then the real cost of the call). Targets (issue 42, on an H100 or
+// H200): rung 3 at 4096^3 >= 65% of cuBLAS in f16 and bf16, bf16 within 5% of f16, TF32 >= 50% of
+// cuBLAS's TF32; the example models' shapes >= 60% wherever cuBLAS exceeds 50 TFLOP/s; f32 on CUDA
+// cores >= 70% of cublasSgemm.
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
@@ -58,6 +62,7 @@ struct Mode {
   std::string name;
   mg::DType dtype;  // of A, B and C
   bool tf32;
+  mg::kernels::cuda::GemmRung rung = mg::kernels::cuda::GemmRung::Auto;  // a lower rung: square shapes only
 };
 
 constexpr int kWarmup = 3, kRuns = 25;
@@ -181,7 +186,7 @@ void print_header() {
              prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000, memory_khz / 1000);
   fmt::print("cuBLAS {}; median of {} runs after {} warm-ups; TFLOP/s = 2 m n k / time\n\n", cublas_version, kRuns,
              kWarmup);
-  fmt::print("{:<5} {:<18} {:>24} {:<46} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
+  fmt::print("{:<9} {:<18} {:>24} {:<52} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
              "mixgrad kernel (and split of k)", "max rel err", "mixgrad", "cuBLAS", "ratio");
 }
 
@@ -203,12 +208,16 @@ int main(int argc, char** argv) try {
   CUBLAS_CHECK(cublasCreate(&handle));
   CUBLAS_CHECK(cublasSetStream(handle, stream));
   mg::Generator generator(1);
+  using mg::kernels::cuda::GemmRung;
   const std::vector<Mode> modes = {{"f16", mg::DType::F16, false},
                                    {"bf16", mg::DType::BF16, false},
+                                   {"tf32", mg::DType::F32, true},
                                    {"f32", mg::DType::F32, false},
-                                   {"tf32", mg::DType::F32, true}};
+                                   {"f16-wmma2", mg::DType::F16, false, GemmRung::WmmaPipelined},
+                                   {"f16-wmma1", mg::DType::F16, false, GemmRung::WmmaSimple}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
+    const mg::kernels::cuda::GemmRungGuard rung(mode.rung);
     // Worst |error| / max |result| still counted right: accumulation-order differences, an ulp of the
     // output, and for TF32 the two libraries' own roundings of the operands.
     const double allowed = mode.dtype == mg::DType::BF16
@@ -216,6 +225,7 @@ int main(int argc, char** argv) try {
                                : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
     for (const Case& c : cases()) {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
+      if (mode.rung != GemmRung::Auto && !c.name.starts_with("square")) continue;
       const GemmShape& s = c.shape;
       const mg::Shape a_shape = s.transpose_a ? mg::Shape{s.k, s.m} : mg::Shape{s.m, s.k};
       const mg::Shape b_shape = s.transpose_b ? mg::Shape{s.n, s.k} : mg::Shape{s.k, s.n};
@@ -231,7 +241,7 @@ int main(int argc, char** argv) try {
       const double ours_ms = median_ms(run_ours, stream), theirs_ms = median_ms(run_theirs, stream);
       const double flop = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
-      fmt::print("{:<5} {:<18} {:>24} {:<46} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
+      fmt::print("{:<9} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
                  fmt::format("{} x {} x {}", s.m, s.n, s.k), mg::kernels::cuda::gemm_kernel_name(a, b, s), error,
                  ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops, error <= allowed ? "" : "MISMATCH");
       std::fflush(stdout);

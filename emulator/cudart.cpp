@@ -2,7 +2,8 @@
 // (kernels/cuda/runtime.cpp, allocator.cpp, transfer.cpp and the kernels' host code), declared by the
 // toolkit's own cuda_runtime_api.h and defined here instead of in libcudart.
 //
-// One device, shaped like an H100 SXM where a kernel asks (compute capability 9.0, 132 multiprocessors,
+// One device, shaped like an H100 SXM where a kernel asks (compute capability 9.0, 132 multiprocessors
+// unless MG_EMULATOR_COMPUTE_CAPABILITY or MG_EMULATOR_MULTIPROCESSORS say otherwise,
 // 48 KiB of dynamic shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor).
 // Everything runs at once, in the order it is called: a kernel is done when its launch returns, so
 // streams and events only need to exist. Memory is the host's (memory.cpp), counted against the
@@ -27,7 +28,6 @@ namespace mg::emu::runtime {
 
 namespace {
 
-constexpr int kMultiprocessors = 132;
 constexpr int kDefaultDynamicShared = 48 << 10;
 constexpr int kMaxDynamicShared = 227 << 10;  // the opt-in limit of a block
 constexpr int kSharedPerMultiprocessor = 228 << 10;
@@ -155,15 +155,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
   std::memcpy(properties->name, name.c_str(), std::min(name.size() + 1, sizeof properties->name));
   properties->major = settings().compute_capability / 10;
   properties->minor = settings().compute_capability % 10;
-  properties->multiProcessorCount = runtime::kMultiprocessors;
+  properties->multiProcessorCount = settings().multiprocessors;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (!runtime::valid_device(device)) return failed(cudaErrorInvalidDevice);
   switch (attribute) {
-    case cudaDevAttrMultiProcessorCount:
-      *value = runtime::kMultiprocessors;
+    case cudaDevAttrMultiProcessorCount:  // 132 unless MG_EMULATOR_MULTIPROCESSORS says otherwise
+      *value = settings().multiprocessors;
       return cudaSuccess;
     case cudaDevAttrMaxPitch:
       *value = 2147483647;

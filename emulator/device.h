@@ -6,8 +6,8 @@
 //   - __global__, __device__, __forceinline__, __launch_bounds__, __grid_constant__: nothing (the
 //     toolkit's headers already define them so for a host compiler);
 //   - threadIdx, blockIdx, blockDim, gridDim: the running emulated thread's (scheduler.cpp);
-//   - __syncthreads, __syncthreads_or, __shfl_xor_sync, __reduce_add_sync: barriers and warp
-//     collectives of the scheduler; atomicAdd and atomicMax (unsigned) on host atomics;
+//   - __syncthreads, __syncthreads_or, __syncwarp, __shfl_xor_sync, __reduce_add_sync: barriers and
+//     warp collectives of the scheduler; atomicAdd and atomicMax (unsigned) on host atomics;
 //   - the device intrinsics the kernels call, with the device's results (__float2int_rz saturates,
 //     __fmul_rn and company round once: this file is compiled with -ffp-contract=off);
 //   - nvcuda::wmma (wmma.h), and the three macros through which kernels/cuda/ declares what nvcc
@@ -127,6 +127,13 @@ struct ReduceAdd {
   static constexpr Collective kind{"__reduce_add_sync", &complete};
 };
 
+// __syncwarp: the masked lanes meet (a collective with nothing to compute), so what each wrote to
+// shared memory before is there for the others after, as the PTX memory model promises.
+struct SyncWarp {
+  static void complete(void* const[32], unsigned) {}
+  static constexpr Collective kind{"__syncwarp", &complete};
+};
+
 }  // namespace mg::emu
 
 template <class T>
@@ -137,6 +144,11 @@ requires(sizeof(T) == 4 || sizeof(T) == 8) T
   ::mg::emu::ShuffleXor<T> lane{value, lane_mask, T{}};
   ::mg::emu::warp_collective(mask, ::mg::emu::ShuffleXor<T>::kind, &lane, where);
   return lane.result;
+}
+
+inline void __syncwarp(unsigned mask = 0xFFFFFFFFu, std::source_location where = std::source_location::current()) {
+  char nothing = 0;
+  ::mg::emu::warp_collective(mask, ::mg::emu::SyncWarp::kind, &nothing, where);
 }
 
 inline unsigned __reduce_add_sync(unsigned mask, unsigned value,

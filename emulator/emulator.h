@@ -60,6 +60,10 @@ struct Settings {
   // MG_EMULATOR_COMPUTE_CAPABILITY: what the device reports as its compute capability, major * 10 +
   // minor: 90 (an H100); e.g. 80 to see how the backend refuses what an A100 lacks (FP8 mma.sync).
   int compute_capability = 90;
+  // MG_EMULATOR_MULTIPROCESSORS: the SM count the device reports (cudaDevAttrMultiProcessorCount), 132
+  // (an H100's). The GEMM picks its tile and its split of k from it: a small count lets a test reach
+  // the large tile of rung 3 (kernels/cuda/gemm.cu) with a product small enough to emulate.
+  int multiprocessors = 132;
   // MG_EMULATOR_MEMORY_LIMIT: the device's memory, in bytes (or with a suffix: 512MiB, 2GiB), 80 GiB
   // (an H100's) by default. Allocations are the host's heap, so the limit is a count: a cudaMalloc
   // that would take the device's allocations past it fails with cudaErrorMemoryAllocation, whether
@@ -126,6 +130,9 @@ void* dynamic_shared();
 // the first `src_bytes` are read and the rest zero-filled; commit closes the thread's open group;
 // wait lands every committed group but the newest `pending`.
 void copy_async(void* shared, const void* global, int bytes, int src_bytes);
+// An instruction that reads or writes only shared memory (ldmatrix) checks its address: `bytes`
+// within the block's shared memory and aligned to `bytes`; an mg::Error naming `what` otherwise.
+void check_shared(const void* address, std::size_t bytes, const char* what);
 void commit_copies();
 void wait_copies(int pending);
 

@@ -75,6 +75,7 @@ class Machine {
   void* shared(const void* key, std::size_t bytes, std::size_t alignment, const char* name);
   void* dynamic() { return shared_memory_.dynamic(); }
   void copy(void* shared, const void* global, int bytes, int src_bytes);
+  void check_shared(const void* address, std::size_t bytes, const char* what) const;
   void commit();
   void wait(int pending);
 

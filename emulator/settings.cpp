@@ -98,6 +98,7 @@ Settings& settings() {
     s.max_grid_stride_blocks = integer_from_environment("MG_EMULATOR_MAX_BLOCKS", s.max_grid_stride_blocks, 1);
     s.compute_capability = static_cast<int>(
         integer_from_environment("MG_EMULATOR_COMPUTE_CAPABILITY", s.compute_capability, 10));
+    s.multiprocessors = static_cast<int>(integer_from_environment("MG_EMULATOR_MULTIPROCESSORS", s.multiprocessors, 1));
     const char* memory = std::getenv("MG_EMULATOR_MEMORY_LIMIT");
     if (memory && *memory) s.memory_limit_bytes = parse_memory_size(memory);
     return s;

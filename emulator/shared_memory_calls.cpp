@@ -1,6 +1,6 @@
 // The CUDA emulator's shared memory as device code reaches it: __shared__ variables (MG_SHARED), the
-// launch's dynamic shared memory (MG_DYNAMIC_SHARED) and cp.async (copy, commit, wait). Each call is
-// checked first (made outside a kernel; a copy outside the block's shared memory, misaligned, or
+// launch's dynamic shared memory (MG_DYNAMIC_SHARED), cp.async (copy, commit, wait) and the address
+// check of the instructions that read shared memory only (ldmatrix). Each call is checked first (made outside a kernel; a copy outside the block's shared memory, misaligned, or
 // reading outside device memory in use), then handed to the block's SharedMemory (shared_memory.h)
 // or the thread's AsyncCopies (async_copies.h). A part of the scheduler (machine.h).
 #include <cstdint>
@@ -42,6 +42,14 @@ void Machine::copy(void* shared, const void* global, int bytes, int src_bytes) {
   me().copies.issue(shared, global, bytes, src_bytes, schedule_.landing);
 }
 
+void Machine::check_shared(const void* address, std::size_t bytes, const char* what) const {
+  if (!running()) throw Error(fmt::format("CUDA emulator: {} outside a kernel", what));
+  if (!shared_memory_.contains(address, bytes))
+    fail(fmt::format("{} at {}: {} bytes there are not shared memory of the block", what, address, bytes));
+  if (reinterpret_cast<std::uintptr_t>(address) % bytes != 0)
+    fail(fmt::format("{} at {}: not aligned to its {} bytes", what, address, bytes));
+}
+
 void Machine::commit() {
   if (!running()) throw Error("CUDA emulator: cp.async.commit_group outside a kernel");
   me().copies.commit();
@@ -64,6 +72,9 @@ void* dynamic_shared() { return scheduler::machine().dynamic(); }
 
 void copy_async(void* shared, const void* global, int bytes, int src_bytes) {
   scheduler::machine().copy(shared, global, bytes, src_bytes);
+}
+void check_shared(const void* address, std::size_t bytes, const char* what) {
+  scheduler::machine().check_shared(address, bytes, what);
 }
 void commit_copies() { scheduler::machine().commit(); }
 void wait_copies(int pending) { scheduler::machine().wait(pending); }

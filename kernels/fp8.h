@@ -67,8 +67,8 @@ Tensor fp8_dequantize(const Fp8Tensor& x);
 // F32: products summed in f32, the contract; on the CPU the bf16 dot-product microkernel (every FP8
 // value is a bf16 value). On a GPU it was written for Tensor Cores that accumulate in fewer bits than
 // f32 (below): promotion after every instruction, each mma.sync (32 products) starting from 0 and
-// its result added to the f32 sum, which is the Limited model below with promote_every = 32
-// (kernels/cuda/fp8.cu). That is what the emulator computes; an H200's mma.sync keeps f32 (below).
+// its result added to the f32 sum, which is the Limited model below with the device's accumulator
+// (mma_sync_fp8_accumulator) and promote_every = 32 (kernels/cuda/fp8.cu).
 //
 // Limited: a model of the Hopper FP8 Tensor Core's accumulator, which keeps fewer bits than f32.
 //   - DeepSeek-V3 technical report (arXiv 2412.19437, section 3.3.2, measured on an H800): "the
@@ -82,9 +82,10 @@ Tensor fp8_dequantize(const Fp8Tensor& x);
 //   Measured on an H200 (scripts/gpu-check, 2026-11-28, bench/results/fp8_accumulator-h200-2026-11-28.txt):
 //   mixgrad's kernel, mma.sync.m16n8k32 chained with no promotion, summed 256 and 255 products of
 //   2^-12 exactly, which takes 21 significant bits: the mma.sync of sm_90 does not cut its sum to 14
-//   bits. DeepSeek-V3's limit is of Hopper's wgmma (QGMMA), which mixgrad does not use. So this model
-//   is the CPU's and the CUDA emulator's (E10 of mixgrad repro, the FP8 tests), and on a real GPU a
-//   Limited accumulator gives what F32 gives.
+//   bits. Its SASS says why: for sm_90 the instruction becomes f16 conversions and HMMA with f32
+//   accumulation. DeepSeek-V3's limit is of Hopper's wgmma (QGMMA), which mixgrad does not use yet. So
+//   this model is the CPU's (E10 of mixgrad repro) and the CUDA emulator's when it reports an Ada GPU
+//   (mma_sync_fp8_accumulator below).
 //   The model: the products of one instruction's k (32 for m16n8k32) are summed exactly (assumed:
 //   the hardware may truncate there too), and that group's sum is added to the running sum, which is
 //   then cut to `mantissa_bits`.
@@ -103,12 +104,24 @@ struct Fp8Accumulator {
 
 // One step of the Limited accumulator: sum + group_sum, cut to `mantissa_bits` as the model says.
 float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumulator);
-
-// The accumulator of one FP8 mma.sync (m16n8k32) on Hopper and Ada, as the CUDA emulator models it
-// (kernels/cuda/mma_fp8.cuh): the Limited model above with its defaults, never promoted inside the
-// instruction. On a GPU mantissa_bits, rounding and group are the hardware's; only promote_every is
-// the kernel's choice.
-inline constexpr Fp8Accumulator kTensorCoreFp8Accumulator{.limited = true, .promote_every = 0};
+// The accumulator of one FP8 mma.sync.m16n8k32 as a GPU runs it, by compute capability: what the CUDA
+// emulator computes (kernels/cuda/mma_fp8.cuh) and the only Limited accumulator a GPU's fp8_gemm takes
+// (only promote_every is the kernel's choice).
+//   sm_89 (Ada): QMMA.16832, FP8 Tensor Cores. kAdaFp8Accumulator: the Limited model with its
+//     defaults (13 mantissa bits, truncation, 32 products), the width DeepSeek-V3 and SageAttention2
+//     report for Hopper's FP8 Tensor Cores. Assumed: no Ada GPU has measured it here.
+//   sm_90 and later (Hopper): nvcc compiles the instruction to F2FP conversions of the codes into f16
+//     and two HMMA.16816 with f32 accumulation (their SASS: scripts/check-sass), and an H200 summed in
+//     f32 (bench/results/fp8_accumulator-h200-2026-11-28.txt). kHopperMmaSyncFp8Accumulator: the 16
+//     products of each HMMA summed exactly, added to the running sum and rounded to f32 (nearest; the
+//     hardware's rounding inside an HMMA is its own, as for every f16 GEMM). On Hopper only wgmma
+//     (QGMMA) is FP8 hardware, and it is there that the 14-bit accumulator was measured.
+inline constexpr Fp8Accumulator kAdaFp8Accumulator{.limited = true, .promote_every = 0};
+inline constexpr Fp8Accumulator kHopperMmaSyncFp8Accumulator{
+    .limited = true, .mantissa_bits = 23, .rounding = Fp8Rounding::Nearest, .group = 16, .promote_every = 0};
+constexpr Fp8Accumulator mma_sync_fp8_accumulator(int compute_capability) {
+  return compute_capability >= 90 ? kHopperMmaSyncFp8Accumulator : kAdaFp8Accumulator;
+}
 
 // C = act(op(A) op(B) * scales + bias), A and B in FP8 (E4M3 and E5M2 may be mixed), C in f32, f16
 // or bf16; op(A): [m, k] from a's codes [m, k] (or [k, m] with transpose_a), op(B) likewise; batch 1.
@@ -126,9 +139,11 @@ std::string fp8_gemm_kernel_name();
 }  // namespace cpu
 
 // The same on a GPU (kernels/cuda/fp8.cu): bit-identical to the CPU's quantisation; the GEMM on FP8
-// mma.sync (sm_89 and later), equal bit for bit to the CPU's Limited model with the Tensor Core's
-// accumulator (kTensorCoreFp8Accumulator; F32: promoted every 32 products).
+// mma.sync (sm_89 and later), equal bit for bit on the emulator to the CPU's Limited model with the
+// device's accumulator (fp8_mma_accumulator; F32: promoted every 32 products).
 namespace cuda {
+// mma_sync_fp8_accumulator of the device's compute capability.
+Fp8Accumulator fp8_mma_accumulator(const Device& device);
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
 void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv);
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out);

@@ -121,6 +121,29 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, c
 // Which kernel cuda::gemm runs for these operands, with ", split-k S x K" when k is cut into S slices
 // of K (kernels/cuda/gemm.cu decides; named for the benchmark and the tests).
 std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape);
+
+// The rungs of the Tensor Core ladder (kernels/cuda/gemm.cu's header). A GEMM runs the highest rung
+// that takes its operands (Auto: rung 3, mma.sync, for every f16 and bf16 GEMM, and for f32 under
+// TF32 when its rows are 16-byte aligned). A lower rung can be asked for, to measure it
+// (bench/cuda_gemm) or test it: WmmaSimple or WmmaPipelined for f16 operands (rung 2 only where its
+// alignment rule holds, else rung 1); bf16 and f32 have no WMMA rung left (its bf16 and TF32 fragment
+// loads compile to generic LD on sm_90) and keep running rung 3 or the CUDA-core kernel. One
+// process-wide switch, read when a GEMM is queued, like allow_tf32; gemm_kernel_name says what runs.
+enum class GemmRung : std::uint8_t { Auto, WmmaSimple, WmmaPipelined, MmaPipelined };
+void set_gemm_rung(GemmRung rung);
+GemmRung gemm_rung();
+
+// Sets the rung for a scope and restores the previous one when it ends.
+class GemmRungGuard {
+ public:
+  explicit GemmRungGuard(GemmRung rung) : previous_(gemm_rung()) { set_gemm_rung(rung); }
+  ~GemmRungGuard() { set_gemm_rung(previous_); }
+  GemmRungGuard(const GemmRungGuard&) = delete;
+  GemmRungGuard& operator=(const GemmRungGuard&) = delete;
+
+ private:
+  GemmRung previous_;
+};
 }  // namespace cuda
 
 }  // namespace mg::kernels

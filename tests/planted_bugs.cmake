@@ -9,6 +9,9 @@
 #   a race              the emulator's race check: two schedules left different bytes
 #   AddressSanitizer    an out-of-bounds access (ASAN_ONLY: registered in sanitizer builds only,
 #                       since without AddressSanitizer the access goes unseen or corrupts the heap)
+#   bank conflicts      tests/test_mma_layout.cpp's count of a block's shared-memory wavefronts
+# A HOST bug is caught by a host suite: COMPILE is that suite (SUITE is unused), compiled as plain C++
+# against the planted copy.
 # The copy's symbols replace the library's: the linker takes them from the executable's own object
 # and never pulls the original kernel file out of libmixgrad.a.
 # Run them: ctest --test-dir build -R planted (kernels/cuda/README.md lists what catches each).
@@ -24,7 +27,7 @@ endforeach()
 
 function(mg_planted_bug name)
   # PARSE_ARGV keeps the semicolons of C++ code (as \;, put back below).
-  cmake_parse_arguments(PARSE_ARGV 1 P "ASAN_ONLY" "FILE;COMPILE;SUITE;CASES;CATCHES;FIND;REPLACE" "")
+  cmake_parse_arguments(PARSE_ARGV 1 P "ASAN_ONLY;HOST" "FILE;COMPILE;SUITE;CASES;CATCHES;FIND;REPLACE;ENVIRONMENT" "")
   string(REPLACE "\\;" ";" P_FIND "${P_FIND}")
   string(REPLACE "\\;" ";" P_REPLACE "${P_REPLACE}")
   if(P_ASAN_ONLY AND NOT MG_SANITIZE MATCHES "address")
@@ -49,32 +52,41 @@ function(mg_planted_bug name)
   else()
     set(source ${PROJECT_SOURCE_DIR}/${P_COMPILE})  # it includes the planted copy, found first below
   endif()
-  add_executable(planted_${name} ${source} $<TARGET_OBJECTS:planted_${P_SUITE}>)
-  set_source_files_properties(${source} PROPERTIES LANGUAGE CXX SKIP_PRECOMPILE_HEADERS ON
-                              COMPILE_OPTIONS "${MG_EMULATED_KERNEL_OPTIONS}")
+  if(P_HOST)
+    add_executable(planted_${name} ${source})
+  else()
+    add_executable(planted_${name} ${source} $<TARGET_OBJECTS:planted_${P_SUITE}>)
+    set_source_files_properties(${source} PROPERTIES LANGUAGE CXX SKIP_PRECOMPILE_HEADERS ON
+                                COMPILE_OPTIONS "${MG_EMULATED_KERNEL_OPTIONS}")
+  endif()
   target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
   target_link_libraries(planted_${name} PRIVATE mg_test_main mixgrad doctest::doctest)
   add_test(NAME planted_${name} COMMAND planted_${name} "--test-case=${P_CASES}")
   # Every schedule, whatever the pass runs its suites with: the race check is one of the catchers.
-  set_tests_properties(planted_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${P_CATCHES}"
-                       ENVIRONMENT "MG_EMULATOR_SCHEDULES=forward:issue,reverse:wait,random:wait")
+  set(environment "MG_EMULATOR_SCHEDULES=forward:issue,reverse:wait,random:wait")
+  if(P_ENVIRONMENT)
+    list(APPEND environment "${P_ENVIRONMENT}")
+  endif()
+  set_tests_properties(planted_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${P_CATCHES}" ENVIRONMENT "${environment}")
 endfunction()
 
 set(wrong_values "ERROR: CHECK")
+set(bank_conflicts "[1-9][0-9]* extra wavefronts")
 set(a_race "CUDA emulator: .* a race: the result depends on the order")
 set(asan "ERROR: AddressSanitizer")
 set(gemm_f16 "cuda gemm: f16 and bf16 operands into f16?*")
+set(gemm_wmma "cuda gemm: rungs 1 and 2*")  # the WMMA rungs run only when set_gemm_rung asks
 set(gemm_f32 "cuda gemm: f32 on CUDA cores?*")
 
 # The pipelined WMMA GEMM's stage loop without its barrier: a warp may read a stage before the
 # others' copies have landed, and refill a stage another warp is still reading.
 mg_planted_bug(pipelined_gemm_no_barrier FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
-  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  SUITE test_cuda_gemm CASES "${gemm_wmma}" CATCHES "${a_race}"
   FIND "    __syncthreads();  // everyone's are; and every warp is done with step - 1's stage\n"
   REPLACE "")
 # The pipelined GEMM waiting for one cp.async group too few: the step's own copies may be in flight.
 mg_planted_bug(pipelined_gemm_weak_wait FILE kernels/cuda/gemm_wmma.cuh COMPILE kernels/cuda/gemm.cu
-  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  SUITE test_cuda_gemm CASES "${gemm_wmma}" CATCHES "${a_race}"
   FIND "wait_copies<kStages - 2>();" REPLACE "wait_copies<kStages - 1>();")
 # The SIMT f32 GEMM without the barrier that ends a k step: the next slice is written while others
 # still read the current one's neighbour.
@@ -84,12 +96,12 @@ mg_planted_bug(simt_gemm_no_barrier FILE kernels/cuda/gemm_f32.cuh COMPILE kerne
 # The simple WMMA GEMM without A's k edge: its last step reads A past the end of the matrix, where
 # device memory holds NaN (AddressSanitizer: out of bounds), and NaN x 0 reaches C.
 mg_planted_bug(simple_gemm_no_k_edge FILE kernels/cuda/gemm_wmma_simple.cuh COMPILE kernels/cuda/gemm.cu
-  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${wrong_values}|${asan}"
+  SUITE test_cuda_gemm CASES "${gemm_wmma}" CATCHES "${wrong_values}|${asan}"
   FIND "const bool inside = row < m && kg < k;" REPLACE "const bool inside = row < m;  // planted: no kg < k")
 # The simple WMMA GEMM without A's m edge: rows past m are read (out of bounds) but only feed rows of
 # C that are never stored, so no value shows it; AddressSanitizer does.
 mg_planted_bug(simple_gemm_no_row_edge FILE kernels/cuda/gemm_wmma_simple.cuh COMPILE kernels/cuda/gemm.cu
-  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${asan}"
+  SUITE test_cuda_gemm CASES "${gemm_wmma}" CATCHES "${asan}"
   FIND "const bool inside = row < m && kg < k;" REPLACE "const bool inside = kg < k;  // planted: no row < m"
   ASAN_ONLY)
 # The warp reduction without its last shuffle (offset 1): each lane sums half the warp.
@@ -107,8 +119,32 @@ mg_planted_bug(fp8_fragment_layout FILE kernels/cuda/mma_fp8.cuh COMPILE kernels
   SUITE test_cuda_fp8 CASES "cuda fp8: the GEMM*" CATCHES "${wrong_values}"
   FIND "return 16 * (reg / 2) + 4 * (lane % 4) + byte;"
   REPLACE "return 16 * (reg % 2) + 4 * (lane % 4) + byte; /* planted: reg % 2 */")
-# The FP8 GEMM never promoting its Tensor Core sums into f32: 13-bit sums over whole chunks.
+# The FP8 GEMM never promoting its Tensor Core sums into f32: 13-bit sums over whole chunks, on an
+# emulated Ada (Hopper's mma.sync sums in f32, where promotion changes nothing).
 mg_planted_bug(fp8_gemm_no_promotion FILE kernels/cuda/fp8.cu COMPILE kernels/cuda/fp8.cu
   SUITE test_cuda_fp8 CASES "cuda fp8: the accumulator*" CATCHES "${wrong_values}"
+  ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
   FIND "        for (int e = 0; e < 4; ++e) promoted.x[e] += running.x[e], running.x[e] = 0.0f;"
   REPLACE "        (void)0;  // planted: no promotion")
+# Rung 3 (gemm_mma.cu, mma_layout.h). Its swizzle with one bit fewer (chunk ^ (row % 4)): still a
+# permutation of each tile, so every value stays right, but the 8 rows an ldmatrix reads share banks.
+mg_planted_bug(mma_swizzle_bit FILE kernels/cuda/mma_layout.h COMPILE tests/test_mma_layout.cpp HOST
+  CASES "*no bank conflict*" CATCHES "${bank_conflicts}"
+  FIND "using Swizzle128B = Swizzle<3, 4, 3>;" REPLACE "using Swizzle128B = Swizzle<2, 4, 3>;  // planted")
+# Its K-major B fragment with the k halves taken from the wrong lanes (lane / 16, which picks the n
+# half): registers 1 and 2 swap matrices, and the emulator's mma.sync, which reads the fragments with
+# the PTX ISA's formulas, multiplies the wrong elements.
+mg_planted_bug(mma_fragment_half FILE kernels/cuda/mma_layout.h COMPILE kernels/cuda/gemm_mma.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${wrong_values}"
+  FIND "return {lane % 8 + 8 * (lane / 16), ((lane / 8) % 2) * (kChunkBytes / element_bytes)};"
+  REPLACE "return {lane % 8 + 8 * (lane / 16), (lane / 16) * (kChunkBytes / element_bytes)};  // planted")
+# Its stage wait one group too weak: substep 3 loads the next step's fragments before they landed.
+mg_planted_bug(mma_weak_wait FILE kernels/cuda/gemm_mma.cu COMPILE kernels/cuda/gemm_mma.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  FIND "wait_copies<Cfg::kStages - 2>();  // this thread's copies of step + 1 have landed,"
+  REPLACE "wait_copies<Cfg::kStages - 1>();  // planted: one group too weak")
+# Its epilogue without the __syncwarp between staging and reading: a lane reads sums another lane of
+# its warp has not staged yet (the emulator runs lanes one after another: NaN from the arena).
+mg_planted_bug(mma_epilogue_no_syncwarp FILE kernels/cuda/gemm_mma.cu COMPILE kernels/cuda/gemm_mma.cu
+  SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
+  FIND "  __syncwarp();  // the warp's 64 x 64 sums are staged\n" REPLACE "")

@@ -2,14 +2,16 @@
 // epilogue and TF32 switch of kernels/gemm.h.
 //
 // GPU cases (skipped with a message when no device is visible) cover every kernel of the ladder:
-// sizes 1, 7, 15, 17, 127, 128, 129 (misaligned rows: the simple WMMA kernel for f16/bf16), 136x200x40
-// and the MLP's 128x784->256 (aligned: the pipelined one, with partial tiles along m, n and k), the
-// classifier's n = 10 (the simple one again), k = 0, in all four layouts, f16/bf16 operands into
-// f16/bf16/f32 outputs, f32 on CUDA cores and in TF32, batched, and with bias + relu/gelu. Split-K
-// (a long k over one to three output tiles: 64x40 over k = 6008, 3x9 over 20007, batched) in every
-// kernel that splits, where the plan must say it splits, plain and with bias + relu/gelu, on random
-// values and exactly on integer ones, and the same bits on a second run. Every GPU output starts as
-// NaN, so an element a kernel forgets to write fails the comparison.
+// sizes 1, 7, 15, 17, 127, 128, 129 (misaligned rows: rung 3's copies through registers), 136x200x40
+// and the MLP's 128x784->256 (aligned: rung 3's cp.async, with partial tiles along m, n and k), the
+// classifier's n = 10 (misaligned again), k = 0, in all four layouts, f16/bf16 operands into
+// f16/bf16/f32 outputs, f32 on CUDA cores and in TF32, batched, and with bias + relu/gelu; rung 3's
+// 128x256 tile, taken when C has a tile per SM (test_cuda_gemm_few_sms: the emulator reports 4 SMs);
+// rungs 1 and 2 (f16 WMMA) when kernels::cuda::set_gemm_rung asks for them. Split-K (a long k over
+// one to three output tiles: 64x40 over k = 1544, 3x9 over 2055, batched) in every kernel that
+// splits, where the plan must say it splits, plain and with bias + relu/gelu, on random values and
+// exactly on integer ones, and the same bits on a second run. Every GPU output starts as NaN, so an
+// element a kernel forgets to write fails the comparison.
 // CPU cases (run everywhere): the epilogue against a plain f64 loop, and the TF32 switch's default.
 //
 // Tolerances. Both sides multiply the same rounded operands (f16 and bf16 products are exact in
@@ -324,6 +326,75 @@ TEST_CASE("cuda gemm: TF32 only when allowed; within TF32's rounding of f32 when
   CHECK_FALSE(kernels::allow_tf32());
 }
 
+// ---- GPU: the rungs ---------------------------------------------------------------------------------
+
+namespace {
+
+std::string kernel_for(DType dtype, const kernels::GemmShape& s) {
+  const Shape a_shape = s.transpose_a ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k};
+  const Shape b_shape = s.transpose_b ? Shape{s.batch, s.n, s.k} : Shape{s.batch, s.k, s.n};
+  const TensorOptions options{.dtype = dtype, .device = Device::cuda()};
+  return kernels::cuda::gemm_kernel_name(Tensor::empty(a_shape, options), Tensor::empty(b_shape, options), s);
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and TF32 keep rung 3") {
+  if (!have_gpu()) return;
+  const kernels::GemmShape aligned{.m = 136, .n = 200, .k = 40}, misaligned{.m = 17, .n = 17, .k = 17};
+  CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
+  CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
+  CHECK(kernel_for(DType::F16, misaligned) == "mma 128x128x64, 3 stages, any alignment");
+  {
+    kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::WmmaPipelined);
+    CHECK(kernel_for(DType::F16, aligned) == "wmma 128x128x32, 4 stages");
+    CHECK(kernel_for(DType::F16, misaligned) == "wmma simple 32x32x16");  // falls to the rung below
+    CHECK(kernel_for(DType::BF16, aligned) == "mma 128x128x64, 3 stages");
+    for (const Size size : sizes())  // rung 2 where the rows are aligned, rung 1 elsewhere
+      for (int layout = 0; layout < 4; ++layout)
+        for (const DType out : {DType::F16, DType::F32})
+          check_gpu_gemm(operands(size, layout & 1, layout & 2, DType::F16, 700 + layout), out);
+  }
+  {
+    kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::WmmaSimple);
+    CHECK(kernel_for(DType::F16, aligned) == "wmma simple 32x32x16");
+    {
+      Tf32Scope tf32(true);
+      CHECK(kernel_for(DType::F32, aligned) == "tf32 mma 128x128x32, 3 stages");
+    }
+    for (const Size size : sizes())
+      for (int layout = 0; layout < 4; ++layout)
+        check_gpu_gemm(operands(size, layout & 1, layout & 2, DType::F16, 800 + layout), DType::F16);
+  }
+  CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
+}
+
+TEST_CASE("cuda gemm: rung 3's 128x256 tile, for a C with a tile per SM, every layout and dtype") {
+  if (!have_gpu()) return;
+  // The smallest C (of 256 rows, twice as many columns each try) that the plan gives the large tile:
+  // it depends on the SM count (test_cuda_gemm_few_sms runs this on an emulator that reports 4).
+  std::int64_t n = 256;
+  while (!kernel_for(DType::F16, {.m = 256, .n = n, .k = 72}).starts_with("mma 128x256")) {
+    n *= 2;
+    REQUIRE(n <= (std::int64_t{1} << 20));
+  }
+  INFO("n = " << n);
+  Generator generator(9);
+  Tf32Scope tf32(true);
+  struct Dtypes {
+    DType in, out;
+  };
+  for (Dtypes d : {Dtypes{DType::F16, DType::F16}, Dtypes{DType::BF16, DType::F32}, Dtypes{DType::F32, DType::F32}})
+    for (int layout = 0; layout < 4; ++layout) {
+      const Operands in = operands({1, 256, n, 72}, layout & 1, layout & 2, d.in, 900 + layout);
+      CHECK(kernels::cuda::gemm_kernel_name(in.a.to(Device::cuda()), in.b.to(Device::cuda()), in.shape)
+                .starts_with(d.in == DType::F32 ? "tf32 mma 128x256x32" : "mma 128x256x64"));
+      const Tensor bias = randn({n}, generator).to(d.out);
+      check_gpu_gemm(in, d.out, {.bias = bias, .activation = kernels::Activation::Gelu},
+                     d.in == DType::F32 ? 0x1p-10 : 0.0);
+    }
+}
+
 // ---- GPU: split-K -----------------------------------------------------------------------------------
 
 TEST_CASE("cuda gemm: split-K only for a long k over few output tiles (the plan, on an empty product)") {
@@ -341,8 +412,8 @@ TEST_CASE("cuda gemm: split-K only for a long k over few output tiles (the plan,
   const std::string conv1_dw = plan(DType::F16, {.m = 32, .n = 9, .k = 100352, .transpose_a = true});
   const std::string conv1_dw_f32 = plan(DType::F32, {.m = 32, .n = 9, .k = 100352, .transpose_a = true});
   INFO(conv2_dw << "; " << conv1_dw << "; " << conv1_dw_f32);
-  CHECK((splits(conv2_dw) && conv2_dw.starts_with("wmma 128x128")));
-  CHECK((splits(conv1_dw) && conv1_dw.starts_with("wmma simple")));
+  CHECK((splits(conv2_dw) && conv2_dw.starts_with("mma 128x128x64, 3 stages, split-k")));
+  CHECK((splits(conv1_dw) && conv1_dw.starts_with("mma 128x128x64, 3 stages, any alignment, split-k")));  // n = 9
   CHECK((splits(conv1_dw_f32) && conv1_dw_f32.starts_with("simt")));
   // Short k (the MLP's dW at batch 128, its first layer's forward), or enough tiles: no split.
   CHECK_FALSE(splits(plan(DType::F16, {.m = 256, .n = 784, .k = 128, .transpose_a = true})));
@@ -357,12 +428,13 @@ TEST_CASE("cuda gemm: split-K, every kernel that splits, against the CPU and exa
     DType in, out;
     bool tf32;
   };
-  // 64x40 over 6008 is one tile of the pipelined kernel for f16/bf16 (or TF32), 3x9 over 20007 one of
-  // the simple kernel (k misaligns the rows); f32 without TF32 takes the CUDA-core kernel. Batched, so
-  // that the partial sums' [slice, batch] layout is exercised. Each kernel's last slice ends inside
-  // one of its k steps at one of the two k (6008 = 187 x 32 + 24 = 375 x 16 + 8, 20007 = 1250 x 16 + 7
-  // = 2500 x 8 + 7): the zero-fill along k, within a slice.
-  const std::vector<Size> sizes = {{2, 64, 40, 6008}, {3, 3, 9, 20007}};
+  // 64x40 over 1544 is one tile of rung 3's cp.async kernel for f16/bf16 (or TF32), 3x9 over 2055 one
+  // of its kernel that copies through registers (k misaligns the rows); f32 without TF32 takes the
+  // CUDA-core kernel. Batched, so that the partial sums' [slice, batch] layout is exercised. Each
+  // kernel's last slice ends inside one of its k steps at one of the two k (1544 = 24 x 64 + 8 = 48 x
+  // 32 + 8, 2055 = 32 x 64 + 7 = 256 x 8 + 7): the zero-fill along k, within a slice. (Short k: the
+  // emulator multiplies rung 3's whole 128x128 tile, however little of it the product fills.)
+  const std::vector<Size> sizes = {{2, 64, 40, 1544}, {3, 3, 9, 2055}};
   Generator generator(17);
   std::vector<Mode> modes{Mode{DType::F16, DType::F16, false},   Mode{DType::F16, DType::F32, false},
                           Mode{DType::BF16, DType::BF16, false}, Mode{DType::BF16, DType::F32, false},

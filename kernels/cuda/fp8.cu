@@ -31,17 +31,17 @@
 //   past m, columns past n, k past the chunk's end) are loaded as 0 and add nothing.
 //
 // The accumulator. The CPU's F32 contract (every product added in f32) was taken not to be something
-// FP8 Tensor Cores can give: the emulator models every FP8 mma.sync with an accumulator of 14
-// significant bits (mma_fp8.cuh; DeepSeek-V3's measurement of Hopper's wgmma). An H200 kept 21 bits
-// or more in mma.sync (kernels/fp8.h), so on hardware both modes below give f32 sums; the modes
-// differ on the emulator, which the tests use. On the GPU:
+// FP8 Tensor Cores can give. What one mma.sync keeps depends on the GPU (kernels/fp8.h,
+// mma_sync_fp8_accumulator): on Ada (sm_89) the FP8 Tensor Cores, modelled with 14 significant bits
+// (assumed); on Hopper the instruction becomes f16 conversions and f32 HMMA, and an H200 summed in f32.
+// The emulator computes the model of the compute capability it reports (mma_fp8.cuh). On the GPU:
 //   F32      = promotion after every instruction: each mma starts from 0 and its 32 products go to the
-//              f32 sum; equal to the CPU's Limited model with promote_every = 32 (group 32, 13 bits,
-//              truncation), not to its F32 microkernel (a few f32 ulps apart: the test holds both);
+//              f32 sum; equal to the CPU's Limited model with the device's accumulator and
+//              promote_every = 32, not to its F32 microkernel (a few f32 ulps apart: the test holds both);
 //   Limited  = the instruction chained through promote_every / 32 mma.sync before each promotion: on
 //              the emulator equal bit for bit to the CPU's Limited model with the same promote_every.
-// The mantissa bits, rounding and group of a Limited accumulator are the hardware's (the emulator's
-// model: kTensorCoreFp8Accumulator); a request for others is refused. So is a GPU older than sm_89.
+// The mantissa bits, rounding and group of a Limited accumulator are the device's; a request for
+// others is refused. So is a GPU older than sm_89.
 //
 // Tests: build/tests/test_cuda_fp8.
 #include <fmt/format.h>
@@ -244,8 +244,9 @@ void launch_gemm(fp8::Format fa, fp8::Format fb, const Fp8GemmArgs<Out>& args, c
   launch_gemm<E5M2, E5M2>(args, stream);
 }
 
-// FP8 mma.sync needs sm_89 (Ada) or later: the current device's compute capability, asked once.
-void require_fp8_tensor_cores(const Device& device) {
+// FP8 mma.sync needs sm_89 (Ada) or later: the current device's compute capability (asked once),
+// after checking it is at least that.
+int require_fp8_tensor_cores(const Device& device) {
   static OncePerDevice asked;
   static std::array<int, OncePerDevice::kMaxDevices> capability{};
   const int index = asked([](int i) {
@@ -255,7 +256,7 @@ void require_fp8_tensor_cores(const Device& device) {
     capability[static_cast<std::size_t>(i)] = major * 10 + minor;
   });
   const int cc = capability[static_cast<std::size_t>(index)];
-  if (cc >= 89) return;
+  if (cc >= 89) return cc;
   cudaDeviceProp properties{};
   MG_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
   throw Error(fmt::format("kernels::fp8_gemm: {} ({}) has compute capability {}.{}; the FP8 GEMM runs on FP8 Tensor "
@@ -303,24 +304,29 @@ void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
   MG_CUDA_LAUNCHED();
 }
 
+Fp8Accumulator fp8_mma_accumulator(const Device& device) {
+  mg::cuda::DeviceGuard guard(device.index);
+  return mma_sync_fp8_accumulator(require_fp8_tensor_cores(device));
+}
+
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& s, const Fp8Accumulator& accumulator,
               const GemmEpilogue& epilogue) {
-  if (accumulator.limited)
-    MG_CHECK(accumulator.mantissa_bits == kTensorCoreFp8Accumulator.mantissa_bits &&
-                 accumulator.rounding == kTensorCoreFp8Accumulator.rounding &&
-                 accumulator.group == kTensorCoreFp8Accumulator.group,
-             "kernels::fp8_gemm: on a GPU the Limited accumulator is the Tensor Core's own ({} mantissa bits, "
-             "truncation, {} products an instruction: kernels::kTensorCoreFp8Accumulator); only promote_every can "
-             "be chosen, got mantissa_bits {}, {} rounding, group {}",
-             kTensorCoreFp8Accumulator.mantissa_bits, kTensorCoreFp8Accumulator.group, accumulator.mantissa_bits,
-             accumulator.rounding == Fp8Rounding::Truncate ? "truncating" : "nearest", accumulator.group);
   MG_CHECK(s.m <= kMaxGemmDim && s.n <= kMaxGemmDim && s.k <= kMaxGemmDim && (s.n + kTileN - 1) / kTileN <= 65535,
            "kernels::fp8_gemm: m {}, n {}, k {} is beyond this kernel (m, n, k below 2^31 - 256 and n at most "
            "65535 x {})",
            s.m, s.n, s.k, kTileN);
-  if (c.numel() == 0) return;
   mg::cuda::DeviceGuard guard(c.device().index);
-  require_fp8_tensor_cores(c.device());
+  const Fp8Accumulator own = fp8_mma_accumulator(c.device());
+  const auto rounding = [](Fp8Rounding r) { return r == Fp8Rounding::Truncate ? "truncation" : "to nearest"; };
+  if (accumulator.limited)
+    MG_CHECK(accumulator.mantissa_bits == own.mantissa_bits && accumulator.rounding == own.rounding &&
+                 accumulator.group == own.group,
+             "kernels::fp8_gemm: on {} the Limited accumulator is the Tensor Core's own ({} mantissa bits, {}, "
+             "{} products a group: kernels::cuda::fp8_mma_accumulator); only promote_every can be chosen, got "
+             "mantissa_bits {}, {}, group {}",
+             c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
+             rounding(accumulator.rounding), accumulator.group);
+  if (c.numel() == 0) return;
   const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
   // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));

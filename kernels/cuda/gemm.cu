@@ -1,22 +1,31 @@
 // CUDA GEMM (kernels/gemm.h): C[b] = epilogue(op(A[b]) op(B[b])), the host entry that picks a kernel
 // and decides whether to split k.
 //
-// The kernel ladder, simplest first (each file opens with its tiles, launch geometry and why):
-//   1. gemm_wmma_simple.cuh  f16/bf16 on Tensor Cores: a 32x32 tile a block, one 16x16 WMMA fragment
-//                            a warp, operands copied element by element into shared memory. Any
-//                            shape and alignment: the fallback of rung 2.
-//   2. gemm_wmma.cuh         the fast one: 128x128 tiles, 8 warps of 64x32, a 4-stage cp.async
-//                            pipeline, fragments loaded row- or col-major to match the operands'
-//                            layouts. Needs every operand row to start on 16 bytes (leading
-//                            dimensions a multiple of 8 f16/bf16 or 4 f32, aligned pointers); also
-//                            the TF32 path for f32 operands.
-//   3. gemm_f32.cuh          f32 on CUDA cores: 128x128x8 tiles, 8x8 elements a thread, double
+// The kernel ladder, simplest first (each file opens with its tiles, launch geometry and why; each
+// rung is the step after the one below it):
+//   1. gemm_wmma_simple.cuh  f16 on Tensor Cores through WMMA: a 32x32 tile a block, one 16x16
+//                            fragment a warp, operands copied element by element. Any shape. Runs
+//                            kernels::Accumulation::F16 (a half accumulator, E7 of `mixgrad repro`).
+//   2. gemm_wmma.cuh         f16 through WMMA, pipelined: 128x128 tiles, 8 warps of 64x32, a 4-stage
+//                            cp.async pipeline, padded shared memory. Needs 16-byte-aligned rows.
+//   3. gemm_mma.cu           f16, bf16 and TF32 through mma.sync and ldmatrix: swizzled shared memory,
+//                            warps of 64x64, 128x256 or 128x128 tiles, 4 or 3 stages, fragments double
+//                            buffered, blocks in L2-friendly order, the epilogue staged for 16-byte
+//                            stores. cp.async where rows are 16-byte aligned, loads through registers
+//                            otherwise (f16/bf16).
+//      gemm_f32.cuh          f32 on CUDA cores: 128x128x8 tiles, 8x8 elements a thread, double
 //                            buffered. Any shape.
-// Which one runs:
-//   f16/bf16 operands  -> 2 when the operands fit its alignment rule, else 1 (e.g. n = 10 classes)
-//   f16 operands under kernels::Accumulation::F16 -> 1 with a half accumulator, never split (E7 of
-//                         `mixgrad repro` only: kernels/gemm.h)
-//   f32 operands       -> 2 in TF32 when kernels::allow_tf32() is on and they fit, else 3
+// Rungs 1 and 2 stay as the text a reader climbs and as what kernels::cuda::set_gemm_rung can ask
+// for; their bf16 and TF32 versions are gone: WMMA's fragment loads of those types compile to generic
+// LD + MOVM on sm_90 (no LDSM), which held bf16 to 23% of cuBLAS on an H200 (scripts/check-sass now
+// fails any Tensor Core GEMM that reads shared memory through LD).
+// Which one runs (GemmRung::Auto):
+//   f16 under kernels::Accumulation::F16  -> 1 with a half accumulator, never split
+//   f16, bf16                             -> 3: cp.async when the rows are aligned (128x256 tiles when
+//                                            C has at least one per SM, else 128x128), else through
+//                                            registers (128x128)
+//   f32                                   -> 3 in TF32 when kernels::allow_tf32() is on and the rows are
+//                                            aligned, else the CUDA-core kernel
 // C is f16/bf16 (the operands' dtype) or f32; every kernel accumulates in f32, applies the epilogue
 // (bias, activation: gemm_common.cuh) to the f32 sums and rounds once on store, like the CPU.
 //
@@ -28,28 +37,37 @@
 // (gemm_common.cuh). With blocks = tiles along m x tiles along n x batch, and SMs the device's count:
 //   split only when blocks <= SMs / 2     a GPU at least half idle; above that, the scratch and the
 //                                         second pass cost more than the idle SMs would give
-//   slices = min(SMs x blocks an SM runs / blocks,   fill the GPU once (2 a SM for the 128x128
-//                                                    kernels, 8 for the simple one), not more
-//                k / 512,                            a slice of at least 512 (16 steps of rung 2, 32 of
-//                                                    rung 1, 64 of rung 3), so its pipeline fill and its
+//   slices = min(SMs x blocks an SM runs / blocks,   fill the GPU once (1 a SM for rung 3's 128x256
+//                                                    kernel, 2 for the others of rungs 2 and 3, 8 for
+//                                                    rung 1), not more
+//                k / 512,                            a slice of at least 512 (8 steps of rung 3 in
+//                                                    f16, 16 of rung 2), so its pipeline fill and its
 //                                                    store of partial sums stay small beside its math
-//                128)                                bounds the second pass's sum per element
-//   k_slice = ceil(k / slices) rounded up to the kernel's k step (32 or 16 or 8), so no step straddles
-//   two slices; then slices = ceil(k / k_slice), so none is empty. No split when that leaves < 2.
-// E.g. on an H100 (132 SMs), f16: conv2's dW (3 tiles) takes 49 slices of 512, conv1's dW (1 tile of
-// the simple kernel) 128 of 784; the MLP's dW (256 x 784 over k = 128) no split (k too short).
+//                256)                                bounds the second pass: 256 slices of conv1's dW
+//                                                    are 288 KiB of f32 to add
+//   k_slice = ceil(k / slices) rounded up to the kernel's k step (64, 32, 16 or 8), so no step
+//   straddles two slices; then slices = ceil(k / k_slice), so none is empty. No split when that
+//   leaves < 2.
+// Measured on the H200 with rungs 1 and 2 (docs/results/gpu-bench.md): splitting paid wherever it
+// ran (conv2's dW 56% of cuBLAS with 49 slices, a 1024^3 product 57% against 38% unsplit at 2048^3);
+// the one row it left slow, conv1's dW at 16%, was the 128-slice cap (k / 512 allowed 196), so the
+// cap is now 256. E.g. on an H100 (132 SMs), f16: conv2's dW (3 tiles of 128x128) takes 49 slices of
+// 512, conv1's dW (1 tile, rows of 9 unaligned: loads through registers) 196 of 512; the MLP's dW (256 x
+// 784 over k = 128) no split (k too short).
 // A split adds the same f32 products in another order (each slice's, then the slices'); the test's
 // error bound (k + 1 roundings of S) holds for any order. The slice count depends on the SM count, so
 // two GPU models may differ in the last bits; one GPU gives the same bits every run.
 //
 // Tests: build/tests/test_cuda_gemm (every kernel, split or not, against kernels::cpu::gemm).
-// Benchmark: build/bench/cuda_gemm (every kernel against cuBLAS; which kernel and split each shape takes).
+// Benchmark: build/bench/cuda_gemm (every rung against cuBLAS; which kernel and split each shape takes).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/gemm_f32.cuh"
+#include "kernels/cuda/gemm_mma.h"
 #include "kernels/cuda/gemm_wmma.cuh"
 #include "kernels/cuda/gemm_wmma_simple.cuh"
 
@@ -62,47 +80,17 @@ static_assert(nvcuda::wmma::kHalfAccumulatorBlock == kF16AccumulationBlock,
 
 namespace {
 
-enum class GemmKernel { WmmaSimple, WmmaSimpleF16Accumulator, WmmaPipelined, Tf32Pipelined, SimtF32 };
+std::atomic<GemmRung> rung_setting{GemmRung::Auto};
 
-GemmKernel pick_kernel(const Tensor& a, const Tensor& b, const GemmShape& s) {
-  if (a.dtype() == DType::F16 && gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
-  switch (a.dtype()) {
-    case DType::F16:
-      return wmma_pipelined::fits<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
-    case DType::BF16:
-      return wmma_pipelined::fits<bf16>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
-    case DType::F32:
-      return allow_tf32() && wmma_pipelined::fits<float>(a, b, s) ? GemmKernel::Tf32Pipelined : GemmKernel::SimtF32;
-    default:
-      break;
-  }
-  throw Error(fmt::format("CUDA kernel gemm: needs f32, f16 or bf16 operands, got {}", a.dtype()));
-}
-
-// What split-K needs to know of a kernel: its output tile, its k step, how many blocks an SM runs.
-struct Geometry {
-  int tile_m, tile_n, k_step, blocks_per_sm;
+enum class GemmKernel {
+  WmmaSimple,
+  WmmaSimpleF16Accumulator,
+  WmmaPipelined,
+  MmaLarge,  // rung 3, 128x256, cp.async
+  MmaMedium,  // rung 3, 128x128, cp.async
+  MmaAnyAlignment,  // rung 3, 128x128, loads through registers
+  SimtF32
 };
-
-Geometry geometry_of(GemmKernel kernel) {
-  switch (kernel) {
-    case GemmKernel::WmmaSimple:
-    case GemmKernel::WmmaSimpleF16Accumulator:
-      return {wmma_simple::kTile, wmma_simple::kTile, wmma_simple::kStep, wmma_simple::kBlocksPerSm};
-    case GemmKernel::WmmaPipelined:  // f16 and bf16 alike: 2-byte operands
-      return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStepOf<__half>,
-              wmma_pipelined::kBlocksPerSm};
-    case GemmKernel::Tf32Pipelined:
-      return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStepOf<float>,
-              wmma_pipelined::kBlocksPerSm};
-    case GemmKernel::SimtF32:
-      return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kBlocksPerSm};
-  }
-  throw Error("CUDA kernel gemm: unknown kernel");
-}
-
-constexpr std::int64_t kMinSliceK = 512;  // the header's reasons; a multiple of every kernel's k step
-constexpr std::int64_t kMaxSlices = 128;
 
 // The current device's SM count, asked of the driver once per device.
 int multiprocessor_count() {
@@ -117,6 +105,70 @@ int multiprocessor_count() {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Rung 3 with 16-byte-aligned rows: the large tile when C has at least one of them per SM (the GPU is
+// filled once by the kernel that reuses each loaded operand most), else the medium one (twice the
+// blocks, two an SM).
+GemmKernel mma_tile_for(const GemmShape& s) {
+  using mma_pipelined::Large;
+  const std::int64_t large_tiles = ceil_div(s.m, Large::kTileM) * ceil_div(s.n, Large::kTileN) * s.batch;
+  return large_tiles >= multiprocessor_count() ? GemmKernel::MmaLarge : GemmKernel::MmaMedium;
+}
+
+// The header's "which one runs", and the lower rungs when gemm_rung() asks for them.
+GemmKernel pick_kernel(const Tensor& a, const Tensor& b, const GemmShape& s) {
+  const GemmRung rung = gemm_rung();
+  switch (a.dtype()) {
+    case DType::F16:
+      if (gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
+      if (rung == GemmRung::WmmaSimple) return GemmKernel::WmmaSimple;
+      if (rung == GemmRung::WmmaPipelined)
+        return rows_aligned<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
+      return rows_aligned<__half>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
+    case DType::BF16:
+      return rows_aligned<bf16>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
+    case DType::F32:
+      return allow_tf32() && rows_aligned<float>(a, b, s) ? mma_tile_for(s) : GemmKernel::SimtF32;
+    case DType::F64:
+    case DType::I32:
+    case DType::E4M3:
+    case DType::E5M2:
+      break;
+  }
+  throw Error(fmt::format("CUDA kernel gemm: needs f32, f16 or bf16 operands, got {}", a.dtype()));
+}
+
+// What split-K needs to know of a kernel: its output tile, its k step, how many blocks an SM runs.
+struct Geometry {
+  int tile_m, tile_n, k_step, blocks_per_sm;
+};
+
+template <class Cfg>
+Geometry mma_geometry(DType dtype) {
+  const int k_step = dtype == DType::F32 ? mma_pipelined::kStepOf<float> : mma_pipelined::kStepOf<__half>;
+  return {Cfg::kTileM, Cfg::kTileN, k_step, Cfg::kBlocksPerSm};
+}
+
+Geometry geometry_of(GemmKernel kernel, DType dtype) {
+  switch (kernel) {
+    case GemmKernel::WmmaSimple:
+    case GemmKernel::WmmaSimpleF16Accumulator:
+      return {wmma_simple::kTile, wmma_simple::kTile, wmma_simple::kStep, wmma_simple::kBlocksPerSm};
+    case GemmKernel::WmmaPipelined:
+      return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStep, wmma_pipelined::kBlocksPerSm};
+    case GemmKernel::MmaLarge:
+      return mma_geometry<mma_pipelined::Large>(dtype);
+    case GemmKernel::MmaMedium:
+    case GemmKernel::MmaAnyAlignment:
+      return mma_geometry<mma_pipelined::Medium>(dtype);
+    case GemmKernel::SimtF32:
+      return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kBlocksPerSm};
+  }
+  throw Error("CUDA kernel gemm: unknown kernel");
+}
+
+constexpr std::int64_t kMinSliceK = 512;  // the header's reasons; a multiple of every kernel's k step
+constexpr std::int64_t kMaxSlices = 256;
+
 // A GEMM as it will run: which kernel, and k cut into `slices` runs of `k_slice` (slices 1: no split).
 struct GemmPlan {
   GemmKernel kernel;
@@ -127,13 +179,13 @@ struct GemmPlan {
 // The header's rule, for the current device (the caller's DeviceGuard makes it the tensors').
 GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
   GemmPlan plan{pick_kernel(a, b, s)};
-  const Geometry g = geometry_of(plan.kernel);
+  const Geometry g = geometry_of(plan.kernel, a.dtype());
   const std::int64_t sms = multiprocessor_count();
   const std::int64_t blocks = ceil_div(s.m, g.tile_m) * ceil_div(s.n, g.tile_n) * s.batch;
   // An f16 accumulator is never split: the slices' partial sums would be f32, which is not the
   // arithmetic it stands for.
   if (plan.kernel == GemmKernel::WmmaSimpleF16Accumulator || blocks == 0 || blocks * 2 > sms)
-    return plan;  // 0: an empty C (only gemm_kernel_name asks then)
+    return plan;  // 0: an empty C (only gemm_kernel_name asks then); MmaLarge always returns here
   const std::int64_t wanted = std::min({g.blocks_per_sm * sms / blocks, s.k / kMinSliceK, kMaxSlices});
   if (wanted < 2) return plan;
   const std::int64_t k_slice = ceil_div(ceil_div(s.k, wanted), g.k_step) * g.k_step;
@@ -146,21 +198,29 @@ GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
 
 template <class In, class Out>
 void launch_kernel(GemmKernel kernel, const GemmArgs<In, Out>& args, const GemmShape& s, cudaStream_t stream) {
-  if constexpr (std::is_same_v<In, float>) {
-    if (kernel == GemmKernel::Tf32Pipelined)
-      wmma_pipelined::launch(args, s, stream);
-    else
-      simt_f32::launch(args, s, stream);
-  } else {
-    if (kernel == GemmKernel::WmmaPipelined)
-      wmma_pipelined::launch(args, s, stream);
-    else if (kernel == GemmKernel::WmmaSimple)
-      wmma_simple::launch(args, s, stream);
-    else if constexpr (std::is_same_v<In, __half>)
-      wmma_simple::launch<In, Out, __half>(args, s, stream);
-    else
-      throw Error("CUDA kernel gemm: an f16 accumulator needs f16 operands");
+  using mma_pipelined::Copy;
+  using mma_pipelined::Tile;
+  switch (kernel) {
+    case GemmKernel::MmaLarge:
+      return mma_pipelined::launch(Tile::Large, Copy::Async, args, s, stream);
+    case GemmKernel::MmaMedium:
+      return mma_pipelined::launch(Tile::Medium, Copy::Async, args, s, stream);
+    case GemmKernel::MmaAnyAlignment:
+      return mma_pipelined::launch(Tile::Medium, Copy::Registers, args, s, stream);
+    case GemmKernel::SimtF32:
+      if constexpr (std::is_same_v<In, float>) return simt_f32::launch(args, s, stream);
+      break;
+    case GemmKernel::WmmaPipelined:
+      if constexpr (std::is_same_v<In, __half>) return wmma_pipelined::launch(args, s, stream);
+      break;
+    case GemmKernel::WmmaSimple:
+      if constexpr (std::is_same_v<In, __half>) return wmma_simple::launch(args, s, stream);
+      break;
+    case GemmKernel::WmmaSimpleF16Accumulator:
+      if constexpr (std::is_same_v<In, __half>) return wmma_simple::launch<In, Out, __half>(args, s, stream);
+      break;
   }
+  throw Error("CUDA kernel gemm: the plan names a kernel these operands have no instance of");
 }
 
 template <class In, class Out>
@@ -181,7 +241,14 @@ void run(const GemmPlan& plan, const Tensor& a, const Tensor& b, Tensor& c, cons
   launch_sum_slices(args, stream);
 }
 
-std::string kernel_name(GemmKernel kernel) {
+template <class Cfg>
+std::string mma_name(DType dtype, const char* copies) {
+  const bool tf32 = dtype == DType::F32;
+  return fmt::format("{}mma {}x{}x{}, {} stages{}", tf32 ? "tf32 " : "", Cfg::kTileM, Cfg::kTileN,
+                     tf32 ? mma_pipelined::kStepOf<float> : mma_pipelined::kStepOf<__half>, Cfg::kStages, copies);
+}
+
+std::string kernel_name(GemmKernel kernel, DType dtype) {
   switch (kernel) {
     case GemmKernel::WmmaSimple:
       return "wmma simple 32x32x16";
@@ -189,8 +256,12 @@ std::string kernel_name(GemmKernel kernel) {
       return "wmma simple 32x32x16, f16 accumulator";
     case GemmKernel::WmmaPipelined:
       return "wmma 128x128x32, 4 stages";
-    case GemmKernel::Tf32Pipelined:
-      return "tf32 wmma 128x128x16, 4 stages";
+    case GemmKernel::MmaLarge:
+      return mma_name<mma_pipelined::Large>(dtype, "");
+    case GemmKernel::MmaMedium:
+      return mma_name<mma_pipelined::Medium>(dtype, "");
+    case GemmKernel::MmaAnyAlignment:
+      return mma_name<mma_pipelined::Medium>(dtype, ", any alignment");
     case GemmKernel::SimtF32:
       return "simt f32 128x128x8";
   }
@@ -198,6 +269,9 @@ std::string kernel_name(GemmKernel kernel) {
 }
 
 }  // namespace
+
+void set_gemm_rung(GemmRung rung) { rung_setting.store(rung, std::memory_order_relaxed); }
+GemmRung gemm_rung() { return rung_setting.load(std::memory_order_relaxed); }
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
   if (c.numel() == 0) return;
@@ -220,8 +294,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const
 std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape) {
   mg::cuda::DeviceGuard guard(a.device().index);
   const GemmPlan plan = plan_gemm(a, b, shape);
-  if (plan.slices == 1) return kernel_name(plan.kernel);
-  return fmt::format("{}, split-k {} x {}", kernel_name(plan.kernel), plan.slices, plan.k_slice);
+  const std::string name = kernel_name(plan.kernel, a.dtype());
+  if (plan.slices == 1) return name;
+  return fmt::format("{}, split-k {} x {}", name, plan.slices, plan.k_slice);
 }
 
 }  // namespace mg::kernels::cuda

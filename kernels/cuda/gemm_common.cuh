@@ -177,6 +177,32 @@ void launch_sum_slices(const GemmArgs<In, Out>& args, cudaStream_t stream) {
 
 // ---- host helpers ------------------------------------------------------------------------------------
 
+// Whether every row of both operands starts on 16 bytes, as the cp.async kernels need (a 16-byte copy
+// must not straddle two rows): the leading dimension of A (k, or m when transposed) and of B (n, or
+// k when transposed) a multiple of 16 bytes, and A and B 16-byte aligned.
+template <class In>
+bool rows_aligned(const Tensor& a, const Tensor& b, const GemmShape& s) {
+  constexpr std::int64_t kElements = 16 / sizeof(In);
+  const std::int64_t lda = s.transpose_a ? s.m : s.k, ldb = s.transpose_b ? s.k : s.n;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return lda % kElements == 0 && ldb % kElements == 0 && aligned(a.data_ptr()) && aligned(b.data_ptr());
+}
+
+// Calls fn.template operator()<kTransposeA, kTransposeB>() with the shape's layout as template
+// arguments: how a kernel file instantiates one kernel per layout, so that the transposes cost
+// nothing at run time.
+template <class Fn>
+void with_layout(const GemmShape& shape, Fn&& fn) {
+  if (!shape.transpose_a && !shape.transpose_b)
+    fn.template operator()<false, false>();
+  else if (!shape.transpose_a)
+    fn.template operator()<false, true>();
+  else if (!shape.transpose_b)
+    fn.template operator()<true, false>();
+  else
+    fn.template operator()<true, true>();
+}
+
 // Runs fn(device) once per device (the current one) for the life of the process, and returns that
 // device's index: for per-device settings and facts, such as a kernel's shared-memory opt-in or the
 // SM count, which last but must not cost a driver call on every launch. Thread-safe (what fn writes

@@ -167,14 +167,9 @@ void launch_layout(const GemmArgs<float, float>& args, bool vector_store, cudaSt
 inline void launch(const GemmArgs<float, float>& args, const GemmShape& shape, cudaStream_t stream) {
   const float* out = args.partial ? args.partial : args.c;
   const bool vector_store = shape.n % kGroup == 0 && aligned(out, 16);
-  if (!shape.transpose_a && !shape.transpose_b)
-    launch_layout<false, false>(args, vector_store, stream);
-  else if (!shape.transpose_a)
-    launch_layout<false, true>(args, vector_store, stream);
-  else if (!shape.transpose_b)
-    launch_layout<true, false>(args, vector_store, stream);
-  else
-    launch_layout<true, true>(args, vector_store, stream);
+  with_layout(shape, [&]<bool kTransposeA, bool kTransposeB>() {
+    launch_layout<kTransposeA, kTransposeB>(args, vector_store, stream);
+  });
 }
 
 }  // namespace mg::kernels::cuda::simt_f32

@@ -1,17 +1,19 @@
-// The fast WMMA (Tensor Core) GEMM: C[z] = epilogue(op(A[z]) op(B[z])) with f32 accumulation, C
-// rounded once on store. Rung 2 of the ladder in gemm.cu, the mainline for f16 and bf16 operands (C
-// in f16, bf16 or f32), and with f32 operands the TF32 path (kernels::allow_tf32(): each operand
-// rounded to TF32 in registers, m16n16k8 fragments). Read gemm_wmma_simple.cuh first: the same
-// multiply, one 16x16 fragment a warp and no overlap of copies and math.
+// The pipelined WMMA (Tensor Core) GEMM: C[z] = epilogue(op(A[z]) op(B[z])) for f16 operands with f32
+// accumulation, C (f16 or f32) rounded once on store. Rung 2 of the ladder in gemm.cu: the step from
+// gemm_wmma_simple.cuh (the same multiply, one 16x16 fragment a warp and no overlap of copies and math)
+// to gemm_mma.cu, which does what WMMA hides and runs every f16 GEMM now; this one runs when
+// kernels::cuda::set_gemm_rung asks for it (the benchmark, the tests). It had bf16 and TF32 versions:
+// WMMA's bf16 and TF32 fragment loads compile to generic LD (+ MOVM) on sm_90, no LDSM, and held them
+// to 23% and 17% of cuBLAS on an H200 against f16's 37% (bench/results/gpu_bench-h200-2026-11-28.txt).
 //
 // Shapes: any m, n, k >= 0 and batch, but every operand's rows must start on 16 bytes: the leading
 // dimension of A (k, or m when transposed) and of B (n, or k when transposed) a multiple of 8
-// elements (4 for f32), and A and B 16-byte aligned. The copies are 16-byte cp.async, and a copy
-// must not straddle two rows. gemm.cu checks this and sends other shapes to the simple kernel.
+// elements, and A and B 16-byte aligned (gemm_common.cuh's rows_aligned). The copies are 16-byte
+// cp.async, and a copy must not straddle two rows. gemm.cu sends other shapes to the simple kernel.
 //
 // Launch geometry: 256 threads = 8 warps a block, one 128x128 tile of C a block; the warps are 2 x 4
 // over it and each owns 64x32 of C as 4 x 2 WMMA accumulators (64 f32 registers a thread). A step
-// along k is 64 bytes of each row: 32 f16/bf16 or 16 f32 values. Grid (ceil(m/128), ceil(n/128),
+// along k is 64 bytes of each row: 32 f16 values. Grid (ceil(m/128), ceil(n/128),
 // slices * batch): when gemm.cu splits k, a block runs the pipeline over its slice's steps only and
 // stores f32 partial sums (gemm_common.cuh) for the second pass to finish.
 //
@@ -31,11 +33,12 @@
 // each thread finishes whole elements of C (bias, activation, one rounding) and stores where they exist.
 // Fragment pointers (WMMA wants them 32-byte aligned, ldm a multiple of 16 bytes) with the padded rows:
 // a [x][k] row is 80 bytes and fragments start 16 rows (1280 bytes) and 32 bytes of k apart; a [k][x]
-// row is 272 (f16/bf16) or 528 (f32) bytes, fragments 16 or 8 rows apart (4352, 4224 bytes) and 16
-// x (32 or 64 bytes); stage_b starts 10 KiB after stage_a; the accumulator rows are 528 bytes, 16 rows
-// and 16 floats apart. All multiples of 32, checked by the static_asserts below.
+// row is 272 bytes, fragments 16 rows apart (4352 bytes) and 16 x (32 bytes); stage_b starts 10 KiB
+// after stage_a; the accumulator rows are 528 bytes, 16 rows and 16 floats apart. All multiples of 32,
+// checked by the static_asserts below.
 //
-// Tests: build/tests/test_cuda_gemm. Benchmark: build/bench/cuda_gemm (target: >= 60% of cuBLAS at 4096^3).
+// Tests: build/tests/test_cuda_gemm. Benchmark: build/bench/cuda_gemm (37% of cuBLAS at 4096^3 on an H200,
+// 2026-11-28: the padded rows, 64x32 warp tiles and the epilogue's scalar stores are what rung 3 changes).
 #pragma once
 
 #include <mma.h>
@@ -48,19 +51,8 @@
 
 namespace mg::kernels::cuda::wmma_pipelined {
 
-// The fragment shape of each operand type: f16 and bf16 multiply 16 deep; f32 operands use TF32
-// fragments 8 deep, loaded from f32 and rounded in registers.
-template <class T>
-struct FragmentOf {
-  using Element = T;
-  static constexpr int kDepth = 16;
-};
-template <>
-struct FragmentOf<float> {
-  using Element = nvcuda::wmma::precision::tf32;
-  static constexpr int kDepth = 8;
-};
-
+using In = __half;
+constexpr int kDepth = 16;  // k of one WMMA fragment
 constexpr int kTileM = 128, kTileN = 128;  // equal: both operands' tiles are sized by kTileM
 static_assert(kTileM == kTileN);
 constexpr int kThreads = 256;  // 8 warps
@@ -70,56 +62,51 @@ constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 16;
 constexpr int kStages = 4;
 constexpr int kBlocksPerSm = 2;  // the launch bounds' promise; gemm.cu's split-K fills to it
 constexpr int kStepBytes = 64;  // of each row per k step
-template <class T>
-constexpr int kStepOf = kStepBytes / sizeof(T);  // k per step: 32 (f16/bf16) or 16 (f32)
+constexpr int kStep = kStepBytes / sizeof(In);  // k per step: 32
 // Shared rows are 16 bytes longer than the data. A fragment load reads 8 rows of 16 bytes at once:
-// with rows of 64 bytes those land on 2 groups of 4 banks (a 4-way conflict), with 256 or 512 bytes
-// on one (8-way); with 80, 272 or 528 bytes they cover all 32 banks. 16 bytes also keeps every row
-// aligned for cp.async and for WMMA (ldm a multiple of 16 bytes).
+// with rows of 64 bytes those land on 2 groups of 4 banks (a 4-way conflict), with 256 bytes on one
+// (8-way); with 80 or 272 bytes they cover all 32 banks. 16 bytes also keeps every row aligned for
+// cp.async and for WMMA (ldm a multiple of 16 bytes). Rung 3 swizzles instead (mma_layout.h).
 constexpr int kSkewBytes = 16;
 constexpr int kSkewC = 4;  // floats, for the accumulator tile: same reason
+constexpr int kSkew = kSkewBytes / sizeof(In);
 
 // The shared tile of one operand in one stage: `x` is m (A) or n (B). k-major tiles are [k][x]
 // (A stored [k, m], B stored [k, n]), the others [x][k].
-template <class T, bool kMajor>
+template <bool kMajor>
 struct OperandTile {
-  static constexpr int kStep = kStepOf<T>;
-  static constexpr int kChunk = kCopyBytes / sizeof(T);  // elements per copy
+  static constexpr int kChunk = kCopyBytes / sizeof(In);  // elements per copy
   static constexpr int kRows = kMajor ? kStep : kTileM;
   static constexpr int kCols = kMajor ? kTileM : kStep;
-  static constexpr int kLd = kCols + kSkewBytes / sizeof(T);
-  // A stage holds either layout: room for the larger one (both are 10 KiB for every T).
-  static constexpr int kElements = std::max(kStep * (kTileM + kSkewBytes / sizeof(T)),
-                                            kTileM*(kStep + kSkewBytes / sizeof(T)));
+  static constexpr int kLd = kCols + kSkew;
+  // A stage holds either layout: room for the larger one (both are 10 KiB).
+  static constexpr int kElements = std::max(kStep * (kTileM + kSkew), kTileM*(kStep + kSkew));
 
   // The element (x, kk) of the operand, where a fragment of 16 x's starting there begins.
-  __device__ static const T* at(const T* tile, int x, int kk) {
+  __device__ static const In* at(const In* tile, int x, int kk) {
     return kMajor ? tile + kk * kLd + x : tile + x * kLd + kk;
   }
   // Byte offsets between fragment starts (see the header): every one a multiple of 32.
-  static_assert((kLd * sizeof(T)) % 16 == 0, "ldm must be a multiple of 16 bytes");
-  static_assert((16 * kLd * sizeof(T)) % 32 == 0 && (FragmentOf<T>::kDepth * kLd * sizeof(T)) % 32 == 0 &&
-                    (16 * sizeof(T)) % 32 == 0 && (FragmentOf<T>::kDepth * sizeof(T)) % 32 == 0,
+  static_assert((kLd * sizeof(In)) % 16 == 0, "ldm must be a multiple of 16 bytes");
+  static_assert((16 * kLd * sizeof(In)) % 32 == 0 && (16 * sizeof(In)) % 32 == 0,
                 "fragment pointers must be 32-byte aligned");
-  static_assert((kElements * sizeof(T)) % 128 == 0, "stage_b must keep the shared buffer's alignment");
+  static_assert((kElements * sizeof(In)) % 128 == 0, "stage_b must keep the shared buffer's alignment");
 };
 
-template <class T>
-constexpr int kStageBytes = 2 * OperandTile<T, false>::kElements * sizeof(T);
+constexpr int kStageBytes = 2 * OperandTile<false>::kElements * sizeof(In);
 constexpr int kAccumulatorBytes = kTileM * (kTileN + kSkewC) * sizeof(float);
 static_assert(((kTileN + kSkewC) * sizeof(float)) % 16 == 0 && (16 * (kTileN + kSkewC) * sizeof(float)) % 32 == 0,
               "accumulator fragments must start on 32 bytes, rows a multiple of 16 bytes apart");
-template <class T>
-constexpr int kSharedBytes = std::max(kStages* kStageBytes<T>, kAccumulatorBytes);
+constexpr int kSharedBytes = std::max(kStages * kStageBytes, kAccumulatorBytes);
 
 // ---- copies into shared memory -----------------------------------------------------------------
 
 // Queues the copies of one operand tile: rows [row0, row0 + kRows) and columns [col0, col0 + kCols)
 // of a row-major [rows, cols] matrix. cols is a multiple of kChunk (the alignment rule above), so a
 // copy lies wholly inside the matrix or wholly outside it (and then reads nothing).
-template <class T, bool kMajor>
-__device__ __forceinline__ void copy_tile(T* tile, const T* matrix, int rows, int cols, int row0, int col0) {
-  using Tile = OperandTile<T, kMajor>;
+template <bool kMajor>
+__device__ __forceinline__ void copy_tile(In* tile, const In* matrix, int rows, int cols, int row0, int col0) {
+  using Tile = OperandTile<kMajor>;
   constexpr int kChunksPerRow = Tile::kCols / Tile::kChunk;
   constexpr int kChunks = Tile::kRows * kChunksPerRow;  // 512 in every case: 2 copies a thread
   static_assert(kChunks % kThreads == 0);
@@ -137,20 +124,17 @@ __device__ __forceinline__ void copy_tile(T* tile, const T* matrix, int rows, in
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // A is k-major when stored transposed ([k, m]); B when not ([k, n]). kSplit: k is split (args.partial
-// set); a template argument so that the unsplit kernel knows k_begin = 0 and has one store path: at
-// 128 registers a thread the TF32 kernel spills otherwise.
-template <class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
+// set); a template argument so that the unsplit kernel knows k_begin = 0 and has one store path.
+template <class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmArgs<In, Out> args) {
   using namespace nvcuda;
-  using TileA = OperandTile<In, kTransposeA>;
-  using TileB = OperandTile<In, !kTransposeB>;
-  using Fragment = FragmentOf<In>;
+  using TileA = OperandTile<kTransposeA>;
+  using TileB = OperandTile<!kTransposeB>;
   using LayoutA = std::conditional_t<kTransposeA, wmma::col_major, wmma::row_major>;
   using LayoutB = std::conditional_t<kTransposeB, wmma::col_major, wmma::row_major>;
-  constexpr int kStep = TileA::kStep;
 
   MG_DYNAMIC_SHARED(unsigned char, shared);  // 128-byte aligned
-  const auto stage_a = [&](int stage) { return reinterpret_cast<In*>(shared + stage * kStageBytes<In>); };
+  const auto stage_a = [&](int stage) { return reinterpret_cast<In*>(shared + stage * kStageBytes); };
   const auto stage_b = [&](int stage) { return stage_a(stage) + TileA::kElements; };
 
   const int m = args.m, n = args.n, k = args.k;
@@ -166,16 +150,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
   const auto copy_step = [&](int stage, int step) {
     const int k0 = step * kStep;
     if constexpr (kTransposeA)
-      copy_tile<In, true>(stage_a(stage), a, k, m, k0, row0);
+      copy_tile<true>(stage_a(stage), a, k, m, k0, row0);
     else
-      copy_tile<In, false>(stage_a(stage), a, m, k, row0, k0);
+      copy_tile<false>(stage_a(stage), a, m, k, row0, k0);
     if constexpr (kTransposeB)
-      copy_tile<In, false>(stage_b(stage), b, n, k, col0, k0);
+      copy_tile<false>(stage_b(stage), b, n, k, col0, k0);
     else
-      copy_tile<In, true>(stage_b(stage), b, k, n, k0, col0);
+      copy_tile<true>(stage_b(stage), b, k, n, k0, col0);
   };
 
-  wmma::fragment<wmma::accumulator, 16, 16, Fragment::kDepth, float> sum[kFragsM][kFragsN];
+  wmma::fragment<wmma::accumulator, 16, 16, kDepth, float> sum[kFragsM][kFragsN];
 #pragma unroll
   for (int i = 0; i < kFragsM; ++i)
 #pragma unroll
@@ -203,20 +187,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
     const In* tile_a = stage_a(step % kStages);
     const In* tile_b = stage_b(step % kStages);
 #pragma unroll
-    for (int kk = 0; kk < kStep; kk += Fragment::kDepth) {
-      wmma::fragment<wmma::matrix_b, 16, 16, Fragment::kDepth, typename Fragment::Element, LayoutB> b_frag[kFragsN];
+    for (int kk = 0; kk < kStep; kk += kDepth) {
+      wmma::fragment<wmma::matrix_b, 16, 16, kDepth, In, LayoutB> b_frag[kFragsN];
 #pragma unroll
-      for (int j = 0; j < kFragsN; ++j) {
+      for (int j = 0; j < kFragsN; ++j)
         wmma::load_matrix_sync(b_frag[j], TileB::at(tile_b, warp_col + j * 16, kk), TileB::kLd);
-        if constexpr (std::is_same_v<In, float>)
-          for (int t = 0; t < b_frag[j].num_elements; ++t) b_frag[j].x[t] = wmma::__float_to_tf32(b_frag[j].x[t]);
-      }
 #pragma unroll
       for (int i = 0; i < kFragsM; ++i) {
-        wmma::fragment<wmma::matrix_a, 16, 16, Fragment::kDepth, typename Fragment::Element, LayoutA> a_frag;
+        wmma::fragment<wmma::matrix_a, 16, 16, kDepth, In, LayoutA> a_frag;
         wmma::load_matrix_sync(a_frag, TileA::at(tile_a, warp_row + i * 16, kk), TileA::kLd);
-        if constexpr (std::is_same_v<In, float>)
-          for (int t = 0; t < a_frag.num_elements; ++t) a_frag.x[t] = wmma::__float_to_tf32(a_frag.x[t]);
 #pragma unroll
         for (int j = 0; j < kFragsN; ++j) wmma::mma_sync(sum[i][j], a_frag, b_frag[j], sum[i][j]);
       }
@@ -245,50 +224,31 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_wmma_kernel(GemmA
 
 // ---- host side -----------------------------------------------------------------------------------
 
-// Whether the operands meet the 16-byte rule above (the simple kernel takes them otherwise).
-template <class In>
-bool fits(const Tensor& a, const Tensor& b, const GemmShape& s) {
-  constexpr std::int64_t kChunk = kCopyBytes / sizeof(In);
-  const std::int64_t lda = s.transpose_a ? s.m : s.k, ldb = s.transpose_b ? s.k : s.n;
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kCopyBytes == 0; };
-  return lda % kChunk == 0 && ldb % kChunk == 0 && aligned(a.data_ptr()) && aligned(b.data_ptr());
-}
-
-template <class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
+template <class Out, bool kTransposeA, bool kTransposeB, bool kSplit>
 void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
   // Named for the emulator's messages, which quote the launch's first argument.
-  constexpr auto pipelined_gemm = gemm_wmma_kernel<In, Out, kTransposeA, kTransposeB, kSplit>;
+  constexpr auto pipelined_gemm = gemm_wmma_kernel<Out, kTransposeA, kTransposeB, kSplit>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device (the attribute lasts;
   // setting it on every launch would add two driver calls to each); the carveout hint asks for the
   // most shared memory, so 2 blocks fit.
   static OncePerDevice opted_in;
   opted_in([&](int) {
-    MG_CUDA_CHECK(cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<In>));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
     MG_CUDA_CHECK(cudaFuncSetAttribute(pipelined_gemm, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
   });
-  MG_LAUNCH(pipelined_gemm, gemm_grid(args, kTileM, kTileN), kThreads, kSharedBytes<In>, stream)(args);
+  MG_LAUNCH(pipelined_gemm, gemm_grid(args, kTileM, kTileN), kThreads, kSharedBytes, stream)(args);
   MG_CUDA_LAUNCHED();
 }
 
-template <class In, class Out, bool kTransposeA, bool kTransposeB>
-void launch_layout(const GemmArgs<In, Out>& args, cudaStream_t stream) {
-  if (args.partial)
-    launch_variant<In, Out, kTransposeA, kTransposeB, true>(args, stream);
-  else
-    launch_variant<In, Out, kTransposeA, kTransposeB, false>(args, stream);
-}
-
-template <class In, class Out>
+template <class Out>
 void launch(const GemmArgs<In, Out>& args, const GemmShape& shape, cudaStream_t stream) {
-  if (!shape.transpose_a && !shape.transpose_b)
-    launch_layout<In, Out, false, false>(args, stream);
-  else if (!shape.transpose_a)
-    launch_layout<In, Out, false, true>(args, stream);
-  else if (!shape.transpose_b)
-    launch_layout<In, Out, true, false>(args, stream);
-  else
-    launch_layout<In, Out, true, true>(args, stream);
+  with_layout(shape, [&]<bool kTransposeA, bool kTransposeB>() {
+    if (args.partial)
+      launch_variant<Out, kTransposeA, kTransposeB, true>(args, stream);
+    else
+      launch_variant<Out, kTransposeA, kTransposeB, false>(args, stream);
+  });
 }
 
 }  // namespace mg::kernels::cuda::wmma_pipelined

@@ -1,6 +1,6 @@
-// One FP8 Tensor Core instruction: mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32 (sm_89 and later:
-// Ada and Hopper), D = A B + C for a 16x32 tile A and a 32x8 tile B of E4M3 or E5M2 codes (the two
-// formats may be mixed) and a 16x8 f32 tile C. The one place kernels/cuda/ says it in PTX (as
+// One FP8 instruction: mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32 (sm_89 and later: Ada's FP8
+// Tensor Cores, and on Hopper the compiler's f16 rendering of it), D = A B + C for a 16x32 tile A and
+// a 32x8 tile B of E4M3 or E5M2 codes (the two formats may be mixed) and a 16x8 f32 tile C. The one place kernels/cuda/ says it in PTX (as
 // cp_async.cuh does for cp.async), so that the CUDA emulator (emulator/) can put its model of the
 // instruction here. Used by the FP8 GEMM (fp8.cu).
 //
@@ -27,14 +27,20 @@
 // with the PTX ISA's formulas instead (element i, byte i % 4 of register i / 4), so that the two are
 // checked against each other (tests/planted_bugs.cmake plants a wrong layout).
 //
-// Arithmetic. Every product of two FP8 values is exact (at most 4 x 4 significant bits), but the
-// accumulator is not f32: on Hopper it keeps about 14 significant bits (DeepSeek-V3, arXiv 2412.19437,
-// section 3.3.2; SageAttention2, arXiv 2411.10958, calls it FP22: 1 sign, 8 exponent, 13 mantissa
-// bits). The emulator's model of one instruction, *assumed*, since NVIDIA publishes none: each output's
-// 32 products are summed exactly, added to C, and the result is cut to 13 mantissa bits by truncation
-// (kernels::fp8_accumulate with kTensorCoreFp8Accumulator, kernels/fp8.h: the very function the CPU's
-// Limited model calls, so the two agree bit for bit). tests/test_cuda_fp8.cpp prints what a real GPU
-// gives for the cases that tell such models apart (scripts/gpu-check records it).
+// Arithmetic. Every product of two FP8 values is exact (at most 4 x 4 significant bits); what the
+// instruction keeps of their sum depends on the GPU (kernels/fp8.h, mma_sync_fp8_accumulator):
+//   sm_89 (Ada): QMMA.16832, FP8 Tensor Cores. Modelled, *assumed* (NVIDIA publishes nothing, and no Ada
+//     GPU has run it here), as the accumulator DeepSeek-V3 (arXiv 2412.19437, section 3.3.2) and
+//     SageAttention2 (arXiv 2411.10958: FP22, 13 mantissa bits) report for Hopper's FP8 Tensor Cores:
+//     the 32 products summed exactly, added to C, the result cut to 13 mantissa bits by truncation.
+//   sm_90 (Hopper): nvcc has no FP8 mma.sync there; it compiles the instruction to F2FP conversions of
+//     the codes into f16 and two HMMA.16816 with f32 accumulation (the SASS of fp8.cu: scripts/check-sass).
+//     An H200 summed in f32 (bench/results/fp8_accumulator-h200-2026-11-28.txt). Modelled as each
+//     HMMA's 16 products summed exactly, added to C and rounded to f32 (nearest).
+// The emulator computes the model of the compute capability it reports (MG_EMULATOR_COMPUTE_CAPABILITY,
+// 90 by default) with kernels::fp8_accumulate, the very function the CPU's Limited model calls, so the
+// two agree bit for bit. tests/test_cuda_fp8.cpp prints what a real GPU gives for the cases that tell
+// such models apart (scripts/gpu-check records it).
 #pragma once
 
 #include <cstdint>
@@ -115,15 +121,19 @@ struct Mma {
       for (int i = 0; i < 4; ++i)  // c0..c3
         c[i < 2 ? group_id : group_id + 8][thread_id_in_group * 2 + (i & 0x1)] = lane->c->x[i];
     }
-    // Each output: its 32 products summed in f64 in k order, as the CPU's Limited model sums a group
-    // (kernels/cpu/gemm_fp8.cpp; exact, but for sums spanning more than 53 bits of exponent range),
-    // then added to C and cut to the accumulator's 13 mantissa bits (assumed: see the header).
+    // Each output: the products of each group (32 on Ada, 16 on Hopper) summed in f64 in k order, as
+    // the CPU's Limited model sums a group (kernels/cpu/gemm_fp8.cpp; exact, but for sums spanning more
+    // than 53 bits of exponent range), added to the running sum and cut as the header says.
+    const kernels::Fp8Accumulator model = kernels::mma_sync_fp8_accumulator(::mg::emu::settings().compute_capability);
     float d[16][8];
     for (int i = 0; i < 16; ++i)
       for (int j = 0; j < 8; ++j) {
-        double sum = 0.0;
-        for (int k = 0; k < 32; ++k) sum += a[i][k] * b[k][j];
-        d[i][j] = kernels::fp8_accumulate(c[i][j], sum, kTensorCoreFp8Accumulator);
+        d[i][j] = c[i][j];
+        for (int g = 0; g < 32; g += model.group) {
+          double sum = 0.0;
+          for (int k = g; k < g + model.group; ++k) sum += a[i][k] * b[k][j];
+          d[i][j] = kernels::fp8_accumulate(d[i][j], sum, model);
+        }
       }
     for (int l = 0; l < 32; ++l) {
       auto* lane = static_cast<Lane*>(lanes[l]);
