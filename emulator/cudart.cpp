@@ -3,8 +3,9 @@
 // toolkit's own cuda_runtime_api.h and defined here instead of in libcudart.
 //
 // One device, shaped like an H100 SXM where a kernel asks (compute capability 9.0, 132 multiprocessors
-// unless MG_EMULATOR_COMPUTE_CAPABILITY or MG_EMULATOR_MULTIPROCESSORS say otherwise,
-// 48 KiB of dynamic shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor).
+// unless MG_EMULATOR_COMPUTE_CAPABILITY or MG_EMULATOR_MULTIPROCESSORS say otherwise, 48 KiB of
+// dynamic shared memory without the opt-in, 227 KiB with it, 228 KiB a multiprocessor; the shared
+// memory follows the compute capability: 99 KiB with the opt-in on an emulated Ada GPU).
 // Everything runs at once, in the order it is called: a kernel is done when its launch returns, so
 // streams and events only need to exist. Memory is the host's (memory.cpp), counted against the
 // device's memory limit (MG_EMULATOR_MEMORY_LIMIT, 80 GiB by default): cudaMalloc past it fails with
@@ -29,8 +30,23 @@ namespace mg::emu::runtime {
 namespace {
 
 constexpr int kDefaultDynamicShared = 48 << 10;
-constexpr int kMaxDynamicShared = 227 << 10;  // the opt-in limit of a block
-constexpr int kSharedPerMultiprocessor = 228 << 10;
+// Shared memory, by the compute capability the device reports (NVIDIA's tables): the opt-in limit of
+// a block and a multiprocessor's whole, 227 and 228 KiB on an H100 (and sm_100), 163 and 164 KiB on an
+// A100 (sm_80, sm_87), 99 and 100 KiB on Ampere's and Ada's other GPUs (sm_86, sm_89) and sm_120.
+int max_dynamic_shared() {
+  switch (settings().compute_capability) {
+    case 80:
+    case 87:
+      return 163 << 10;
+    case 86:
+    case 89:
+    case 120:
+      return 99 << 10;
+    default:
+      return 227 << 10;
+  }
+}
+int shared_per_multiprocessor() { return max_dynamic_shared() + (1 << 10); }
 constexpr int kMaxThreadsPerMultiprocessor = 2048;
 constexpr int kMaxBlocksPerMultiprocessor = 32;
 
@@ -169,7 +185,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
       *value = 2147483647;
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-      *value = runtime::kMaxDynamicShared;
+      *value = runtime::max_dynamic_shared();
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *value = runtime::shared_per_multiprocessor();
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor:  // 9.0 unless MG_EMULATOR_COMPUTE_CAPABILITY says otherwise
       *value = settings().compute_capability / 10;
@@ -184,7 +203,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
 
 cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribute, int value) {
   if (attribute == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;  // a hint
-  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > runtime::kMaxDynamicShared)
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > runtime::max_dynamic_shared())
     return failed(cudaErrorInvalidValue);
   runtime::Attributes& a = runtime::attributes();
   std::lock_guard lock(a.mutex);
@@ -197,7 +216,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, 
   if (block_size <= 0) return failed(cudaErrorInvalidValue);
   int fit = std::min(runtime::kMaxThreadsPerMultiprocessor / block_size, runtime::kMaxBlocksPerMultiprocessor);
   if (dynamic_shared_bytes > 0)
-    fit = std::min(fit, static_cast<int>(runtime::kSharedPerMultiprocessor / dynamic_shared_bytes));
+    fit = std::min(fit, static_cast<int>(static_cast<std::size_t>(runtime::shared_per_multiprocessor()) /
+                                         dynamic_shared_bytes));
   *blocks = fit;
   return cudaSuccess;
 }

@@ -110,7 +110,7 @@ float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumula
 //   sm_89 (Ada): QMMA.16832, FP8 Tensor Cores. kAdaFp8Accumulator: the Limited model with its
 //     defaults (13 mantissa bits, truncation, 32 products), the width DeepSeek-V3 and SageAttention2
 //     report for Hopper's FP8 Tensor Cores. Assumed: no Ada GPU has measured it here.
-//   sm_90 and later (Hopper): nvcc compiles the instruction to F2FP conversions of the codes into f16
+//   sm_90 (Hopper): nvcc compiles the instruction to F2FP conversions of the codes into f16
 //     and two HMMA.16816 with f32 accumulation (their SASS: scripts/check-sass), and an H200 summed in
 //     f32 (bench/results/fp8_accumulator-h200-2026-11-28.txt). kHopperMmaSyncFp8Accumulator: the 16
 //     products of each HMMA summed exactly, added to the running sum and rounded to f32 (nearest; the
@@ -119,8 +119,9 @@ float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumula
 inline constexpr Fp8Accumulator kAdaFp8Accumulator{.limited = true, .promote_every = 0};
 inline constexpr Fp8Accumulator kHopperMmaSyncFp8Accumulator{
     .limited = true, .mantissa_bits = 23, .rounding = Fp8Rounding::Nearest, .group = 16, .promote_every = 0};
+// Blackwell (sm_100, sm_120) has an FP8 mma.sync on its Tensor Cores again: modelled as Ada's, unmeasured.
 constexpr Fp8Accumulator mma_sync_fp8_accumulator(int compute_capability) {
-  return compute_capability >= 90 ? kHopperMmaSyncFp8Accumulator : kAdaFp8Accumulator;
+  return compute_capability / 10 == 9 ? kHopperMmaSyncFp8Accumulator : kAdaFp8Accumulator;
 }
 
 // C = act(op(A) op(B) * scales + bias), A and B in FP8 (E4M3 and E5M2 may be mixed), C in f32, f16

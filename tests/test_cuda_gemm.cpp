@@ -186,6 +186,7 @@ TEST_CASE("gemm on the CPU: the TF32 switch changes nothing there") {
 
 // ---- GPU: every kernel against the CPU -------------------------------------------------------------
 #ifdef MG_WITH_CUDA
+#include <cuda_runtime_api.h>
 
 namespace {
 
@@ -330,6 +331,15 @@ TEST_CASE("cuda gemm: TF32 only when allowed; within TF32's rounding of f32 when
 
 namespace {
 
+// The most shared memory a block of the current device may have (with the opt-in).
+int shared_per_block() {
+  int device = 0, bytes = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess);
+  return bytes;
+}
+constexpr int kLargeTileShared = 192 * 1024;  // rung 3's 128x256 tile: 4 stages of 48 KiB
+
 std::string kernel_for(DType dtype, const kernels::GemmShape& s) {
   const Shape a_shape = s.transpose_a ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k};
   const Shape b_shape = s.transpose_b ? Shape{s.batch, s.n, s.k} : Shape{s.batch, s.k, s.n};
@@ -369,8 +379,22 @@ TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and
   CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
 }
 
+TEST_CASE("cuda gemm: the 128x256 tile only where a block may have its 192 KiB of shared memory") {
+  if (!have_gpu()) return;
+  // 8192^2 is 64 x 32 tiles of 128x256, one per SM on any GPU; only the plan is asked for. An H100
+  // lets a block have 227 KiB, an A100 163, an Ada GPU 99 (test_cuda_gemm_ada: an emulated one).
+  const int shared = shared_per_block();
+  const std::string name = kernel_for(DType::F16, {.m = 8192, .n = 8192, .k = 64});
+  INFO(name << "; a block may have " << shared << " bytes of shared memory");
+  CHECK(name.starts_with(shared >= kLargeTileShared ? "mma 128x256" : "mma 128x128"));
+}
+
 TEST_CASE("cuda gemm: rung 3's 128x256 tile, for a C with a tile per SM, every layout and dtype") {
   if (!have_gpu()) return;
+  if (shared_per_block() < kLargeTileShared) {
+    MESSAGE("skipped: this device's blocks may not have the 192 KiB of shared memory the 128x256 tile needs");
+    return;
+  }
   // The smallest C (of 256 rows, twice as many columns each try) that the plan gives the large tile:
   // it depends on the SM count (test_cuda_gemm_few_sms runs this on an emulator that reports 4).
   std::int64_t n = 256;

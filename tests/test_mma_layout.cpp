@@ -117,12 +117,10 @@ void for_each_combination(Fn&& fn) {
     fn.template operator()<Cfg, kBytes, false, true>();
     fn.template operator()<Cfg, kBytes, false, false>();
   };
-  using Large = layout::Config<128, 256, 4, 1>;
-  using Medium = layout::Config<128, 128, 3, 2>;
-  majorness.template operator()<Large, 2>();
-  majorness.template operator()<Large, 4>();
-  majorness.template operator()<Medium, 2>();
-  majorness.template operator()<Medium, 4>();
+  majorness.template operator()<layout::LargeTile, 2>();
+  majorness.template operator()<layout::LargeTile, 4>();
+  majorness.template operator()<layout::MediumTile, 2>();
+  majorness.template operator()<layout::MediumTile, 4>();
 }
 
 template <class Tile>

@@ -3,7 +3,7 @@
 // CUDA emulator (emulator/) can put its two landing modes here: each copy lands when it is issued
 // (the emulator's schedules ":issue", which catch a refill that comes too early), or only at the
 // cp.async.wait_group that covers its group (":wait", which catch a wait that is too weak).
-// Used by the pipelined WMMA GEMM (gemm_wmma.cuh).
+// Used by the pipelined GEMMs (gemm_wmma.cuh, gemm_mma.cu).
 #pragma once
 
 #include "kernels/cuda/common.cuh"

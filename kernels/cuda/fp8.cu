@@ -315,6 +315,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
            "kernels::fp8_gemm: m {}, n {}, k {} is beyond this kernel (m, n, k below 2^31 - 256 and n at most "
            "65535 x {})",
            s.m, s.n, s.k, kTileN);
+  if (c.numel() == 0) return;
   mg::cuda::DeviceGuard guard(c.device().index);
   const Fp8Accumulator own = fp8_mma_accumulator(c.device());
   const auto rounding = [](Fp8Rounding r) { return r == Fp8Rounding::Truncate ? "truncation" : "to nearest"; };
@@ -326,7 +327,6 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
              "mantissa_bits {}, {}, group {}",
              c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
              rounding(accumulator.rounding), accumulator.group);
-  if (c.numel() == 0) return;
   const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
   // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));

@@ -22,8 +22,9 @@
 // Which one runs (GemmRung::Auto):
 //   f16 under kernels::Accumulation::F16  -> 1 with a half accumulator, never split
 //   f16, bf16                             -> 3: cp.async when the rows are aligned (128x256 tiles when
-//                                            C has at least one per SM, else 128x128), else through
-//                                            registers (128x128)
+//                                            C has at least one per SM and the device's shared memory
+//                                            holds their 192 KiB, else 128x128), else through
+//                                            registers (128x128); the 128x256 tile is never split
 //   f32                                   -> 3 in TF32 when kernels::allow_tf32() is on and the rows are
 //                                            aligned, else the CUDA-core kernel
 // C is f16/bf16 (the operands' dtype) or f32; every kernel accumulates in f32, applies the epilogue
@@ -37,9 +38,10 @@
 // (gemm_common.cuh). With blocks = tiles along m x tiles along n x batch, and SMs the device's count:
 //   split only when blocks <= SMs / 2     a GPU at least half idle; above that, the scratch and the
 //                                         second pass cost more than the idle SMs would give
-//   slices = min(SMs x blocks an SM runs / blocks,   fill the GPU once (1 a SM for rung 3's 128x256
-//                                                    kernel, 2 for the others of rungs 2 and 3, 8 for
-//                                                    rung 1), not more
+//   slices = min(SMs x blocks an SM runs / blocks,   fill the GPU once (2 a SM for rungs 2 and 3 where
+//                                                    the SM's shared memory holds two, as an H100's
+//                                                    does, else 1; 8 for rung 1; 1 for the CUDA-core
+//                                                    kernel's split variant), not more
 //                k / 512,                            a slice of at least 512 (8 steps of rung 3 in
 //                                                    f16, 16 of rung 2), so its pipeline fill and its
 //                                                    store of partial sums stay small beside its math
@@ -92,26 +94,38 @@ enum class GemmKernel {
   SimtF32
 };
 
-// The current device's SM count, asked of the driver once per device.
-int multiprocessor_count() {
+// What the plan needs to know of the current device, asked of the driver once per device: its SM
+// count, and its shared memory (a block's opt-in limit, an SM's whole), which differ by GPU: 227 and
+// 228 KiB on an H100, 163 and 164 KiB on an A100, 99 and 100 KiB on an Ada GPU.
+struct DeviceFacts {
+  int multiprocessors, shared_per_block, shared_per_multiprocessor;
+};
+
+const DeviceFacts& device_facts() {
   static OncePerDevice asked;
-  static std::array<int, OncePerDevice::kMaxDevices> counts{};
+  static std::array<DeviceFacts, OncePerDevice::kMaxDevices> facts{};
   const int device = asked([](int index) {
+    DeviceFacts& f = facts[static_cast<std::size_t>(index)];
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&f.multiprocessors, cudaDevAttrMultiProcessorCount, index));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&f.shared_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, index));
     MG_CUDA_CHECK(
-        cudaDeviceGetAttribute(&counts[static_cast<std::size_t>(index)], cudaDevAttrMultiProcessorCount, index));
+        cudaDeviceGetAttribute(&f.shared_per_multiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, index));
   });
-  return counts[static_cast<std::size_t>(device)];
+  return facts[static_cast<std::size_t>(device)];
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // Rung 3 with 16-byte-aligned rows: the large tile when C has at least one of them per SM (the GPU is
-// filled once by the kernel that reuses each loaded operand most), else the medium one (twice the
-// blocks, two an SM).
+// filled once by the kernel that reuses each loaded operand most) and the device's shared memory holds
+// its 192 KiB (not an Ada GPU's 99 KiB, nor an A100's 163), else the medium one (twice the blocks).
 GemmKernel mma_tile_for(const GemmShape& s) {
   using mma_pipelined::Large;
+  const DeviceFacts& device = device_facts();
   const std::int64_t large_tiles = ceil_div(s.m, Large::kTileM) * ceil_div(s.n, Large::kTileN) * s.batch;
-  return large_tiles >= multiprocessor_count() ? GemmKernel::MmaLarge : GemmKernel::MmaMedium;
+  return large_tiles >= device.multiprocessors && Large::kSharedBytes <= device.shared_per_block
+             ? GemmKernel::MmaLarge
+             : GemmKernel::MmaMedium;
 }
 
 // The header's "which one runs", and the lower rungs when gemm_rung() asks for them.
@@ -142,10 +156,17 @@ struct Geometry {
   int tile_m, tile_n, k_step, blocks_per_sm;
 };
 
+// The blocks of a kernel an SM runs at once: what its launch bounds promise, or fewer where the SM's
+// shared memory holds fewer (each block also takes 1 KiB the system reserves).
+int blocks_per_sm(int promised, int shared_bytes) {
+  const int fit = device_facts().shared_per_multiprocessor / (shared_bytes + 1024);
+  return std::max(1, std::min(promised, fit));
+}
+
 template <class Cfg>
 Geometry mma_geometry(DType dtype) {
   const int k_step = dtype == DType::F32 ? mma_pipelined::kStepOf<float> : mma_pipelined::kStepOf<__half>;
-  return {Cfg::kTileM, Cfg::kTileN, k_step, Cfg::kBlocksPerSm};
+  return {Cfg::kTileM, Cfg::kTileN, k_step, blocks_per_sm(Cfg::kBlocksPerSm, Cfg::kSharedBytes)};
 }
 
 Geometry geometry_of(GemmKernel kernel, DType dtype) {
@@ -154,14 +175,15 @@ Geometry geometry_of(GemmKernel kernel, DType dtype) {
     case GemmKernel::WmmaSimpleF16Accumulator:
       return {wmma_simple::kTile, wmma_simple::kTile, wmma_simple::kStep, wmma_simple::kBlocksPerSm};
     case GemmKernel::WmmaPipelined:
-      return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStep, wmma_pipelined::kBlocksPerSm};
+      return {wmma_pipelined::kTileM, wmma_pipelined::kTileN, wmma_pipelined::kStep,
+              blocks_per_sm(wmma_pipelined::kBlocksPerSm, wmma_pipelined::kSharedBytes)};
     case GemmKernel::MmaLarge:
       return mma_geometry<mma_pipelined::Large>(dtype);
     case GemmKernel::MmaMedium:
     case GemmKernel::MmaAnyAlignment:
       return mma_geometry<mma_pipelined::Medium>(dtype);
-    case GemmKernel::SimtF32:
-      return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kBlocksPerSm};
+    case GemmKernel::SimtF32:  // its split variant's count: the plan asks only to split
+      return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kSplitBlocksPerSm};
   }
   throw Error("CUDA kernel gemm: unknown kernel");
 }
@@ -180,7 +202,7 @@ struct GemmPlan {
 GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
   GemmPlan plan{pick_kernel(a, b, s)};
   const Geometry g = geometry_of(plan.kernel, a.dtype());
-  const std::int64_t sms = multiprocessor_count();
+  const std::int64_t sms = device_facts().multiprocessors;
   const std::int64_t blocks = ceil_div(s.m, g.tile_m) * ceil_div(s.n, g.tile_n) * s.batch;
   // An f16 accumulator is never split: the slices' partial sums would be f32, which is not the
   // arithmetic it stands for.

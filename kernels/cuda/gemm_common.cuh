@@ -1,12 +1,14 @@
-// What the GEMM kernels of kernels/cuda/ share (gemm_wmma_simple.cuh, gemm_wmma.cuh, gemm_f32.cuh):
+// What the GEMM kernels of kernels/cuda/ share (gemm_wmma_simple.cuh, gemm_wmma.cuh, gemm_mma.cu,
+// gemm_f32.cuh):
 // the arguments of one launch, the epilogue every kernel applies to its f32 sums before the one
 // rounding into C's dtype, split-K's second pass, the grid, and the name of the kernel a GEMM would
 // run (for the benchmark).
 //
 // Shapes (kernels/gemm.h): A [batch, m, k] or [batch, k, m] (transpose_a), B [batch, k, n] or
 // [batch, n, k] (transpose_b), C [batch, m, n]; every matrix row-major and contiguous.
-// Grid of every kernel: x = tiles along m, y = tiles along n, z = slice * batch + batch entry (one
-// slice, z = the entry, unless gemm.cu splits k; its header says when).
+// Grid: x = tiles along m, y = tiles along n (rung 3: x = the tile's number in its L2-friendly order,
+// y = 1), z = slice * batch + batch entry (one slice, z = the entry, unless gemm.cu splits k; its
+// header says when).
 // Split-K: the block of slice s sums k in [s * k_slice, min(k, (s + 1) * k_slice)) and stores those
 // f32 sums unfinished into partial [slices, batch, m, n]; sum_slices_kernel (one thread an element
 // of C, grid-stride) then adds the slices in order 0, 1, ..., applies the epilogue and rounds once.

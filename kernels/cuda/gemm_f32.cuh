@@ -34,7 +34,11 @@ constexpr int kThreads = 256;  // 16 x 16
 constexpr int kPerThread = 8;  // C per thread: 8 x 8, as 2 x 2 groups of 4 x 4
 constexpr int kGroup = 4;
 constexpr int kHalf = kTile / 2;  // the distance between a thread's two groups
-constexpr int kBlocksPerSm = 2;  // the launch bounds' promise (<= 128 registers); what split-K fills
+// The launch bounds' promise: 2 blocks an SM (<= 128 registers) unsplit; 1 for the kernel that sums a
+// slice of k (split-K fills the GPU with it), whose partial-sum stores need about 140 registers: at
+// 128 it spilled on sm_89 (scripts/check-sass).
+constexpr int kBlocksPerSm = 2;
+constexpr int kSplitBlocksPerSm = 1;
 
 // The 4 values one thread loads of one operand slice: the slice is rows x [k0, k0 + 8) of op(X),
 // where x is m (A) or n (B). A k-major operand is stored [k, x] (A transposed, B not): the thread
@@ -75,7 +79,7 @@ __device__ __forceinline__ void store_slice(float (*slice)[kTile], const float (
 // vector_store: the output's rows start on 16 bytes (n % 4 == 0; C, or the partial sums when k is
 // split, aligned), so 4 columns go in one float4.
 template <bool kTransposeA, bool kTransposeB, bool kSplit>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kSplit ? kSplitBlocksPerSm : kBlocksPerSm)
     gemm_f32_kernel(GemmArgs<float, float> args, bool vector_store) {
   MG_SHARED_ALIGNED(16, float[2][kStep][kTile], a_slice);  // op(A)^T: [k][m]
   MG_SHARED_ALIGNED(16, float[2][kStep][kTile], b_slice);  // op(B): [k][n]

@@ -16,8 +16,10 @@
 //     (255 a thread): every address is a kept offset plus a constant (mma_layout.h's FragmentLoads
 //     says why), and TF32, which rounds its fragments in registers too, keeps one set.
 //   - Block tiles of 128 x 256 (8 warps, 2 x 4; 4 stages of 48 KiB: 192 KiB, one block an SM) when C
-//     has enough of them to fill the GPU, else 128 x 128 (4 warps, 3 stages of 32 KiB: two blocks an
-//     SM), gemm.cu decides. A k step is 128 bytes of each row: 64 f16/bf16 or 32 f32, 4 substeps.
+//     has enough of them to fill the GPU and the device lets a block have that much shared memory (an
+//     H100 does, an Ada GPU does not), else 128 x 128 (4 warps, 3 stages of 32 KiB: two blocks an SM
+//     of an H100); gemm.cu decides. A k step is 128 bytes of each row: 64 f16/bf16 or 32 f32, 4
+//     substeps.
 //   - Blocks walk C in groups of 8 tile rows, column by column (mma_layout.h's block_tile: L2 reuse).
 //   - The epilogue stages each warp's 64 x 64 sums through shared memory (16 KiB a warp, in the
 //     pipeline's buffers), so that every lane stores 16 consecutive bytes of a row of C and a warp's

@@ -9,8 +9,8 @@
 
 namespace mg::kernels::cuda::mma_pipelined {
 
-using Large = mma_layout::Config<128, 256, 4, 1>;  // 192 KiB of shared memory: 1 block an SM (H100: 227 KiB)
-using Medium = mma_layout::Config<128, 128, 3, 2>;  // 96 KiB: 2 blocks an SM
+using Large = mma_layout::LargeTile;
+using Medium = mma_layout::MediumTile;
 template <class T>
 constexpr int kStepOf = mma_layout::kRowBytes / sizeof(T);  // k per step: 64 (f16/bf16) or 32 (f32)
 

@@ -5,9 +5,10 @@
 //   mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}...   D (16x8 f32) = A (16x16) B (16x8) + C
 //   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32    the same, 8 deep, TF32 operands
 //   cvt.rna.tf32.f32                                      an f32 rounded to TF32's 10 mantissa bits
-// and the two shared-memory accesses the kernel makes outside ldmatrix: a 32-bit load (the TF32
-// fragments of MN-major tiles) and a 16-byte load and store (staging), with explicit .shared so the
-// compiler never emits a generic LD (scripts/check-sass fails a Tensor Core GEMM that has one).
+// and the shared-memory accesses the kernel makes outside ldmatrix: a 32-bit load (the TF32 fragments
+// of MN-major tiles), a 16-byte store (the copies through registers), and the epilogue's staging (an
+// 8-byte store, a 16-byte load), with explicit .shared so the compiler never emits a generic LD or ST
+// (scripts/check-sass fails a Tensor Core GEMM that has one).
 //
 // Which lane holds which element: the PTX ISA's "Matrix Fragments for mma.m16n8k16 / m16n8k8" and
 // the ldmatrix description (lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of each
@@ -29,7 +30,8 @@
 
 namespace mg::kernels::cuda {
 
-// One lane's share of an A fragment (4 registers), a B fragment (2) and an accumulator (4 f32).
+// One lane's share of an A fragment (4 registers) and of an accumulator (4 f32); a B fragment is two
+// registers, passed as they are.
 struct MmaA {
   std::uint32_t x[4];
 };
@@ -155,20 +157,26 @@ __device__ inline std::uint32_t to_tf32(std::uint32_t bits) {
   return std::bit_cast<std::uint32_t>(nvcuda::wmma::__float_to_tf32(std::bit_cast<float>(bits)));
 }
 
+// The explicit .shared accesses, checked as the hardware would fault: in the block's shared memory,
+// aligned to their size.
 __device__ inline std::uint32_t load_shared_u32(const void* address) {
+  ::mg::emu::check_shared(address, 4, "ld.shared.b32");
   std::uint32_t value;
   std::memcpy(&value, address, sizeof value);
   return value;
 }
 __device__ inline uint4 load_shared_16(const void* address) {
+  ::mg::emu::check_shared(address, 16, "ld.shared.v4.b32");
   uint4 value;
   std::memcpy(&value, address, sizeof value);
   return value;
 }
 __device__ inline void store_shared_16(void* address, const uint4& value) {
+  ::mg::emu::check_shared(address, 16, "st.shared.v4.b32");
   std::memcpy(address, &value, sizeof value);
 }
 __device__ inline void store_shared_8(void* address, float x, float y) {
+  ::mg::emu::check_shared(address, 8, "st.shared.v2.f32");
   const float pair[2] = {x, y};
   std::memcpy(address, pair, sizeof pair);
 }

@@ -37,6 +37,7 @@
 //     the codes into f16 and two HMMA.16816 with f32 accumulation (the SASS of fp8.cu: scripts/check-sass).
 //     An H200 summed in f32 (bench/results/fp8_accumulator-h200-2026-11-28.txt). Modelled as each
 //     HMMA's 16 products summed exactly, added to C and rounded to f32 (nearest).
+//   sm_100, sm_120 (Blackwell): FP8 Tensor Cores under mma.sync again; modelled as Ada's, unmeasured.
 // The emulator computes the model of the compute capability it reports (MG_EMULATOR_COMPUTE_CAPABILITY,
 // 90 by default) with kernels::fp8_accumulate, the very function the CPU's Limited model calls, so the
 // two agree bit for bit. tests/test_cuda_fp8.cpp prints what a real GPU gives for the cases that tell

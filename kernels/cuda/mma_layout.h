@@ -286,6 +286,11 @@ struct Config {
   }
 };
 
+// Rung 3's two configurations (gemm.cu picks one for each GEMM). Shared memory decides how many blocks
+// an SM holds: an H100 has 228 KiB an SM (227 a block with the opt-in), an A100 164, an Ada GPU 100.
+using LargeTile = Config<128, 256, 4, 1>;  // 192 KiB: one block an SM, and only where a block may have that
+using MediumTile = Config<128, 128, 3, 2>;  // 96 KiB: two blocks an SM on an H100, one on an Ada GPU
+
 // ---- the order of the blocks --------------------------------------------------------------------------
 
 // Blocks that run at the same time should share operands in L2. Over C of 64 x 32 tiles (8192^2 in
