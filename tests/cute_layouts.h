@@ -39,13 +39,23 @@ inline const CuteLayout kCuteA1688Tf32{{{{4, 16}, {8, 1}}}, {{{2, 8}, {2, 64}}}}
 inline const CuteLayout kCuteB1688Tf32{{{{4, 8}, {8, 1}}}, {{{2, 32}}}};
 // copy_traits_sm75.hpp: the bits each thread receives (DstLayout), of 4 matrices of 8 rows of 128
 // bits laid one after another; row r of that stack is the one lane r pointed at (SrcLayout).
+inline const CuteLayout kCuteLdsmNx1{{{{32, 32}}}, {{{32, 1}}}};  // SM75_U32x1_LDSM_N
+inline const CuteLayout kCuteLdsmNx2{{{{32, 32}}}, {{{32, 1}, {2, 1024}}}};  // SM75_U32x2_LDSM_N
 inline const CuteLayout kCuteLdsmN{{{{32, 32}}}, {{{32, 1}, {4, 1024}}}};  // SM75_U32x4_LDSM_N
+inline const CuteLayout kCuteLdsmTx1{{{{4, 256}, {8, 16}}}, {{{16, 1}, {2, 128}}}};  // SM75_U16x2_LDSM_T
+inline const CuteLayout kCuteLdsmTx2{{{{4, 256}, {8, 16}}}, {{{16, 1}, {2, 128}, {2, 1024}}}};  // SM75_U16x4_LDSM_T
 inline const CuteLayout kCuteLdsmT{{{{4, 256}, {8, 16}}}, {{{16, 1}, {2, 128}, {4, 1024}}}};  // SM75_U16x8_LDSM_T
 
-// What lane `lane` receives in half `half` of register `reg` from ldmatrix.x4: (the lane whose row it
-// is, the 16-bit element of that row), by CuTe.
-inline std::pair<int, int> cute_ldmatrix(bool transpose, int lane, int reg, int half) {
-  const int bit = (transpose ? kCuteLdsmT : kCuteLdsmN)(lane, 16 * half + 32 * reg);  // the half's first bit
+// What lane `lane` receives in half `half` of register `reg` from ldmatrix.x{matrices} (1, 2 or 4):
+// (the lane whose row it is, the 16-bit element of that row), by CuTe.
+inline std::pair<int, int> cute_ldmatrix(int matrices, bool transpose, int lane, int reg, int half) {
+  const CuteLayout& layout = transpose ? (matrices == 1   ? kCuteLdsmTx1
+                                          : matrices == 2 ? kCuteLdsmTx2
+                                                          : kCuteLdsmT)
+                                       : (matrices == 1   ? kCuteLdsmNx1
+                                          : matrices == 2 ? kCuteLdsmNx2
+                                                          : kCuteLdsmN);
+  const int bit = layout(lane, 16 * half + 32 * reg);  // the half's first bit
   return {bit / 128, (bit % 128) / 16};
 }
 

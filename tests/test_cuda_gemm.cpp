@@ -351,6 +351,10 @@ std::string kernel_for(DType dtype, const kernels::GemmShape& s) {
 
 TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and TF32 keep rung 3") {
   if (!have_gpu()) return;
+  // Under the sanitizers (reduced sizes): an aligned, a misaligned, a batched and the classifier's shape.
+  const std::vector<Size> rung_sizes =
+      reduced_sizes() ? std::vector<Size>{{1, 17, 17, 17}, {1, 136, 200, 40}, {3, 17, 33, 40}, {1, 128, 10, 256}}
+                      : sizes();
   const kernels::GemmShape aligned{.m = 136, .n = 200, .k = 40}, misaligned{.m = 17, .n = 17, .k = 17};
   CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
   CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
@@ -360,7 +364,7 @@ TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and
     CHECK(kernel_for(DType::F16, aligned) == "wmma 128x128x32, 4 stages");
     CHECK(kernel_for(DType::F16, misaligned) == "wmma simple 32x32x16");  // falls to the rung below
     CHECK(kernel_for(DType::BF16, aligned) == "mma 128x128x64, 3 stages");
-    for (const Size size : sizes())  // rung 2 where the rows are aligned, rung 1 elsewhere
+    for (const Size size : rung_sizes)  // rung 2 where the rows are aligned, rung 1 elsewhere
       for (int layout = 0; layout < 4; ++layout)
         for (const DType out : {DType::F16, DType::F32})
           check_gpu_gemm(operands(size, layout & 1, layout & 2, DType::F16, 700 + layout), out);
@@ -372,7 +376,7 @@ TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and
       Tf32Scope tf32(true);
       CHECK(kernel_for(DType::F32, aligned) == "tf32 mma 128x128x32, 3 stages");
     }
-    for (const Size size : sizes())
+    for (const Size size : rung_sizes)
       for (int layout = 0; layout < 4; ++layout)
         check_gpu_gemm(operands(size, layout & 1, layout & 2, DType::F16, 800 + layout), DType::F16);
   }

@@ -180,7 +180,7 @@ TEST_CASE("mma layout: the rows each lane hands to ldmatrix make the MMA fragmen
     for (int lane = 0; lane < 32; ++lane)
       for (int reg = 0; reg < 4; ++reg)
         for (int half = 0; half < 2; ++half) {
-          const auto [source, element] = cute_ldmatrix(!k_major, lane, reg, half);
+          const auto [source, element] = cute_ldmatrix(4, !k_major, lane, reg, half);
           // A (m16 x k16): the row of `source`, then along it.
           const Coord a_row = k_major ? layout::ldmatrix_a_k_major(source, 2) : layout::ldmatrix_a_mn_major(source);
           const Cell a_got = k_major ? Cell{a_row.x, a_row.k + element} : Cell{a_row.x + element, a_row.k};
@@ -201,7 +201,7 @@ TEST_CASE("mma layout: the rows each lane hands to ldmatrix make the MMA fragmen
   // f32 of the row (half 0) at 4-byte element `element / 2`.
   for (int lane = 0; lane < 32; ++lane)
     for (int reg = 0; reg < 4; ++reg) {
-      const auto [source, element] = cute_ldmatrix(false, lane, reg, 0);
+      const auto [source, element] = cute_ldmatrix(4, false, lane, reg, 0);
       const Coord a_row = layout::ldmatrix_a_k_major(source, 4);
       const Cell a_want = layout::tf32_a(lane, reg);
       CHECK((a_row.x == a_want.row && a_row.k + element / 2 == a_want.column));

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_ker
 #pragma unroll
     for (int i = 0; i < kFragsM; ++i) {
       if constexpr (LoadsA::kLdmatrix) {
-        ldmatrix_x4<LoadsA::kTranspose>(f.a[i].x,
+        ldmatrix<4, LoadsA::kTranspose>(f.a[i].x,
                                         tile_a + kept_a[LoadsA::kept_index(i, kk, 0)] + LoadsA::constant(i, kk, 0));
       } else {
 #pragma unroll
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_ker
 #pragma unroll
     for (int p = 0; p < kFragsN / 2; ++p) {
       if constexpr (LoadsB::kLdmatrix) {
-        ldmatrix_x4<LoadsB::kTranspose>(f.b[p],
+        ldmatrix<4, LoadsB::kTranspose>(f.b[p],
                                         tile_b + kept_b[LoadsB::kept_index(p, kk, 0)] + LoadsB::constant(p, kk, 0));
       } else {
 #pragma unroll

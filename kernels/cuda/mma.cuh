@@ -1,7 +1,8 @@
 // The Tensor Core instructions of rung 3 (gemm_mma.cu), one function each, in PTX for nvcc and as
 // models for the CUDA emulator (as cp_async.cuh and mma_fp8.cuh do for theirs):
-//   ldmatrix.sync.aligned.m8n8.x4{,.trans}.shared.b16     four 8x8 matrices of 16-bit elements from
-//                                                         shared memory into every lane's registers
+//   ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16   one, two or four 8x8 matrices of
+//                                                         16-bit elements from shared memory into
+//                                                         every lane's registers (the GEMM uses x4)
 //   mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}...   D (16x8 f32) = A (16x16) B (16x8) + C
 //   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32    the same, 8 deep, TF32 operands
 //   cvt.rna.tf32.f32                                      an f32 rounded to TF32's 10 mantissa bits
@@ -75,9 +76,13 @@ struct LdMatrix {
       }
     }
   }
-  static constexpr ::mg::emu::Collective kind{kTranspose ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-                                                         : "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                                              &complete};
+  static constexpr const char* kNames[2][3] = {{"ldmatrix.sync.aligned.m8n8.x1.shared.b16",
+                                                "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+                                                "ldmatrix.sync.aligned.m8n8.x4.shared.b16"},
+                                               {"ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+                                                "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+                                                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"}};
+  static constexpr ::mg::emu::Collective kind{kNames[kTranspose][kMatrices / 2], &complete};
 };
 
 // kDepth 16: m16n8k16 with In = __half or bf16; kDepth 8: m16n8k8 TF32 (In = float).
@@ -135,12 +140,14 @@ struct Mma {
 
 }  // namespace mma_emulation
 
-// Lane `lane`'s row of matrix lane / 8 starts at `row` (shared memory, 16-byte aligned); registers[i]
-// receives the lane's share of matrix i.
-template <bool kTranspose>
-__device__ inline void ldmatrix_x4(std::uint32_t (&registers)[4], const void* row,
-                                   std::source_location where = std::source_location::current()) {
-  using Op = mma_emulation::LdMatrix<4, kTranspose>;
+// ldmatrix.x1, .x2 or .x4 (kMatrices), .trans or not: lane l's `row` is row l % 8 of matrix l / 8
+// (shared memory, 16-byte aligned; lanes past the matrices' 8 kMatrices point anywhere), and
+// registers[i] receives the lane's share of matrix i.
+template <int kMatrices, bool kTranspose>
+__device__ inline void ldmatrix(std::uint32_t (&registers)[kMatrices], const void* row,
+                                std::source_location where = std::source_location::current()) {
+  static_assert(kMatrices == 1 || kMatrices == 2 || kMatrices == 4);
+  using Op = mma_emulation::LdMatrix<kMatrices, kTranspose>;
   typename Op::Lane lane{row, registers};
   ::mg::emu::warp_collective(0xFFFFFFFFu, Op::kind, &lane, where);
 }
@@ -187,16 +194,26 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
 
-template <bool kTranspose>
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
-  if constexpr (kTranspose)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_address(row)));
+template <int kMatrices, bool kTranspose>
+__device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[kMatrices], const void* row) {
+  static_assert(kMatrices == 1 || kMatrices == 2 || kMatrices == 4);
+#define MG_LDMATRIX(shape, operands, ...) \
+  asm volatile("ldmatrix.sync.aligned.m8n8." shape ".shared.b16 " operands ";\n" \
+               : __VA_ARGS__ \
+               : "r"(shared_address(row)))
+  if constexpr (kMatrices == 1 && kTranspose)
+    MG_LDMATRIX("x1.trans", "{%0}, [%1]", "=r"(r[0]));
+  else if constexpr (kMatrices == 1)
+    MG_LDMATRIX("x1", "{%0}, [%1]", "=r"(r[0]));
+  else if constexpr (kMatrices == 2 && kTranspose)
+    MG_LDMATRIX("x2.trans", "{%0, %1}, [%2]", "=r"(r[0]), "=r"(r[1]));
+  else if constexpr (kMatrices == 2)
+    MG_LDMATRIX("x2", "{%0, %1}, [%2]", "=r"(r[0]), "=r"(r[1]));
+  else if constexpr (kTranspose)
+    MG_LDMATRIX("x4.trans", "{%0, %1, %2, %3}, [%4]", "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]));
   else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(shared_address(row)));
+    MG_LDMATRIX("x4", "{%0, %1, %2, %3}, [%4]", "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]));
+#undef MG_LDMATRIX
 }
 
 // D = A B + D for one lane's registers (the accumulator is read and written in place).

@@ -16,15 +16,15 @@ namespace {
 
 namespace layout = mma_layout;
 
-template <bool kTranspose>
+template <int kMatrices, bool kTranspose>
 __global__ void ldmatrix_probe_kernel(std::uint32_t* out) {
   MG_SHARED_ALIGNED(16, std::uint16_t[32 * 8], rows);
   const int lane = static_cast<int>(threadIdx.x);
   for (int e = 0; e < 8; ++e) rows[8 * lane + e] = static_cast<std::uint16_t>(8 * lane + e);
   __syncwarp();
-  std::uint32_t registers[4];
-  ldmatrix_x4<kTranspose>(registers, rows + 8 * lane);
-  for (int i = 0; i < 4; ++i) out[4 * lane + i] = registers[i];
+  std::uint32_t registers[kMatrices];
+  ldmatrix<kMatrices, kTranspose>(registers, rows + 8 * lane);
+  for (int i = 0; i < kMatrices; ++i) out[kMatrices * lane + i] = registers[i];
 }
 
 // The 16-bit pattern of x rounded into In (the values are exact in it).
@@ -69,14 +69,21 @@ __global__ void mma_probe_kernel(const float* a, const float* b, float* d) {
 
 }  // namespace
 
-std::vector<std::uint32_t> probe_ldmatrix(bool transpose) {
-  Tensor out = Tensor::empty({32 * 4}, {.dtype = DType::I32, .device = Device::cuda()});
+std::vector<std::uint32_t> probe_ldmatrix(int matrices, bool transpose) {
+  MG_CHECK(matrices == 1 || matrices == 2 || matrices == 4, "probe_ldmatrix: ldmatrix loads 1, 2 or 4 matrices, not {}",
+           matrices);
+  Tensor out = Tensor::empty({32 * matrices}, {.dtype = DType::I32, .device = Device::cuda()});
   auto* registers = device_ptr<std::uint32_t>(out);
   const cudaStream_t stream = stream_of(out);
-  if (transpose)
-    MG_LAUNCH(ldmatrix_probe_kernel<true>, 1, 32, 0, stream)(registers);
+  const auto launch = [&]<int kMatrices, bool kTranspose>() {
+    MG_LAUNCH((ldmatrix_probe_kernel<kMatrices, kTranspose>), 1, 32, 0, stream)(registers);
+  };
+  if (matrices == 1)
+    transpose ? launch.template operator()<1, true>() : launch.template operator()<1, false>();
+  else if (matrices == 2)
+    transpose ? launch.template operator()<2, true>() : launch.template operator()<2, false>();
   else
-    MG_LAUNCH(ldmatrix_probe_kernel<false>, 1, 32, 0, stream)(registers);
+    transpose ? launch.template operator()<4, true>() : launch.template operator()<4, false>();
   MG_CUDA_LAUNCHED();
   std::vector<std::uint32_t> values;
   for (const std::int32_t v : out.to(Device::cpu()).to_vector<std::int32_t>())

@@ -12,10 +12,11 @@
 
 namespace mg::kernels::cuda {
 
-// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 over 32 rows of 8 16-bit elements whose values are
-// their own numbers (element e of row r holds 8 r + e), lane l pointing at row l: returns lane l's
-// register i at [4 l + i] (its lower 16 bits the first element).
-std::vector<std::uint32_t> probe_ldmatrix(bool transpose);
+// ldmatrix.sync.aligned.m8n8.x{matrices}[.trans].shared.b16 (matrices 1, 2 or 4) over 32 rows of 8
+// 16-bit elements whose values are their own numbers (element e of row r holds 8 r + e), lane l
+// pointing at row l: returns lane l's register i at [matrices l + i] (its lower 16 bits the first
+// element).
+std::vector<std::uint32_t> probe_ldmatrix(int matrices, bool transpose);
 
 // One mma.sync D = A B with C = 0: m16n8k16 for f16 and bf16 (A 16 x 16, B 16 x 8), m16n8k8 for f32
 // (TF32: A 16 x 8, B 8 x 8), both row-major, values exact in the dtype. Each lane loads its fragments
