@@ -9,8 +9,8 @@
 // 128x256 tile, taken when C has a tile per SM (test_cuda_gemm_few_sms: the emulator reports 4 SMs);
 // rungs 1 and 2 (f16 WMMA) when kernels::cuda::set_gemm_rung asks for them. Split-K (a long k over
 // one to three output tiles: 64x40 over k = 1544, 3x9 over 2055, batched) in every kernel that
-// splits, where the plan must say it splits, plain and with bias + relu/gelu, on random values and
-// exactly on integer ones, and the same bits on a second run. Every GPU output starts as NaN, so an
+// splits, where the plan must say it splits, plain and with bias + GELU (the second pass's epilogue),
+// on random values and exactly on integer ones, and the same bits on a second run. Every GPU output starts as NaN, so an
 // element a kernel forgets to write fails the comparison.
 // CPU cases (run everywhere): the epilogue against a plain f64 loop, and the TF32 switch's default.
 //
@@ -494,11 +494,12 @@ TEST_CASE("cuda gemm: split-K, every kernel that splits, against the CPU and exa
         exact.b = integer_valued(exact.b, mode.in);
         const Tensor integer_bias = integer_valued(randn({size.n}, generator), bias_dtype);
         check_gpu_gemm_exact(exact, mode.out, {});
-        check_gpu_gemm_exact(exact, mode.out, {.bias = integer_bias, .activation = kernels::Activation::Relu});
         check_gpu_gemm_exact(exact, mode.out, {.bias = integer_bias, .activation = kernels::Activation::Gelu});
 
-        // The slices are added in a fixed order: the same bits again.
-        check_close(gpu_gemm(random, mode.out, {}), gpu_gemm(random, mode.out, {}), 0.0, 0.0);
+        // The slices are added in a fixed order: the same bits again (one layout a mode: the order is
+        // the second pass's, whatever the layout).
+        if (layout == layouts.front())
+          check_close(gpu_gemm(random, mode.out, {}), gpu_gemm(random, mode.out, {}), 0.0, 0.0);
       }
   }
   CHECK_FALSE(kernels::allow_tf32());
