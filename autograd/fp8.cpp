@@ -39,20 +39,17 @@ fp8::Format format_for(Fp8Role role, const Fp8Options& options) {
   return role == Fp8Role::GradOutput ? options.backward_format : options.forward_format;
 }
 
-// Delayed scaling's bookkeeping for one role, after the tensor was quantised with the old scale: its amax
-// enters the history (column 0, the older ones move right, the oldest drops), and the next scale comes
-// from the history.
-void record_amax(Fp8History& history, Fp8Role role, float amax, fp8::Format format, const Fp8Options& options) {
-  const std::int64_t len = history.amax_history.size(1), r = static_cast<std::int64_t>(role);
-  float* row = history.amax_history.data<float>() + r * len;
-  std::copy_backward(row, row + len - 1, row + len);
-  row[0] = amax;
-  float source = row[0];  // most recent; or the max, NaN if any entry is (then the scale stays, as in TE)
-  if (options.amax_algorithm == AmaxAlgorithm::Max)
-    for (std::int64_t i = 1; i < len; ++i)
-      if (std::isnan(row[i]) || row[i] > source) source = std::isnan(source) ? source : row[i];
-  float& scale = history.scale.data<float>()[r];
-  scale = fp8_scale_for(source, format, options, scale);
+// The rule a recipe's scales follow (kernels/fp8_scale.h), for tensors of `format`.
+kernels::Fp8ScaleRule scale_rule(fp8::Format format, const Fp8Options& options) {
+  using Kind = kernels::Fp8ScaleRule::Kind;
+  const Kind kind = options.scaling == Fp8Scaling::Mx      ? Kind::Mx
+                    : options.scaling == Fp8Scaling::Block ? Kind::Block
+                                                           : Kind::PerTensor;
+  return {.kind = kind,
+          .format = format,
+          .margin = options.margin,
+          .power_of_two = options.power_of_two,
+          .mx_floor = options.mx_rule == MxScaleRule::Floor};
 }
 
 void check_history(const Fp8History* history) {
@@ -107,62 +104,33 @@ Fp8History Fp8History::fresh(int history_len) {
 }
 
 float fp8_scale_for(float amax, fp8::Format format, const Fp8Options& options, float previous) {
-  const float max = fp8::format_info(format).max;
-  const bool usable = std::isfinite(amax) && amax > 0.0f;
-  if (options.scaling == Fp8Scaling::Mx) {
-    if (!usable) return 1.0f;
-    int exponent = 0;
-    if (options.mx_rule == MxScaleRule::Floor) {
-      std::frexp(amax, &exponent);  // amax = f * 2^exponent, f in [0.5, 1): floor(log2 amax) = exponent - 1
-      exponent = exponent - 1 - fp8::format_info(format).emax;
-    } else {
-      const double ratio = static_cast<double>(amax) / max;  // exact in f64
-      const double f = std::frexp(ratio, &exponent);  // ceil(log2 ratio): exponent, or exponent - 1 at a power of 2
-      if (f == 0.5) --exponent;
-    }
-    exponent = std::clamp(exponent, -127, 127);  // E8M0's range
-    return std::ldexp(1.0f, -exponent);
-  }
-  if (!usable) return options.scaling == Fp8Scaling::Block ? 1.0f : previous;
-  double scale = static_cast<double>(max) / amax;
-  if (options.scaling != Fp8Scaling::Block) scale = std::ldexp(scale, -options.margin);
-  scale = std::min(scale, static_cast<double>(FLT_MAX));
-  if (options.power_of_two) {
-    int exponent = 0;
-    std::frexp(scale, &exponent);
-    scale = std::ldexp(1.0, std::clamp(exponent - 1, -126, 127));
-  }
-  return static_cast<float>(scale);
+  return kernels::fp8_scale(amax, scale_rule(format, options), previous);
+}
+
+kernels::Fp8Quantized fp8_quantize_copies(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options,
+                                          Fp8History* history, kernels::Fp8Copies copies) {
+  const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
+  const kernels::Fp8ScaleRule rule = scale_rule(format_for(role, options), options);
+  // The scales are made where x is (kernels::fp8_quantize_fitted): a GPU's amax never goes to the host.
+  if (options.scaling != Fp8Scaling::Delayed) return kernels::fp8_quantize_fitted(x, blocks, rule, copies);
+  check_history(history);
+  const int r = static_cast<int>(role);
+  const bool most_recent = options.amax_algorithm == AmaxAlgorithm::MostRecent;
+  if (history->scale.device() == x.device())
+    return kernels::fp8_quantize_delayed(x, history->amax_history, history->scale, r, rule, most_recent, copies);
+  // A history on another device than x (a CPU history, x on a GPU): the bookkeeping runs on a copy on
+  // x's device, written back after (the copy back waits for the GPU).
+  Tensor amax_history = history->amax_history.to(x.device()), scale = history->scale.to(x.device());
+  kernels::Fp8Quantized q = kernels::fp8_quantize_delayed(x, amax_history, scale, r, rule, most_recent, copies);
+  NoGradGuard no_grad;
+  history->amax_history.copy_(amax_history);
+  history->scale.copy_(scale);
+  return q;
 }
 
 kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options,
                                         Fp8History* history) {
-  const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
-  const fp8::Format format = format_for(role, options);
-  // The scales are chosen on the host: a GPU's amax is read back (a host wait a quantisation), and its
-  // scales go back to it with the codes' quantisation.
-  const Tensor amax = kernels::fp8_block_amax(x, blocks).to(Device::cpu());
-  if (options.scaling == Fp8Scaling::Delayed) {
-    check_history(history);
-    // The history of a Linear moved to a GPU is there (its buffers): the bookkeeping runs on a host
-    // copy, written back after.
-    const bool on_host = history->scale.device().is_cpu();
-    Fp8History host = on_host ? *history
-                              : Fp8History{history->amax_history.to(Device::cpu()), history->scale.to(Device::cpu())};
-    const Tensor scale = full({1, 1}, host.scale.data<float>()[static_cast<int>(role)]).to(x.device());
-    kernels::Fp8Tensor q = kernels::fp8_quantize(x, scale, blocks, format);
-    record_amax(host, role, amax.data<float>()[0], format, options);
-    if (!on_host) {
-      NoGradGuard no_grad;
-      history->amax_history.copy_(host.amax_history);
-      history->scale.copy_(host.scale);
-    }
-    return q;
-  }
-  Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32});
-  for (std::int64_t i = 0; i < amax.numel(); ++i)
-    scale.data<float>()[i] = fp8_scale_for(amax.data<float>()[i], format, options);
-  return kernels::fp8_quantize(x, scale.to(x.device()), blocks, format);
+  return fp8_quantize_copies(x, role, reduce_rows, options, history, kernels::Fp8Copies::RowWise).rowwise;
 }
 
 const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
@@ -172,12 +140,14 @@ const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
 const Fp8Options* fp8_autocast_options() { return current_region; }
 
 // Forward: y = x W^T + b, one FP8 GEMM with the bias in its epilogue, rounded once into bf16.
-// On a GPU (sm_89 or later) every tensor is on x's device, the history on the CPU or there too: each
-// quantisation reads its amax back to choose the scales on the host (fp8_quantize_operand: a host wait).
-// Backward, with x viewed as [rows, in] and dy as [rows, out]:
-//   dx = dy W        dy quantised along its columns (out), W along its rows (out)
-//   dW = dy^T x      dy and x quantised along their rows (the batch)
+// On a GPU (sm_89 or later) every tensor is on x's device, the history on the CPU or there too; the
+// scales are made on the device (fp8_quantize_copies), so a step waits for the host only when the
+// history is on another device. Backward, with x viewed as [rows, in] and dy as [rows, out]:
+//   dx = dy W        dy quantised along its columns (out), W along its rows (out): W^T's codes
+//   dW = dy^T x      dy and x quantised along their rows (the batch): dy^T's and x^T's codes
 //   db = dy summed over the rows, in f32
+// Every GEMM reads both operands K-major (transpose_b, never transpose_a; kernels/fp8.h says why): an
+// operand reduced along its rows is a column-wise copy, written by the quantisation itself.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8Options& options,
                   Fp8History* history) {
   MG_CHECK(x.defined() && weight.defined(), "{}: the input or the weight is undefined", kOp);
@@ -197,29 +167,31 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
   const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / std::max<std::int64_t>(in, 1);
   const bool per_tensor = options.scaling == Fp8Scaling::Current || options.scaling == Fp8Scaling::Delayed;
+  // Per-tensor scales: one quantisation of x and W serves both passes, the forward reading the
+  // row-wise codes and the backward the column-wise ones (the only ones saved: 1 byte an element, as
+  // the memory report counts them). Block and MX: the backward quantises again along its own
+  // reduction, from the values saved here.
+  const kernels::Fp8Copies forward_copies = per_tensor ? kernels::Fp8Copies::Both : kernels::Fp8Copies::RowWise;
   Tensor y;
-  kernels::Fp8Tensor xq, wq;
+  kernels::Fp8Quantized xq, wq;
   Tensor x2;
   {
     NoGradGuard no_grad;  // the reshapes are views, not steps of the tape: record() below adds the one node
     x2 = reshape(x, {rows, in});
-    xq = fp8_quantize_operand(x2, Fp8Role::Input, false, options, history);
-    wq = fp8_quantize_operand(weight, Fp8Role::Weight, false, options, history);
+    xq = fp8_quantize_copies(x2, Fp8Role::Input, false, options, history, forward_copies);
+    wq = fp8_quantize_copies(weight, Fp8Role::Weight, false, options, history, forward_copies);
     y = Tensor::empty({rows, out}, {.dtype = DType::BF16, .device = x.device()});
-    kernels::fp8_gemm(xq, wq, y, {.m = rows, .n = out, .k = in, .transpose_b = true}, options.accumulator,
-                      {.bias = bias});
+    kernels::fp8_gemm(xq.rowwise, wq.rowwise, y, {.m = rows, .n = out, .k = in, .transpose_b = true},
+                      options.accumulator, {.bias = bias});
     Shape y_shape = x.shape();
     y_shape.back() = out;
     y = reshape(y, y_shape);
   }
-  // Per-tensor scales: the forward's codes serve the backward (1 byte an element saved, as the memory
-  // report counts them). Block and MX: the backward quantises again along its own reduction, from the
-  // values saved here.
-  std::optional<SavedFp8> saved_xq, saved_wq;
+  std::optional<SavedFp8> saved_xt, saved_wt;  // per tensor: x^T's and W^T's codes
   std::optional<Saved> saved_x, saved_w;
   if (per_tensor) {
-    saved_xq.emplace(xq);
-    saved_wq.emplace(wq);
+    saved_xt.emplace(xq.columnwise);
+    saved_wt.emplace(wq.columnwise);
   } else {
     saved_x.emplace(x2);
     saved_w.emplace(weight);
@@ -227,28 +199,38 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype(), b_dtype = bias.defined() ? bias.dtype() : DType::F32;
   const Shape x_shape = x.shape();
   record(kOp, inputs, y,
-         [saved_xq, saved_wq, saved_x, saved_w, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape,
+         [saved_xt, saved_wt, saved_x, saved_w, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape,
           per_tensor](const Tensor& g, const auto& needs) {
+           using kernels::Fp8Copies;
            const Tensor dy = reshape(g, {rows, out});
            Grads grads(needs.size());
-           const kernels::Fp8Tensor dy_cols = fp8_quantize_operand(dy, Fp8Role::GradOutput, false, options, history);
-           const kernels::Fp8Tensor dy_rows = per_tensor ? dy_cols
-                                                         : fp8_quantize_operand(dy, Fp8Role::GradOutput, true, options,
-                                                                                history);
-           if (needs[0]) {
-             const kernels::Fp8Tensor w_rows = per_tensor ? saved_wq->get()
-                                                          : fp8_quantize_operand(saved_w->get(), Fp8Role::Weight, true,
-                                                                                 options, nullptr);
+           // dy [rows, out] and, for dW, dy^T [out, rows]: one quantisation with per-tensor scales, two
+           // (along out, then along the rows) with blocks.
+           const kernels::Fp8Quantized dyq = fp8_quantize_copies(dy, Fp8Role::GradOutput, false, options, history,
+                                                                 per_tensor ? Fp8Copies::Both : Fp8Copies::RowWise);
+           const kernels::Fp8Tensor dy_t =
+               per_tensor ? dyq.columnwise
+                          : fp8_quantize_copies(dy, Fp8Role::GradOutput, true, options, history, Fp8Copies::ColumnWise)
+                                .columnwise;
+           if (needs[0]) {  // dx [rows, in] = dy [rows, out] . (W^T [in, out])^T
+             const kernels::Fp8Tensor w_t =
+                 per_tensor ? saved_wt->get()
+                            : fp8_quantize_copies(saved_w->get(), Fp8Role::Weight, true, options, nullptr,
+                                                  Fp8Copies::ColumnWise)
+                                  .columnwise;
              Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype, .device = g.device()});
-             kernels::fp8_gemm(dy_cols, w_rows, dx, {.m = rows, .n = in, .k = out}, options.accumulator);
+             kernels::fp8_gemm(dyq.rowwise, w_t, dx, {.m = rows, .n = in, .k = out, .transpose_b = true},
+                               options.accumulator);
              grads[0] = reshape(dx, x_shape);
            }
-           if (needs[1]) {
-             const kernels::Fp8Tensor x_rows = per_tensor ? saved_xq->get()
-                                                          : fp8_quantize_operand(saved_x->get(), Fp8Role::Input, true,
-                                                                                 options, nullptr);
+           if (needs[1]) {  // dW [out, in] = dy^T [out, rows] . (x^T [in, rows])^T
+             const kernels::Fp8Tensor x_t =
+                 per_tensor ? saved_xt->get()
+                            : fp8_quantize_copies(saved_x->get(), Fp8Role::Input, true, options, nullptr,
+                                                  Fp8Copies::ColumnWise)
+                                  .columnwise;
              Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype, .device = g.device()});
-             kernels::fp8_gemm(dy_rows, x_rows, dw, {.m = out, .n = in, .k = rows, .transpose_a = true},
+             kernels::fp8_gemm(dy_t, x_t, dw, {.m = out, .n = in, .k = rows, .transpose_b = true},
                                options.accumulator);
              grads[1] = dw;
            }

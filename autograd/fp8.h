@@ -75,6 +75,13 @@ struct Fp8History {
 // otherwise). x: 2-D, f32, f16 or bf16.
 kernels::Fp8Tensor fp8_quantize_operand(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options,
                                         Fp8History* history);
+// The same, with the copies a GEMM needs (kernels/fp8.h: FP8 GEMM operands are K-major): RowWise is
+// fp8_quantize_operand's codes, ColumnWise the codes of x^T made by the same kernel, Both for a tensor
+// that one GEMM reduces along its columns and another along its rows (per-tensor scales: one amax, and
+// one entry in the history). The scales are computed on x's device: on a GPU nothing waits for the
+// host, unless the history is on another device than x.
+kernels::Fp8Quantized fp8_quantize_copies(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options,
+                                          Fp8History* history, kernels::Fp8Copies copies);
 
 // The per-block scale for an amax under `options` (the table above): Current and Delayed give
 // fp8_max / amax / 2^margin, or `previous` when amax is 0 or not finite; Block gives fp8_max / amax (1

@@ -7,6 +7,7 @@
 
 #include "core/convert.h"
 #include "core/error.h"
+#include "kernels/copy.h"
 
 #ifdef MG_WITH_CUDA
 #define MG_FP8_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
@@ -92,7 +93,67 @@ Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, f
   Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = fp8_dtype(format), .device = x.device()}),
                 .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32, .device = x.device()}),
                 .blocks = blocks};
-  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, out.codes, out.scale_inv);
+  Tensor no_copy;
+  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, out.codes, no_copy, out.scale_inv);
+  return out;
+}
+
+namespace {
+
+// Quantises x with scales made on its device (fp8_quantize_fitted, fp8_quantize_delayed): the codes
+// asked for, and the column-wise copy's scale_inv as the transpose of the row-wise grid.
+Fp8Quantized quantize_copies(const Tensor& x, const Tensor& scale, Shape grid, Fp8Blocks blocks, fp8::Format format,
+                             Fp8Copies copies) {
+  const auto asked = [copies](Fp8Copies c) { return (static_cast<int>(copies) & static_cast<int>(c)) != 0; };
+  const TensorOptions code_options{.dtype = fp8_dtype(format), .device = x.device()};
+  Tensor codes = asked(Fp8Copies::RowWise) ? Tensor::empty(x.shape(), code_options) : Tensor();
+  Tensor codes_t = asked(Fp8Copies::ColumnWise) ? Tensor::empty({x.size(1), x.size(0)}, code_options) : Tensor();
+  Tensor scale_inv = Tensor::empty(grid, {.dtype = DType::F32, .device = x.device()});
+  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, codes, codes_t, scale_inv);
+  Fp8Quantized out;
+  if (codes.defined()) out.rowwise = {codes, scale_inv, blocks};
+  if (codes_t.defined()) {
+    Tensor scale_inv_t = scale_inv.reshape({grid[1], grid[0]});  // a grid of one row or column: the same order
+    if (grid[0] > 1 && grid[1] > 1) {
+      scale_inv_t = Tensor::empty({grid[1], grid[0]}, {.dtype = DType::F32, .device = x.device()});
+      permute(scale_inv, {1, 0}, scale_inv_t);
+    }
+    out.columnwise = {codes_t, scale_inv_t, {blocks.cols, blocks.rows}};
+  }
+  return out;
+}
+
+}  // namespace
+
+Fp8Quantized fp8_quantize_fitted(const Tensor& x, Fp8Blocks blocks, const Fp8ScaleRule& rule, Fp8Copies copies) {
+  check_matrix("fp8_quantize_fitted", x, "x");
+  check_blocks("fp8_quantize_fitted", blocks);
+  Tensor amax = fp8_block_amax(x, blocks);
+  Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32, .device = x.device()});
+  MG_FP8_ROUTE(x, fp8_scales, amax, rule, scale);
+  Fp8Quantized out = quantize_copies(x, scale, amax.shape(), blocks, rule.format, copies);
+  out.amax = amax;
+  return out;
+}
+
+Fp8Quantized fp8_quantize_delayed(const Tensor& x, Tensor& amax_history, Tensor& scale, int role,
+                                  const Fp8ScaleRule& rule, bool most_recent, Fp8Copies copies) {
+  check_matrix("fp8_quantize_delayed", x, "x");
+  MG_CHECK(amax_history.defined() && amax_history.dtype() == DType::F32 && amax_history.dim() == 2 &&
+               amax_history.size(1) >= 1 && scale.defined() && scale.dtype() == DType::F32 && scale.dim() == 1 &&
+               scale.size(0) == amax_history.size(0) && role >= 0 && role < scale.size(0),
+           "kernels::fp8_quantize_delayed: needs f32 amax_history [roles, len >= 1], scale [roles] and a role "
+           "below roles; got {}, {} and role {}",
+           amax_history.defined() ? fmt::format("{} {}", amax_history.dtype(), amax_history.shape()) : "undefined",
+           scale.defined() ? fmt::format("{} {}", scale.dtype(), scale.shape()) : "undefined", role);
+  check_device("fp8_quantize_delayed", amax_history, x.device(), "the amax history");
+  check_device("fp8_quantize_delayed", scale, x.device(), "the scale");
+  MG_CHECK(rule.kind == Fp8ScaleRule::Kind::PerTensor,
+           "kernels::fp8_quantize_delayed: delayed scaling keeps one scale per tensor; the rule must be PerTensor");
+  Tensor amax = fp8_block_amax(x, {0, 0});
+  Fp8Quantized out = quantize_copies(x, scale.slice(role, role + 1), {1, 1}, {0, 0}, rule.format, copies);
+  MG_FP8_ROUTE(x, fp8_record_amax, amax_history, scale, role, amax, rule, most_recent);
+  out.amax = amax;
   return out;
 }
 

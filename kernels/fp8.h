@@ -30,6 +30,7 @@
 
 #include "core/fp8.h"
 #include "core/tensor.h"
+#include "kernels/fp8_scale.h"
 #include "kernels/gemm.h"
 
 namespace mg::kernels {
@@ -61,6 +62,32 @@ Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, f
 
 // decode(code) * scale_inv[block] as f32: what the codes stand for.
 Tensor fp8_dequantize(const Fp8Tensor& x);
+
+// The recipes' quantisation (autograd/fp8.cpp): the scales made where the amax is measured, and the
+// copies the GEMMs read.
+//
+// An FP8 GEMM reads its operands K-major (the reduction dimension contiguous): an FP8 Tensor Core
+// fragment holds 4 consecutive k of a row, ldmatrix has no byte transpose before sm_100, and Hopper's
+// wgmma takes no transpose for e4m3/e5m2. So a tensor that a GEMM reduces along its rows (x and dy in
+// the weight gradient, W in the input gradient) is quantised into its column-wise copy: the codes of
+// x^T, [cols, rows], written by the same kernel (Transformer Engine's "columnwise" data).
+enum class Fp8Copies : std::uint8_t { RowWise = 1, ColumnWise = 2, Both = 3 };
+struct Fp8Quantized {
+  Fp8Tensor rowwise;  // codes [rows, cols]; undefined tensors unless asked for
+  Fp8Tensor columnwise;  // codes of x^T [cols, rows], blocks and scale_inv transposed; likewise
+  Tensor amax;  // f32, fp8_scale_shape(x.shape(), blocks): what the scales came from
+};
+
+// The amax of each block, its scale by `rule` (kernels/fp8_scale.h; the previous scale of an unusable
+// per-tensor amax is 1) and the codes, all on x's device: on a GPU nothing waits for the host.
+Fp8Quantized fp8_quantize_fitted(const Tensor& x, Fp8Blocks blocks, const Fp8ScaleRule& rule, Fp8Copies copies);
+
+// Delayed scaling, one scale for x: the codes made with scale[role] (the scale the history chose
+// last step), then x's amax recorded in row `role` of amax_history and scale[role] updated
+// (fp8_record_amax), all on x's device, where the history must be: f32 amax_history [roles, len >= 1]
+// and scale [roles]. `rule.kind` must be PerTensor.
+Fp8Quantized fp8_quantize_delayed(const Tensor& x, Tensor& amax_history, Tensor& scale, int role,
+                                  const Fp8ScaleRule& rule, bool most_recent, Fp8Copies copies);
 
 // The accumulator of an FP8 GEMM chunk.
 //
@@ -131,7 +158,13 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
 
 namespace cpu {
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
-void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv);
+// codes and codes_t (x^T's codes) are each written when defined; scale: one per block, read from
+// where it starts (a slice of a history's scales may be passed).
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
+                  Tensor& scale_inv);
+void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale);
+void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
+                     bool most_recent);
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
               const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);
@@ -146,7 +179,11 @@ namespace cuda {
 // mma_sync_fp8_accumulator of the device's compute capability.
 Fp8Accumulator fp8_mma_accumulator(const Device& device);
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
-void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv);
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
+                  Tensor& scale_inv);
+void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale);
+void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
+                     bool most_recent);
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
               const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);

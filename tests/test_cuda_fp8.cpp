@@ -274,6 +274,60 @@ TEST_CASE("cuda fp8: amax, quantisation and dequantisation are the CPU's bit for
   CHECK(cases == 72);
 }
 
+// The recipes' quantisation on the device (kernels::fp8_quantize_fitted, fp8_quantize_delayed): the
+// scales computed beside the amax (kernels/fp8_scale.h compiled for the device), the row-wise codes and
+// the column-wise copy through the transposing tiles; the CPU's bits, and the history's.
+TEST_CASE("cuda fp8: scales made on the device, row-wise codes and the column-wise copy are the CPU's bit for bit") {
+  if (!have_gpu()) return;
+  using kernels::Fp8Copies;
+  using kernels::Fp8ScaleRule;
+  using Kind = Fp8ScaleRule::Kind;
+  std::vector<double> v = spread_randn(70, 45, 9).to_vector<double>();  // tiles cut at 32: edges on both sides
+  v[5] = 1e-30;
+  const Tensor x = from_vector(v, {70, 45}).to(DType::BF16), gx = x.to(Device::cuda());
+  const std::vector<std::pair<Fp8Blocks, Fp8ScaleRule>> cases{
+      {{0, 0}, {.kind = Kind::PerTensor, .margin = 1}},
+      {{0, 0}, {.kind = Kind::PerTensor, .format = Format::E5M2, .power_of_two = true}},
+      {{1, 32}, {.kind = Kind::Block}},
+      {{32, 32}, {.kind = Kind::Block, .power_of_two = true}},
+      {{32, 1}, {.kind = Kind::Mx}},
+      {{1, 32}, {.kind = Kind::Mx, .format = Format::E5M2, .mx_floor = false}}};
+  for (const auto& [blocks, rule] : cases)
+    for (const Fp8Copies copies : {Fp8Copies::RowWise, Fp8Copies::ColumnWise, Fp8Copies::Both}) {
+      INFO(fmt::format("blocks {}x{}, rule {}, copies {}", blocks.rows, blocks.cols, static_cast<int>(rule.kind),
+                       static_cast<int>(copies)));
+      const kernels::Fp8Quantized q = kernels::fp8_quantize_fitted(x, blocks, rule, copies);
+      const kernels::Fp8Quantized gq = kernels::fp8_quantize_fitted(gx, blocks, rule, copies);
+      check_same_bits("amax", gq.amax, q.amax);
+      for (const auto& [gpu, cpu] : {std::pair{gq.rowwise, q.rowwise}, std::pair{gq.columnwise, q.columnwise}}) {
+        REQUIRE(gpu.codes.defined() == cpu.codes.defined());
+        if (!cpu.codes.defined()) continue;
+        CHECK(gpu.blocks == cpu.blocks);
+        check_same_bits("codes", gpu.codes, cpu.codes);
+        check_same_bits("scale_inv", gpu.scale_inv, cpu.scale_inv);
+      }
+    }
+  // Delayed: three steps of a history on the device, against the same on the CPU.
+  Tensor history = zeros({3, 4}), scale = ones({3});
+  Tensor g_history = history.to(Device::cuda()), g_scale = scale.to(Device::cuda());
+  for (int step = 0; step < 3; ++step) {
+    INFO("delayed, step " << step);
+    const Tensor xs = (x.to(DType::F32) * full({}, std::exp2(step * 3))).to(DType::BF16);  // the amax grows
+    const Fp8ScaleRule rule{.margin = step};
+    const kernels::Fp8Quantized q = kernels::fp8_quantize_delayed(xs, history, scale, 1, rule, false, Fp8Copies::Both);
+    const kernels::Fp8Quantized gq =
+        kernels::fp8_quantize_delayed(xs.to(Device::cuda()), g_history, g_scale, 1, rule, false, Fp8Copies::Both);
+    check_same_bits("codes", gq.rowwise.codes, q.rowwise.codes);
+    check_same_bits("column-wise codes", gq.columnwise.codes, q.columnwise.codes);
+    check_same_bits("scale_inv", gq.columnwise.scale_inv, q.columnwise.scale_inv);
+    check_same_bits("amax history", g_history, history);
+    check_same_bits("scale", g_scale, scale);
+  }
+  CHECK(history.data<float>()[4 + 2] > 0.0f);  // role 1's row holds three steps
+  check_error([&] { (void)kernels::fp8_quantize_delayed(gx, history, scale, 1, {}, false, Fp8Copies::Both); },
+              "kernels::fp8_quantize_delayed: the amax history is on cpu");
+}
+
 TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emulator") {
   if (!have_gpu()) return;
   using enum Format;
@@ -393,7 +447,7 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
                                                       {Fp8Scaling::Mx, false}};
   for (const auto& [scaling, history_on_gpu] : runs) {
     const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};
-    INFO(options.describe() << (history_on_gpu ? ", history on the GPU" : ""));
+    INFO(options.describe() << (history_on_gpu ? std::string(", history on the GPU") : std::string()));
     Generator generator(5);
     const std::int64_t rows = 6, in = 40, out = 24;
     const Tensor x = randn({rows, in}, generator).requires_grad_(true);

@@ -180,6 +180,34 @@ TEST_CASE("Trainer on a GPU: no host wait per step; one batched read every read_
   }
 }
 
+// fp8_linear on a GPU: every quantisation measures its amax and makes its scales on the device
+// (kernels::fp8_quantize_fitted, and delayed scaling's history there too), so a forward and a backward
+// queue their work without a wait, in every recipe. A history left on the CPU is the one exception:
+// its bookkeeping is copied over and back (two waits, the history and the scales, for each of x, W and dy).
+TEST_CASE("fp8_linear on a GPU: no host wait in forward or backward, scales made on the device") {
+  if (!have_gpu()) return;
+  Generator generator(6);
+  const Tensor x = gpu(randn({16, 64}, generator)).set_requires_grad(true);
+  const Tensor w = gpu(randn({32, 64}, generator)).set_requires_grad(true);
+  const Tensor b = gpu(randn({32}, generator)).set_requires_grad(true);
+  const Tensor dy = gpu(randn({16, 32}, generator).to(DType::BF16));
+  for (const Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed, Fp8Scaling::Block, Fp8Scaling::Mx})
+    for (const bool history_on_cpu : {false, true}) {
+      if (history_on_cpu && scaling != Fp8Scaling::Delayed) continue;
+      const Fp8Options options{.scaling = scaling};
+      INFO(options.describe() << (history_on_cpu ? std::string(", history on the CPU") : std::string()));
+      Fp8History history = Fp8History::fresh(4);
+      if (!history_on_cpu) history = {gpu(history.amax_history), gpu(history.scale)};
+      const std::uint64_t mark = cuda::host_waits();
+      const Tensor y = fp8_linear(x, w, b, options, &history);
+      backward(y, dy);
+      const std::uint64_t waits = cuda::host_waits() - mark;
+      CHECK(waits == (history_on_cpu ? 6 : 0));
+      CHECK(std::isfinite(x.grad().to(Device::cpu()).to(DType::F64).to_vector<double>()[0]));
+      for (Tensor t : {x, w, b}) t.zero_grad();
+    }
+}
+
 // Labels and token ids uploaded from the host are checked on the host; an in-place write to them on
 // the device drops that copy, and the check reads the device again: a bad label is refused either way.
 TEST_CASE("cross_entropy on a GPU: uploaded labels are checked with no wait, and still checked") {

@@ -162,3 +162,42 @@ TEST_CASE("fp8 scaling: a scale that is not finite and positive is refused befor
         "kernels::fp8_quantize");
   check_error([&] { (void)kernels::fp8_quantize(x, full({1, 2}, 1.0), {0, 0}, fp8::Format::E4M3); }, "one per block");
 }
+
+// The column-wise copy (kernels/fp8.h: FP8 GEMM operands are K-major): the codes of x^T, made by the same
+// quantisation. For every recipe, x's copies quantised along its rows are x^T's row-wise codes quantised
+// along its columns, bit for bit, with the blocks and the scale grid transposed; per-tensor recipes make
+// both copies from one amax (one history entry).
+TEST_CASE("fp8 scaling: the column-wise copy is x^T's codes, its blocks and scales transposed, in every recipe") {
+  Generator generator(3);
+  std::vector<double> values = randn({130, 67}, generator).to_vector<double>();
+  for (std::size_t i = 0; i < values.size(); i += 7) values[i] *= 64.0;  // blocks with amaxes of their own
+  const Tensor x = from_vector(values, {130, 67}), xt = transpose(x, 0, 1);
+  for (const Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed, Fp8Scaling::Block, Fp8Scaling::Mx})
+    for (const Fp8Role role : {Fp8Role::Input, Fp8Role::Weight, Fp8Role::GradOutput}) {
+      const Fp8Options options{.scaling = scaling};
+      INFO(options.describe() << ", role " << static_cast<int>(role));
+      Fp8History history = Fp8History::fresh(2), history_t = Fp8History::fresh(2);
+      for (int step = 0; step < 2; ++step) {  // delayed: the second step quantises with the recorded amax
+        const kernels::Fp8Quantized both =
+            fp8_quantize_copies(x, role, true, options, &history, kernels::Fp8Copies::Both);
+        const kernels::Fp8Tensor expected = fp8_quantize_operand(xt, role, false, options, &history_t);
+        const kernels::Fp8Tensor& copy = both.columnwise;
+        CHECK(copy.codes.shape() == Shape{67, 130});
+        CHECK(copy.blocks == expected.blocks);
+        CHECK(codes_of(copy) == codes_of(expected));
+        CHECK(copy.scale_inv.shape() == expected.scale_inv.shape());
+        CHECK(floats(copy.scale_inv) == floats(expected.scale_inv));
+        // The row-wise codes of the same call are x's, and say the same values.
+        check_close(kernels::fp8_dequantize(copy), transpose(kernels::fp8_dequantize(both.rowwise), 0, 1), 0.0, 0.0);
+        CHECK(floats(history.amax_history) == floats(history_t.amax_history));
+        CHECK(floats(history.scale) == floats(history_t.scale));
+      }
+      if (scaling == Fp8Scaling::Delayed) CHECK(history.amax_history.data<float>()[static_cast<int>(role) * 2 + 1] > 0);
+    }
+  // Only what is asked for is made.
+  const kernels::Fp8Quantized rows_only =
+      fp8_quantize_copies(x, Fp8Role::Input, false, {.scaling = Fp8Scaling::Current}, nullptr,
+                          kernels::Fp8Copies::RowWise);
+  CHECK(rows_only.rowwise.codes.defined());
+  CHECK_FALSE(rows_only.columnwise.codes.defined());
+}

@@ -63,13 +63,15 @@ Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   return amax;
 }
 
-void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& scale_inv) {
+void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
+                  Tensor& scale_inv) {
   const Grid g(x.shape(), blocks);
-  const fp8::Format format = fp8_format(codes.dtype());
+  const fp8::Format format = fp8_format((codes.defined() ? codes : codes_t).dtype());
   const float* s = scale.data<float>();
   float* inv = scale_inv.data<float>();
-  for (std::int64_t i = 0; i < scale.numel(); ++i) inv[i] = 1.0f / s[i];
-  auto* out = static_cast<std::uint8_t*>(codes.data_ptr());
+  for (std::int64_t i = 0; i < scale_inv.numel(); ++i) inv[i] = 1.0f / s[i];
+  auto* out = codes.defined() ? static_cast<std::uint8_t*>(codes.data_ptr()) : nullptr;
+  auto* out_t = codes_t.defined() ? static_cast<std::uint8_t*>(codes_t.data_ptr()) : nullptr;
   parallel_for(g.rows, std::max<std::int64_t>(1, kGrainElements / std::max<std::int64_t>(1, g.cols)),
                [&](std::int64_t begin, std::int64_t end) {
                  std::vector<float> buffer(static_cast<std::size_t>(g.cols));
@@ -78,11 +80,27 @@ void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor
                    const float* srow = s + r / g.block_rows * g.scale_cols;
                    for (std::int64_t c0 = 0; c0 < g.cols; c0 += g.block_cols) {
                      const float sc = srow[c0 / g.block_cols];
-                     for (std::int64_t c = c0; c < std::min(g.cols, c0 + g.block_cols); ++c)
-                       out[r * g.cols + c] = fp8::encode(row[c] * sc, format, fp8::Overflow::Saturate);
+                     for (std::int64_t c = c0; c < std::min(g.cols, c0 + g.block_cols); ++c) {
+                       const std::uint8_t code = fp8::encode(row[c] * sc, format, fp8::Overflow::Saturate);
+                       if (out) out[r * g.cols + c] = code;
+                       if (out_t) out_t[c * g.rows + r] = code;  // the column-wise copy: x^T's codes
+                     }
                    }
                  }
                });
+}
+
+void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale) {
+  const float* a = amax.data<float>();
+  float* s = scale.data<float>();
+  for (std::int64_t i = 0; i < amax.numel(); ++i) s[i] = fp8_scale(a[i], rule, 1.0f);
+}
+
+void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
+                     bool most_recent) {
+  const std::int64_t len = amax_history.size(1);
+  kernels::fp8_record_amax(amax_history.data<float>() + role * len, len, amax.data<float>()[0], most_recent, rule,
+                           scale.data<float>() + role);
 }
 
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
