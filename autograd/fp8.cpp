@@ -208,30 +208,27 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
            // (along out, then along the rows) with blocks.
            const kernels::Fp8Quantized dyq = fp8_quantize_copies(dy, Fp8Role::GradOutput, false, options, history,
                                                                  per_tensor ? Fp8Copies::Both : Fp8Copies::RowWise);
-           const kernels::Fp8Tensor dy_t =
-               per_tensor ? dyq.columnwise
-                          : fp8_quantize_copies(dy, Fp8Role::GradOutput, true, options, history, Fp8Copies::ColumnWise)
-                                .columnwise;
+           const kernels::Fp8Tensor dy_t = per_tensor ? dyq.columnwise
+                                                      : fp8_quantize_copies(dy, Fp8Role::GradOutput, true, options,
+                                                                            history, Fp8Copies::ColumnWise)
+                                                            .columnwise;
            if (needs[0]) {  // dx [rows, in] = dy [rows, out] . (W^T [in, out])^T
-             const kernels::Fp8Tensor w_t =
-                 per_tensor ? saved_wt->get()
-                            : fp8_quantize_copies(saved_w->get(), Fp8Role::Weight, true, options, nullptr,
-                                                  Fp8Copies::ColumnWise)
-                                  .columnwise;
+             const kernels::Fp8Tensor w_t = per_tensor ? saved_wt->get()
+                                                       : fp8_quantize_copies(saved_w->get(), Fp8Role::Weight, true,
+                                                                             options, nullptr, Fp8Copies::ColumnWise)
+                                                             .columnwise;
              Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype, .device = g.device()});
              kernels::fp8_gemm(dyq.rowwise, w_t, dx, {.m = rows, .n = in, .k = out, .transpose_b = true},
                                options.accumulator);
              grads[0] = reshape(dx, x_shape);
            }
            if (needs[1]) {  // dW [out, in] = dy^T [out, rows] . (x^T [in, rows])^T
-             const kernels::Fp8Tensor x_t =
-                 per_tensor ? saved_xt->get()
-                            : fp8_quantize_copies(saved_x->get(), Fp8Role::Input, true, options, nullptr,
-                                                  Fp8Copies::ColumnWise)
-                                  .columnwise;
+             const kernels::Fp8Tensor x_t = per_tensor ? saved_xt->get()
+                                                       : fp8_quantize_copies(saved_x->get(), Fp8Role::Input, true,
+                                                                             options, nullptr, Fp8Copies::ColumnWise)
+                                                             .columnwise;
              Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype, .device = g.device()});
-             kernels::fp8_gemm(dy_t, x_t, dw, {.m = out, .n = in, .k = rows, .transpose_b = true},
-                               options.accumulator);
+             kernels::fp8_gemm(dy_t, x_t, dw, {.m = out, .n = in, .k = rows, .transpose_b = true}, options.accumulator);
              grads[1] = dw;
            }
            if (needs.size() == 3 && needs[2]) grads[2] = sum_to(dy.to(DType::F32), {out}).to(b_dtype);

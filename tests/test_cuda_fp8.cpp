@@ -315,8 +315,8 @@ TEST_CASE("cuda fp8: scales made on the device, row-wise codes and the column-wi
     const Tensor xs = (x.to(DType::F32) * full({}, std::exp2(step * 3))).to(DType::BF16);  // the amax grows
     const Fp8ScaleRule rule{.margin = step};
     const kernels::Fp8Quantized q = kernels::fp8_quantize_delayed(xs, history, scale, 1, rule, false, Fp8Copies::Both);
-    const kernels::Fp8Quantized gq =
-        kernels::fp8_quantize_delayed(xs.to(Device::cuda()), g_history, g_scale, 1, rule, false, Fp8Copies::Both);
+    const kernels::Fp8Quantized gq = kernels::fp8_quantize_delayed(xs.to(Device::cuda()), g_history, g_scale, 1, rule,
+                                                                   false, Fp8Copies::Both);
     check_same_bits("codes", gq.rowwise.codes, q.rowwise.codes);
     check_same_bits("column-wise codes", gq.columnwise.codes, q.columnwise.codes);
     check_same_bits("scale_inv", gq.columnwise.scale_inv, q.columnwise.scale_inv);

@@ -178,8 +178,8 @@ TEST_CASE("fp8 scaling: the column-wise copy is x^T's codes, its blocks and scal
       INFO(options.describe() << ", role " << static_cast<int>(role));
       Fp8History history = Fp8History::fresh(2), history_t = Fp8History::fresh(2);
       for (int step = 0; step < 2; ++step) {  // delayed: the second step quantises with the recorded amax
-        const kernels::Fp8Quantized both =
-            fp8_quantize_copies(x, role, true, options, &history, kernels::Fp8Copies::Both);
+        const kernels::Fp8Quantized both = fp8_quantize_copies(x, role, true, options, &history,
+                                                               kernels::Fp8Copies::Both);
         const kernels::Fp8Tensor expected = fp8_quantize_operand(xt, role, false, options, &history_t);
         const kernels::Fp8Tensor& copy = both.columnwise;
         CHECK(copy.codes.shape() == Shape{67, 130});
@@ -195,9 +195,9 @@ TEST_CASE("fp8 scaling: the column-wise copy is x^T's codes, its blocks and scal
       if (scaling == Fp8Scaling::Delayed) CHECK(history.amax_history.data<float>()[static_cast<int>(role) * 2 + 1] > 0);
     }
   // Only what is asked for is made.
-  const kernels::Fp8Quantized rows_only =
-      fp8_quantize_copies(x, Fp8Role::Input, false, {.scaling = Fp8Scaling::Current}, nullptr,
-                          kernels::Fp8Copies::RowWise);
+  const kernels::Fp8Quantized rows_only = fp8_quantize_copies(x, Fp8Role::Input, false,
+                                                              {.scaling = Fp8Scaling::Current}, nullptr,
+                                                              kernels::Fp8Copies::RowWise);
   CHECK(rows_only.rowwise.codes.defined());
   CHECK_FALSE(rows_only.columnwise.codes.defined());
 }

@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) scale[i] = fp8_scale(amax[i], rule, 1.0f);
 }
 
-__global__ void record_amax_kernel(float* row, std::int64_t len, const float* amax, bool most_recent,
-                                   Fp8ScaleRule rule, float* scale) {
+__global__ void record_amax_kernel(float* row, std::int64_t len, const float* amax, bool most_recent, Fp8ScaleRule rule,
+                                   float* scale) {
   fp8_record_amax(row, len, *amax, most_recent, rule, scale);
 }
 
@@ -326,8 +326,8 @@ void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor
   const auto code_ptr = [](Tensor& t) { return t.defined() ? static_cast<std::uint8_t*>(t.data_ptr()) : nullptr; };
   visit_device_floating(x.dtype(), "fp8_quantize", [&](auto in) {
     using In = decltype(in);
-    MG_LAUNCH((quantize_kernel<In>), blocks_for(std::max(tiles, scale_inv.numel()) * kThreads, kThreads), kThreads,
-              0, stream_of(x))
+    MG_LAUNCH((quantize_kernel<In>), blocks_for(std::max(tiles, scale_inv.numel()) * kThreads, kThreads), kThreads, 0,
+              stream_of(x))
     (device_ptr<In>(x), device_ptr<float>(scale), g, format_of(codes.defined() ? codes : codes_t), code_ptr(codes),
      code_ptr(codes_t), device_ptr<float>(scale_inv), scale_inv.numel());
     MG_CUDA_LAUNCHED();
