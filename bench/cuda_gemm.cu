@@ -8,7 +8,10 @@
 // cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 3, mma.sync); f16
 // again on rungs 2 and 1 ("f16-wmma2", "f16-wmma1": kernels::cuda::set_gemm_rung), square shapes only;
 // f32 on CUDA cores (cublasSgemmStridedBatched, no TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS:
-// CUBLAS_COMPUTE_32F_FAST_TF32).
+// CUBLAS_COMPUTE_32F_FAST_TF32); fp8: kernels::fp8_gemm of E4M3 codes with per-tensor scales into bf16
+// (the forward GEMM of fp8_linear under fp8_delayed), on the NT shapes only (FP8 operands are K-major),
+// beside cuBLAS's *f16* GEMM of the same shape (plain cuBLAS has no FP8; cuBLASLt's is issue 43's
+// peer), so its ratio says what FP8 buys over 16 bits, and its error includes FP8's rounding.
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -39,6 +42,7 @@
 #include "bench/machine.h"
 #include "bench/timing.h"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/fp8.h"
 #include "mixgrad.h"
 
 namespace {
@@ -214,18 +218,23 @@ int main(int argc, char** argv) try {
                                    {"tf32", mg::DType::F32, true},
                                    {"f32", mg::DType::F32, false},
                                    {"f16-wmma2", mg::DType::F16, false, GemmRung::WmmaPipelined},
-                                   {"f16-wmma1", mg::DType::F16, false, GemmRung::WmmaSimple}};
+                                   {"f16-wmma1", mg::DType::F16, false, GemmRung::WmmaSimple},
+                                   {"fp8", mg::DType::F16, false}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
     const mg::kernels::cuda::GemmRungGuard rung(mode.rung);
     // Worst |error| / max |result| still counted right: accumulation-order differences, an ulp of the
     // output, and for TF32 the two libraries' own roundings of the operands.
-    const double allowed = mode.dtype == mg::DType::BF16
+    // FP8: E4M3's 3 mantissa bits on both operands.
+    const bool fp8 = mode.name == "fp8";
+    const double allowed = fp8 ? 0x1p-3
+                           : mode.dtype == mg::DType::BF16
                                ? 0x1p-5
                                : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
     for (const Case& c : cases()) {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
       if (mode.rung != GemmRung::Auto && !c.name.starts_with("square")) continue;
+      if (fp8 && (c.shape.transpose_a || !c.shape.transpose_b)) continue;
       const GemmShape& s = c.shape;
       const mg::Shape a_shape = s.transpose_a ? mg::Shape{s.k, s.m} : mg::Shape{s.m, s.k};
       const mg::Shape b_shape = s.transpose_b ? mg::Shape{s.n, s.k} : mg::Shape{s.k, s.n};
@@ -233,7 +242,21 @@ int main(int argc, char** argv) try {
       const mg::Tensor b = mg::randn(b_shape, generator).to(mode.dtype).to(mg::Device::cuda());
       mg::Tensor ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
       mg::Tensor theirs = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
-      const auto run_ours = [&] { mg::kernels::cuda::gemm(a, b, ours, s); };
+      // FP8: the codes of A and B with one scale each, made on the device; C in bf16.
+      const mg::kernels::Fp8ScaleRule e4m3{};
+      const mg::kernels::Fp8Tensor qa =
+          fp8 ? mg::kernels::fp8_quantize_fitted(a, {}, e4m3, mg::kernels::Fp8Copies::RowWise).rowwise
+              : mg::kernels::Fp8Tensor{};
+      const mg::kernels::Fp8Tensor qb =
+          fp8 ? mg::kernels::fp8_quantize_fitted(b, {}, e4m3, mg::kernels::Fp8Copies::RowWise).rowwise
+              : mg::kernels::Fp8Tensor{};
+      if (fp8) ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
+      const auto run_ours = [&] {
+        if (fp8)
+          mg::kernels::fp8_gemm(qa, qb, ours, s);
+        else
+          mg::kernels::cuda::gemm(a, b, ours, s);
+      };
       const auto run_theirs = [&] { cublas_gemm(handle, mode, a, b, theirs, s); };
       run_ours();
       run_theirs();
@@ -242,8 +265,11 @@ int main(int argc, char** argv) try {
       const double flop = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
       fmt::print("{:<9} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
-                 fmt::format("{} x {} x {}", s.m, s.n, s.k), mg::kernels::cuda::gemm_kernel_name(a, b, s), error,
-                 ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops, error <= allowed ? "" : "MISMATCH");
+                 fmt::format("{} x {} x {}", s.m, s.n, s.k),
+                 fp8 ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, {})
+                     : mg::kernels::cuda::gemm_kernel_name(a, b, s),
+                 error, ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops,
+                 error <= allowed ? "" : "MISMATCH");
       std::fflush(stdout);
     }
   }

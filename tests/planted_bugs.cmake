@@ -151,6 +151,14 @@ mg_planted_bug(mma_weak_wait FILE kernels/cuda/gemm_mma.cu COMPILE kernels/cuda/
   REPLACE "wait_copies<Cfg::kStages - 1>();  // planted: one group too weak")
 # Its epilogue without the __syncwarp between staging and reading: a lane reads sums another lane of
 # its warp has not staged yet (the emulator runs lanes one after another: NaN from the arena).
-mg_planted_bug(mma_epilogue_no_syncwarp FILE kernels/cuda/gemm_mma.cu COMPILE kernels/cuda/gemm_mma.cu
+mg_planted_bug(mma_epilogue_no_syncwarp FILE kernels/cuda/mma_epilogue.cuh COMPILE kernels/cuda/gemm_mma.cu
   SUITE test_cuda_gemm CASES "${gemm_f16}" CATCHES "${a_race}"
-  FIND "  __syncwarp();  // the warp's 64 x 64 sums are staged\n" REPLACE "")
+  FIND "  __syncwarp();  // the warp's sums are staged\n" REPLACE "")
+# Rung 3 of the FP8 GEMM (gemm_fp8_mma.cu) chaining its instructions through the lane's sums instead of
+# starting each from 0 and promoting its result: the 13-bit accumulator of an emulated Ada cuts the
+# running sums.
+mg_planted_bug(fp8_mma_no_promotion FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
+  SUITE test_cuda_fp8 CASES "cuda fp8: rung 3*" CATCHES "${wrong_values}"
+  ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
+  FIND "mma_fp8<kA, kB>(group, a, bj, zero);  // one instruction's 32 products, from 0\n#pragma unroll\n          for (int r = 0; r < 4; ++r) sum[i][j].x[r] += group.x[r];"
+  REPLACE "mma_fp8<kA, kB>(group, a, bj, Fp8FragmentC{{sum[i][j].x[0], sum[i][j].x[1], sum[i][j].x[2], sum[i][j].x[3]}});\n          for (int r = 0; r < 4; ++r) sum[i][j].x[r] = group.x[r];  // planted: chained")

@@ -38,6 +38,7 @@
 #include <memory>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/fp8.h"
@@ -228,6 +229,17 @@ void check_against_model(const std::string& what, const Tensor& gpu, const Tenso
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Codes [rows, cols] (on the CPU) stored the other way: [cols, rows].
+Tensor transposed_codes(const Tensor& codes) {
+  const std::int64_t rows = codes.size(0), cols = codes.size(1);
+  Tensor out = Tensor::empty({cols, rows}, {.dtype = codes.dtype()});
+  const auto* from = static_cast<const std::uint8_t*>(codes.data_ptr());
+  auto* to = static_cast<std::uint8_t*>(out.data_ptr());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) to[c * rows + r] = from[r * cols + c];
+  return out;
+}
+
 // The GPU's own accumulator (kernels/fp8.h: by compute capability), promoted every `promote_every`.
 Fp8Accumulator device_accumulator(int promote_every) {
   Fp8Accumulator accumulator = kernels::cuda::fp8_mma_accumulator(Device::cuda());
@@ -369,6 +381,48 @@ TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emu
   }
 }
 
+// Rung 3 (kernels/cuda/gemm_fp8_mma.cu): K-major operands with one scale each, as fp8_linear gives them
+// under per-tensor scaling. Ragged against its 128 x 128 tiles and its 128-code k steps (k = 400: the
+// last step a quarter full, its last instruction half), every format pair and output dtype: the CPU's
+// model promoted every 32 bit for bit on the emulator, and rung 1's result for the same operands
+// stored the other way (A transposed: rung 1 takes it) bit for bit everywhere, the same sums in the
+// same order.
+TEST_CASE("cuda fp8: rung 3 (K-major, per-tensor) is the CPU's model and rung 1, bit for bit") {
+  if (!have_gpu()) return;
+  using enum Format;
+  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  const std::vector<GemmCase> cases{{150, 140, 400, false, true, E4M3, E4M3, kPerTensor, BF16, true},
+                                    {150, 140, 400, false, true, E4M3, E5M2, kPerTensor, F32, false},
+                                    {130, 20, 48, false, true, E5M2, E4M3, kPerTensor, F16, true},
+                                    {17, 129, 256, false, true, E5M2, E5M2, kPerTensor, F32, true},
+                                    {5, 3, 0, false, true, E4M3, E4M3, kPerTensor, BF16, true}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const GemmCase& g = cases[i];
+    INFO(describe(g));
+    const GemmOperands o = operands(g, 300 + i);
+    CHECK(kernels::cuda::fp8_gemm_kernel_name(o.a, o.b, o.shape, {}) == "fp8 mma 128x128x128, 3 stages");
+    const Tensor gpu = run(o, g.out, {}, Device::cuda());
+    check_against_model("rung 3 against the model promoted every 32", gpu,
+                        run(o, g.out, device_accumulator(32), Device::cpu()), magnitudes(o), 1, g.k);
+    GemmOperands t = o;  // A stored [k, m]: the same values, on rung 1
+    t.a.codes = transposed_codes(o.a.codes);
+    t.shape.transpose_a = true;
+    CHECK(kernels::cuda::fp8_gemm_kernel_name(t.a, t.b, t.shape, {}).find("rung 1") != std::string::npos);
+    check_same_bits("rung 3 against rung 1", gpu, run(t, g.out, {}, Device::cuda()).to(Device::cpu()));
+  }
+  // What rung 3 leaves to rung 1: block scales, a Limited accumulator promoted less often, k not a
+  // multiple of 16.
+  const GemmOperands blocks = operands({64, 64, 256, false, true, E4M3, E4M3, kDeepSeek, F32, false}, 7);
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(blocks.a, blocks.b, blocks.shape, {}).find("rung 1") != std::string::npos);
+  const GemmOperands per_tensor = operands({64, 64, 256, false, true, E4M3, E4M3, kPerTensor, F32, false}, 8);
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(per_tensor.a, per_tensor.b, per_tensor.shape, device_accumulator(128))
+            .find("rung 1") != std::string::npos);
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(per_tensor.a, per_tensor.b, per_tensor.shape, device_accumulator(32)) ==
+        "fp8 mma 128x128x128, 3 stages");
+  const GemmOperands odd_k = operands({64, 64, 40, false, true, E4M3, E4M3, kPerTensor, F32, false}, 9);
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(odd_k.a, odd_k.b, odd_k.shape, {}).find("rung 1") != std::string::npos);
+}
+
 // One large product, then 255 small ones: row i of A is [256, a_i, a_i, ...], column j of B is
 // [1, b_j, b_j, ...], per-tensor scales of 1. At 256 the 14-bit accumulator's last bit is 2^-5.
 //   (0, 0): products 2^-12; a group of 32 adds 2^-7, a quarter of that bit
@@ -445,44 +499,47 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
                                                       {Fp8Scaling::Delayed, true},
                                                       {Fp8Scaling::Block, false},
                                                       {Fp8Scaling::Mx, false}};
-  for (const auto& [scaling, history_on_gpu] : runs) {
-    const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};
-    INFO(options.describe() << (history_on_gpu ? std::string(", history on the GPU") : std::string()));
-    Generator generator(5);
-    const std::int64_t rows = 6, in = 40, out = 24;
-    const Tensor x = randn({rows, in}, generator).requires_grad_(true);
-    const Tensor w = randn({out, in}, generator).requires_grad_(true);
-    const Tensor b = randn({out}, generator).requires_grad_(true);
-    const Tensor g = randn({rows, out}, generator).to(DType::BF16);
-    const Tensor gx = x.detach().to(Device::cuda()).requires_grad_(true);
-    const Tensor gw = w.detach().to(Device::cuda()).requires_grad_(true);
-    const Tensor gb = b.detach().to(Device::cuda()).requires_grad_(true);
-    Fp8History history = Fp8History::fresh(4), gpu_history = Fp8History::fresh(4);
-    if (history_on_gpu)
-      gpu_history = {gpu_history.amax_history.to(Device::cuda()), gpu_history.scale.to(Device::cuda())};
-    for (int step = 0; step < 2; ++step) {  // delayed scaling: the second step uses the recorded amax
-      INFO("step " << step);
-      const Tensor y = fp8_linear(x, w, b, options, &history);
-      const Tensor gy = fp8_linear(gx, gw, gb, options, &gpu_history);
-      CHECK(gy.device() == Device::cuda());
-      backward(y, g, {.keep_tape = true});  // the GPU graph is on the tape too
-      backward(gy, g.to(Device::cuda()));
-      const auto compare = [](const std::string& what, const Tensor& gpu, const Tensor& cpu) {
-        if (cuda_emulated())
-          check_same_bits(what, gpu, cpu);
-        else  // the hardware's accumulator is not the model's for sure: the bound, with G = 1
-          check_close(gpu.to(Device::cpu()).to(DType::F64), cpu.to(DType::F64), 0.02, 0.02);
-      };
-      compare("y", gy, y);
-      compare("dx", gx.grad(), x.grad());
-      compare("dW", gw.grad(), w.grad());
-      check_close(gb.grad().to(Device::cpu()).to(DType::F64), b.grad().to(DType::F64), 1e-6, 1e-6);  // f32 sums
-      CHECK(gpu_history.scale.device() == (history_on_gpu ? Device::cuda() : Device::cpu()));
-      check_same_bits("amax history", gpu_history.amax_history, history.amax_history);
-      check_same_bits("scales", gpu_history.scale, history.scale);
-      for (Tensor t : {x, w, b, gx, gw, gb}) t.zero_grad();
+  // Two sizes: 6 x 40 -> 24 on rung 1, and 32 x 64 -> 48, whose k (64, 48 and 32) put the per-tensor
+  // recipes' three GEMMs on rung 3 (K-major operands from the column-wise copies).
+  for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{6, 40, 24}, {32, 64, 48}})
+    for (const auto& [scaling, history_on_gpu] : runs) {
+      const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};
+      INFO(options.describe() << (history_on_gpu ? std::string(", history on the GPU") : std::string()) << ", " << rows
+                              << " x " << in << " -> " << out);
+      Generator generator(5);
+      const Tensor x = randn({rows, in}, generator).requires_grad_(true);
+      const Tensor w = randn({out, in}, generator).requires_grad_(true);
+      const Tensor b = randn({out}, generator).requires_grad_(true);
+      const Tensor g = randn({rows, out}, generator).to(DType::BF16);
+      const Tensor gx = x.detach().to(Device::cuda()).requires_grad_(true);
+      const Tensor gw = w.detach().to(Device::cuda()).requires_grad_(true);
+      const Tensor gb = b.detach().to(Device::cuda()).requires_grad_(true);
+      Fp8History history = Fp8History::fresh(4), gpu_history = Fp8History::fresh(4);
+      if (history_on_gpu)
+        gpu_history = {gpu_history.amax_history.to(Device::cuda()), gpu_history.scale.to(Device::cuda())};
+      for (int step = 0; step < 2; ++step) {  // delayed scaling: the second step uses the recorded amax
+        INFO("step " << step);
+        const Tensor y = fp8_linear(x, w, b, options, &history);
+        const Tensor gy = fp8_linear(gx, gw, gb, options, &gpu_history);
+        CHECK(gy.device() == Device::cuda());
+        backward(y, g, {.keep_tape = true});  // the GPU graph is on the tape too
+        backward(gy, g.to(Device::cuda()));
+        const auto compare = [](const std::string& what, const Tensor& gpu, const Tensor& cpu) {
+          if (cuda_emulated())
+            check_same_bits(what, gpu, cpu);
+          else  // the hardware's accumulator is not the model's for sure: the bound, with G = 1
+            check_close(gpu.to(Device::cpu()).to(DType::F64), cpu.to(DType::F64), 0.02, 0.02);
+        };
+        compare("y", gy, y);
+        compare("dx", gx.grad(), x.grad());
+        compare("dW", gw.grad(), w.grad());
+        check_close(gb.grad().to(Device::cpu()).to(DType::F64), b.grad().to(DType::F64), 1e-6, 1e-6);  // f32 sums
+        CHECK(gpu_history.scale.device() == (history_on_gpu ? Device::cuda() : Device::cpu()));
+        check_same_bits("amax history", gpu_history.amax_history, history.amax_history);
+        check_same_bits("scales", gpu_history.scale, history.scale);
+        for (Tensor t : {x, w, b, gx, gw, gb}) t.zero_grad();
+      }
     }
-  }
   // Operands on two devices are refused with the op's name.
   check_error([&] { (void)fp8_linear(ones({2, 4}).to(Device::cuda()), ones({3, 4}), {}, {}); }, "mg::fp8_linear");
 }

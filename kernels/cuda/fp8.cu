@@ -13,7 +13,9 @@
 //   scales      one thread per block's amax (kernels/fp8_scale.h); delayed scaling's history, one thread
 //   dequantize  one thread per element: decode(code) * scale_inv
 //
-// The GEMM, the simple version (one warp per 16x8 tile of C, fragments loaded straight from global
+// The GEMM. K-major operands with one scale each and the F32 accumulator (fp8_linear's GEMMs under
+// per-tensor scaling) run on rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix, the same sums); the rest on
+// rung 1, the simple version here (one warp per 16x8 tile of C, fragments loaded straight from global
 // memory, no shared memory; the operands are read once per warp that needs them):
 //   grid (ceil(m / 32), ceil(n / 16)), 128 threads: 4 warps, 2 x 2 over the block's 32x16 tile of C.
 //   Each warp walks k as the CPU's Limited model does (kernels/cpu/gemm_fp8.cpp, limited_chunk_sum):
@@ -55,6 +57,7 @@
 #include "core/factory.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/cuda/gemm_fp8_mma.h"
 #include "kernels/cuda/mma_fp8.cuh"
 #include "kernels/fp8.h"
 #include "kernels/pointwise.h"
@@ -273,11 +276,7 @@ void launch_gemm(const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
 
 template <class Out>
 void launch_gemm(fp8::Format fa, fp8::Format fb, const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
-  using enum fp8::Format;
-  if (fa == E4M3 && fb == E4M3) return launch_gemm<E4M3, E4M3>(args, stream);
-  if (fa == E4M3 && fb == E5M2) return launch_gemm<E4M3, E5M2>(args, stream);
-  if (fa == E5M2 && fb == E4M3) return launch_gemm<E5M2, E4M3>(args, stream);
-  launch_gemm<E5M2, E5M2>(args, stream);
+  with_fp8_formats(fa, fb, [&]<fp8::Format kA, fp8::Format kB>() { launch_gemm<kA, kB>(args, stream); });
 }
 
 // FP8 mma.sync needs sm_89 (Ada) or later: the current device's compute capability (asked once),
@@ -301,7 +300,21 @@ int require_fp8_tensor_cores(const Device& device) {
                           device, properties.name, cc / 10, cc % 10));
 }
 
+// Rung 3 (gemm_fp8_mma.cu) takes K-major operands with one scale each and the f32 accumulator (or
+// a Limited one promoted after every instruction, the same sums); rung 1 above takes the rest.
+bool takes_rung3(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s, const Fp8Accumulator& accumulator) {
+  const bool promote_each = !accumulator.limited || accumulator.promote_every == kGroup;
+  return fp8_pipelined::takes(s.transpose_a, s.transpose_b, a.scale_inv.numel(), b.scale_inv.numel(), promote_each, s.m,
+                              s.n, s.k, a.codes.data_ptr(), b.codes.data_ptr());
+}
+
 }  // namespace
+
+std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s,
+                                 const Fp8Accumulator& accumulator) {
+  if (takes_rung3(a, b, s, accumulator)) return fp8_pipelined::kernel_name();
+  return fmt::format("fp8 mma {}x{} from global memory (rung 1)", kTileM, kTileN);
+}
 
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   Tensor amax = zeros(fp8_scale_shape(x.shape(), blocks), {.dtype = DType::F32, .device = x.device()});
@@ -384,10 +397,27 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
              "mantissa_bits {}, {}, group {}",
              c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
              rounding(accumulator.rounding), accumulator.group);
+  Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
+  if (takes_rung3(a, b, s, accumulator)) {
+    visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
+      using Out = decltype(out);
+      const fp8_pipelined::Fp8MmaArgs<Out> args{static_cast<const std::uint8_t*>(a.codes.data_ptr()),
+                                                static_cast<const std::uint8_t*>(b.codes.data_ptr()),
+                                                device_ptr<Out>(c),
+                                                static_cast<int>(s.m),
+                                                static_cast<int>(s.n),
+                                                static_cast<int>(s.k),
+                                                device_ptr<float>(a.scale_inv),
+                                                device_ptr<float>(b.scale_inv),
+                                                bias.defined() ? device_ptr<float>(bias) : nullptr,
+                                                epilogue.activation};
+      fp8_pipelined::launch(format_of(a.codes), format_of(b.codes), args, stream_of(c));
+    });
+    return;
+  }
   const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
   // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));
-  Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
   visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
     using Out = decltype(out);
     const Fp8GemmArgs<Out> args{oa,

@@ -23,7 +23,7 @@
 //   - Blocks walk C in groups of 8 tile rows, column by column (mma_layout.h's block_tile: L2 reuse).
 //   - The epilogue stages each warp's 64 x 64 sums through shared memory (16 KiB a warp, in the
 //     pipeline's buffers), so that every lane stores 16 consecutive bytes of a row of C and a warp's
-//     store covers whole 128-byte runs (bias, activation, one rounding on the way).
+//     store covers whole 128-byte runs (bias, activation, one rounding on the way: mma_epilogue.cuh).
 //
 // Shapes: any m, n, k >= 0 and batch. Copy::Async needs every operand row to start on 16 bytes (the
 // leading dimensions a multiple of 8 f16/bf16 or 4 f32, A and B 16-byte aligned), as rung 2 does;
@@ -48,6 +48,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemm_mma.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/mma_epilogue.cuh"
 
 namespace mg::kernels::cuda::mma_pipelined {
 
@@ -263,56 +264,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_ker
   // ---- the epilogue: each warp's sums through its own 16 KiB of the pipeline's shared memory ----
   wait_copies<0>();  // the groups left are empty, but no copy may still be writing
   __syncthreads();  // and every warp is done reading its last stage
+  // Split: f32 partial sums, finished by the second pass; else the epilogue and one rounding into C.
   unsigned char* staging = shared + warp * Staging::kBytes;
-#pragma unroll
-  for (int i = 0; i < kFragsM; ++i)
-#pragma unroll
-    for (int j = 0; j < kFragsN; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const Cell at = Staging::write(lane, i, j, h);
-        store_shared_8(staging + Staging::offset(at.row, at.column), sum[i][j].x[2 * h], sum[i][j].x[2 * h + 1]);
-      }
-  __syncwarp();  // the warp's 64 x 64 sums are staged
-  // One loop, not unrolled: the epilogue (bias, GELU's erf) is compiled once, not once a register.
-  using Stored = std::conditional_t<kSplit, float, Out>;  // split: f32 partial sums, finished later
-  constexpr int kStoreBytes = sizeof(Stored);
-  constexpr int kColumns = Staging::kColumnsPerStore<kStoreBytes>;
-  Stored* const c = [&] {
-    if constexpr (kSplit)
-      return args.partial_of(block);
-    else
-      return args.c_of(block.entry);
-  }();
-  const bool vectors = n % kColumns == 0 && reinterpret_cast<std::uintptr_t>(c) % 16 == 0;
-#pragma unroll 1
-  for (int item = 0; item < Staging::kItems<kStoreBytes>; ++item) {
-    const Cell at = Staging::read<kStoreBytes>(lane, item);
-    const int row = row0 + corner.row + at.row, column = col0 + corner.column + at.column;
-    if (row >= m || column >= n) continue;
-    float values[kColumns];
-#pragma unroll
-    for (int q = 0; q < kColumns / 4; ++q) {
-      const uint4 bits = load_shared_16(staging + Staging::offset(at.row, at.column + 4 * q));
-      std::memcpy(values + 4 * q, &bits, sizeof bits);
-    }
-    Stored out[kColumns];
-#pragma unroll
-    for (int e = 0; e < kColumns; ++e) {
-      if constexpr (kSplit)
-        out[e] = values[e];
-      else  // columns past n are computed (on the last column's bias) but never stored
-        out[e] = from_float<Out>(args.finish(values[e], min(column + e, n - 1)));
-    }
-    Stored* const to = c + static_cast<std::int64_t>(row) * n + column;
-    if (vectors && column + kColumns <= n) {
-      uint4 bits;
-      std::memcpy(&bits, out, sizeof bits);
-      *reinterpret_cast<uint4*>(to) = bits;
-    } else {
-      for (int e = 0; e < kColumns && column + e < n; ++e) to[e] = out[e];
-    }
-  }
+  if constexpr (kSplit)
+    store_through_staging(staging, sum, lane, row0 + corner.row, col0 + corner.column, m, n, args.partial_of(block),
+                          [](float value, int) { return value; });
+  else
+    store_through_staging(staging, sum, lane, row0 + corner.row, col0 + corner.column, m, n, args.c_of(block.entry),
+                          [&](float value, int column) { return from_float<Out>(args.finish(value, column)); });
 }
 
 // ---- host side -----------------------------------------------------------------------------------

@@ -67,6 +67,17 @@ struct Fp8FragmentC {
   float x[4];
 };
 
+// Calls f.template operator()<kA, kB>() with the compile-time formats of (fa, fb): a kernel is
+// instantiated per pair of formats, because the instruction names them.
+template <class F>
+void with_fp8_formats(fp8::Format fa, fp8::Format fb, const F& f) {
+  using enum fp8::Format;
+  if (fa == E4M3 && fb == E4M3) return f.template operator()<E4M3, E4M3>();
+  if (fa == E4M3 && fb == E5M2) return f.template operator()<E4M3, E5M2>();
+  if (fa == E5M2 && fb == E4M3) return f.template operator()<E5M2, E4M3>();
+  f.template operator()<E5M2, E5M2>();
+}
+
 // The layout above: the tile coordinates of what lane `lane` holds.
 __device__ __forceinline__ int fp8_a_row(int lane, int reg) { return lane / 4 + 8 * (reg % 2); }
 __device__ __forceinline__ int fp8_a_k(int lane, int reg, int byte) { return 16 * (reg / 2) + 4 * (lane % 4) + byte; }
