@@ -55,9 +55,11 @@ struct Cfg {
   static constexpr int kStageBytes = (kTileM + kTileN) * kRowBytes;
   using Staging = WarpStaging<kWarpRows>;
   static constexpr int kSharedBytes = kStages * kStageBytes > kThreads / 32 * Staging::kBytes
-                                          ? kStages * kStageBytes
+                                          ? kStages* kStageBytes
                                           : kThreads / 32 * Staging::kBytes;
-  MG_LAYOUT_FN static Cell warp_corner(int warp) { return {(warp / kWarpsN) * kWarpRows, (warp % kWarpsN) * kWarpTile}; }
+  MG_LAYOUT_FN static Cell warp_corner(int warp) {
+    return {(warp / kWarpsN) * kWarpRows, (warp % kWarpsN) * kWarpTile};
+  }
 };
 using Tile = OperandTile<2, 128, true>;  // K-major, 128 rows of 64 pairs: 128 codes of k a step
 constexpr int kStepCodes = kRowBytes;  // codes of k a step
@@ -142,8 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
       // fragment registers live rather than 32, which the sums leave no room for.
       std::uint32_t b[kFragsN / 2][4];
 #pragma unroll
-      for (int p = 0; p < kFragsN / 2; ++p)
-        ldmatrix<4, false>(b[p], tile_b + LoadsB::constant(p, kk, 0));
+      for (int p = 0; p < kFragsN / 2; ++p) ldmatrix<4, false>(b[p], tile_b + LoadsB::constant(p, kk, 0));
 #pragma unroll
       for (int i = 0; i < Cfg::kFragsM; ++i) {
         Fp8FragmentA a;
@@ -204,8 +205,8 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t scales_a, std::int64
            std::int64_t m, std::int64_t n, std::int64_t k, const void* a, const void* b) {
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kChunkBytes == 0; };
   const std::int64_t tiles = ((m + Cfg::kTileM - 1) / Cfg::kTileM) * ((n + Cfg::kTileN - 1) / Cfg::kTileN);
-  return !transpose_a && transpose_b && scales_a == 1 && scales_b == 1 && promote_each && k % 16 == 0 &&
-         aligned(a) && aligned(b) && tiles <= INT_MAX;
+  return !transpose_a && transpose_b && scales_a == 1 && scales_b == 1 && promote_each && k % 16 == 0 && aligned(a) &&
+         aligned(b) && tiles <= INT_MAX;
 }
 
 template <class Out>
