@@ -3,8 +3,6 @@
 #include "autograd/fp8.h"
 
 #include <algorithm>
-#include <cfloat>
-#include <cmath>
 #include <optional>
 #include <utility>
 

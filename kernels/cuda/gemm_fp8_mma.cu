@@ -140,8 +140,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
         if (ahead < steps) copy_step(ahead % Cfg::kStages, ahead);
         commit_copies();
       }
-      // B's fragments for the substep, then A's one m16 row at a time with its 8 instructions: 20
-      // fragment registers live rather than 32, which the sums leave no room for.
+      // B's fragments for the substep, then A's one m16 row at a time with its 8 instructions.
       std::uint32_t b[kFragsN / 2][4];
 #pragma unroll
       for (int p = 0; p < kFragsN / 2; ++p) ldmatrix<4, false>(b[p], tile_b + LoadsB::constant(p, kk, 0));
