@@ -11,7 +11,9 @@
 // CUBLAS_COMPUTE_32F_FAST_TF32); fp8: kernels::fp8_gemm of E4M3 codes with per-tensor scales into bf16
 // (the forward GEMM of fp8_linear under fp8_delayed), on the NT shapes only (FP8 operands are K-major),
 // beside cuBLAS's *f16* GEMM of the same shape (plain cuBLAS has no FP8; cuBLASLt's is issue 43's
-// peer), so its ratio says what FP8 buys over 16 bits, and its error includes FP8's rounding.
+// peer), so its ratio says what FP8 buys over 16 bits, and its error includes FP8's rounding;
+// fp8-blocks the same with DeepSeek-V3's scales (A by 1 x 128, B by 128 x 128: fp8_blocks) and fp8-mx
+// with MX's (1 x 32, powers of two: fp8_mx), which rung 3 runs in chunks of 128 and 32.
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -190,7 +192,7 @@ void print_header() {
              prop.name, prop.major, prop.minor, prop.multiProcessorCount, sm_khz / 1000, memory_khz / 1000);
   fmt::print("cuBLAS {}; median of {} runs after {} warm-ups; TFLOP/s = 2 m n k / time\n\n", cublas_version, kRuns,
              kWarmup);
-  fmt::print("{:<9} {:<18} {:>24} {:<52} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
+  fmt::print("{:<10} {:<18} {:>24} {:<52} {:>10} {:>9} {:>9} {:>7}\n", "mode", "shape", "m x n x k",
              "mixgrad kernel (and split of k)", "max rel err", "mixgrad", "cuBLAS", "ratio");
 }
 
@@ -219,14 +221,24 @@ int main(int argc, char** argv) try {
                                    {"f32", mg::DType::F32, false},
                                    {"f16-wmma2", mg::DType::F16, false, GemmRung::WmmaPipelined},
                                    {"f16-wmma1", mg::DType::F16, false, GemmRung::WmmaSimple},
-                                   {"fp8", mg::DType::F16, false}};
+                                   {"fp8", mg::DType::F16, false},
+                                   {"fp8-blocks", mg::DType::F16, false},
+                                   {"fp8-mx", mg::DType::F16, false}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
     const mg::kernels::cuda::GemmRungGuard rung(mode.rung);
     // Worst |error| / max |result| still counted right: accumulation-order differences, an ulp of the
     // output, and for TF32 the two libraries' own roundings of the operands.
     // FP8: E4M3's 3 mantissa bits on both operands.
-    const bool fp8 = mode.name == "fp8";
+    const bool fp8 = mode.name.starts_with("fp8");
+    // The scales' blocks and rule of each FP8 mode: per tensor, DeepSeek-V3's, MX's.
+    using Rule = mg::kernels::Fp8ScaleRule;
+    const bool blocks = mode.name == "fp8-blocks", mx = mode.name == "fp8-mx";
+    const mg::kernels::Fp8Blocks a_blocks = blocks ? mg::kernels::Fp8Blocks{1, 128}
+                                            : mx   ? mg::kernels::Fp8Blocks{1, 32}
+                                                   : mg::kernels::Fp8Blocks{};
+    const mg::kernels::Fp8Blocks b_blocks = blocks ? mg::kernels::Fp8Blocks{128, 128} : a_blocks;
+    const Rule rule{.kind = blocks ? Rule::Kind::Block : mx ? Rule::Kind::Mx : Rule::Kind::PerTensor};
     const double allowed = fp8 ? 0x1p-3
                            : mode.dtype == mg::DType::BF16
                                ? 0x1p-5
@@ -242,13 +254,12 @@ int main(int argc, char** argv) try {
       const mg::Tensor b = mg::randn(b_shape, generator).to(mode.dtype).to(mg::Device::cuda());
       mg::Tensor ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
       mg::Tensor theirs = mg::Tensor::empty({s.m, s.n}, {.dtype = mode.dtype, .device = mg::Device::cuda()});
-      // FP8: the codes of A and B with one scale each, made on the device; C in bf16.
-      const mg::kernels::Fp8ScaleRule e4m3{};
+      // FP8: the codes of A and B and their scales, made on the device; C in bf16.
       const mg::kernels::Fp8Tensor qa =
-          fp8 ? mg::kernels::fp8_quantize_fitted(a, {}, e4m3, mg::kernels::Fp8Copies::RowWise).rowwise
+          fp8 ? mg::kernels::fp8_quantize_fitted(a, a_blocks, rule, mg::kernels::Fp8Copies::RowWise).rowwise
               : mg::kernels::Fp8Tensor{};
       const mg::kernels::Fp8Tensor qb =
-          fp8 ? mg::kernels::fp8_quantize_fitted(b, {}, e4m3, mg::kernels::Fp8Copies::RowWise).rowwise
+          fp8 ? mg::kernels::fp8_quantize_fitted(b, b_blocks, rule, mg::kernels::Fp8Copies::RowWise).rowwise
               : mg::kernels::Fp8Tensor{};
       if (fp8) ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
       const auto run_ours = [&] {
@@ -264,7 +275,7 @@ int main(int argc, char** argv) try {
       const double ours_ms = median_ms(run_ours, stream), theirs_ms = median_ms(run_theirs, stream);
       const double flop = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
-      fmt::print("{:<9} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
+      fmt::print("{:<10} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
                  fmt::format("{} x {} x {}", s.m, s.n, s.k),
                  fp8 ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, {})
                      : mg::kernels::cuda::gemm_kernel_name(a, b, s),

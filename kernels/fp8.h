@@ -175,14 +175,16 @@ std::string fp8_gemm_kernel_name();
 // The same on a GPU (kernels/cuda/fp8.cu): bit-identical to the CPU's quantisation; the GEMM on FP8
 // mma.sync (sm_89 and later), equal bit for bit on the emulator to the CPU's Limited model with the
 // device's accumulator (fp8_mma_accumulator; F32: promoted every 32 products). Two kernels give the
-// same bits: rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix) for K-major operands with per-tensor scales,
-// rung 1 (fragments from global memory) for the rest; fp8_gemm_kernel_name says which.
+// same bits: rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix) for K-major operands (every recipe's
+// scales), rung 1 (fragments from global memory) for the rest; fp8_gemm_kernel_name says which.
 namespace cuda {
 // mma_sync_fp8_accumulator of the device's compute capability.
 Fp8Accumulator fp8_mma_accumulator(const Device& device);
-// The kernel a GEMM of these operands runs on: rung 3 ("fp8 mma 128x128x128, 3 stages":
-// gemm_fp8_mma.cu) for K-major operands (transpose_b, not transpose_a) with one scale each, the F32
-// accumulator (or Limited promoted every 32) and k a multiple of 16; rung 1 for the rest.
+// The kernel a GEMM of these operands runs on: rung 3 ("fp8 mma 128x128x128, 3 stages" per tensor with
+// the F32 accumulator; "fp8 mma 64x128x128, 3 stages, scales every 128" etc.: gemm_fp8_mma.h) for
+// K-major operands (transpose_b, not transpose_a), k a multiple of 16, scales per tensor or changing
+// every 32 or 128 along k, and promotions after every instruction or only at the chunks' ends; rung 1
+// ("... (rung 1)") for the rest.
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& shape,
                                  const Fp8Accumulator& accumulator);
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);

@@ -160,5 +160,20 @@ mg_planted_bug(mma_epilogue_no_syncwarp FILE kernels/cuda/mma_epilogue.cuh COMPI
 mg_planted_bug(fp8_mma_no_promotion FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
   SUITE test_cuda_fp8 CASES "cuda fp8: rung 3*" CATCHES "${wrong_values}"
   ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
-  FIND "mma_fp8<kA, kB>(group, a, bj, zero);  // one instruction's 32 products, from 0\n#pragma unroll\n          for (int r = 0; r < 4; ++r) sum[i][j].x[r] += group.x[r];"
-  REPLACE "mma_fp8<kA, kB>(group, a, bj, Fp8FragmentC{{sum[i][j].x[0], sum[i][j].x[1], sum[i][j].x[2], sum[i][j].x[3]}});\n          for (int r = 0; r < 4; ++r) sum[i][j].x[r] = group.x[r];  // planted: chained")
+  FIND "mma_fp8<kA, kB>(group, a[i], bj, zero);  // one instruction's 32 products, from 0\n#pragma unroll\n                for (int r = 0; r < 4; ++r) promoted[i][j].x[r] += group.x[r];"
+  REPLACE "mma_fp8<kA, kB>(group, a[i], bj, Fp8FragmentC{{promoted[i][j].x[0], promoted[i][j].x[1], promoted[i][j].x[2], promoted[i][j].x[3]}});\n                for (int r = 0; r < 4; ++r) promoted[i][j].x[r] = group.x[r];  // planted: chained")
+
+
+# Rung 3's chunks (block and MX scales) all scaled by the first chunk's scales.
+mg_planted_bug(fp8_mma_first_chunk_scales FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
+  SUITE test_cuda_fp8 CASES "cuda fp8: rung 3*" CATCHES "${wrong_values}"
+  FIND "const float* scale_a = sa.scale_inv + g / sa.block_k;"
+  REPLACE "const float* scale_a = sa.scale_inv;  // planted: the first chunk's")
+
+# Rung 3's carried accumulator never promoted (a Limited accumulator promoted every 64 or 128 products
+# summed as if never): on an emulated Ada the 13-bit running sums lose what promotion keeps.
+mg_planted_bug(fp8_mma_carried_never_promoted FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
+  SUITE test_cuda_fp8 CASES "cuda fp8: rung 3*" CATCHES "${wrong_values}"
+  ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
+  FIND "if (args.promote_every > 0 && end % args.promote_every == 0) promote<Cfg>(promoted, running);"
+  REPLACE "if (false) promote<Cfg>(promoted, running);  // planted: never")

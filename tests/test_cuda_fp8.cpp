@@ -381,46 +381,84 @@ TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emu
   }
 }
 
-// Rung 3 (kernels/cuda/gemm_fp8_mma.cu): K-major operands with one scale each, as fp8_linear gives them
-// under per-tensor scaling. Ragged against its 128 x 128 tiles and its 128-code k steps (k = 400: the
-// last step a quarter full, its last instruction half), every format pair and output dtype: the CPU's
-// model promoted every 32 bit for bit on the emulator, and rung 1's result for the same operands
-// stored the other way (A transposed: rung 1 takes it) bit for bit everywhere, the same sums in the
+// The same operands with A stored the other way ([k, m] and its scale grid transposed), which rung 1
+// takes: the same values, so the same sums.
+GemmOperands with_a_transposed(const GemmOperands& o) {
+  GemmOperands t = o;
+  t.a = {transposed_codes(o.a.codes), transpose(o.a.scale_inv, 0, 1), {o.a.blocks.cols, o.a.blocks.rows}};
+  t.shape.transpose_a = !o.shape.transpose_a;
+  return t;
+}
+
+// Rung 3 (kernels/cuda/gemm_fp8_mma.cu): K-major operands, as fp8_linear gives them in every recipe.
+// Ragged against its 128 x 128 and 64 x 128 tiles and its 128-code k steps (k = 400: the last step a
+// quarter full, its last instruction half, and with blocks the last chunk of 16 codes), every format
+// pair and output dtype, each way of keeping the sums: per tensor promoted after every instruction
+// (F32) or every 64 or 128 or never (Limited), DeepSeek-V3's blocks (chunks of 128: F32, and Limited
+// promoted at each chunk's end), MX (chunks of 32), a weight gradient's blocks, and per-row scales in
+// a single chunk (k below the block). Each is the CPU's model bit for bit on the emulator, and rung
+// 1's result for the same operands stored the other way bit for bit everywhere: the same sums in the
 // same order.
-TEST_CASE("cuda fp8: rung 3 (K-major, per-tensor) is the CPU's model and rung 1, bit for bit") {
+TEST_CASE("cuda fp8: rung 3 (K-major) is the CPU's model and rung 1, bit for bit, in every recipe") {
   if (!have_gpu()) return;
   using enum Format;
   const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
-  const std::vector<GemmCase> cases{{150, 140, 400, false, true, E4M3, E4M3, kPerTensor, BF16, true},
-                                    {150, 140, 400, false, true, E4M3, E5M2, kPerTensor, F32, false},
-                                    {130, 20, 48, false, true, E5M2, E4M3, kPerTensor, F16, true},
-                                    {17, 129, 256, false, true, E5M2, E5M2, kPerTensor, F32, true},
-                                    {5, 3, 0, false, true, E4M3, E4M3, kPerTensor, BF16, true}};
+  struct Rung3Case {
+    GemmCase g;
+    int promote_every;  // -1: the F32 accumulator (the model's promote_every is 32), else Limited
+    const char* kernel;  // the name's start and end (kernel_name: the tile, then how the sums are kept)
+    const char* kernel_end;
+  };
+  const char* per_tensor = "fp8 mma 128x128x128, 3 stages";
+  const char* two_sets = "fp8 mma 64x128x128, 3 stages";
+  const std::vector<Rung3Case> cases{
+      {{150, 140, 400, false, true, E4M3, E4M3, kPerTensor, BF16, true}, -1, per_tensor, "stages"},
+      {{150, 140, 400, false, true, E4M3, E5M2, kPerTensor, F32, false}, -1, per_tensor, "stages"},
+      {{130, 20, 48, false, true, E5M2, E4M3, kPerTensor, F16, true}, -1, per_tensor, "stages"},
+      {{17, 129, 256, false, true, E5M2, E5M2, kPerTensor, F32, true}, -1, per_tensor, "stages"},
+      {{5, 3, 0, false, true, E4M3, E4M3, kPerTensor, BF16, true}, -1, per_tensor, "stages"},
+      {{150, 140, 400, false, true, E4M3, E4M3, kPerTensor, F32, false}, 128, two_sets, "promoted every 128"},
+      {{70, 140, 400, false, true, E5M2, E4M3, kPerTensor, BF16, true}, 64, two_sets, "promoted every 64"},
+      {{70, 33, 256, false, true, E4M3, E4M3, kPerTensor, F32, false}, 0, two_sets, "never promoted"},
+      {{150, 140, 400, false, true, E4M3, E4M3, kDeepSeek, BF16, true}, -1, two_sets, "scales every 128"},
+      {{150, 140, 400, false, true, E4M3, E5M2, kDeepSeek, F32, false},
+       128,
+       two_sets,
+       "promoted every 128, scales every 128"},
+      {{70, 140, 400, false, true, E4M3, E4M3, kMx, F16, true}, -1, two_sets, "scales every 32"},
+      {{70, 140, 400, false, true, E5M2, E4M3, kMx, F32, false}, 32, two_sets, "scales every 32"},
+      {{21, 17, 272, false, true, E5M2, E4M3, kWeightGradient, F32, false}, -1, two_sets, "scales every 128"},
+      {{130, 20, 96, false, true, E4M3, E4M3, kDeepSeek, BF16, true}, -1, per_tensor, "stages"},  // one chunk
+  };
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const GemmCase& g = cases[i];
-    INFO(describe(g));
+    const Rung3Case& c = cases[i];
+    const GemmCase& g = c.g;
+    const Fp8Accumulator accumulator = c.promote_every < 0 ? Fp8Accumulator{} : device_accumulator(c.promote_every);
+    INFO(describe(g) << ", " << (c.promote_every < 0 ? "F32" : "Limited") << " promoted every " << c.promote_every);
     const GemmOperands o = operands(g, 300 + i);
-    CHECK(kernels::cuda::fp8_gemm_kernel_name(o.a, o.b, o.shape, {}) == "fp8 mma 128x128x128, 3 stages");
-    const Tensor gpu = run(o, g.out, {}, Device::cuda());
-    check_against_model("rung 3 against the model promoted every 32", gpu,
-                        run(o, g.out, device_accumulator(32), Device::cpu()), magnitudes(o), 1, g.k);
-    GemmOperands t = o;  // A stored [k, m]: the same values, on rung 1
-    t.a.codes = transposed_codes(o.a.codes);
-    t.shape.transpose_a = true;
-    CHECK(kernels::cuda::fp8_gemm_kernel_name(t.a, t.b, t.shape, {}).find("rung 1") != std::string::npos);
-    check_same_bits("rung 3 against rung 1", gpu, run(t, g.out, {}, Device::cuda()).to(Device::cpu()));
+    const std::string kernel = kernels::cuda::fp8_gemm_kernel_name(o.a, o.b, o.shape, accumulator);
+    CHECK(kernel.starts_with(c.kernel));
+    CHECK(kernel.ends_with(c.kernel_end));
+    const Tensor gpu = run(o, g.out, accumulator, Device::cuda());
+    const int model_promotion = c.promote_every < 0 ? 32 : c.promote_every;
+    check_against_model("rung 3 against the model", gpu,
+                        run(o, g.out, device_accumulator(model_promotion), Device::cpu()), magnitudes(o),
+                        model_promotion > 0 ? model_promotion / 32 : ceil_div(g.k, 32), g.k);
+    const GemmOperands t = with_a_transposed(o);
+    CHECK(kernels::cuda::fp8_gemm_kernel_name(t.a, t.b, t.shape, accumulator).find("rung 1") != std::string::npos);
+    check_same_bits("rung 3 against rung 1", gpu, run(t, g.out, accumulator, Device::cuda()).to(Device::cpu()));
   }
-  // What rung 3 leaves to rung 1: block scales, a Limited accumulator promoted less often, k not a
-  // multiple of 16.
-  const GemmOperands blocks = operands({64, 64, 256, false, true, E4M3, E4M3, kDeepSeek, F32, false}, 7);
-  CHECK(kernels::cuda::fp8_gemm_kernel_name(blocks.a, blocks.b, blocks.shape, {}).find("rung 1") != std::string::npos);
-  const GemmOperands per_tensor = operands({64, 64, 256, false, true, E4M3, E4M3, kPerTensor, F32, false}, 8);
-  CHECK(kernels::cuda::fp8_gemm_kernel_name(per_tensor.a, per_tensor.b, per_tensor.shape, device_accumulator(128))
-            .find("rung 1") != std::string::npos);
-  CHECK(kernels::cuda::fp8_gemm_kernel_name(per_tensor.a, per_tensor.b, per_tensor.shape, device_accumulator(32)) ==
-        "fp8 mma 128x128x128, 3 stages");
-  const GemmOperands odd_k = operands({64, 64, 40, false, true, E4M3, E4M3, kPerTensor, F32, false}, 9);
-  CHECK(kernels::cuda::fp8_gemm_kernel_name(odd_k.a, odd_k.b, odd_k.shape, {}).find("rung 1") != std::string::npos);
+  // What rung 3 leaves to rung 1: other layouts (above), k not a multiple of 16, chunks other than
+  // 32 and 128, a Limited accumulator promoted more often than its chunks end.
+  const auto rung = [](const GemmCase& g, const Fp8Accumulator& accumulator) {
+    const GemmOperands o = operands(g, 9);
+    return kernels::cuda::fp8_gemm_kernel_name(o.a, o.b, o.shape, accumulator);
+  };
+  CHECK(rung({64, 64, 40, false, true, E4M3, E4M3, kPerTensor, F32, false}, {}).find("rung 1") != std::string::npos);
+  const Scaling blocks_of_64{"1x64 blocks", 1, 64, 1, 64, false, 64};
+  CHECK(rung({64, 64, 256, false, true, E4M3, E4M3, blocks_of_64, F32, false}, {}).find("rung 1") != std::string::npos);
+  CHECK(rung({64, 64, 256, false, true, E4M3, E4M3, kDeepSeek, F32, false}, device_accumulator(64)).find("rung 1") !=
+        std::string::npos);
 }
 
 // One large product, then 255 small ones: row i of A is [256, a_i, a_i, ...], column j of B is
@@ -434,7 +472,8 @@ TEST_CASE("cuda fp8: rung 3 (K-major, per-tensor) is the CPU's model and rung 1,
 //   promoted every 128           256 + 128 p                  the first 4 groups lost, the last 4 kept
 //   promoted every 32 (F32 mode) 256 + 224 p                  only the first group's 31 p lost
 // That is Ada's model (sm_89). Hopper's (sm_90: f32 HMMA) keeps every product: 256 + 255 p in every
-// mode, as the H200 measured.
+// mode, as the H200 measured. Each mode runs on rung 3 (A [2, k], K-major) and on rung 1 (A stored
+// [k, 2]), which must agree bit for bit.
 TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and many small ones") {
   if (!have_gpu()) return;
   const std::int64_t k = 256;
@@ -470,8 +509,10 @@ TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and
                                   "(1,0)", "(1,1)", cuda_emulated() ? "the CUDA emulator" : "a GPU");
   table += fmt::format("{:<28} {:>16.10f} {:>16.10f} {:>16.10f} {:>16.10f}\n", "CPU f32 contract", exact[0], exact[1],
                        exact[2], exact[3]);
+  const GemmOperands rung1 = with_a_transposed(o);  // the same sums on rung 1 (o is K-major: rung 3)
   for (const Mode& mode : modes) {
     const std::vector<double> gpu = run(o, DType::F32, mode.accumulator, Device::cuda()).to_vector<double>();
+    CHECK(run(rung1, DType::F32, mode.accumulator, Device::cuda()).to_vector<double>() == gpu);
     table += fmt::format("{:<28} {:>16.10f} {:>16.10f} {:>16.10f} {:>16.10f}\n", mode.name, gpu[0], gpu[1], gpu[2],
                          gpu[3]);
     if (cuda_emulated()) {
@@ -499,8 +540,8 @@ TEST_CASE("cuda fp8: fp8_linear forward and backward on the GPU are the CPU's") 
                                                       {Fp8Scaling::Delayed, true},
                                                       {Fp8Scaling::Block, false},
                                                       {Fp8Scaling::Mx, false}};
-  // Two sizes: 6 x 40 -> 24 on rung 1, and 32 x 64 -> 48, whose k (64, 48 and 32) put the per-tensor
-  // recipes' three GEMMs on rung 3 (K-major operands from the column-wise copies).
+  // Two sizes: 6 x 40 -> 24 on rung 1 (k = 40, 24 and 6), and 32 x 64 -> 48, whose k (64, 48 and 32) put
+  // every recipe's three GEMMs on rung 3 (K-major operands from the column-wise copies).
   for (const auto& [rows, in, out] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{6, 40, 24}, {32, 64, 48}})
     for (const auto& [scaling, history_on_gpu] : runs) {
       const Fp8Options options{.scaling = scaling, .accumulator = promoted_every_32};

@@ -284,27 +284,37 @@ TEST_CASE("mma layout: the kernel's kept offsets plus constants are the tiles' o
   });
 }
 
-TEST_CASE("mma layout: the staging is a permutation of a warp's 16 KiB, and the blocks cover C once") {
-  std::set<int> offsets;
-  for (int row = 0; row < layout::Staging::kRows; ++row)
-    for (int column = 0; column < layout::Staging::kColumns; ++column) {
-      const int offset = layout::Staging::offset(row, column);
-      CHECK((offset >= 0 && offset < layout::Staging::kBytes && offset % 4 == 0));
-      offsets.insert(offset);
-    }
-  CHECK(offsets.size() == static_cast<std::size_t>(layout::Staging::kRows * layout::Staging::kColumns));
-  // Reads cover the 64 x 64 tile once, for either width of store.
-  for (const int store_bytes : {2, 4}) {
-    std::set<std::pair<int, int>> covered;
-    const int items = store_bytes == 2 ? layout::Staging::kItems<2> : layout::Staging::kItems<4>;
-    const int columns = 16 / store_bytes;
-    for (int lane = 0; lane < 32; ++lane)
-      for (int item = 0; item < items; ++item) {
-        const Cell at = store_bytes == 2 ? layout::Staging::read<2>(lane, item) : layout::Staging::read<4>(lane, item);
-        for (int e = 0; e < columns; ++e) CHECK(covered.insert({at.row, at.column + e}).second);
+TEST_CASE("mma layout: the staging is a permutation of a warp's sums, and the blocks cover C once") {
+  // Rung 3's 64 x 64 warps, and the FP8 GEMM's 32 x 64 and 16 x 64 (gemm_fp8_mma.cu).
+  const auto check_staging = [&]<int kRows>() {
+    using Staging = layout::WarpStaging<kRows>;
+    INFO(kRows << " rows");
+    std::set<int> offsets;
+    for (int row = 0; row < Staging::kRows; ++row)
+      for (int column = 0; column < Staging::kColumns; ++column) {
+        const int offset = Staging::offset(row, column);
+        CHECK((offset >= 0 && offset < Staging::kBytes && offset % 4 == 0));
+        offsets.insert(offset);
       }
-    CHECK(covered.size() == 64u * 64u);
-  }
+    CHECK(offsets.size() == static_cast<std::size_t>(Staging::kRows * Staging::kColumns));
+    // Reads cover the kRows x 64 tile once, for either width of store.
+    for (const int store_bytes : {2, 4}) {
+      std::set<std::pair<int, int>> covered;
+      const int items = store_bytes == 2 ? Staging::template kItems<2> : Staging::template kItems<4>;
+      const int columns = 16 / store_bytes;
+      for (int lane = 0; lane < 32; ++lane)
+        for (int item = 0; item < items; ++item) {
+          const Cell at = store_bytes == 2 ? Staging::template read<2>(lane, item)
+                                           : Staging::template read<4>(lane, item);
+          CHECK((at.row >= 0 && at.row < kRows));
+          for (int e = 0; e < columns; ++e) CHECK(covered.insert({at.row, at.column + e}).second);
+        }
+      CHECK(covered.size() == static_cast<std::size_t>(kRows) * 64u);
+    }
+  };
+  check_staging.template operator()<64>();
+  check_staging.template operator()<32>();
+  check_staging.template operator()<16>();
   for (const auto& [tiles_m, tiles_n] :
        std::vector<std::pair<int, int>>{{1, 1}, {3, 5}, {8, 8}, {9, 2}, {64, 32}, {20, 7}}) {
     std::set<std::pair<int, int>> seen;
@@ -383,43 +393,51 @@ TEST_CASE("mma layout: no bank conflict in any warp's shared-memory access, whol
 }
 
 TEST_CASE("mma layout: the epilogue's staging writes and reads are conflict-free, its stores whole sectors") {
-  ConflictCount writes{"staging writes (8 bytes a lane)"}, reads{"staging reads (16 bytes a lane)"};
-  bool sectors = true;
-  for (int i = 0; i < layout::kFragsM; ++i)
-    for (int j = 0; j < layout::kFragsN; ++j)
-      for (int h = 0; h < 2; ++h) {
-        Access access{std::vector<long>(32), 8};
-        for (int lane = 0; lane < 32; ++lane) {
-          const Cell at = layout::Staging::write(lane, i, j, h);
-          access.address[static_cast<std::size_t>(lane)] = layout::Staging::offset(at.row, at.column);
+  // Rung 3's 64 x 64 warps, and the FP8 GEMM's 32 x 64 and 16 x 64 (gemm_fp8_mma.cu).
+  const auto check_staging = [&]<int kRows>() {
+    using Staging = layout::WarpStaging<kRows>;
+    ConflictCount writes{fmt::format("staging writes (8 bytes a lane), {} rows", kRows)},
+        reads{fmt::format("staging reads (16 bytes a lane), {} rows", kRows)};
+    bool sectors = true;
+    for (int i = 0; i < kRows / 16; ++i)
+      for (int j = 0; j < layout::kFragsN; ++j)
+        for (int h = 0; h < 2; ++h) {
+          Access access{std::vector<long>(32), 8};
+          for (int lane = 0; lane < 32; ++lane) {
+            const Cell at = Staging::write(lane, i, j, h);
+            access.address[static_cast<std::size_t>(lane)] = Staging::offset(at.row, at.column);
+          }
+          writes.add(access, fmt::format("fragment ({}, {}) half {}", i, j, h));
         }
-        writes.add(access, fmt::format("fragment ({}, {}) half {}", i, j, h));
-      }
-  const auto read_accesses = [&]<int kStoreBytes>() {
-    constexpr int kColumns = layout::Staging::kColumnsPerStore<kStoreBytes>;
-    for (int item = 0; item < layout::Staging::kItems<kStoreBytes>; ++item) {
-      for (int q = 0; q < kColumns / 4; ++q) {
-        Access access{std::vector<long>(32), 16};
-        for (int lane = 0; lane < 32; ++lane) {
-          const Cell at = layout::Staging::read<kStoreBytes>(lane, item);
-          access.address[static_cast<std::size_t>(lane)] = layout::Staging::offset(at.row, at.column + 4 * q);
+    const auto read_accesses = [&]<int kStoreBytes>() {
+      constexpr int kColumns = Staging::template kColumnsPerStore<kStoreBytes>;
+      for (int item = 0; item < Staging::template kItems<kStoreBytes>; ++item) {
+        for (int q = 0; q < kColumns / 4; ++q) {
+          Access access{std::vector<long>(32), 16};
+          for (int lane = 0; lane < 32; ++lane) {
+            const Cell at = Staging::template read<kStoreBytes>(lane, item);
+            access.address[static_cast<std::size_t>(lane)] = Staging::offset(at.row, at.column + 4 * q);
+          }
+          reads.add(access, fmt::format("{}-byte stores, item {}, chunk {}", kStoreBytes, item, q));
         }
-        reads.add(access, fmt::format("{}-byte stores, item {}, chunk {}", kStoreBytes, item, q));
+        // The global store: C with rows of 4096 elements (aligned), the warp's tile at its corner.
+        Access global{std::vector<long>(32), 16};
+        for (int lane = 0; lane < 32; ++lane) {
+          const Cell at = Staging::template read<kStoreBytes>(lane, item);
+          global.address[static_cast<std::size_t>(lane)] = (static_cast<long>(at.row) * 4096 + at.column) * kStoreBytes;
+        }
+        sectors = sectors && whole_sectors(global);
       }
-      // The global store: C with rows of 4096 elements (aligned), the warp's tile at its corner.
-      Access global{std::vector<long>(32), 16};
-      for (int lane = 0; lane < 32; ++lane) {
-        const Cell at = layout::Staging::read<kStoreBytes>(lane, item);
-        global.address[static_cast<std::size_t>(lane)] = (static_cast<long>(at.row) * 4096 + at.column) * kStoreBytes;
-      }
-      sectors = sectors && whole_sectors(global);
-    }
+    };
+    read_accesses.template operator()<2>();
+    read_accesses.template operator()<4>();
+    writes.check();
+    reads.check();
+    CHECK_MESSAGE(sectors, "a warp's store of C covers part of a " << kRows << "-row tile's 32-byte sector");
   };
-  read_accesses.template operator()<2>();
-  read_accesses.template operator()<4>();
-  writes.check();
-  reads.check();
-  CHECK_MESSAGE(sectors, "a warp's store of C covers part of a 32-byte sector");
+  check_staging.template operator()<64>();
+  check_staging.template operator()<32>();
+  check_staging.template operator()<16>();
 }
 
 TEST_CASE("mma layout: the counter sees a conflict where there is one") {

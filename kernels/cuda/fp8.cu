@@ -13,8 +13,8 @@
 //   scales      one thread per block's amax (kernels/fp8_scale.h); delayed scaling's history, one thread
 //   dequantize  one thread per element: decode(code) * scale_inv
 //
-// The GEMM. K-major operands with one scale each and the F32 accumulator (fp8_linear's GEMMs under
-// per-tensor scaling) run on rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix, the same sums); the rest on
+// The GEMM. K-major operands (fp8_linear's GEMMs in every recipe) run on rung 3 (gemm_fp8_mma.cu:
+// cp.async, ldmatrix, the same sums) where it takes them (gemm_fp8_mma.h says what it takes); the rest on
 // rung 1, the simple version here (one warp per 16x8 tile of C, fragments loaded straight from global
 // memory, no shared memory; the operands are read once per warp that needs them):
 //   grid (ceil(m / 32), ceil(n / 16)), 128 threads: 4 warps, 2 x 2 over the block's 32x16 tile of C.
@@ -300,19 +300,37 @@ int require_fp8_tensor_cores(const Device& device) {
                           device, properties.name, cc / 10, cc % 10));
 }
 
-// Rung 3 (gemm_fp8_mma.cu) takes K-major operands with one scale each and the f32 accumulator (or
-// a Limited one promoted after every instruction, the same sums); rung 1 above takes the rest.
+// The k of constant scales of both operands (kernels::fp8_gemm checked that their blocks nest), at
+// most k, and the products between promotions (rung 1's promote_every: 32 for F32).
+std::int64_t scale_chunk(const Fp8Operand& a, const Fp8Operand& b, std::int64_t k) {
+  return std::min(k, std::max<std::int64_t>(1, std::min(a.block_k, b.block_k)));
+}
+int promotion(const Fp8Accumulator& accumulator) { return accumulator.limited ? accumulator.promote_every : kGroup; }
+
+// Rung 3 (gemm_fp8_mma.cu) takes K-major operands with the scale chunks and promotions its kernels
+// compile (per tensor, MX's 32, DeepSeek-V3's 128); rung 1 above takes the rest.
 bool takes_rung3(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s, const Fp8Accumulator& accumulator) {
-  const bool promote_each = !accumulator.limited || accumulator.promote_every == kGroup;
-  return fp8_pipelined::takes(s.transpose_a, s.transpose_b, a.scale_inv.numel(), b.scale_inv.numel(), promote_each, s.m,
-                              s.n, s.k, a.codes.data_ptr(), b.codes.data_ptr());
+  const std::int64_t chunk = scale_chunk(fp8_operand(a, s.transpose_a, s.m, s.k),
+                                         fp8_operand(b, !s.transpose_b, s.n, s.k), s.k);
+  return a.scale_inv.numel() <= INT_MAX && b.scale_inv.numel() <= INT_MAX &&  // its scale offsets are int
+         fp8_pipelined::takes(s.transpose_a, s.transpose_b, chunk, promotion(accumulator), s.m, s.n, s.k,
+                              a.codes.data_ptr(), b.codes.data_ptr());
+}
+
+// A K-major operand's scales as rung 3 reads them.
+fp8_pipelined::Fp8ScaleGrid scale_grid(const Fp8Operand& x) {
+  const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, INT_MAX)); };
+  return {x.scale_inv, narrow(x.block_lines), narrow(x.block_k), narrow(x.scale_stride_line)};
 }
 
 }  // namespace
 
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s,
                                  const Fp8Accumulator& accumulator) {
-  if (takes_rung3(a, b, s, accumulator)) return fp8_pipelined::kernel_name();
+  if (takes_rung3(a, b, s, accumulator))
+    return fp8_pipelined::kernel_name(scale_chunk(fp8_operand(a, s.transpose_a, s.m, s.k),
+                                                  fp8_operand(b, !s.transpose_b, s.n, s.k), s.k),
+                                      promotion(accumulator), s.k);
   return fmt::format("fp8 mma {}x{} from global memory (rung 1)", kTileM, kTileN);
 }
 
@@ -398,24 +416,26 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
              c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
              rounding(accumulator.rounding), accumulator.group);
   Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
+  const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
   if (takes_rung3(a, b, s, accumulator)) {
     visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
       using Out = decltype(out);
-      const fp8_pipelined::Fp8MmaArgs<Out> args{static_cast<const std::uint8_t*>(a.codes.data_ptr()),
-                                                static_cast<const std::uint8_t*>(b.codes.data_ptr()),
+      const fp8_pipelined::Fp8MmaArgs<Out> args{oa.codes,
+                                                ob.codes,
                                                 device_ptr<Out>(c),
                                                 static_cast<int>(s.m),
                                                 static_cast<int>(s.n),
                                                 static_cast<int>(s.k),
-                                                device_ptr<float>(a.scale_inv),
-                                                device_ptr<float>(b.scale_inv),
+                                                scale_grid(oa),
+                                                scale_grid(ob),
+                                                static_cast<int>(scale_chunk(oa, ob, s.k)),
+                                                promotion(accumulator),
                                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                                 epilogue.activation};
       fp8_pipelined::launch(format_of(a.codes), format_of(b.codes), args, stream_of(c));
     });
     return;
   }
-  const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
   // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));
   visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
@@ -427,7 +447,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                                 static_cast<int>(s.n),
                                 static_cast<int>(s.k),
                                 static_cast<int>(std::min<std::int64_t>(chunk, INT_MAX)),
-                                accumulator.limited ? accumulator.promote_every : kGroup,
+                                promotion(accumulator),
                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                 epilogue.activation};
     launch_gemm(format_of(a.codes), format_of(b.codes), args, stream_of(c));

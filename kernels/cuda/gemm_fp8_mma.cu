@@ -1,8 +1,9 @@
 // Rung 3 of the FP8 GEMM: the pipeline of gemm_mma.cu (read it first) with FP8 codes, for the GEMMs
-// mg::fp8_linear makes under per-tensor scaling (fp8_delayed, fp8_current): C = act(A B^T * scale_a *
-// scale_b + bias), both operands K-major, one scale each, every instruction's sum promoted into f32.
-// The rest (block and MX scales, a Limited accumulator, other layouts, k not a multiple of 16) run on
-// fp8.cu's rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
+// mg::fp8_linear makes in every recipe: C = act(sum over chunks of (A B^T)_chunk * scale_a * scale_b +
+// bias), both operands K-major, scales per tensor, by DeepSeek-V3's blocks (chunks of 128 along k) or
+// MX's (chunks of 32), and the F32 accumulator or a Limited one. What it does not take (other layouts,
+// k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk) runs on fp8.cu's
+// rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
 //
 // Why FP8 fits rung 3's layouts unchanged: an FP8 fragment of mma.sync.m16n8k32 holds the same bytes
 // as an f16 fragment of m16n8k16 (mma_fp8.cuh: register r of A is row group + 8 (r % 2) at k bytes
@@ -13,20 +14,28 @@
 // e4m3/e5m2), so fp8_linear quantises the operands its backward reduces along their rows into
 // column-wise copies (kernels/fp8.h, Fp8Copies).
 //
-// The sums, as rung 1 and the CPU's model make them with promote_every = 32 (kernels/fp8.h): each
-// instruction starts from 0 and its sum is added to the lane's f32 sums, in the order of k; at the
-// end one fmaf by scale_a * scale_b, + bias (+0 without one), the activation, one rounding into C.
-// The instruction's own accumulator is the device's (sm_89: FP8 Tensor Cores; sm_90: f16 HMMA; the
-// emulator models both), and with one instruction a promotion it is used only for its 32 products.
+// The sums, as rung 1 and the CPU's model make them (kernels/fp8.h, Fp8Accumulator): with the F32
+// accumulator each instruction starts from 0 and its sum is added to the lane's f32 sums (promote_every
+// = 32); with a Limited one the instruction's own accumulator is carried from one mma to the next and
+// added to the f32 sums every promote_every products. At each chunk's end (where a block scale changes,
+// or once, after the loop) the chunk's sum goes into the total with one fmaf by scale_a * scale_b of its
+// row and column; then + bias (+0 without one), the activation, one rounding into C. The instruction's
+// own accumulator is the device's (sm_89: FP8 Tensor Cores; sm_90: f16 HMMA; the emulator models both).
+// fp8_mma_kernel's comment says which sums a lane keeps in each case.
 //
-// Block tile 128 x 128 (8 warps of 32 x 64: Cfg below says why not 64 x 64), 3 stages of 32 KiB in cp.async,
-// block order rasterised for L2, fragments loaded as they are used (each instruction's result arrives
-// in 4 registers of its own before it is added, so registers are scarcer than in gemm_mma.cu), the epilogue
-// staged through shared memory for 16-byte stores (mma_epilogue.cuh, as gemm_mma.cu's).
+// Blocks of 128 x 128 (8 warps of 32 x 64) with one set of sums, 64 x 128 (8 warps of 16 x 64) with two
+// (Cfg says why), 3 stages in cp.async, block order rasterised for L2, fragments loaded as they are
+// used (each instruction's result arrives in 4 registers of its own before it is added, so registers
+// are scarcer than in gemm_mma.cu), the scales read at each chunk's end through offsets the block
+// writes once into shared memory, the epilogue staged through shared memory for 16-byte stores
+// (mma_epilogue.cuh, as gemm_mma.cu's).
 //
 // Tests: build/tests/test_cuda_fp8 (against the CPU's model and rung 1, bit for bit on the emulator).
-// Benchmark: build/bench/fp8_gemm (on a GPU). SASS: scripts/check-sass.
+// Benchmark: build/bench/cuda_gemm fp8 (on a GPU). SASS: scripts/check-sass.
+#include <fmt/format.h>
+
 #include <climits>
+#include <string>
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/gemm_common.cuh"
@@ -43,50 +52,137 @@ using namespace mma_layout;
 
 namespace {
 
-// The configuration: 128 x 128 of C a block, 8 warps of 32 x 64 (4 along m, 2 along n: 2 x 8
-// fragments, 64 sums a lane), 3 stages of 32 KiB, one block an SM (its 256 threads may have 255
-// registers each). Rung 3's 64 x 64 warps would hold 128 sums a lane, and with each instruction's
-// result in registers of its own beside them ptxas spills.
+// The configurations: 8 warps (4 along m, 2 along n) of kWarpRows x 64, each lane holding 64 sums a
+// set (kWarpRows / 16 x 8 fragments), 3 stages, one block an SM (its 256 threads may have 255
+// registers each). With one set of sums (per-tensor scales, promoted after every instruction) warps
+// of 32 x 64 and blocks of 128 x 128; with two sets (a carried accumulator beside the promoted sums,
+// or chunks' sums beside their scaled total) warps of 16 x 64 and blocks of 64 x 128. Rung 3's
+// 64 x 64 warps would hold 128 sums a set, and beside each instruction's own result (and on sm_90 the
+// f16 conversions of the codes) ptxas spills; so it does with 2 sets of 32 x 64.
+template <int kWarpRows_>
 struct Cfg {
-  static constexpr int kTileM = 128, kTileN = 128, kStages = 3, kBlocksPerSm = 1;
-  static constexpr int kWarpRows = 32, kFragsM = kWarpRows / 16;
-  static constexpr int kWarpsM = kTileM / kWarpRows, kWarpsN = kTileN / kWarpTile;
+  static constexpr int kWarpRows = kWarpRows_, kFragsM = kWarpRows / 16;
+  static constexpr int kWarpsM = 4, kWarpsN = 2, kStages = 3, kBlocksPerSm = 1;
+  static constexpr int kTileM = kWarpsM * kWarpRows, kTileN = kWarpsN * kWarpTile;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kStageBytes = (kTileM + kTileN) * kRowBytes;
+  using TileA = OperandTile<2, kTileM, true>;  // K-major: rows of 64 pairs, 128 codes of k a step
+  using TileB = OperandTile<2, kTileN, true>;
+  static constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;
   using Staging = WarpStaging<kWarpRows>;
-  static constexpr int kSharedBytes = kStages * kStageBytes > kThreads / 32 * Staging::kBytes
-                                          ? kStages* kStageBytes
-                                          : kThreads / 32 * Staging::kBytes;
+  static constexpr int kPipelineBytes = kStages * kStageBytes > kThreads / 32 * Staging::kBytes
+                                            ? kStages* kStageBytes
+                                            : kThreads / 32 * Staging::kBytes;
+  // Then the offsets of the block's rows' and columns' scales (scale_lines), 4 bytes a line.
+  static constexpr int kSharedBytes = kPipelineBytes + (kTileM + kTileN) * 4;
+  using Sums = MmaAccumulator[kFragsM][kFragsN];  // one set of a lane's sums
   MG_LAYOUT_FN static Cell warp_corner(int warp) {
     return {(warp / kWarpsN) * kWarpRows, (warp % kWarpsN) * kWarpTile};
   }
 };
-using Tile = OperandTile<2, 128, true>;  // K-major, 128 rows of 64 pairs: 128 codes of k a step
+template <bool kChained, int kChunk>
+using CfgFor = Cfg<(kChained || kChunk > 0) ? 16 : 32>;
+constexpr int kThreads = 256;  // both configurations'
 constexpr int kStepCodes = kRowBytes;  // codes of k a step
-constexpr int kCopiesPerThread = Tile::kCopies / Cfg::kThreads;
-static_assert(Cfg::kTileM == Tile::kExtent && Cfg::kTileN == Tile::kExtent);
+constexpr int kInstructionCodes = 32;  // codes of k an instruction: m16n8k32
 
 // Queues the cp.async copies of one operand's tile for the step whose first code of k is k0: thread
-// t's copies are rows x, x + 16, ... of 16 codes at k0 + kc (codes [rows][k], k a multiple of 16, so a
+// t's copies are rows x, x + 32, ... of 16 codes at k0 + kc (codes [rows][k], k a multiple of 16, so a
 // chunk is wholly inside or outside; outside reads nothing and fills zeros, which add nothing).
+template <class Tile>
 __device__ __forceinline__ void copy_tile(unsigned char* tile, int first, const std::uint8_t* codes, int rows, int k,
                                           int x, int kc) {
-  constexpr int kApartX = Tile::kCopyApartX<Cfg::kThreads>;
-  static_assert(Tile::kCopyApartK<Cfg::kThreads> == 0);
+  constexpr int kApartX = Tile::template kCopyApartX<kThreads>;
+  static_assert(Tile::template kCopyApartK<kThreads> == 0);
   const std::uint8_t* source = codes + static_cast<std::int64_t>(x) * k + kc;
 #pragma unroll
-  for (int i = 0; i < kCopiesPerThread; ++i) {
+  for (int i = 0; i < Tile::kCopies / kThreads; ++i) {
     const bool inside = x + i * kApartX < rows && kc < k;
-    copy_async(tile + first + i * Tile::kCopyStep<Cfg::kThreads>, inside ? source : codes, inside ? kChunkBytes : 0);
+    copy_async(tile + first + i * Tile::template kCopyStep<kThreads>, inside ? source : codes,
+               inside ? kChunkBytes : 0);
     source += static_cast<std::int64_t>(kApartX) * k;
   }
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kernel(Fp8MmaArgs<Out> args) {
+// Where the scales of the block's rows of A and columns of B are: each line's offset in its scale grid
+// (line / block_lines * columns; lines past m or n clamped, their sums never stored), written once by
+// the block into shared memory after the pipeline's, so that a chunk's scale is
+// scale_inv[offset + first code of the chunk / block_k] and no lane keeps offsets in registers.
+template <class C>
+__device__ __forceinline__ int* scale_lines(unsigned char* shared) {
+  return reinterpret_cast<int*>(shared + C::kPipelineBytes);  // [kTileM rows of A, then kTileN columns of B]
+}
+template <class C>
+__device__ __forceinline__ void write_scale_lines(unsigned char* shared, const Fp8ScaleGrid& sa, const Fp8ScaleGrid& sb,
+                                                  int row0, int col0, int m, int n) {
+  for (int t = static_cast<int>(threadIdx.x); t < C::kTileM + C::kTileN; t += kThreads)
+    scale_lines<C>(shared)[t] = t < C::kTileM ? min(row0 + t, m - 1) / sa.block_lines * sa.columns
+                                              : min(col0 + t - C::kTileM, n - 1) / sb.block_lines * sb.columns;
+}
+
+// A chunk's end (the chunk whose codes include g): total += its sums times the scales of its rows and
+// columns, one fmaf each, as rung 1 and the CPU do (kernels/cpu/gemm_fp8.cpp). `corner` is the warp's.
+template <class C>
+__device__ __forceinline__ void add_chunk(typename C::Sums& total, const typename C::Sums& chunk, unsigned char* shared,
+                                          Cell corner, int lane, const Fp8ScaleGrid& sa, const Fp8ScaleGrid& sb,
+                                          int g) {
+  const float* scale_a = sa.scale_inv + g / sa.block_k;
+  const float* scale_b = sb.scale_inv + g / sb.block_k;
+  const int* rows = scale_lines<C>(shared) + corner.row + lane / 4;  // row 16 i + 8 h of the warp's
+  const int* columns = scale_lines<C>(shared) + C::kTileM + corner.column + 2 * (lane % 4);  // column 8 j + e
+#pragma unroll
+  for (int i = 0; i < C::kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float sa_r = scale_a[rows[16 * i + 8 * (r / 2)]];
+        const float sb_r = scale_b[columns[8 * j + r % 2]];
+        total[i][j].x[r] = fmaf(chunk[i][j].x[r], __fmul_rn(sa_r, sb_r), total[i][j].x[r]);
+      }
+}
+
+template <class C>
+__device__ __forceinline__ void set_zero(typename C::Sums& sums) {
+#pragma unroll
+  for (int i = 0; i < C::kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) sums[i][j].x[r] = 0.0f;
+}
+
+// to += from, and from = 0.
+template <class C>
+__device__ __forceinline__ void promote(typename C::Sums& to, typename C::Sums& from) {
+#pragma unroll
+  for (int i = 0; i < C::kFragsM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragsN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) to[i][j].x[r] += from[i][j].x[r], from[i][j].x[r] = 0.0f;
+}
+
+// The sums, in the order rung 1 and the CPU's model make them (kernels/fp8.h, Fp8Accumulator), kept in
+// two of three sets (Cfg::Sums: 64 registers a lane with one set in use, 32 with two):
+//   running   the instruction's own accumulator, carried from one mma to the next (kChained: a Limited
+//             accumulator promoted every promote_every products, or never); otherwise each mma
+//             starts from 0 and its 32 products are promoted at once (F32, or Limited every 32)
+//   promoted  the chunk's f32 sum of promoted parts
+//   total     the sum over chunks, each chunk's sum times its scales (kChunk: 128 for DeepSeek-V3's
+//             blocks, 32 for MX's, where the scales change along k; 0: one chunk, all of k, whose
+//             product by the scales is made after the loop, into the same registers)
+// Promotions and chunks' ends are at instruction boundaries (takes()). With both kChained and kChunk
+// the promotions are only at the chunks' ends, so a chunk's promoted sum is 0 + running and `promoted`
+// holds no registers across the loop: two sets each time.
+template <fp8::Format kA, fp8::Format kB, class Out, bool kChained, int kChunk>
+__global__ void __launch_bounds__(kThreads, CfgFor<kChained, kChunk>::kBlocksPerSm)
+    fp8_mma_kernel(Fp8MmaArgs<Out> args) {
+  using Cfg = CfgFor<kChained, kChunk>;
+  using TileA = typename Cfg::TileA;
+  using TileB = typename Cfg::TileB;
   MG_DYNAMIC_SHARED(unsigned char, shared);  // 128-byte aligned: every swizzle period is 1024 bytes
   const auto stage_a = [&](int stage) { return shared + stage * Cfg::kStageBytes; };
-  const auto stage_b = [&](int stage) { return shared + stage * Cfg::kStageBytes + Tile::kBytes; };
+  const auto stage_b = [&](int stage) { return shared + stage * Cfg::kStageBytes + TileA::kBytes; };
 
   const int m = args.m, n = args.n, k = args.k;
   const Cell tile = block_tile(static_cast<int>(blockIdx.x), (m + Cfg::kTileM - 1) / Cfg::kTileM,
@@ -97,24 +193,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
 
   // This thread's copies (the same positions in both tiles): the first one's tile coordinates (x, and
   // k in pairs) and offset.
-  const Coord copy = Tile::copy_start(static_cast<int>(threadIdx.x));
-  const int copy_offset = Tile::offset(copy.x, copy.k);
+  const Coord copy = TileA::copy_start(static_cast<int>(threadIdx.x));
+  const int copy_offset = TileA::offset(copy.x, copy.k);
+  static_assert(TileB::offset(1, 2) == TileA::offset(1, 2));
   const auto copy_step = [&](int stage, int step) {
     const int kc = step * kStepCodes + 2 * copy.k;
-    copy_tile(stage_a(stage), copy_offset, args.a, m, k, row0 + copy.x, kc);
-    copy_tile(stage_b(stage), copy_offset, args.b, n, k, col0 + copy.x, kc);
+    copy_tile<TileA>(stage_a(stage), copy_offset, args.a, m, k, row0 + copy.x, kc);
+    copy_tile<TileB>(stage_b(stage), copy_offset, args.b, n, k, col0 + copy.x, kc);
   };
 
-  using LoadsA = FragmentLoads<Tile, Operand::A>;
-  using LoadsB = FragmentLoads<Tile, Operand::B>;
+  using LoadsA = FragmentLoads<TileA, Operand::A>;
+  using LoadsB = FragmentLoads<TileB, Operand::B>;
   static_assert(LoadsA::kLdmatrix && !LoadsA::kTranspose && LoadsB::kLdmatrix && !LoadsB::kTranspose);
-  MmaAccumulator sum[Cfg::kFragsM][kFragsN];  // the lane's f32 sums, promoted after every instruction
-#pragma unroll
-  for (int i = 0; i < Cfg::kFragsM; ++i)
-#pragma unroll
-    for (int j = 0; j < kFragsN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) sum[i][j].x[r] = 0.0f;
+  typename Cfg::Sums running, promoted, total;
+  if constexpr (kChained) set_zero<Cfg>(running);
+  if constexpr (!(kChained && kChunk > 0)) set_zero<Cfg>(promoted);
+  if constexpr (kChunk > 0) set_zero<Cfg>(total);
+  write_scale_lines<Cfg>(shared, args.scale_a, args.scale_b, row0, col0, m, n);  // read after the next barrier
 
   // The pipeline of gemm_mma.cu with one fragment set: the loads of a substep, then its multiplies.
   const int steps = (k + kStepCodes - 1) / kStepCodes;
@@ -140,21 +235,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
         if (ahead < steps) copy_step(ahead % Cfg::kStages, ahead);
         commit_copies();
       }
-      // B's fragments for the substep, then A's one m16 row at a time with its 8 instructions.
-      std::uint32_t b[kFragsN / 2][4];
+      const int g = step * kStepCodes + kk * kInstructionCodes;  // the substep's first code of k
+      if (g < k) {  // (the same for the whole block) past k the tile holds zeros, and rung 1 stops
+        // A's fragments for the substep, then B's a pair of n8 columns at a time with their 4
+        // instructions (fewer fragment registers live than all of B's at once).
+        Fp8FragmentA a[Cfg::kFragsM];
 #pragma unroll
-      for (int p = 0; p < kFragsN / 2; ++p) ldmatrix<4, false>(b[p], tile_b + LoadsB::constant(p, kk, 0));
+        for (int i = 0; i < Cfg::kFragsM; ++i) ldmatrix<4, false>(a[i].x, tile_a + LoadsA::constant(i, kk, 0));
 #pragma unroll
-      for (int i = 0; i < Cfg::kFragsM; ++i) {
-        Fp8FragmentA a;
-        ldmatrix<4, false>(a.x, tile_a + LoadsA::constant(i, kk, 0));
+        for (int p = 0; p < kFragsN / 2; ++p) {
+          std::uint32_t b[4];
+          ldmatrix<4, false>(b, tile_b + LoadsB::constant(p, kk, 0));
 #pragma unroll
-        for (int j = 0; j < kFragsN; ++j) {
-          const Fp8FragmentB bj{{b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]}};
-          Fp8FragmentC group;
-          mma_fp8<kA, kB>(group, a, bj, zero);  // one instruction's 32 products, from 0
+          for (int i = 0; i < Cfg::kFragsM; ++i)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) sum[i][j].x[r] += group.x[r];  // promoted into f32
+            for (int q = 0; q < 2; ++q) {
+              const int j = 2 * p + q;
+              const Fp8FragmentB bj{{b[2 * q], b[2 * q + 1]}};
+              if constexpr (kChained) {
+                Fp8FragmentC carried{{running[i][j].x[0], running[i][j].x[1], running[i][j].x[2], running[i][j].x[3]}};
+                mma_fp8<kA, kB>(carried, a[i], bj, carried);  // the Tensor Core's own sum, carried
+#pragma unroll
+                for (int r = 0; r < 4; ++r) running[i][j].x[r] = carried.x[r];
+              } else {
+                Fp8FragmentC group;
+                mma_fp8<kA, kB>(group, a[i], bj, zero);  // one instruction's 32 products, from 0
+#pragma unroll
+                for (int r = 0; r < 4; ++r) promoted[i][j].x[r] += group.x[r];  // promoted into f32
+              }
+            }
+        }
+        const int end = min(k, g + kInstructionCodes);  // products summed so far (of the one chunk)
+        if constexpr (kChained && kChunk == 0)
+          if (args.promote_every > 0 && end % args.promote_every == 0) promote<Cfg>(promoted, running);
+        if constexpr (kChunk > 0) {
+          if (end % kChunk == 0 || end == k) {  // the chunk's end: its sum, scaled, into the total
+            if constexpr (kChained) {
+              set_zero<Cfg>(promoted);  // 0 + running (see above)
+              promote<Cfg>(promoted, running);
+            }
+            add_chunk<Cfg>(total, promoted, shared, corner, lane, args.scale_a, args.scale_b, g);
+            set_zero<Cfg>(promoted);
+          }
         }
       }
       if (kk == kSubsteps - 1) {  // after the warp's last load from this stage
@@ -163,19 +285,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
       }
     }
   }
-  // ---- the epilogue, as rung 1's: one fmaf by the scales, + bias (+0 without one), activation, one
-  // rounding; through each warp's 16 KiB of the pipeline's shared memory (mma_epilogue.cuh) ----
+  // ---- the epilogue, as rung 1's: the one chunk's product by the scales (one fmaf), + bias (+0
+  // without one), activation, one rounding; through each warp's part of the pipeline's shared memory
+  // (mma_epilogue.cuh) ----
   wait_copies<0>();  // the groups left are empty, but no copy may still be writing
   __syncthreads();  // and every warp is done reading its last stage
-  const float scale = __fmul_rn(args.scale_a[0], args.scale_b[0]);
-#pragma unroll
-  for (int i = 0; i < Cfg::kFragsM; ++i)
-#pragma unroll
-    for (int j = 0; j < kFragsN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) sum[i][j].x[r] = fmaf(sum[i][j].x[r], scale, 0.0f);
-  store_through_staging(shared + warp * Cfg::Staging::kBytes, sum, lane, row0 + corner.row, col0 + corner.column, m, n,
-                        args.c, [&](float value, int column) {
+  if constexpr (kChunk == 0) {
+    set_zero<Cfg>(total);
+    if constexpr (kChained) promote<Cfg>(promoted, running);  // rung 1's promoted + running
+    if (k > 0)
+      add_chunk<Cfg>(total, promoted, shared, corner, lane, args.scale_a, args.scale_b, 0);  // k = 0: no scales
+  }
+  store_through_staging(shared + warp * Cfg::Staging::kBytes, total, lane, row0 + corner.row, col0 + corner.column, m,
+                        n, args.c, [&](float value, int column) {
                           float v = value + (args.bias ? args.bias[column] : 0.0f);
                           if (args.activation == Activation::Relu) v = functors::Relu{}(v);
                           if (args.activation == Activation::Gelu) v = functors::Gelu{}(v);
@@ -183,9 +305,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) fp8_mma_kern
                         });
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out>
-void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
-  constexpr auto fp8_mma = fp8_mma_kernel<kA, kB, Out>;  // the emulator's messages quote this name
+template <fp8::Format kA, fp8::Format kB, class Out, bool kChained, int kChunk>
+void launch_kernel(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
+  using Cfg = CfgFor<kChained, kChunk>;
+  constexpr auto fp8_mma = fp8_mma_kernel<kA, kB, Out, kChained, kChunk>;  // the emulator's messages quote this name
   static OncePerDevice opted_in;  // above 48 KiB of dynamic shared memory a kernel must opt in
   opted_in([&](int) {
     MG_CUDA_CHECK(cudaFuncSetAttribute(fp8_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes));
@@ -194,18 +317,46 @@ void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   });
   const std::int64_t tiles = ((args.m + std::int64_t{Cfg::kTileM} - 1) / Cfg::kTileM) *
                              ((args.n + std::int64_t{Cfg::kTileN} - 1) / Cfg::kTileN);
-  MG_LAUNCH(fp8_mma, dim3(static_cast<unsigned>(tiles)), Cfg::kThreads, Cfg::kSharedBytes, stream)(args);
+  MG_LAUNCH(fp8_mma, dim3(static_cast<unsigned>(tiles)), kThreads, Cfg::kSharedBytes, stream)(args);
   MG_CUDA_LAUNCHED();
+}
+
+// The kernel for the sums: chunks of 32 (MX) or 128 (DeepSeek-V3's blocks) when the scales change
+// along k; the instruction's accumulator carried unless every instruction is promoted (or is a chunk of
+// its own, which starts from 0 all the same).
+struct Sums {
+  int chunk;  // 0: one chunk (all of k), else 32 or 128
+  bool chained;
+  Sums(std::int64_t scale_chunk, int promote_every, std::int64_t k)
+      : chunk(scale_chunk < k ? static_cast<int>(scale_chunk) : 0),
+        chained(promote_every != kInstructionCodes && chunk != kInstructionCodes) {}
+};
+
+template <fp8::Format kA, fp8::Format kB, class Out>
+void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
+  const auto [chunk, chained] = Sums(args.chunk, args.promote_every, args.k);
+  if (chunk == 0) (chained ? launch_kernel<kA, kB, Out, true, 0> : launch_kernel<kA, kB, Out, false, 0>)(args, stream);
+  if (chunk == 32) launch_kernel<kA, kB, Out, false, 32>(args, stream);
+  if (chunk == 128)
+    (chained ? launch_kernel<kA, kB, Out, true, 128> : launch_kernel<kA, kB, Out, false, 128>)(args, stream);
 }
 
 }  // namespace
 
-bool takes(bool transpose_a, bool transpose_b, std::int64_t scales_a, std::int64_t scales_b, bool promote_each,
-           std::int64_t m, std::int64_t n, std::int64_t k, const void* a, const void* b) {
+bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_every, std::int64_t m, std::int64_t n,
+           std::int64_t k, const void* a, const void* b) {
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kChunkBytes == 0; };
-  const std::int64_t tiles = ((m + Cfg::kTileM - 1) / Cfg::kTileM) * ((n + Cfg::kTileN - 1) / Cfg::kTileN);
-  return !transpose_a && transpose_b && scales_a == 1 && scales_b == 1 && promote_each && k % 16 == 0 && aligned(a) &&
-         aligned(b) && tiles <= INT_MAX;
+  using Smaller = Cfg<16>;  // the configuration with more tiles
+  const std::int64_t tiles = ((m + Smaller::kTileM - 1) / Smaller::kTileM) *
+                             ((n + Smaller::kTileN - 1) / Smaller::kTileN);
+  const bool one_chunk = chunk >= k;
+  const bool compiled = one_chunk || chunk == 32 || chunk == 128;  // MX's and DeepSeek-V3's blocks along k
+  // Two sets of sums (fp8_mma_kernel): with chunks, promotions after every instruction or only at the
+  // chunks' ends.
+  const bool two_sets = one_chunk || promote_every == kInstructionCodes || chunk == kInstructionCodes ||
+                        promote_every % chunk == 0;
+  return !transpose_a && transpose_b && k % 16 == 0 && aligned(a) && aligned(b) && tiles <= INT_MAX && compiled &&
+         promote_every >= 0 && promote_every % kInstructionCodes == 0 && two_sets;
 }
 
 template <class Out>
@@ -217,6 +368,12 @@ template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<float>&, cudaStr
 template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<__half>&, cudaStream_t);
 template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<bf16>&, cudaStream_t);
 
-const char* kernel_name() { return "fp8 mma 128x128x128, 3 stages"; }
+std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k) {
+  const auto [scale_chunk, chained] = Sums(chunk, promote_every, k);
+  std::string name = chained || scale_chunk > 0 ? "fp8 mma 64x128x128, 3 stages" : "fp8 mma 128x128x128, 3 stages";
+  if (chained) name += promote_every > 0 ? fmt::format(", promoted every {}", promote_every) : ", never promoted";
+  if (scale_chunk > 0) name += fmt::format(", scales every {}", scale_chunk);
+  return name;
+}
 
 }  // namespace mg::kernels::cuda::fp8_pipelined

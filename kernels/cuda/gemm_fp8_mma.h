@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/fp8.h"
 #include "kernels/cuda/common.cuh"
@@ -11,30 +12,45 @@
 
 namespace mg::kernels::cuda::fp8_pipelined {
 
-// C [m, n] = act(A B^T * scale_a * scale_b + bias), A [m, k] and B [n, k] codes, both K-major.
+// One K-major operand's scale_inv (kernels/fp8.h's blocks): [ceil(lines / block_lines), ceil(k / block_k)],
+// row-major with `columns` columns. Per-tensor scaling is one block of every line and all of k.
+struct Fp8ScaleGrid {
+  const float* scale_inv;
+  int block_lines, block_k, columns;
+};
+
+// C [m, n] = act(sum over chunks of (A B^T)_chunk * scale_a * scale_b + bias), A [m, k] and B [n, k]
+// codes, both K-major; a chunk is `chunk` codes of k over which neither operand's scale changes.
 template <class Out>
 struct Fp8MmaArgs {
   const std::uint8_t* a;
   const std::uint8_t* b;
   Out* c;
   int m, n, k;
-  const float* scale_a;  // one scale_inv per operand (per-tensor scaling)
-  const float* scale_b;
+  Fp8ScaleGrid scale_a, scale_b;
+  int chunk;  // min of the operands' block_k, at most k
+  int promote_every;  // products between promotions into f32: 32 (every instruction; the F32 accumulator), a
+      // multiple of 32, or 0 for never (Limited, kernels/fp8.h)
   const float* bias;  // [n] in f32, or null
   Activation activation;
 };
 
-// What the rung takes: both operands K-major (A not transposed, B transposed), one scale each, the
-// f32 accumulator (each instruction's sum promoted at once), k a multiple of 16 and the codes 16-byte
-// aligned (cp.async of 16 bytes), and m and n whose tiles fit a grid.
-bool takes(bool transpose_a, bool transpose_b, std::int64_t scales_a, std::int64_t scales_b, bool promote_each,
-           std::int64_t m, std::int64_t n, std::int64_t k, const void* a, const void* b);
+// What the rung takes: both operands K-major (A not transposed, B transposed), k a multiple of 16 and
+// the codes 16-byte aligned (cp.async of 16 bytes), m and n whose tiles fit a grid, chunks that are
+// whole instructions (all of k, or a multiple of 32), and promotions at instruction boundaries that
+// the lane's two sets of sums can hold: promote_every a multiple of 32 (or 0), and with more than one
+// chunk either every instruction (32) or only at the chunks' ends (a multiple of the chunk, or 0).
+bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_every, std::int64_t m, std::int64_t n,
+           std::int64_t k, const void* a, const void* b);
 
 // Queues the GEMM for the formats (fa, fb) and Out = f32, f16 or bf16.
 template <class Out>
 void launch(fp8::Format fa, fp8::Format fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream);
 
-// The kernel's name in benchmark tables: "fp8 mma 128x128x128, 3 stages".
-const char* kernel_name();
+// The name in benchmark tables of the kernel that runs these sums: "fp8 mma 128x128x128, 3 stages" (per
+// tensor, promoted after every instruction), or "fp8 mma 64x128x128, 3 stages" followed by ", promoted
+// every 128" (or ", never promoted") for a carried accumulator and ", scales every 32" (or 128) for
+// block or MX scales.
+std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k);
 
 }  // namespace mg::kernels::cuda::fp8_pipelined

@@ -233,12 +233,12 @@ struct FragmentLoads {
 
 // The accumulators leave through shared memory, so that each lane then holds 16 consecutive bytes
 // of a row of C (a 16-byte store) and a warp's store covers whole 128-byte runs. A warp stages its
-// 64 x 64 f32 sums (or 32 x 64) (16 KiB, in the pipeline's shared memory once the main loop is done): rows of 256
-// bytes, 16 chunks. The writes (8 bytes a lane: c0 c1 or c2 c3 of a fragment) put 4 rows x 32 bytes
+// 64 x 64 f32 sums (or 32 x 64, 16 x 64; 16 KiB for 64 rows, in the pipeline's shared memory once
+// the main loop is done): rows of 256 bytes, 16 chunks. The writes (8 bytes a lane: c0 c1 or c2 c3 of a fragment) put 4 rows x 32 bytes
 // in a half-warp; the reads (16 bytes a lane) put 8 lanes on one row, at chunks 2c (an f16/bf16 store
 // of 8 columns, two reads) or c (an f32 store of 4). Chunk c of row r is kept at chunk
 // c ^ ((c / 8) % 2) ^ 2 (r % 4), which serves all three without a conflict (the test counts them).
-// kRows: the warp tile's rows (64 for rung 3; 32 for the FP8 GEMM's warps, gemm_fp8_mma.cu).
+// kRows: the warp tile's rows (64 for rung 3; 32 or 16 for the FP8 GEMM's warps, gemm_fp8_mma.cu).
 template <int kRows_>
 struct WarpStaging {
   static constexpr int kRows = kRows_, kColumns = kWarpTile;
