@@ -1,6 +1,6 @@
 // The FP8 kernel family's entry points (kernels/fp8.h): argument checks, then the backend of the
 // output's device (as kernels/dispatch.cpp's MG_ROUTE). The CPU kernels: kernels/cpu/fp8.cpp and
-// kernels/cpu/gemm_fp8.cpp; the GPU's: kernels/cuda/fp8.cu. Every tensor of a call is on one device.
+// kernels/cpu/gemm_fp8.cpp; the GPU's: kernels/cuda/fp8.cu and gemm_fp8.cu. Every tensor of a call is on one device.
 #include "kernels/fp8.h"
 
 #include <cmath>

@@ -95,7 +95,7 @@ Fp8Quantized fp8_quantize_delayed(const Tensor& x, Tensor& amax_history, Tensor&
 // value is a bf16 value). On a GPU it was written for Tensor Cores that accumulate in fewer bits than
 // f32 (below): promotion after every instruction, each mma.sync (32 products) starting from 0 and
 // its result added to the f32 sum, which is the Limited model below with the device's accumulator
-// (mma_sync_fp8_accumulator) and promote_every = 32 (kernels/cuda/fp8.cu).
+// (mma_sync_fp8_accumulator) and promote_every = 32 (kernels/cuda/gemm_fp8.cu).
 //
 // Limited: a model of the Hopper FP8 Tensor Core's accumulator, which keeps fewer bits than f32.
 //   - DeepSeek-V3 technical report (arXiv 2412.19437, section 3.3.2, measured on an H800): "the
@@ -172,7 +172,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
 std::string fp8_gemm_kernel_name();
 }  // namespace cpu
 
-// The same on a GPU (kernels/cuda/fp8.cu): bit-identical to the CPU's quantisation; the GEMM on FP8
+// The same on a GPU (kernels/cuda/fp8.cu, gemm_fp8.cu): bit-identical to the CPU's quantisation; the GEMM on FP8
 // mma.sync (sm_89 and later), equal bit for bit on the emulator to the CPU's Limited model with the
 // device's accumulator (fp8_mma_accumulator; F32: promoted every 32 products). Two kernels give the
 // same bits: rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix) for K-major operands (every recipe's

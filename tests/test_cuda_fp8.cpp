@@ -1,5 +1,5 @@
-// The FP8 kernels on a GPU (kernels/cuda/fp8.cu, kernels/cuda/mma_fp8.cuh) against the CPU's
-// (kernels/cpu/fp8.cpp, kernels/cpu/gemm_fp8.cpp), mg::fp8_linear on a GPU against the CPU (every
+// The FP8 kernels on a GPU (kernels/cuda/fp8.cu, gemm_fp8.cu, gemm_fp8_mma.cu, mma_fp8.cuh) against
+// the CPU's (kernels/cpu/fp8.cpp, kernels/cpu/gemm_fp8.cpp), mg::fp8_linear on a GPU against the CPU (every
 // scaling; delayed with its history on either device), an nn::Linear trained there under the
 // fp8_delayed recipe, every example model a few steps under every FP8 recipe, the argument checks, and
 // the refusal of a GPU older than sm_89.
@@ -399,7 +399,7 @@ GemmOperands with_a_transposed(const GemmOperands& o) {
 // a single chunk (k below the block). Each is the CPU's model bit for bit on the emulator, and rung
 // 1's result for the same operands stored the other way bit for bit everywhere: the same sums in the
 // same order.
-TEST_CASE("cuda fp8: rung 3 (K-major) is the CPU's model and rung 1, bit for bit, in every recipe") {
+TEST_CASE("cuda fp8: the GEMM's rung 3 (K-major) is the CPU's model and rung 1, bit for bit, in every recipe") {
   if (!have_gpu()) return;
   using enum Format;
   const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;

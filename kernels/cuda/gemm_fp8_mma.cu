@@ -2,7 +2,7 @@
 // mg::fp8_linear makes in every recipe: C = act(sum over chunks of (A B^T)_chunk * scale_a * scale_b +
 // bias), both operands K-major, scales per tensor, by DeepSeek-V3's blocks (chunks of 128 along k) or
 // MX's (chunks of 32), and the F32 accumulator or a Limited one. What it does not take (other layouts,
-// k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk) runs on fp8.cu's
+// k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk) runs on gemm_fp8.cu's
 // rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
 //
 // Why FP8 fits rung 3's layouts unchanged: an FP8 fragment of mma.sync.m16n8k32 holds the same bytes

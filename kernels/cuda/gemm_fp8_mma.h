@@ -1,5 +1,5 @@
 // Rung 3 of the FP8 GEMM (gemm_fp8_mma.cu) as fp8.cu sees it: which GEMMs it takes, and the call that
-// launches one. The rest go to fp8.cu's rung 1, which takes every shape, layout, block scaling and
+// launches one. The rest go to gemm_fp8.cu's rung 1, which takes every shape, layout, block scaling and
 // accumulator.
 #pragma once
 

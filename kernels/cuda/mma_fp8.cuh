@@ -2,7 +2,7 @@
 // Tensor Cores, and on Hopper the compiler's f16 rendering of it), D = A B + C for a 16x32 tile A and
 // a 32x8 tile B of E4M3 or E5M2 codes (the two formats may be mixed) and a 16x8 f32 tile C. The one place kernels/cuda/ says it in PTX (as
 // cp_async.cuh does for cp.async), so that the CUDA emulator (emulator/) can put its model of the
-// instruction here. Used by the FP8 GEMM (fp8.cu).
+// instruction here. Used by the FP8 GEMM (gemm_fp8.cu, gemm_fp8_mma.cu).
 //
 // The instruction is a warp's: the 32 lanes together hold the three tiles, each lane a fixed share in
 // registers, and all 32 must execute it together. Which lane holds which element is the PTX ISA's
