@@ -690,6 +690,19 @@ TEST_CASE("cuda fp8: argument checks") {
               "Tensor Core's own");
   check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {.limited = true, .group = 8, .promote_every = 32}); },
               "only promote_every");
+  // Rung 1's grid holds n up to 65535 x 16; past it a GEMM rung 3 cannot take (B [k, n]) is refused.
+  const std::int64_t wide = 65536 * 16 + 1;
+  const auto codes = [](const Shape& shape) {
+    return Fp8Tensor{Tensor::empty(shape, {.dtype = DType::E4M3, .device = Device::cuda()}),
+                     ones({1, 1}).to(Device::cuda()),
+                     {}};
+  };
+  Tensor wide_c = Tensor::empty({1, wide}, {.device = Device::cuda()});
+  check_error(
+      [&] {
+        kernels::fp8_gemm(codes({1, 16}), codes({16, wide}), wide_c, {.m = 1, .n = wide, .k = 16});
+      },
+      "beyond rung 1");
   // A scale that is not finite and positive is found on the GPU too (read back).
   check_error(
       [&] {

@@ -237,10 +237,9 @@ Fp8Accumulator fp8_mma_accumulator(const Device& device) {
 
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& s, const Fp8Accumulator& accumulator,
               const GemmEpilogue& epilogue) {
-  MG_CHECK(s.m <= kMaxGemmDim && s.n <= kMaxGemmDim && s.k <= kMaxGemmDim && (s.n + kTileN - 1) / kTileN <= 65535,
-           "kernels::fp8_gemm: m {}, n {}, k {} is beyond this kernel (m, n, k below 2^31 - 256 and n at most "
-           "65535 x {})",
-           s.m, s.n, s.k, kTileN);
+  MG_CHECK(s.m <= kMaxGemmDim && s.n <= kMaxGemmDim && s.k <= kMaxGemmDim,
+           "kernels::fp8_gemm: m {}, n {}, k {} is beyond the GPU's FP8 GEMM (m, n and k below 2^31 - 256)", s.m, s.n,
+           s.k);
   if (c.numel() == 0) return;
   mg::cuda::DeviceGuard guard(c.device().index);
   const Fp8Accumulator own = fp8_mma_accumulator(c.device());
@@ -274,6 +273,12 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
     });
     return;
   }
+  // Rung 1's grid has n / 16 blocks along y (rung 3's one dimension takes any n above).
+  MG_CHECK((s.n + kTileN - 1) / kTileN <= 65535,
+           "kernels::fp8_gemm: n = {} is beyond rung 1 of the FP8 GEMM (at most 65535 x {}), which takes this GEMM "
+           "({}); K-major operands (A [m, k] and B [n, k], transpose_b) with k a multiple of 16 run on rung 3, which "
+           "takes any n",
+           s.n, kTileN, fp8_gemm_kernel_name(a, b, s, accumulator));
   // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
   const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));
   visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
