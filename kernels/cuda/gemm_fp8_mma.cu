@@ -324,17 +324,17 @@ void launch_kernel(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
 // The kernel for the sums: chunks of 32 (MX) or 128 (DeepSeek-V3's blocks) when the scales change
 // along k; the instruction's accumulator carried unless every instruction is promoted (or is a chunk of
 // its own, which starts from 0 all the same).
-struct Sums {
+struct Variant {  // fp8_mma_kernel's kChunk and kChained
   int chunk;  // 0: one chunk (all of k), else 32 or 128
   bool chained;
-  Sums(std::int64_t scale_chunk, int promote_every, std::int64_t k)
+  Variant(std::int64_t scale_chunk, int promote_every, std::int64_t k)
       : chunk(scale_chunk < k ? static_cast<int>(scale_chunk) : 0),
         chained(promote_every != kInstructionCodes && chunk != kInstructionCodes) {}
 };
 
 template <fp8::Format kA, fp8::Format kB, class Out>
 void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
-  const auto [chunk, chained] = Sums(args.chunk, args.promote_every, args.k);
+  const auto [chunk, chained] = Variant(args.chunk, args.promote_every, args.k);
   if (chunk == 0) (chained ? launch_kernel<kA, kB, Out, true, 0> : launch_kernel<kA, kB, Out, false, 0>)(args, stream);
   if (chunk == 32) launch_kernel<kA, kB, Out, false, 32>(args, stream);
   if (chunk == 128)
@@ -369,7 +369,7 @@ template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<__half>&, cudaSt
 template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<bf16>&, cudaStream_t);
 
 std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k) {
-  const auto [scale_chunk, chained] = Sums(chunk, promote_every, k);
+  const auto [scale_chunk, chained] = Variant(chunk, promote_every, k);
   std::string name = chained || scale_chunk > 0 ? "fp8 mma 64x128x128, 3 stages" : "fp8 mma 128x128x128, 3 stages";
   if (chained) name += promote_every > 0 ? fmt::format(", promoted every {}", promote_every) : ", never promoted";
   if (scale_chunk > 0) name += fmt::format(", scales every {}", scale_chunk);
