@@ -510,6 +510,8 @@ TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and
   table += fmt::format("{:<28} {:>16.10f} {:>16.10f} {:>16.10f} {:>16.10f}\n", "CPU f32 contract", exact[0], exact[1],
                        exact[2], exact[3]);
   const GemmOperands rung1 = with_a_transposed(o);  // the same sums on rung 1 (o is K-major: rung 3)
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(o.a, o.b, o.shape, {}).starts_with("fp8 mma 128x128x128"));
+  CHECK(kernels::cuda::fp8_gemm_kernel_name(rung1.a, rung1.b, rung1.shape, {}).ends_with("(rung 1)"));
   for (const Mode& mode : modes) {
     const std::vector<double> gpu = run(o, DType::F32, mode.accumulator, Device::cuda()).to_vector<double>();
     CHECK(run(rung1, DType::F32, mode.accumulator, Device::cuda()).to_vector<double>() == gpu);

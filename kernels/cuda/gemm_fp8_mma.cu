@@ -2,8 +2,8 @@
 // mg::fp8_linear makes in every recipe: C = act(sum over chunks of (A B^T)_chunk * scale_a * scale_b +
 // bias), both operands K-major, scales per tensor, by DeepSeek-V3's blocks (chunks of 128 along k) or
 // MX's (chunks of 32), and the F32 accumulator or a Limited one. What it does not take (other layouts,
-// k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk) runs on gemm_fp8.cu's
-// rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
+// k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk of 128 at other than
+// its end or at a count that is not a multiple of 32) runs on gemm_fp8.cu's rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
 //
 // Why FP8 fits rung 3's layouts unchanged: an FP8 fragment of mma.sync.m16n8k32 holds the same bytes
 // as an f16 fragment of m16n8k16 (mma_fp8.cuh: register r of A is row group + 8 (r % 2) at k bytes
@@ -52,9 +52,9 @@ using namespace mma_layout;
 
 namespace {
 
-// The configurations: 8 warps (4 along m, 2 along n) of kWarpRows x 64, each lane holding 64 sums a
-// set (kWarpRows / 16 x 8 fragments), 3 stages, one block an SM (its 256 threads may have 255
-// registers each). With one set of sums (per-tensor scales, promoted after every instruction) warps
+// The configurations: 8 warps (4 along m, 2 along n) of kWarpRows x 64, each lane holding 64 sums in
+// all (kWarpRows / 16 x 8 fragments a set), 3 stages, one block an SM (its 256 threads may have 255
+// registers each). With one set of sums (one chunk, promoted after every instruction) warps
 // of 32 x 64 and blocks of 128 x 128; with two sets (a carried accumulator beside the promoted sums,
 // or chunks' sums beside their scaled total) warps of 16 x 64 and blocks of 64 x 128. Rung 3's
 // 64 x 64 warps would hold 128 sums a set, and beside each instruction's own result (and on sm_90 the
@@ -335,6 +335,8 @@ struct Variant {  // fp8_mma_kernel's kChunk and kChained
 template <fp8::Format kA, fp8::Format kB, class Out>
 void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   const auto [chunk, chained] = Variant(args.chunk, args.promote_every, args.k);
+  MG_CHECK(chunk == 0 || chunk == 32 || chunk == 128,
+           "kernels::cuda::fp8_pipelined::launch: no kernel for chunks of {} (takes() refuses them)", chunk);
   if (chunk == 0) (chained ? launch_kernel<kA, kB, Out, true, 0> : launch_kernel<kA, kB, Out, false, 0>)(args, stream);
   if (chunk == 32) launch_kernel<kA, kB, Out, false, 32>(args, stream);
   if (chunk == 128)

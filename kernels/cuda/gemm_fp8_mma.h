@@ -36,10 +36,10 @@ struct Fp8MmaArgs {
 };
 
 // What the rung takes: both operands K-major (A not transposed, B transposed), k a multiple of 16 and
-// the codes 16-byte aligned (cp.async of 16 bytes), m and n whose tiles fit a grid, chunks that are
-// whole instructions (all of k, or a multiple of 32), and promotions at instruction boundaries that
-// the lane's two sets of sums can hold: promote_every a multiple of 32 (or 0), and with more than one
-// chunk either every instruction (32) or only at the chunks' ends (a multiple of the chunk, or 0).
+// the codes 16-byte aligned (cp.async of 16 bytes), m and n whose tiles fit a grid, chunks its kernels
+// compile (all of k, or 32 or 128 codes), and promotions at instruction boundaries that the lane's two
+// sets of sums can hold: promote_every a multiple of 32 (or 0), and with more than one chunk either
+// every instruction (32) or only at the chunks' ends (a multiple of the chunk, or 0).
 bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_every, std::int64_t m, std::int64_t n,
            std::int64_t k, const void* a, const void* b);
 
@@ -47,8 +47,8 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_e
 template <class Out>
 void launch(fp8::Format fa, fp8::Format fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream);
 
-// The name in benchmark tables of the kernel that runs these sums: "fp8 mma 128x128x128, 3 stages" (per
-// tensor, promoted after every instruction), or "fp8 mma 64x128x128, 3 stages" followed by ", promoted
+// The name in benchmark tables of the kernel that runs these sums: "fp8 mma 128x128x128, 3 stages" (one
+// chunk, promoted after every instruction), or "fp8 mma 64x128x128, 3 stages" followed by ", promoted
 // every 128" (or ", never promoted") for a carried accumulator and ", scales every 32" (or 128) for
 // block or MX scales.
 std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k);
