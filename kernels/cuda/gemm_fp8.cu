@@ -196,22 +196,25 @@ int require_fp8_tensor_cores(const Device& device) {
                           device, properties.name, cc / 10, cc % 10));
 }
 
-// The k of constant scales of both operands (kernels::fp8_gemm checked that their blocks nest), at
-// most k, and the products between promotions (rung 1's promote_every: 32 for F32).
-std::int64_t scale_chunk(const Fp8Operand& a, const Fp8Operand& b, std::int64_t k) {
-  return std::min(k, std::max<std::int64_t>(1, std::min(a.block_k, b.block_k)));
-}
-int promotion(const Fp8Accumulator& accumulator) { return accumulator.limited ? accumulator.promote_every : kGroup; }
-
-// Rung 3 (gemm_fp8_mma.cu) takes K-major operands with the scale chunks and promotions its kernels
-// compile (per tensor, MX's 32, DeepSeek-V3's 128); rung 1 above takes the rest.
-bool takes_rung3(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s, const Fp8Accumulator& accumulator) {
-  const std::int64_t chunk = scale_chunk(fp8_operand(a, s.transpose_a, s.m, s.k),
-                                         fp8_operand(b, !s.transpose_b, s.n, s.k), s.k);
-  return a.scale_inv.numel() <= INT_MAX && b.scale_inv.numel() <= INT_MAX &&  // its scale offsets are int
-         fp8_pipelined::takes(s.transpose_a, s.transpose_b, chunk, promotion(accumulator), s.m, s.n, s.k,
-                              a.codes.data_ptr(), b.codes.data_ptr());
-}
+// How a GEMM runs, worked out once: both operands as the GEMM walks them, the k of constant scales of
+// both (kernels::fp8_gemm checked that their blocks nest; at least 1), the products between promotions
+// (rung 1's promote_every: 32 for F32), and whether rung 3 (gemm_fp8_mma.cu) takes it: K-major
+// operands with the scale chunks and promotions its kernels compile (one chunk, MX's 32, DeepSeek-V3's
+// 128); rung 1 above takes the rest.
+struct Plan {
+  Fp8Operand a, b;
+  std::int64_t chunk;
+  int promote_every;
+  bool rung3;
+  Plan(const Fp8Tensor& ta, const Fp8Tensor& tb, const GemmShape& s, const Fp8Accumulator& accumulator)
+      : a(fp8_operand(ta, s.transpose_a, s.m, s.k)),
+        b(fp8_operand(tb, !s.transpose_b, s.n, s.k)),
+        chunk(std::max<std::int64_t>(1, std::min(a.block_k, b.block_k))),
+        promote_every(accumulator.limited ? accumulator.promote_every : kGroup),
+        rung3(ta.scale_inv.numel() <= INT_MAX && tb.scale_inv.numel() <= INT_MAX &&  // rung 3's offsets are int
+              fp8_pipelined::takes(s.transpose_a, s.transpose_b, std::min(chunk, s.k), promote_every, s.m, s.n, s.k,
+                                   ta.codes.data_ptr(), tb.codes.data_ptr())) {}
+};
 
 // A K-major operand's scales as rung 3 reads them.
 fp8_pipelined::Fp8ScaleGrid scale_grid(const Fp8Operand& x) {
@@ -223,10 +226,8 @@ fp8_pipelined::Fp8ScaleGrid scale_grid(const Fp8Operand& x) {
 
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s,
                                  const Fp8Accumulator& accumulator) {
-  if (takes_rung3(a, b, s, accumulator))
-    return fp8_pipelined::kernel_name(scale_chunk(fp8_operand(a, s.transpose_a, s.m, s.k),
-                                                  fp8_operand(b, !s.transpose_b, s.n, s.k), s.k),
-                                      promotion(accumulator), s.k);
+  const Plan plan(a, b, s, accumulator);
+  if (plan.rung3) return fp8_pipelined::kernel_name(std::min(plan.chunk, s.k), plan.promote_every, s.k);
   return fmt::format("fp8 mma {}x{} from global memory (rung 1)", kTileM, kTileN);
 }
 
@@ -253,8 +254,9 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
              c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
              rounding(accumulator.rounding), accumulator.group);
   Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
-  const Fp8Operand oa = fp8_operand(a, s.transpose_a, s.m, s.k), ob = fp8_operand(b, !s.transpose_b, s.n, s.k);
-  if (takes_rung3(a, b, s, accumulator)) {
+  const Plan plan(a, b, s, accumulator);
+  const Fp8Operand &oa = plan.a, &ob = plan.b;
+  if (plan.rung3) {
     visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
       using Out = decltype(out);
       const fp8_pipelined::Fp8MmaArgs<Out> args{oa.codes,
@@ -265,8 +267,8 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                                                 static_cast<int>(s.k),
                                                 scale_grid(oa),
                                                 scale_grid(ob),
-                                                static_cast<int>(scale_chunk(oa, ob, s.k)),
-                                                promotion(accumulator),
+                                                static_cast<int>(std::min(plan.chunk, s.k)),
+                                                plan.promote_every,
                                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                                 epilogue.activation};
       fp8_pipelined::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), args, stream_of(c));
@@ -279,8 +281,6 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
            "({}); K-major operands (A [m, k] and B [n, k], transpose_b) with k a multiple of 16 run on rung 3, which "
            "takes any n",
            s.n, kTileN, fp8_gemm_kernel_name(a, b, s, accumulator));
-  // Chunks end where either operand's scale changes (kernels::fp8_gemm checked that the extents nest).
-  const std::int64_t chunk = std::max<std::int64_t>(1, std::min(oa.block_k, ob.block_k));
   visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
     using Out = decltype(out);
     const Fp8GemmArgs<Out> args{oa,
@@ -289,8 +289,8 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                                 static_cast<int>(s.m),
                                 static_cast<int>(s.n),
                                 static_cast<int>(s.k),
-                                static_cast<int>(std::min<std::int64_t>(chunk, INT_MAX)),
-                                promotion(accumulator),
+                                static_cast<int>(std::min<std::int64_t>(plan.chunk, INT_MAX)),
+                                plan.promote_every,
                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                 epilogue.activation};
     launch_gemm(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), args, stream_of(c));
