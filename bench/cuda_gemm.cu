@@ -5,13 +5,15 @@
 //   build/bench/cuda_gemm f16 4096     only modes and shapes whose names contain the given words
 //
 // Modes: f16 and bf16 operands into an output of the same dtype with f32 accumulation (cuBLAS:
-// cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 3, mma.sync); f16
-// again on rungs 2 and 1 ("f16-wmma2", "f16-wmma1": kernels::cuda::set_gemm_rung), square shapes only;
+// cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 4, wgmma, on an
+// H100 or H200; else rung 3, mma.sync); on rung 3 asked for ("f16-mma3", "bf16-mma3") and f16 on rungs
+// 2 and 1 ("f16-wmma2", "f16-wmma1": kernels::cuda::set_gemm_rung), square shapes only;
 // f32 on CUDA cores (cublasSgemmStridedBatched, no TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS:
 // CUBLAS_COMPUTE_32F_FAST_TF32); fp8: kernels::fp8_gemm of E4M3 codes with per-tensor scales into bf16
 // (the forward GEMM of fp8_linear under fp8_delayed), on the NT shapes only (FP8 operands are K-major),
-// beside cuBLAS's *f16* GEMM of the same shape (plain cuBLAS has no FP8; cuBLASLt's is issue 43's
-// peer), so its ratio says what FP8 buys over 16 bits, and its error includes FP8's rounding;
+// beside cuBLAS's *f16* GEMM of the same shape (plain cuBLAS has no FP8), so its ratio says what FP8
+// buys over 16 bits, and its error includes FP8's rounding; fp8-lt the same GEMM beside cuBLASLt's FP8
+// GEMM of the same codes and scales (bench/cublaslt_fp8.h, TN), the peer of issue 43's FP8 targets;
 // fp8-blocks the same with DeepSeek-V3's scales (A by 1 x 128, B by 128 x 128: fp8_blocks) and fp8-mx
 // with MX's (1 x 32, powers of two: fp8_mx), which rung 3 runs in chunks of 128 and 32.
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
@@ -38,9 +40,11 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/cublaslt_fp8.h"
 #include "bench/machine.h"
 #include "bench/timing.h"
 #include "kernels/cuda/gemm_common.cuh"
@@ -219,9 +223,12 @@ int main(int argc, char** argv) try {
                                    {"bf16", mg::DType::BF16, false},
                                    {"tf32", mg::DType::F32, true},
                                    {"f32", mg::DType::F32, false},
+                                   {"f16-mma3", mg::DType::F16, false, GemmRung::MmaPipelined},
+                                   {"bf16-mma3", mg::DType::BF16, false, GemmRung::MmaPipelined},
                                    {"f16-wmma2", mg::DType::F16, false, GemmRung::WmmaPipelined},
                                    {"f16-wmma1", mg::DType::F16, false, GemmRung::WmmaSimple},
                                    {"fp8", mg::DType::F16, false},
+                                   {"fp8-lt", mg::DType::F16, false},
                                    {"fp8-blocks", mg::DType::F16, false},
                                    {"fp8-mx", mg::DType::F16, false}};
   for (const Mode& mode : modes) {
@@ -268,7 +275,18 @@ int main(int argc, char** argv) try {
         else
           mg::kernels::cuda::gemm(a, b, ours, s);
       };
-      const auto run_theirs = [&] { cublas_gemm(handle, mode, a, b, theirs, s); };
+      // fp8-lt: cuBLASLt's FP8 GEMM of the same codes and scales, into bf16 as ours.
+      std::optional<mg::bench::CublasLtFp8> fp8_peer;
+      if (mode.name == "fp8-lt") {
+        theirs = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
+        fp8_peer.emplace(qa, qb, theirs, stream);
+      }
+      const auto run_theirs = [&] {
+        if (fp8_peer)
+          fp8_peer->run();
+        else
+          cublas_gemm(handle, mode, a, b, theirs, s);
+      };
       run_ours();
       run_theirs();
       const double error = max_relative_error(ours, theirs);

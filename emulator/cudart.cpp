@@ -24,6 +24,7 @@
 
 #include "emulator/memory.h"
 #include "emulator/runtime_state.h"
+#include "emulator/tensor_map.h"
 
 namespace mg::emu::runtime {
 
@@ -208,6 +209,26 @@ cudaError_t cudaFuncSetAttribute(const void* function, cudaFuncAttribute attribu
   runtime::Attributes& a = runtime::attributes();
   std::lock_guard lock(a.mutex);
   a.max_dynamic_shared[function] = value;
+  return cudaSuccess;
+}
+
+// Every kernel has an image for the emulated device (the run-time pick of the sm_90a rung asks).
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* function) {
+  if (attributes == nullptr || function == nullptr) return failed(cudaErrorInvalidValue);
+  *attributes = cudaFuncAttributes{};
+  attributes->maxThreadsPerBlock = 1024;
+  attributes->ptxVersion = attributes->binaryVersion = settings().compute_capability;
+  return cudaSuccess;
+}
+
+// The driver's functions a kernel's host code fetches instead of linking libcuda: cuTensorMapEncodeTiled
+// only (tensor_map.h), at any version from 12.0 on.
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned version, unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  if (symbol == nullptr || function == nullptr) return failed(cudaErrorInvalidValue);
+  const bool known = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0 && version >= 12000;
+  *function = known ? reinterpret_cast<void*>(&encode_tensor_map_tiled) : nullptr;
+  if (status != nullptr) *status = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -135,6 +136,52 @@ void copy_async(void* shared, const void* global, int bytes, int src_bytes);
 void check_shared(const void* address, std::size_t bytes, const char* what);
 void commit_copies();
 void wait_copies(int pending);
+
+// ---- Hopper: the shared-memory window, mbarriers, TMA, the async proxy, wgmma (hopper_calls.cpp) ------
+//
+// What sm_90's asynchronous instructions need of the machine (kernels/cuda/hopper.cuh and wgmma.cuh
+// put the PTX beside these calls):
+//   - The shared-memory window: a shared address (__cvta_generic_to_shared) is a 32-bit offset; the
+//     launch's dynamic shared memory starts at 0 (on a GPU it starts at some multiple of 1024: 0, or
+//     after the system's reserved KiB), the block's __shared__ variables at kStaticWindow. Descriptors,
+//     TMA and swizzles see these offsets, so a swizzle repeats where it would on the hardware. A wgmma
+//     descriptor holds 18 bits of address: its operands must lie in dynamic shared memory here.
+//   - mbarriers: a 64-bit object in shared memory with an arrival count, a transaction (tx) count and
+//     a phase. A phase completes when its arrivals and its expected bytes have all come in; a wait
+//     on parity p returns once the phase of that parity has completed (at once if the current phase
+//     has the other parity, as mbarrier.try_wait.parity does). A waiting thread sleeps until then;
+//     no thread able to go on is a deadlock, reported with the barriers the first threads wait on.
+//   - TMA (cp.async.bulk.tensor): a tile of a tensor map's box, zeros outside the tensor, laid into
+//     shared memory with the map's swizzle, completing bytes on an mbarrier. Under ":issue" it lands
+//     at once; under ":wait" its destination reads as poison (0xFF) until a thread's wait on the
+//     barrier observes the phase complete, so a wait on the wrong parity reads poison. Stores (shared
+//     to global, clipped to the tensor) are a thread's bulk groups, done at issue or at their wait.
+//   - The async proxy: TMA and wgmma read shared memory through their own view, which sees ordinary
+//     stores only after a fence.proxy.async; TMA's own writes reach both views. One thread's fence
+//     publishes every thread's stores here (the hardware orders only the fencing thread's own), so a
+//     fence missing from some threads while others fence can pass; one missing everywhere cannot.
+//   - wgmma: a warp's issued operations run at issue (":issue") or at the wgmma.wait_group that
+//     covers their group (":wait"), reading shared memory then.
+constexpr std::uint32_t kStaticWindow = 0x40000;
+std::uint32_t shared_address(const void* pointer);  // an mg::Error for a pointer outside shared memory
+void mbarrier_init(void* barrier, unsigned count);
+// arrive (count 1); with `tx_bytes`, mbarrier.arrive.expect_tx: the bytes first, then the arrival.
+void mbarrier_arrive(void* barrier, unsigned tx_bytes = 0);
+void mbarrier_wait(void* barrier, unsigned parity, std::source_location where);
+// A TMA load of the box at `coordinates` (the map's rank of them) into `shared`, completing its
+// bytes on `barrier`; a TMA store of the box at `shared` to the tensor.
+void tma_load(void* shared, const void* tensor_map, const int* coordinates, void* barrier);
+void tma_store(const void* tensor_map, const int* coordinates, const void* shared);
+void bulk_commit();
+void bulk_wait(int pending);
+void fence_proxy_async();
+// The async proxy's view of `bytes` of dynamic shared memory at window address `address`.
+const unsigned char* async_view(std::uint32_t address, std::size_t bytes, const char* what);
+// Run by a wgmma collective's complete(): one operation of the calling warp, run at once or at the
+// wait that covers its group; commit and wait are the warp's wgmma.commit_group and wait_group.
+void wgmma_issue(std::function<void()> operation);
+void wgmma_commit();
+void wgmma_wait(int pending);
 
 // An mg::Error naming the kernel, block and thread; for the checks of device-side code.
 [[noreturn]] void fail(const std::string& message);

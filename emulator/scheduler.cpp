@@ -136,6 +136,7 @@ void Machine::start_block() {
   for (int t = 0; t < n; ++t) runnable_.insert(t);
   exited_ = at_barrier_ = 0;
   shared_memory_.start_block();
+  start_hopper_block();
 }
 
 // The block's threads switch from one to the next themselves (switch_from), one switch each, and
@@ -190,6 +191,7 @@ void Machine::yield() { switch_from(me().fiber, /*finished=*/false); }
 void Machine::exit_current() {
   Thread& t = me();
   t.copies.land_all();
+  t.bulk.land_all();
   t.state = State::Exited;
   runnable_.erase(t.linear);
   ++exited_;
@@ -211,10 +213,12 @@ void Machine::exit_current() {
   int listed = 0;
   for (int t = 0; t < thread_count() && listed < 8; ++t) {
     const Thread& th = *threads_[static_cast<std::size_t>(t)];
-    if (th.state == State::AtBarrier || th.state == State::AtCollective) {
+    if (th.state == State::AtBarrier || th.state == State::AtCollective || th.state == State::AtMbarrier) {
       const Warp& w = warps_[static_cast<std::size_t>(t / kWarpSize)];
-      waiting += fmt::format("{}{} at {} ({})", listed ? "; " : "", describe_thread(th),
-                             th.state == State::AtBarrier ? "__syncthreads" : w.kind->name, site_of(th.where));
+      const std::string what = th.state == State::AtBarrier    ? std::string("__syncthreads")
+                               : th.state == State::AtMbarrier ? describe_mbarrier_wait(th)
+                                                               : std::string(w.kind->name);
+      waiting += fmt::format("{}{} at {} ({})", listed ? "; " : "", describe_thread(th), what, site_of(th.where));
       ++listed;
     }
   }

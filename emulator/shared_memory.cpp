@@ -27,8 +27,9 @@ void SharedMemory::Free::operator()(void* p) const { std::free(p); }
 
 void SharedMemory::start_launch(std::size_t dynamic_bytes) {
   if (!arena_) arena_.reset(aligned_bytes(256, kArenaBytes));
-  // 128-byte aligned, as kernels declare extern __shared__.
-  dynamic_.reset(aligned_bytes(128, dynamic_bytes));
+  // 1024-byte aligned: its window addresses (emulator.h) start at 0, and host pointers that line up
+  // with them keep a kernel's own alignment arithmetic honest either way.
+  dynamic_.reset(aligned_bytes(1024, dynamic_bytes));
   dynamic_bytes_ = dynamic_bytes;
 }
 

@@ -27,6 +27,8 @@ class SharedMemory {
   // variables would need more than kStaticLimit bytes.
   void* variable(const void* key, std::size_t bytes, std::size_t alignment);
   void* dynamic() const { return dynamic_.get(); }
+  std::size_t dynamic_bytes() const { return dynamic_bytes_; }
+  unsigned char* arena() const { return arena_.get(); }
   // Whether [address, address + bytes) is shared memory of the block.
   bool contains(const void* address, std::size_t bytes) const;
 

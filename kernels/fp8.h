@@ -146,6 +146,11 @@ float fp8_accumulate(float sum, double group_sum, const Fp8Accumulator& accumula
 inline constexpr Fp8Accumulator kAdaFp8Accumulator{.limited = true, .promote_every = 0};
 inline constexpr Fp8Accumulator kHopperMmaSyncFp8Accumulator{
     .limited = true, .mantissa_bits = 23, .rounding = Fp8Rounding::Nearest, .group = 16, .promote_every = 0};
+// Hopper's FP8 Tensor Cores proper, wgmma's QGMMA (kernels/cuda/wgmma.cuh's model; rung 4): the width
+// DeepSeek-V3 measured on an H800 and SageAttention2 reports, 13 mantissa bits, truncation assumed,
+// each instruction's 32 products summed exactly. Assumed until tests/test_cuda_wgmma.cpp's FP8 case
+// runs on an H100 or H200 (it prints what the hardware keeps, and fails where the model is wrong).
+inline constexpr Fp8Accumulator kHopperWgmmaFp8Accumulator{.limited = true, .promote_every = 0};
 // Blackwell (sm_100, sm_120) has an FP8 mma.sync on its Tensor Cores again: modelled as Ada's, unmeasured.
 constexpr Fp8Accumulator mma_sync_fp8_accumulator(int compute_capability) {
   return compute_capability / 10 == 9 ? kHopperMmaSyncFp8Accumulator : kAdaFp8Accumulator;

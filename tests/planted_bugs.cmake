@@ -177,3 +177,36 @@ mg_planted_bug(fp8_mma_carried_never_promoted FILE kernels/cuda/gemm_fp8_mma.cu 
   ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
   FIND "if (args.promote_every > 0 && end % args.promote_every == 0) promote<Cfg>(promoted, running);"
   REPLACE "if (false) promote<Cfg>(promoted, running);  // planted: never")
+# Rung 4 (gemm_wgmma.cu, sm_90a), one bug a mechanism: each is caught on the emulator's model of the
+# async machinery (emulator/README.md, "Hopper"), on an emulated GPU of 4 SMs, where a block walks
+# several tiles (the phases carried from tile to tile, the staging reused).
+set(gemm_wgmma "cuda gemm: rung 4 (wgmma*")
+set(few_sms "MG_EMULATOR_MULTIPROCESSORS=4")
+# A consumer waiting for the stage's full barrier on the wrong parity: the wait returns before TMA's
+# bytes land (under ":wait" the stage reads as poison), and the consumers run ahead of the producer.
+mg_planted_bug(wgmma_barrier_phase FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
+  SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}|deadlock" ENVIRONMENT "${few_sms}"
+  FIND "hopper::mbarrier_wait(&full[stage], phase);"
+  REPLACE "hopper::mbarrier_wait(&full[stage], phase ^ 1);  // planted: the wrong parity")
+# The epilogue's staging stores not fenced before TMA reads them: the async proxy sees the staging as
+# it was before (poison at first, the previous tile's sums after).
+mg_planted_bug(wgmma_no_proxy_fence FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
+  SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}" ENVIRONMENT "${few_sms}"
+  FIND "    hopper::fence_proxy_async();  // the staging stores, visible to TMA\n" REPLACE "")
+# A K-major descriptor's stride (SBO) half the 8 rows of 128 bytes TMA wrote: rows 8 to 15 of each
+# group of 16 read rows that belong to others.
+mg_planted_bug(wgmma_descriptor_stride FILE kernels/cuda/wgmma_layout.h COMPILE kernels/cuda/gemm_wgmma.cu
+  SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}" ENVIRONMENT "${few_sms}"
+  FIND "return {tile + static_cast<std::uint32_t>(step * kInstructionK), 16, kAtomBytes, Swizzle::B128};"
+  REPLACE "return {tile + static_cast<std::uint32_t>(step * kInstructionK), 16, kAtomBytes / 2, Swizzle::B128};  // planted")
+# An MN-major descriptor naming the 64-byte swizzle where TMA wrote the 128-byte one.
+mg_planted_bug(wgmma_swizzle_mode FILE kernels/cuda/wgmma_layout.h COMPILE kernels/cuda/gemm_wgmma.cu
+  SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}" ENVIRONMENT "${few_sms}"
+  FIND "return {tile + static_cast<std::uint32_t>(step * 16 * kRowBytes), mn_block, kAtomBytes, Swizzle::B128};"
+  REPLACE "return {tile + static_cast<std::uint32_t>(step * 16 * kRowBytes), mn_block, kAtomBytes, Swizzle::B64};  // planted")
+# The epilogue writing the staging before the previous tile's TMA stores have read it: under ":wait"
+# those stores read the next tile's sums.
+mg_planted_bug(wgmma_staging_reused_early FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
+  SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}" ENVIRONMENT "${few_sms}"
+  FIND "    if (lane == 0) hopper::bulk_wait_read<0>();  // the previous tile's stores have read the staging\n"
+  REPLACE "")

@@ -273,11 +273,21 @@ TEST_CASE("cuda gemm: f16 and bf16 operands into f16, bf16 and f32, every size a
   struct Dtypes {
     DType in, out;
   };
+  // Auto (rung 4 on an H100 where the rows are aligned, rung 3 elsewhere), then rung 3 where Auto ran 4.
   for (Dtypes d : {Dtypes{DType::F16, DType::F16}, Dtypes{DType::F16, DType::F32}, Dtypes{DType::BF16, DType::BF16},
                    Dtypes{DType::BF16, DType::F32}})
     for (Size size : sizes())
-      for (int layout = 0; layout < 4; ++layout)
-        check_gpu_gemm(operands(size, layout & 1, layout & 2, d.in, 100 + layout), d.out);
+      for (int layout = 0; layout < 4; ++layout) {
+        const Operands in = operands(size, layout & 1, layout & 2, d.in, 100 + layout);
+        const std::string name = kernels::cuda::gemm_kernel_name(in.a.to(Device::cuda()), in.b.to(Device::cuda()),
+                                                                 in.shape, d.out);
+        INFO("kernel: " << name);
+        check_gpu_gemm(in, d.out);
+        if (name.starts_with("wgmma")) {
+          kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);
+          check_gpu_gemm(in, d.out);
+        }
+      }
 }
 
 TEST_CASE("cuda gemm: f32 on CUDA cores, every size and layout") {
@@ -340,6 +350,15 @@ int shared_per_block() {
 }
 constexpr int kLargeTileShared = 192 * 1024;  // rung 3's 128x256 tile: 4 stages of 48 KiB
 
+// Whether the device runs rung 4 (wgmma): compute capability 9.0, as the emulator's default.
+bool hopper() {
+  int device = 0, major = 0, minor = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
+  return major == 9 && minor == 0;
+}
+
 std::string kernel_for(DType dtype, const kernels::GemmShape& s) {
   const Shape a_shape = s.transpose_a ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k};
   const Shape b_shape = s.transpose_b ? Shape{s.batch, s.n, s.k} : Shape{s.batch, s.k, s.n};
@@ -357,8 +376,13 @@ TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and
                       : sizes();
   const kernels::GemmShape aligned{.m = 136, .n = 200, .k = 40}, misaligned{.m = 17, .n = 17, .k = 17};
   CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
-  CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
+  CHECK(kernel_for(DType::F16, aligned) == (hopper() ? "wgmma 128x256x64, 3 stages" : "mma 128x128x64, 3 stages"));
   CHECK(kernel_for(DType::F16, misaligned) == "mma 128x128x64, 3 stages, any alignment");
+  {
+    kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);
+    CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
+    CHECK(kernel_for(DType::BF16, aligned) == "mma 128x128x64, 3 stages");
+  }
   {
     kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::WmmaPipelined);
     CHECK(kernel_for(DType::F16, aligned) == "wmma 128x128x32, 4 stages");
@@ -388,6 +412,7 @@ TEST_CASE("cuda gemm: the 128x256 tile only where a block may have its 192 KiB o
   // 8192^2 is 64 x 32 tiles of 128x256, one per SM on any GPU; only the plan is asked for. An H100
   // lets a block have 227 KiB, an A100 163, an Ada GPU 99 (test_cuda_gemm_ada: an emulated one).
   const int shared = shared_per_block();
+  kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);  // rung 4 takes it on an H100
   const std::string name = kernel_for(DType::F16, {.m = 8192, .n = 8192, .k = 64});
   INFO(name << "; a block may have " << shared << " bytes of shared memory");
   CHECK(name.starts_with(shared >= kLargeTileShared ? "mma 128x256" : "mma 128x128"));
@@ -401,6 +426,7 @@ TEST_CASE("cuda gemm: rung 3's 128x256 tile, for a C with a tile per SM, every l
   }
   // The smallest C (of 256 rows, twice as many columns each try) that the plan gives the large tile:
   // it depends on the SM count (test_cuda_gemm_few_sms runs this on an emulator that reports 4).
+  kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);  // rung 4 takes it on an H100
   std::int64_t n = 256;
   while (!kernel_for(DType::F16, {.m = 256, .n = n, .k = 72}).starts_with("mma 128x256")) {
     n *= 2;
@@ -421,6 +447,53 @@ TEST_CASE("cuda gemm: rung 3's 128x256 tile, for a C with a tile per SM, every l
       check_gpu_gemm(in, d.out, {.bias = bias, .activation = kernels::Activation::Gelu},
                      d.in == DType::F32 ? 0x1p-10 : 0.0);
     }
+}
+
+// ---- GPU: rung 4 (wgmma, sm_90a) -------------------------------------------------------------------------
+
+TEST_CASE("cuda gemm: rung 4 (wgmma + TMA): every layout and dtype, ragged tiles, batched, several tiles a block") {
+  if (!have_gpu()) return;
+  if (!hopper()) {
+    MESSAGE("skipped: rung 4 runs on compute capability 9.0 only (an H100 or H200)");
+    return;
+  }
+  // Ragged along m, n and k (TMA's zeros and clipped stores); k of 3 and 5 steps of 64 (the stages'
+  // phases wrap); batched; 9 and 8 tiles (more than test_cuda_gemm_few_sms's 4 SMs: a block walks
+  // several, the producer running into the next tile while the consumers store this one).
+  std::vector<Size> rung_sizes = {{1, 264, 520, 136}, {2, 136, 264, 312}, {1, 8, 16, 8}};
+  struct Dtypes {
+    DType in, out;
+  };
+  std::vector<Dtypes> dtypes = {{DType::F16, DType::F16},
+                                {DType::BF16, DType::F32},
+                                {DType::F16, DType::F32},
+                                {DType::BF16, DType::BF16}};
+  if (reduced_sizes()) rung_sizes = {{2, 136, 264, 312}}, dtypes = {dtypes[0], dtypes[1]};
+  Generator generator(19);
+  for (const Dtypes d : dtypes)
+    for (const Size size : rung_sizes)
+      for (int layout = 0; layout < 4; ++layout) {
+        const Operands in = operands(size, layout & 1, layout & 2, d.in, 1000 + layout);
+        const std::string name = kernels::cuda::gemm_kernel_name(in.a.to(Device::cuda()), in.b.to(Device::cuda()),
+                                                                 in.shape, d.out);
+        INFO("kernel: " << name);
+        CHECK(name.starts_with(d.out == DType::F32 ? "wgmma 128x128x64" : "wgmma 128x256x64"));
+        if (layout == 1) {  // bias and GELU, once a size
+          const Tensor bias = randn({size.n}, generator).to(d.out);
+          check_gpu_gemm(in, d.out, {.bias = bias, .activation = kernels::Activation::Gelu});
+        } else {
+          check_gpu_gemm(in, d.out);
+        }
+        if (layout == 2) {  // bit for bit on integers
+          Operands exact = operands(size, true, false, DType::F32, 1100);
+          exact.a = integer_valued(exact.a, d.in);
+          exact.b = integer_valued(exact.b, d.in);
+          check_gpu_gemm_exact(exact, d.out, {});
+        }
+      }
+  // Not taken: rows not on 16 bytes (n = 12 of f16 C is 24 bytes), and k = 0.
+  CHECK(kernel_for(DType::F16, {.m = 64, .n = 12, .k = 64}).starts_with("mma"));
+  CHECK(kernel_for(DType::F16, {.m = 64, .n = 64, .k = 0}).starts_with("mma"));
 }
 
 // ---- GPU: split-K -----------------------------------------------------------------------------------

@@ -13,6 +13,11 @@
 //                            buffered, blocks in L2-friendly order, the epilogue staged for 16-byte
 //                            stores. cp.async where rows are 16-byte aligned, loads through registers
 //                            otherwise (f16/bf16).
+//   4. gemm_wgmma.cu         f16 and bf16 on an H100 or H200 (sm_90a only): wgmma from shared memory
+//                            through descriptors, tiles brought by TMA onto mbarriers, a producer
+//                            warpgroup and two consumer warpgroups, 128x256x64 tiles (C f32: 128x128),
+//                            persistent, the epilogue stored by TMA. Needs 16-byte-aligned rows of A, B
+//                            and C; never split.
 //      gemm_f32.cuh          f32 on CUDA cores: 128x128x8 tiles, 8x8 elements a thread, double
 //                            buffered. Any shape.
 // Rungs 1 and 2 stay as the text a reader climbs and as what kernels::cuda::set_gemm_rung can ask
@@ -21,6 +26,9 @@
 // fails any Tensor Core GEMM that reads shared memory through LD).
 // Which one runs (GemmRung::Auto):
 //   f16 under kernels::Accumulation::F16  -> 1 with a half accumulator, never split
+//   f16, bf16 on compute capability 9.0   -> 4 when the rows of A, B and C are aligned and k > 0, unless
+//                                            C has at most SMs / 2 of its tiles and k >= 1024 (rung 3's
+//                                            split-K fills the GPU better then)
 //   f16, bf16                             -> 3: cp.async when the rows are aligned (128x256 tiles when
 //                                            C has at least one per SM and the device's shared memory
 //                                            holds their 192 KiB, else 128x128), else through
@@ -71,6 +79,7 @@
 #include "kernels/cuda/gemm_f32.cuh"
 #include "kernels/cuda/gemm_mma.h"
 #include "kernels/cuda/gemm_wmma.cuh"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/gemm_wmma_simple.cuh"
 
 namespace mg::kernels::cuda {
@@ -91,6 +100,7 @@ enum class GemmKernel {
   MmaLarge,  // rung 3, 128x256, cp.async
   MmaMedium,  // rung 3, 128x128, cp.async
   MmaAnyAlignment,  // rung 3, 128x128, loads through registers
+  Wgmma,  // rung 4, sm_90a: 128x256 (C f32: 128x128), TMA, persistent
   SimtF32
 };
 
@@ -182,6 +192,8 @@ Geometry geometry_of(GemmKernel kernel, DType dtype) {
     case GemmKernel::MmaMedium:
     case GemmKernel::MmaAnyAlignment:
       return mma_geometry<mma_pipelined::Medium>(dtype);
+    case GemmKernel::Wgmma:  // never split: the plan asks only to size it
+      return {wgmma_gemm::kTileM, wgmma_gemm::tile_n(false), 64, 1};
     case GemmKernel::SimtF32:  // its split variant's count: the plan asks only to split
       return {simt_f32::kTile, simt_f32::kTile, simt_f32::kStep, simt_f32::kSplitBlocksPerSm};
   }
@@ -198,8 +210,19 @@ struct GemmPlan {
   int k_slice = 0;  // when split
 };
 
-// The header's rule, for the current device (the caller's DeviceGuard makes it the tensors').
-GemmPlan plan_gemm(const Tensor& a, const Tensor& b, const GemmShape& s) {
+// Rung 4 where the device runs it and it takes the operands, unless C has so few of its tiles that the
+// GPU would be at least half idle and k is long enough that rung 3's split-K fills it instead.
+bool wgmma_for(const Tensor& a, const Tensor& b, DType out, const void* c, const GemmShape& s) {
+  if (gemm_rung() != GemmRung::Auto || !wgmma_gemm::available() || !wgmma_gemm::takes(a, b, out, c, s)) return false;
+  const std::int64_t tiles = ceil_div(s.m, wgmma_gemm::kTileM) * ceil_div(s.n, wgmma_gemm::tile_n(out == DType::F32)) *
+                             s.batch;
+  return tiles * 2 > device_facts().multiprocessors || s.k < 2 * kMinSliceK;
+}
+
+// The header's rule, for the current device (the caller's DeviceGuard makes it the tensors'), for C
+// of dtype `out` at `c` (null: a fresh tensor).
+GemmPlan plan_gemm(const Tensor& a, const Tensor& b, DType out, const void* c, const GemmShape& s) {
+  if (wgmma_for(a, b, out, c, s)) return {GemmKernel::Wgmma};
   GemmPlan plan{pick_kernel(a, b, s)};
   const Geometry g = geometry_of(plan.kernel, a.dtype());
   const std::int64_t sms = device_facts().multiprocessors;
@@ -229,6 +252,9 @@ void launch_kernel(GemmKernel kernel, const GemmArgs<In, Out>& args, const GemmS
       return mma_pipelined::launch(Tile::Medium, Copy::Async, args, s, stream);
     case GemmKernel::MmaAnyAlignment:
       return mma_pipelined::launch(Tile::Medium, Copy::Registers, args, s, stream);
+    case GemmKernel::Wgmma:
+      if constexpr (!std::is_same_v<In, float>) return wgmma_gemm::launch(args, s, stream);
+      break;
     case GemmKernel::SimtF32:
       if constexpr (std::is_same_v<In, float>) return simt_f32::launch(args, s, stream);
       break;
@@ -270,7 +296,7 @@ std::string mma_name(DType dtype, const char* copies) {
                      tf32 ? mma_pipelined::kStepOf<float> : mma_pipelined::kStepOf<__half>, Cfg::kStages, copies);
 }
 
-std::string kernel_name(GemmKernel kernel, DType dtype) {
+std::string kernel_name(GemmKernel kernel, DType dtype, DType out) {
   switch (kernel) {
     case GemmKernel::WmmaSimple:
       return "wmma simple 32x32x16";
@@ -284,6 +310,8 @@ std::string kernel_name(GemmKernel kernel, DType dtype) {
       return mma_name<mma_pipelined::Medium>(dtype, "");
     case GemmKernel::MmaAnyAlignment:
       return mma_name<mma_pipelined::Medium>(dtype, ", any alignment");
+    case GemmKernel::Wgmma:
+      return wgmma_gemm::name(out == DType::F32);
     case GemmKernel::SimtF32:
       return "simt f32 128x128x8";
   }
@@ -298,7 +326,7 @@ GemmRung gemm_rung() { return rung_setting.load(std::memory_order_relaxed); }
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const GemmEpilogue& epilogue) {
   if (c.numel() == 0) return;
   mg::cuda::DeviceGuard guard(c.device().index);
-  const GemmPlan plan = plan_gemm(a, b, s);
+  const GemmPlan plan = plan_gemm(a, b, c.dtype(), c.data_ptr(), s);
   const cudaStream_t stream = stream_of(c);
   visit_device_floating(a.dtype(), "gemm", [&](auto in) {
     using In = decltype(in);
@@ -313,10 +341,11 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const
   });
 }
 
-std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape) {
+std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape, DType out) {
   mg::cuda::DeviceGuard guard(a.device().index);
-  const GemmPlan plan = plan_gemm(a, b, shape);
-  const std::string name = kernel_name(plan.kernel, a.dtype());
+  if (out == DType::F64) out = a.dtype();
+  const GemmPlan plan = plan_gemm(a, b, out, nullptr, shape);
+  const std::string name = kernel_name(plan.kernel, a.dtype(), out);
   if (plan.slices == 1) return name;
   return fmt::format("{}, split-k {} x {}", name, plan.slices, plan.k_slice);
 }
