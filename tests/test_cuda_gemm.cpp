@@ -273,7 +273,9 @@ TEST_CASE("cuda gemm: f16 and bf16 operands into f16, bf16 and f32, every size a
   struct Dtypes {
     DType in, out;
   };
-  // Auto (rung 4 on an H100 where the rows are aligned, rung 3 elsewhere), then rung 3 where Auto ran 4.
+  // Auto (rung 4 on an H100 where the rows are aligned, rung 3 elsewhere), then rung 3 where Auto ran 4,
+  // for two of the dtype pairs (both operand types, both output widths), and not under the sanitizers
+  // (reduced sizes: the optimised pass has run it).
   for (Dtypes d : {Dtypes{DType::F16, DType::F16}, Dtypes{DType::F16, DType::F32}, Dtypes{DType::BF16, DType::BF16},
                    Dtypes{DType::BF16, DType::F32}})
     for (Size size : sizes())
@@ -283,7 +285,8 @@ TEST_CASE("cuda gemm: f16 and bf16 operands into f16, bf16 and f32, every size a
                                                                  in.shape, d.out);
         INFO("kernel: " << name);
         check_gpu_gemm(in, d.out);
-        if (name.starts_with("wgmma")) {
+        const bool again = d.out == (d.in == DType::F16 ? DType::F16 : DType::F32) && !reduced_sizes();
+        if (again && name.starts_with("wgmma")) {
           kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);
           check_gpu_gemm(in, d.out);
         }

@@ -17,6 +17,8 @@
 //    element (mn, k) where TMA put it, and the four steps read the tile once.
 // e. accumulator_cell is CuTe's CLayout_64xN for N = 8 to 256, and the warpgroup's registers hold D once.
 // f. Each comparison above, fed a plausible wrong layout, counts mismatches: the checks can fail.
+// g. The one shared-memory access rung 4's lanes make themselves (operands are TMA's and wgmma's): the
+//    epilogue's staging stores, counted for bank conflicts as rung 3's are (tests/bank_conflicts.h).
 // The tables print as the suite runs, once each.
 //
 // The suite needs nothing of the library (the header is host C++), so it includes doctest itself and
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "kernels/cuda/wgmma_layout.h"
+#include "tests/bank_conflicts.h"
 #include "tests/cute_layouts.h"
 
 namespace wg = mg::kernels::cuda::wgmma_layout;
@@ -457,4 +460,50 @@ TEST_CASE("wgmma layout: each comparison counts the mismatches of a wrong layout
   CHECK(sweep_accumulator([](int warp, int lane, int v) {
           return wg::accumulator_cell(warp, lane, (v & ~3) | ((v & 1) << 1) | ((v >> 1) & 1));
         }).count > 0);
+}
+
+TEST_CASE("wgmma layout: the epilogue's staging stores: no bank conflict for 16-bit C, two ways for f32") {
+  using mg::testing::banks::Access;
+  using mg::testing::banks::ConflictCount;
+  using mg::testing::banks::ideal_wavefronts;
+  using mg::testing::banks::wavefronts;
+  // Each store is a lane's pair of adjacent columns, at the swizzled address of a staging 1024-byte
+  // aligned (as the kernel's). 16-bit C (256 columns a warp): a pair is 4 bytes, the whole warp one
+  // phase, 8 rows of 16 bytes in 8 different chunks: no conflict. f32 C (128 columns): a pair is 8
+  // bytes, a half-warp a phase, 4 rows of 32 bytes; the swizzle XORs the chunk with the row, so rows
+  // r and r ^ 1 put their two chunks on the same two chunk positions: two ways. TMA's box must be the
+  // swizzle's dense rows, so no padding can part them; the f32 epilogue pays one wavefront more per
+  // store (a GEMM with f32 C is off the mixed-precision path: autocast's matmuls give f16 or bf16).
+  for (const auto& [element_bytes, columns] : {std::pair{2, 256}, std::pair{4, 128}}) {
+    ConflictCount stores{fmt::format("staging stores of {}-byte C ({} columns)", element_bytes, columns)};
+    const std::uint32_t staging = 3 * 1024;
+    std::set<std::uint32_t> bytes_written;
+    int extra = 0, count = 0;
+    for (int v = 0; v < columns / 2; v += 2) {  // the lane's values v and v + 1: one pair
+      Access access{std::vector<long>(32), 2 * element_bytes};
+      for (int lane = 0; lane < 32; ++lane) {
+        const mma::Cell cell = wg::accumulator_cell(0, lane, v);
+        const std::uint32_t at = wg::swizzle(staging + wg::staging_offset(cell.row, cell.column, element_bytes),
+                                             wg::Swizzle::B128);
+        access.address[static_cast<std::size_t>(lane)] = at;
+        for (int b = 0; b < 2 * element_bytes; ++b) bytes_written.insert(at + static_cast<std::uint32_t>(b));
+      }
+      if (element_bytes == 2) stores.add(access, fmt::format("values {} and {}", v, v + 1));
+      extra += wavefronts(access) - ideal_wavefronts(access), ++count;
+    }
+    if (element_bytes == 2)
+      stores.check();
+    else
+      CHECK(extra == 2 * count);  // two ways: every store 4 wavefronts where 2 would do, no worse
+    // Every byte of the warp's 16 rows written once, within its chunks.
+    CHECK(bytes_written.size() == static_cast<std::size_t>(16 * columns * element_bytes));
+    CHECK(*bytes_written.rbegin() < staging + static_cast<std::uint32_t>(16 * columns * element_bytes));
+  }
+  // The 16-bit stores without the swizzle: the 8 rows of the phase on the same banks.
+  Access plain{std::vector<long>(32), 4};
+  for (int lane = 0; lane < 32; ++lane) {
+    const mma::Cell cell = wg::accumulator_cell(0, lane, 0);
+    plain.address[static_cast<std::size_t>(lane)] = wg::staging_offset(cell.row, cell.column, 2);
+  }
+  CHECK(wavefronts(plain) == 8);
 }

@@ -2,7 +2,8 @@
 // H100 or H200 (sm_90a). What changes from rung 3 (gemm_mma.cu), and why:
 //   - One instruction for a warpgroup (4 warps): wgmma.m64n256k16 multiplies 64 x 16 by 16 x 256
 //     straight from shared memory, through descriptors (wgmma_layout.h), with no ldmatrix and no
-//     operand registers; it runs asynchronously, so the warpgroup issues a k step of 4 and waits once.
+//     operand registers; it runs asynchronously, so the warpgroup issues a k step of 4 as one group
+//     and waits only for the group before it (one in flight), then hands that group's stage back.
 //   - TMA copies a whole tile with one instruction from one thread (cp.async.bulk.tensor), swizzled
 //     as the descriptors expect, zeros outside the tensor (any m, n, k: no edge code), and counts its
 //     bytes on an mbarrier: a stage is full when its bytes have landed. (Any m, n, k whose rows start
@@ -64,7 +65,7 @@ struct Config {
   // The epilogue's staging: each consumer warp's 16 rows, in chunks 128 bytes wide.
   static constexpr int kChunkColumns = kRowBytes / static_cast<int>(sizeof(Out));
   static constexpr int kChunks = kTileN / kChunkColumns;
-  static constexpr int kChunkBytes = 16 * kRowBytes;
+  static constexpr int kChunkBytes = wgmma_layout::kStagingChunkBytes;
   static constexpr int kStagingBytes = kConsumerWarps * kChunks * kChunkBytes;
   static constexpr int kBarrierOffset = kStages * kStageBytes + kStagingBytes;
   // + the mbarriers, + 1 KiB to align the start to the 128-byte swizzle's period.
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
   float sums[C::kTileN / 2];
   for (int t = static_cast<int>(blockIdx.x); t < p.tiles; t += static_cast<int>(gridDim.x)) {
     const TilePlace at = place(p, t, C::kTileN);
+    int previous = -1;  // the stage of the group still in flight
     for (int step = 0; step < p.k_steps; ++step) {
       hopper::mbarrier_wait(&full[stage], phase);
       const std::uint32_t a = base + static_cast<std::uint32_t>(stage * C::kStageBytes + consumer * 64 * kRowBytes);
@@ -168,11 +170,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
         wgmma::mma<In, C::kTileN, kTransposeA, !kTransposeB>(sums, desc_a, desc_b, step > 0 || k > 0);
       }
       wgmma::commit();
-      wgmma::wait<0>();
+      // One group stays in flight: this step's runs while the previous step's stage is handed back.
+      wgmma::wait<1>();
       wgmma::fence_operands(sums);
-      __syncwarp();
-      if (lane == 0) hopper::mbarrier_arrive(&empty[stage]);  // this warp's reads of the stage are done
+      if (previous >= 0) {
+        __syncwarp();
+        if (lane == 0) hopper::mbarrier_arrive(&empty[previous]);  // this warp's reads of it are done
+      }
+      previous = stage;
       if (++stage == C::kStages) stage = 0, phase ^= 1;
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(sums);
+    if (previous >= 0) {
+      __syncwarp();
+      if (lane == 0) hopper::mbarrier_arrive(&empty[previous]);
     }
     if (p.k_steps == 0) {
 #pragma unroll
@@ -191,9 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         pair[i] = from_float<Out>(column + i < p.args.n ? p.args.finish(sums[v + i], column + i) : 0.0f);
-      const int byte = cell.column * static_cast<int>(sizeof(Out));
-      const std::uint32_t offset = static_cast<std::uint32_t>((byte / kRowBytes) * C::kChunkBytes +
-                                                              cell.row * kRowBytes + byte % kRowBytes);
+      const std::uint32_t offset = wgmma_layout::staging_offset(cell.row, cell.column, static_cast<int>(sizeof(Out)));
       const std::uint32_t address = wgmma_layout::swizzle(staging_address + offset, wgmma_layout::Swizzle::B128);
       std::memcpy(staging + (address - staging_address), pair, sizeof pair);
     }

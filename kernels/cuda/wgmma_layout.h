@@ -120,4 +120,18 @@ MG_LAYOUT_FN Descriptor tile_descriptor(std::uint32_t tile, bool k_major, int st
   return {tile + static_cast<std::uint32_t>(step * 16 * kRowBytes), mn_block, kAtomBytes, Swizzle::B128};
 }
 
+// The epilogue's staging: a consumer warp's 16 rows of C, in chunks 128 bytes wide (64 16-bit or 32 f32
+// columns) of 16 rows each, one TMA store box a chunk, written with the 128-byte swizzle the box's map
+// names. The byte offset, before the swizzle, of element (row, column) of the warp's 16 rows, for C
+// elements of `element_bytes`. A lane writes the pair (column, column + 1) of its accumulator:
+// tests/test_wgmma_layout.cpp counts those stores' bank conflicts: none for 16-bit C (the 8 rows a
+// phase touches sit in 8 different 16-byte chunks), two ways for f32 C (a phase's 4 rows of 32 bytes
+// pair up on the same chunks; TMA's dense box leaves no room to pad them apart).
+constexpr int kStagingRows = 16;
+constexpr int kStagingChunkBytes = kStagingRows * kRowBytes;
+MG_LAYOUT_FN std::uint32_t staging_offset(int row, int column, int element_bytes) {
+  const int byte = column * element_bytes;
+  return static_cast<std::uint32_t>((byte / kRowBytes) * kStagingChunkBytes + row * kRowBytes + byte % kRowBytes);
+}
+
 }  // namespace mg::kernels::cuda::wgmma_layout
