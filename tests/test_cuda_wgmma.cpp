@@ -15,13 +15,22 @@
 using namespace mg;
 using namespace mg::testing;
 
-TEST_CASE("cuda wgmma: one m64n128k16 from shared memory, every major, multiplies like the CPU") {
-  if (!have_gpu()) return;
+namespace {
+
+// Whether the device runs wgmma: compute capability 9.0.
+bool hopper() {
   int device = 0, major = 0, minor = 0;
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  if (major != 9 || minor != 0) {
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+TEST_CASE("cuda wgmma: one m64n128k16 from shared memory, every major, multiplies like the CPU") {
+  if (!have_gpu()) return;
+  if (!hopper()) {
     check_error(
         [] {
           kernels::cuda::probe_wgmma(DType::F16, false, false, std::vector<float>(64 * 16),
@@ -68,11 +77,7 @@ TEST_CASE("cuda wgmma: one m64n128k16 from shared memory, every major, multiplie
 // and the model is corrected from the measurement.
 TEST_CASE("cuda wgmma: the FP8 form's accumulator (QGMMA), one large product and many small ones") {
   if (!have_gpu()) return;
-  int device = 0, major = 0, minor = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  if (major != 9 || minor != 0) return;  // the f16 case above checks the refusal
+  if (!hopper()) return;  // the f16 case above checks the refusal
   constexpr int k = 256;
   const double a_small[2] = {0x1p-6, 1.5 * 0x1p-6}, b_small[2] = {0x1p-6, 0x1p-5};
   std::vector<std::uint8_t> a(64 * k, 0), b(128 * k, 0);  // zeros elsewhere

@@ -95,8 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
   using C = Config<Out>;
   MG_DYNAMIC_SHARED(unsigned char, raw);
   // The tiles start on the 128-byte swizzle's period (1024 bytes) of the shared window.
-  const std::uint32_t raw_address = hopper::window_address(raw);
-  unsigned char* const shared = raw + ((1024 - raw_address % 1024) % 1024);
+  unsigned char* const shared = hopper::align_to_swizzle_period(raw);
   const std::uint32_t base = hopper::window_address(shared);
   auto* const full = reinterpret_cast<std::uint64_t*>(shared + C::kBarrierOffset);
   std::uint64_t* const empty = full + C::kStages;

@@ -122,6 +122,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 
 #endif
 
+// The first byte at or after `raw` (dynamic shared memory) whose shared address is a multiple of 1024:
+// where a tile with the 128-byte swizzle must start for the swizzle's period to begin with it.
+__device__ inline unsigned char* align_to_swizzle_period(unsigned char* raw) {
+  return raw + (1024 - window_address(raw) % 1024) % 1024;
+}
+
 // setmaxnreg: the calling warpgroup's registers a thread become kRegisters (kIncrease: at least, taken
 // from what other warpgroups gave back; else at most). Every warp of the warpgroup must run it; the
 // kernel's launch bounds must cap the registers at entry. The count's rules are the ISA's.

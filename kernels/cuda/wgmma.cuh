@@ -60,13 +60,39 @@ float operand(const wgmma_layout::Descriptor& d, bool k_major, int mn, int k, co
   return nvcuda::wmma::detail::widen(std::bit_cast<In>(bits));
 }
 
+// What a wgmma collective's complete() does for every form: the lanes' accumulators gathered, the
+// descriptors and scale-d checked to be the warp's own (every thread passes the same), and one
+// operation of the warp issued that runs `run` on them (at once, or at its wait).
+struct WgmmaLane {
+  float* d;
+  std::uint64_t a, b;
+  bool accumulate;
+};
+using WarpRun = void (*)(int warp, const std::array<float*, 32>& d, std::uint64_t a, std::uint64_t b, bool accumulate);
+inline void issue_warp(void* const lanes[32], const char* name, WarpRun run) {
+  const auto* first = static_cast<const WgmmaLane*>(lanes[0]);
+  std::array<float*, 32> d{};
+  for (int l = 0; l < 32; ++l) {
+    const auto* lane = static_cast<const WgmmaLane*>(lanes[l]);
+    if (lane->a != first->a || lane->b != first->b || lane->accumulate != first->accumulate)
+      ::mg::emu::fail(fmt::format("{}: lane {} passes descriptors {:#x}, {:#x} and scale-d {} where lane 0 passes "
+                                  "{:#x}, {:#x} and {} (they must be the same in every thread of the warpgroup)",
+                                  name, l, lane->a, lane->b, lane->accumulate, first->a, first->b, first->accumulate));
+    d[static_cast<std::size_t>(l)] = lane->d;
+  }
+  for (std::uint64_t desc : {first->a, first->b})
+    if (wgmma_layout::base_offset(desc) != 0)
+      ::mg::emu::fail(
+          fmt::format("{}: descriptor {:#x} has a base offset, which the emulator does not model", name, desc));
+  const int warp = warp_in_warpgroup();
+  const std::uint64_t a = first->a, b = first->b;
+  const bool accumulate = first->accumulate;
+  ::mg::emu::wgmma_issue([run, warp, d, a, b, accumulate] { run(warp, d, a, b, accumulate); });
+}
+
 template <class In, int kN, bool kTransA, bool kTransB>
 struct Mma {
-  struct Lane {
-    float* d;
-    std::uint64_t a, b;
-    bool accumulate;
-  };
+  using Lane = WgmmaLane;
   // The warp's 16 rows of D, when the operation runs.
   MG_EMU_HOT static void run(int warp, const std::array<float*, 32>& d, std::uint64_t desc_a, std::uint64_t desc_b,
                              bool accumulate) {
@@ -84,27 +110,7 @@ struct Mma {
         d[static_cast<std::size_t>(l)][v] = sum;
       }
   }
-  static void complete(void* const lanes[32], unsigned) {
-    const auto* first = static_cast<const Lane*>(lanes[0]);
-    std::array<float*, 32> d{};
-    for (int l = 0; l < 32; ++l) {
-      const auto* lane = static_cast<const Lane*>(lanes[l]);
-      if (lane->a != first->a || lane->b != first->b || lane->accumulate != first->accumulate)
-        ::mg::emu::fail(fmt::format("{}: lane {} passes descriptors {:#x}, {:#x} and scale-d {} where lane 0 passes "
-                                    "{:#x}, {:#x} and {} (they must be the same in every thread of the warpgroup)",
-                                    kind.name, l, lane->a, lane->b, lane->accumulate, first->a, first->b,
-                                    first->accumulate));
-      d[static_cast<std::size_t>(l)] = lane->d;
-    }
-    for (std::uint64_t desc : {first->a, first->b})
-      if (wgmma_layout::base_offset(desc) != 0)
-        ::mg::emu::fail(
-            fmt::format("{}: descriptor {:#x} has a base offset, which the emulator does not model", kind.name, desc));
-    const int warp = warp_in_warpgroup();
-    const std::uint64_t a = first->a, b = first->b;
-    const bool accumulate = first->accumulate;
-    ::mg::emu::wgmma_issue([warp, d, a, b, accumulate] { run(warp, d, a, b, accumulate); });
-  }
+  static void complete(void* const lanes[32], unsigned) { issue_warp(lanes, kind.name, &run); }
   static constexpr const char* kName = std::is_same_v<In, __half>
                                            ? "wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16"
                                            : "wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16";
@@ -115,7 +121,7 @@ struct Mma {
 // CPU's Limited model sums a group) and added to D by kernels::fp8_accumulate with the QGMMA model.
 template <fp8::Format kA, fp8::Format kB, int kN>
 struct Fp8Mma {
-  using Lane = typename Mma<__half, kN, false, false>::Lane;
+  using Lane = WgmmaLane;
   static double code(const wgmma_layout::Descriptor& d, fp8::Format format, int mn, int k, const char* what) {
     const std::uint32_t address = wgmma_layout::element_address(d, true, 1, mn, k);
     return fp8::decode(*::mg::emu::async_view(address, 1, what), format);
@@ -137,20 +143,7 @@ struct Fp8Mma {
         out = kernels::fp8_accumulate(accumulate ? out : 0.0f, sum, kernels::kHopperWgmmaFp8Accumulator);
       }
   }
-  static void complete(void* const lanes[32], unsigned) {
-    const auto* first = static_cast<const Lane*>(lanes[0]);
-    std::array<float*, 32> d{};
-    for (int l = 0; l < 32; ++l) {
-      const auto* lane = static_cast<const Lane*>(lanes[l]);
-      if (lane->a != first->a || lane->b != first->b || lane->accumulate != first->accumulate)
-        ::mg::emu::fail(fmt::format("{}: lane {} passes other descriptors or scale-d than lane 0", kind.name, l));
-      d[static_cast<std::size_t>(l)] = lane->d;
-    }
-    const int warp = warp_in_warpgroup();
-    const std::uint64_t a = first->a, b = first->b;
-    const bool accumulate = first->accumulate;
-    ::mg::emu::wgmma_issue([warp, d, a, b, accumulate] { run(warp, d, a, b, accumulate); });
-  }
+  static void complete(void* const lanes[32], unsigned) { issue_warp(lanes, kind.name, &run); }
   static constexpr ::mg::emu::Collective kind{"wgmma.mma_async.sync.aligned.m64nNk32.f32.f8.f8", &complete};
 };
 

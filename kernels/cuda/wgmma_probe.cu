@@ -23,11 +23,19 @@ constexpr int kM = 64, kN = 128, kK = 16;
 constexpr std::uint32_t kTileA = 0, kTileB = 16 * 1024;  // window offsets from the aligned start
 constexpr int kSharedBytes = 48 * 1024 + 1024;  // f16: A 8 KiB, B 16 KiB; FP8: 16 and 32; room to align to 1024
 
+// D, 64 x kN row-major, from where accumulator_cell says each thread of the warpgroup holds it.
+__device__ void store_sums(const float (&sums)[kN / 2], float* d) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  for (int v = 0; v < kN / 2; ++v) {
+    const mma_layout::Cell at = layout::accumulator_cell(warp, lane, v);
+    d[kN * at.row + at.column] = sums[v];
+  }
+}
+
 template <class In, bool kAMn, bool kBMn>
 __global__ void wgmma_probe_kernel(const float* a, const float* b, float* d) {
   MG_DYNAMIC_SHARED(unsigned char, raw);
-  const std::uint32_t raw_address = hopper::window_address(raw);
-  unsigned char* const shared = raw + ((1024 - raw_address % 1024) % 1024);
+  unsigned char* const shared = hopper::align_to_swizzle_period(raw);
   const std::uint32_t base = hopper::window_address(shared);
   // The operands where the descriptors of rung 4's tiles (k step 0) say: 64-element rows of 128 bytes.
   const layout::Descriptor da = layout::tile_descriptor(base + kTileA, !kAMn, 0, 64 * 128);
@@ -50,11 +58,7 @@ __global__ void wgmma_probe_kernel(const float* a, const float* b, float* d) {
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_operands(sums);
-  const int warp = t / 32, lane = t % 32;
-  for (int v = 0; v < kN / 2; ++v) {
-    const mma_layout::Cell at = layout::accumulator_cell(warp, lane, v);
-    d[kN * at.row + at.column] = sums[v];
-  }
+  store_sums(sums, d);
 }
 
 // FP8: A's 128-code blocks of k at kFp8TileA + 8 KiB t, B's at kFp8TileB + 16 KiB t, rows of 128 bytes.
@@ -65,8 +69,7 @@ template <fp8::Format kA, fp8::Format kB>
 __global__ void wgmma_fp8_probe_kernel(const std::uint8_t* a, const std::uint8_t* b, float* d) {
   constexpr int k = kFp8K;
   MG_DYNAMIC_SHARED(unsigned char, raw);
-  const std::uint32_t raw_address = hopper::window_address(raw);
-  unsigned char* const shared = raw + ((1024 - raw_address % 1024) % 1024);
+  unsigned char* const shared = hopper::align_to_swizzle_period(raw);
   const std::uint32_t base = hopper::window_address(shared);
   // Instruction i reads k block i / 4 at step i % 4 (32 codes each).
   const auto descriptor = [&](bool is_a, int i) {
@@ -94,11 +97,7 @@ __global__ void wgmma_fp8_probe_kernel(const std::uint8_t* a, const std::uint8_t
   wgmma::commit();
   wgmma::wait<0>();
   wgmma::fence_operands(sums);
-  const int warp = t / 32, lane = t % 32;
-  for (int v = 0; v < kN / 2; ++v) {
-    const mma_layout::Cell at = layout::accumulator_cell(warp, lane, v);
-    d[kN * at.row + at.column] = sums[v];
-  }
+  store_sums(sums, d);
 }
 
 // Throws unless the current device is compute capability 9.0, naming `what`.
