@@ -15,7 +15,12 @@
 // buys over 16 bits, and its error includes FP8's rounding; fp8-lt the same GEMM beside cuBLASLt's FP8
 // GEMM of the same codes and scales (bench/cublaslt_fp8.h, TN), the peer of issue 43's FP8 targets;
 // fp8-blocks the same with DeepSeek-V3's scales (A by 1 x 128, B by 128 x 128: fp8_blocks) and fp8-mx
-// with MX's (1 x 32, powers of two: fp8_mx), which rung 3 runs in chunks of 128 and 32.
+// with MX's (1 x 32, powers of two: fp8_mx), which rung 3 runs in chunks of 128 and 32. Those four
+// ask for the F32 accumulator, which an H100 runs on rung 3 (mma.sync, f16 HMMA). The "-wg" modes ask
+// for wgmma's accumulator promoted every 128 products (DeepSeek-V3's recipe), which an H100 runs on
+// rung 4 (QGMMA, kernels/cuda/gemm_fp8_wgmma.cu): fp8-wg-lt per tensor beside cuBLASLt's FP8 GEMM,
+// fp8-wg-blocks-lt with DeepSeek-V3's blocks beside cuBLASLt's per-tensor FP8 GEMM of the same values
+// (its per-tensor codes: the peer does less work, so the ratio is a floor).
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -230,7 +235,9 @@ int main(int argc, char** argv) try {
                                    {"fp8", mg::DType::F16, false},
                                    {"fp8-lt", mg::DType::F16, false},
                                    {"fp8-blocks", mg::DType::F16, false},
-                                   {"fp8-mx", mg::DType::F16, false}};
+                                   {"fp8-mx", mg::DType::F16, false},
+                                   {"fp8-wg-lt", mg::DType::F16, false},
+                                   {"fp8-wg-blocks-lt", mg::DType::F16, false}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
     const mg::kernels::cuda::GemmRungGuard rung(mode.rung);
@@ -240,7 +247,10 @@ int main(int argc, char** argv) try {
     const bool fp8 = mode.name.starts_with("fp8");
     // The scales' blocks and rule of each FP8 mode: per tensor, DeepSeek-V3's, MX's.
     using Rule = mg::kernels::Fp8ScaleRule;
-    const bool blocks = mode.name == "fp8-blocks", mx = mode.name == "fp8-mx";
+    const bool blocks = mode.name.find("blocks") != std::string::npos, mx = mode.name == "fp8-mx";
+    const bool lt_peer = mode.name.ends_with("-lt");
+    mg::kernels::Fp8Accumulator accumulator;  // F32; or wgmma's, DeepSeek-V3's promotion every 128
+    if (mode.name.starts_with("fp8-wg")) accumulator = {.limited = true, .promote_every = 128};
     const mg::kernels::Fp8Blocks a_blocks = blocks ? mg::kernels::Fp8Blocks{1, 128}
                                             : mx   ? mg::kernels::Fp8Blocks{1, 32}
                                                    : mg::kernels::Fp8Blocks{};
@@ -271,15 +281,21 @@ int main(int argc, char** argv) try {
       if (fp8) ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
       const auto run_ours = [&] {
         if (fp8)
-          mg::kernels::fp8_gemm(qa, qb, ours, s);
+          mg::kernels::fp8_gemm(qa, qb, ours, s, accumulator);
         else
           mg::kernels::cuda::gemm(a, b, ours, s);
       };
-      // fp8-lt: cuBLASLt's FP8 GEMM of the same codes and scales, into bf16 as ours.
+      // "-lt": cuBLASLt's FP8 GEMM of the same codes and scales (per tensor: its own codes of the same
+      // values where ours have blocks), into bf16 as ours.
       std::optional<mg::bench::CublasLtFp8> fp8_peer;
-      if (mode.name == "fp8-lt") {
+      const auto per_tensor = [](const mg::Tensor& x) {
+        return mg::kernels::fp8_quantize_fitted(x, {}, {}, mg::kernels::Fp8Copies::RowWise).rowwise;
+      };
+      const mg::kernels::Fp8Tensor peer_a = lt_peer && blocks ? per_tensor(a) : qa;
+      const mg::kernels::Fp8Tensor peer_b = lt_peer && blocks ? per_tensor(b) : qb;
+      if (lt_peer) {
         theirs = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
-        fp8_peer.emplace(qa, qb, theirs, stream);
+        fp8_peer.emplace(peer_a, peer_b, theirs, stream);
       }
       const auto run_theirs = [&] {
         if (fp8_peer)
@@ -295,7 +311,7 @@ int main(int argc, char** argv) try {
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
       fmt::print("{:<10} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
                  fmt::format("{} x {} x {}", s.m, s.n, s.k),
-                 fp8 ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, {})
+                 fp8 ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, accumulator, mg::DType::BF16)
                      : mg::kernels::cuda::gemm_kernel_name(a, b, s),
                  error, ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops,
                  error <= allowed ? "" : "MISMATCH");

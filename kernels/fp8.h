@@ -150,6 +150,9 @@ inline constexpr Fp8Accumulator kHopperMmaSyncFp8Accumulator{
 // DeepSeek-V3 measured on an H800 and SageAttention2 reports, 13 mantissa bits, truncation assumed,
 // each instruction's 32 products summed exactly. Assumed until tests/test_cuda_wgmma.cpp's FP8 case
 // runs on an H100 or H200 (it prints what the hardware keeps, and fails where the model is wrong).
+// A GPU's fp8_gemm asked for this accumulator on compute capability 9.0 runs on rung 4
+// (kernels/cuda/gemm_fp8_wgmma.cu: DeepSeek-V3's promotion every 128 products, or never), the only
+// rung that has it; its bits are Ada's, so on sm_89 the same request runs on mma.sync.
 inline constexpr Fp8Accumulator kHopperWgmmaFp8Accumulator{.limited = true, .promote_every = 0};
 // Blackwell (sm_100, sm_120) has an FP8 mma.sync on its Tensor Cores again: modelled as Ada's, unmeasured.
 constexpr Fp8Accumulator mma_sync_fp8_accumulator(int compute_capability) {
@@ -185,13 +188,16 @@ std::string fp8_gemm_kernel_name();
 namespace cuda {
 // mma_sync_fp8_accumulator of the device's compute capability.
 Fp8Accumulator fp8_mma_accumulator(const Device& device);
-// The kernel a GEMM of these operands runs on: rung 3 ("fp8 mma 128x128x128, 3 stages" per tensor with
-// the F32 accumulator; "fp8 mma 64x128x128, 3 stages, scales every 128" etc.: gemm_fp8_mma.h) for
-// K-major operands (transpose_b, not transpose_a), k a multiple of 16, scales per tensor or changing
-// every 32 or 128 along k, and promotions after every instruction or only at the chunks' ends; rung 1
-// ("... (rung 1)") for the rest.
+// The kernel a GEMM of these operands runs on (C of dtype `out`): for wgmma's accumulator
+// (kHopperWgmmaFp8Accumulator) on compute capability 9.0, rung 4 ("fp8 wgmma 128x128x128, 6 stages,
+// promoted every 128", "..., scales every 128": kernels/cuda/gemm_fp8_wgmma.h says what it takes; a
+// name starting "none:" where it does not, and fp8_gemm refuses); otherwise rung 3 ("fp8 mma
+// 128x128x128, 3 stages" per tensor with the F32 accumulator; "fp8 mma 64x128x128, 3 stages, scales
+// every 128" etc.: gemm_fp8_mma.h) for K-major operands (transpose_b, not transpose_a), k a multiple of
+// 16, scales per tensor or changing every 32 or 128 along k, and promotions after every instruction or
+// only at the chunks' ends; rung 1 ("... (rung 1)") for the rest.
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& shape,
-                                 const Fp8Accumulator& accumulator);
+                                 const Fp8Accumulator& accumulator, DType out = DType::F32);
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
 void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
                   Tensor& scale_inv);

@@ -186,13 +186,13 @@ set(few_sms "MG_EMULATOR_MULTIPROCESSORS=4")
 # bytes land (under ":wait" the stage reads as poison), and the consumers run ahead of the producer.
 mg_planted_bug(wgmma_barrier_phase FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
   SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}|deadlock" ENVIRONMENT "${few_sms}"
-  FIND "hopper::mbarrier_wait(&full[stage], phase);"
-  REPLACE "hopper::mbarrier_wait(&full[stage], phase ^ 1);  // planted: the wrong parity")
+  FIND "hopper::mbarrier_wait(&full[stage], ring.phase);"
+  REPLACE "hopper::mbarrier_wait(&full[stage], ring.phase ^ 1);  // planted: the wrong parity")
 # The epilogue's staging stores not fenced before TMA reads them: the async proxy sees the staging as
 # it was before (poison at first, the previous tile's sums after).
-mg_planted_bug(wgmma_no_proxy_fence FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
+mg_planted_bug(wgmma_no_proxy_fence FILE kernels/cuda/wgmma_pipeline.cuh COMPILE kernels/cuda/gemm_wgmma.cu
   SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}" ENVIRONMENT "${few_sms}"
-  FIND "    hopper::fence_proxy_async();  // the staging stores, visible to TMA\n" REPLACE "")
+  FIND "  hopper::fence_proxy_async();  // the staging stores, visible to TMA\n" REPLACE "")
 # A K-major descriptor's stride (SBO) half the 8 rows of 128 bytes TMA wrote: rows 8 to 15 of each
 # group of 16 read rows that belong to others.
 mg_planted_bug(wgmma_descriptor_stride FILE kernels/cuda/wgmma_layout.h COMPILE kernels/cuda/gemm_wgmma.cu
@@ -206,7 +206,21 @@ mg_planted_bug(wgmma_swizzle_mode FILE kernels/cuda/wgmma_layout.h COMPILE kerne
   REPLACE "return {tile + static_cast<std::uint32_t>(step * 16 * kRowBytes), mn_block, kAtomBytes, Swizzle::B64};  // planted")
 # The epilogue writing the staging before the previous tile's TMA stores have read it: under ":wait"
 # those stores read the next tile's sums.
-mg_planted_bug(wgmma_staging_reused_early FILE kernels/cuda/gemm_wgmma.cu COMPILE kernels/cuda/gemm_wgmma.cu
+mg_planted_bug(wgmma_staging_reused_early FILE kernels/cuda/wgmma_pipeline.cuh COMPILE kernels/cuda/gemm_wgmma.cu
   SUITE test_cuda_gemm CASES "${gemm_wgmma}" CATCHES "${wrong_values}|${a_race}" ENVIRONMENT "${few_sms}"
-  FIND "    if (lane == 0) hopper::bulk_wait_read<0>();  // the previous tile's stores have read the staging\n"
+  FIND "  if (lane == 0) hopper::bulk_wait_read<0>();  // the previous tile's stores have read the staging\n"
   REPLACE "")
+# Rung 4 of the FP8 GEMM (gemm_fp8_wgmma.cu): wgmma's 13-bit accumulator never promoted (each step's
+# sum chained into the next), where the GEMM asked for promotion every 128 products: the model drops
+# the small products that promotion keeps.
+mg_planted_bug(fp8_wgmma_never_promoted FILE kernels/cuda/gemm_fp8_wgmma.cu COMPILE kernels/cuda/gemm_fp8_wgmma.cu
+  SUITE test_cuda_fp8_wgmma CASES "cuda fp8 wgmma: promotion*" CATCHES "${wrong_values}"
+  ENVIRONMENT "MG_EMULATOR_MULTIPROCESSORS=2"
+  FIND "restart = args.promote_every > 0 && done % args.promote_every == 0;"
+  REPLACE "restart = done < 0;  // planted: never promoted")
+# Its DeepSeek-V3 blocks all scaled by the first chunk's scales.
+mg_planted_bug(fp8_wgmma_first_chunk_scales FILE kernels/cuda/gemm_fp8_wgmma.cu COMPILE kernels/cuda/gemm_fp8_wgmma.cu
+  SUITE test_cuda_fp8_wgmma CASES "cuda fp8 wgmma: rung 4 is*" CATCHES "${wrong_values}"
+  ENVIRONMENT "MG_EMULATOR_MULTIPROCESSORS=2"
+  FIND "add_scaled(total, running, lines, args.scale_a, args.scale_b, k0);"
+  REPLACE "add_scaled(total, running, lines, args.scale_a, args.scale_b, 0);  // planted: the first chunk's")

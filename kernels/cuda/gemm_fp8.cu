@@ -46,6 +46,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm_common.cuh"
 #include "kernels/cuda/gemm_fp8_mma.h"
+#include "kernels/cuda/gemm_fp8_wgmma.h"
+#include "kernels/cuda/gemm_wgmma.h"
 #include "kernels/cuda/mma_fp8.cuh"
 #include "kernels/fp8.h"
 #include "kernels/pointwise.h"
@@ -196,22 +198,43 @@ int require_fp8_tensor_cores(const Device& device) {
                           device, properties.name, cc / 10, cc % 10));
 }
 
+// Whether two Limited accumulators are the same hardware's (all but promote_every, the kernel's choice).
+bool same_model(const Fp8Accumulator& x, const Fp8Accumulator& y) {
+  return x.mantissa_bits == y.mantissa_bits && x.rounding == y.rounding && x.group == y.group;
+}
+
+// Whether a GEMM asks for wgmma's own accumulator on a device whose FP8 wgmma runs (rung 4:
+// gemm_fp8_wgmma.cu; compute capability exactly 9.0 and the sm_90a image in the build). On Ada the same
+// bits are mma.sync's (kAdaFp8Accumulator), and rungs 1 and 3 run them.
+bool asks_for_wgmma(const Fp8Accumulator& accumulator, const Device& device) {
+  if (!accumulator.limited || !same_model(accumulator, kHopperWgmmaFp8Accumulator)) return false;
+  mg::cuda::DeviceGuard guard(device.index);
+  return require_fp8_tensor_cores(device) == 90 && wgmma_gemm::available();
+}
+
 // How a GEMM runs, worked out once: both operands as the GEMM walks them, the k of constant scales of
 // both (kernels::fp8_gemm checked that their blocks nest; at least 1), the products between promotions
-// (rung 1's promote_every: 32 for F32), and whether rung 3 (gemm_fp8_mma.cu) takes it: K-major
+// (rung 1's promote_every: 32 for F32), and the rung: 4 (gemm_fp8_wgmma.cu) for wgmma's accumulator,
+// where it takes the GEMM (fp8_gemm refuses the rest); otherwise 3 (gemm_fp8_mma.cu) for K-major
 // operands with the scale chunks and promotions its kernels compile (one chunk, MX's 32, DeepSeek-V3's
-// 128); rung 1 above takes the rest.
+// 128), and rung 1 above for the rest.
 struct Plan {
   Fp8Operand a, b;
   std::int64_t chunk;
   int promote_every;
-  bool rung3;
-  Plan(const Fp8Tensor& ta, const Fp8Tensor& tb, const GemmShape& s, const Fp8Accumulator& accumulator)
+  bool wgmma, rung4, rung3;
+  Plan(const Fp8Tensor& ta, const Fp8Tensor& tb, const GemmShape& s, const Fp8Accumulator& accumulator, DType out,
+       const void* c)
       : a(fp8_operand(ta, s.transpose_a, s.m, s.k)),
         b(fp8_operand(tb, !s.transpose_b, s.n, s.k)),
         chunk(std::max<std::int64_t>(1, std::min(a.block_k, b.block_k))),
         promote_every(accumulator.limited ? accumulator.promote_every : kGroup),
-        rung3(ta.scale_inv.numel() <= INT_MAX && tb.scale_inv.numel() <= INT_MAX &&  // rung 3's offsets are int
+        wgmma(asks_for_wgmma(accumulator, ta.codes.device())),
+        rung4(wgmma && ta.scale_inv.numel() <= INT_MAX && tb.scale_inv.numel() <= INT_MAX &&
+              fp8_wgmma::takes(s.transpose_a, s.transpose_b, chunk, promote_every, s.m, s.n, s.k, ta.codes.data_ptr(),
+                               tb.codes.data_ptr(), c, out)),
+        rung3(!wgmma && ta.scale_inv.numel() <= INT_MAX &&
+              tb.scale_inv.numel() <= INT_MAX &&  // rung 3's offsets are int
               fp8_pipelined::takes(s.transpose_a, s.transpose_b, std::min(chunk, s.k), promote_every, s.m, s.n, s.k,
                                    ta.codes.data_ptr(), tb.codes.data_ptr())) {}
 };
@@ -225,8 +248,10 @@ fp8_pipelined::Fp8ScaleGrid scale_grid(const Fp8Operand& x) {
 }  // namespace
 
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& s,
-                                 const Fp8Accumulator& accumulator) {
-  const Plan plan(a, b, s, accumulator);
+                                 const Fp8Accumulator& accumulator, DType out) {
+  const Plan plan(a, b, s, accumulator, out, nullptr);
+  if (plan.rung4) return fp8_wgmma::kernel_name(plan.chunk, plan.promote_every, s.k, out);
+  if (plan.wgmma) return "none: wgmma's accumulator, and rung 4 does not take this GEMM";
   if (plan.rung3) return fp8_pipelined::kernel_name(std::min(plan.chunk, s.k), plan.promote_every, s.k);
   return fmt::format("fp8 mma {}x{} from global memory (rung 1)", kTileM, kTileN);
 }
@@ -245,33 +270,55 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
   mg::cuda::DeviceGuard guard(c.device().index);
   const Fp8Accumulator own = fp8_mma_accumulator(c.device());
   const auto rounding = [](Fp8Rounding r) { return r == Fp8Rounding::Truncate ? "truncation" : "to nearest"; };
-  if (accumulator.limited)
-    MG_CHECK(accumulator.mantissa_bits == own.mantissa_bits && accumulator.rounding == own.rounding &&
-                 accumulator.group == own.group,
+  const Plan plan(a, b, s, accumulator, c.dtype(), c.data_ptr());
+  if (accumulator.limited && !plan.wgmma)
+    MG_CHECK(same_model(accumulator, own),
              "kernels::fp8_gemm: on {} the Limited accumulator is the Tensor Core's own ({} mantissa bits, {}, "
-             "{} products a group: kernels::cuda::fp8_mma_accumulator); only promote_every can be chosen, got "
-             "mantissa_bits {}, {}, group {}",
+             "{} products a group: kernels::cuda::fp8_mma_accumulator; on compute capability 9.0 also wgmma's, "
+             "kernels::kHopperWgmmaFp8Accumulator, where rung 4 is built: 90 among CMAKE_CUDA_ARCHITECTURES); only "
+             "promote_every can be chosen, got mantissa_bits {}, {}, group {}",
              c.device(), own.mantissa_bits, rounding(own.rounding), own.group, accumulator.mantissa_bits,
              rounding(accumulator.rounding), accumulator.group);
+  MG_CHECK(
+      !plan.wgmma || plan.rung4,
+      "kernels::fp8_gemm: the Limited accumulator asked for ({} mantissa bits, {}, groups of {}) is wgmma's on {}, "
+      "which only rung 4 runs: K-major operands (A [m, k] not transposed, B [n, k] transposed), k > 0 and a "
+      "multiple of 16, the codes, C and its rows on 16 bytes, scales per tensor or changing every 128 of k, "
+      "promote_every 0 or a multiple of 128; got m {}, n {}, k {}, transpose_a {}, transpose_b {}, scales every {} "
+      "of k, promote_every {}, C {}. For other GEMMs ask for mma.sync's accumulator "
+      "(kernels::cuda::fp8_mma_accumulator), which rungs 1 and 3 run",
+      accumulator.mantissa_bits, rounding(accumulator.rounding), accumulator.group, c.device(), s.m, s.n, s.k,
+      s.transpose_a, s.transpose_b, std::min(plan.chunk, s.k), accumulator.promote_every, c.dtype());
   Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
-  const Plan plan(a, b, s, accumulator);
   const Fp8Operand &oa = plan.a, &ob = plan.b;
+  // Rungs 4 and 3 take the same arguments.
+  const auto pipelined_args = [&]<class Out>(Out*) {
+    return fp8_pipelined::Fp8MmaArgs<Out>{oa.codes,
+                                          ob.codes,
+                                          device_ptr<Out>(c),
+                                          static_cast<int>(s.m),
+                                          static_cast<int>(s.n),
+                                          static_cast<int>(s.k),
+                                          scale_grid(oa),
+                                          scale_grid(ob),
+                                          static_cast<int>(std::min(plan.chunk, s.k)),
+                                          plan.promote_every,
+                                          bias.defined() ? device_ptr<float>(bias) : nullptr,
+                                          epilogue.activation};
+  };
+  if (plan.rung4) {
+    visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
+      using Out = decltype(out);
+      fp8_wgmma::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), pipelined_args((Out*)nullptr),
+                        stream_of(c));
+    });
+    return;
+  }
   if (plan.rung3) {
     visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
       using Out = decltype(out);
-      const fp8_pipelined::Fp8MmaArgs<Out> args{oa.codes,
-                                                ob.codes,
-                                                device_ptr<Out>(c),
-                                                static_cast<int>(s.m),
-                                                static_cast<int>(s.n),
-                                                static_cast<int>(s.k),
-                                                scale_grid(oa),
-                                                scale_grid(ob),
-                                                static_cast<int>(std::min(plan.chunk, s.k)),
-                                                plan.promote_every,
-                                                bias.defined() ? device_ptr<float>(bias) : nullptr,
-                                                epilogue.activation};
-      fp8_pipelined::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), args, stream_of(c));
+      fp8_pipelined::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), pipelined_args((Out*)nullptr),
+                            stream_of(c));
     });
     return;
   }
@@ -280,7 +327,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
            "kernels::fp8_gemm: n = {} is beyond rung 1 of the FP8 GEMM (at most 65535 x {}), which takes this GEMM "
            "({}); K-major operands (A [m, k] and B [n, k], transpose_b) with k a multiple of 16 run on rung 3, which "
            "takes any n",
-           s.n, kTileN, fp8_gemm_kernel_name(a, b, s, accumulator));
+           s.n, kTileN, fp8_gemm_kernel_name(a, b, s, accumulator, c.dtype()));
   visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
     using Out = decltype(out);
     const Fp8GemmArgs<Out> args{oa,

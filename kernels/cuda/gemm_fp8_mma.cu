@@ -297,12 +297,8 @@ __global__ void __launch_bounds__(kThreads, CfgFor<kChained, kChunk>::kBlocksPer
       add_chunk<Cfg>(total, promoted, shared, corner, lane, args.scale_a, args.scale_b, 0);  // k = 0: no scales
   }
   store_through_staging(shared + warp * Cfg::Staging::kBytes, total, lane, row0 + corner.row, col0 + corner.column, m,
-                        n, args.c, [&](float value, int column) {
-                          float v = value + (args.bias ? args.bias[column] : 0.0f);
-                          if (args.activation == Activation::Relu) v = functors::Relu{}(v);
-                          if (args.activation == Activation::Gelu) v = functors::Gelu{}(v);
-                          return from_float<Out>(v);
-                        });
+                        n, args.c,
+                        [&](float value, int column) { return from_float<Out>(args.finish(value, column)); });
 }
 
 template <fp8::Format kA, fp8::Format kB, class Out, bool kChained, int kChunk>

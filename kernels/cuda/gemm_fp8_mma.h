@@ -9,6 +9,7 @@
 #include "core/fp8.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/gemm.h"
+#include "kernels/pointwise.h"
 
 namespace mg::kernels::cuda::fp8_pipelined {
 
@@ -33,6 +34,15 @@ struct Fp8MmaArgs {
       // multiple of 32, or 0 for never (Limited, kernels/fp8.h)
   const float* bias;  // [n] in f32, or null
   Activation activation;
+
+  // The epilogue on the f32 sum of column `column`, as the CPU's (kernels/cpu/gemm_fp8.cpp, store_row)
+  // and rung 1's: + bias (+0 without one), the activation; then the caller rounds once into C.
+  __device__ float finish(float sum, int column) const {
+    float v = sum + (bias ? bias[column] : 0.0f);
+    if (activation == Activation::Relu) v = functors::Relu{}(v);
+    if (activation == Activation::Gelu) v = functors::Gelu{}(v);
+    return v;
+  }
 };
 
 // What the rung takes: both operands K-major (A not transposed, B transposed), k a multiple of 16 and

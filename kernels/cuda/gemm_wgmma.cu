@@ -29,32 +29,24 @@
 // scripts/check-sass requires HGMMA here. Benchmark: build/bench/cuda_gemm.
 #include "kernels/cuda/gemm_wgmma.h"
 
-#include <cudaTypedefs.h>
-
 #include <array>
 
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/mma_layout.h"
+#include "kernels/cuda/tma_maps.h"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/cuda/wgmma_layout.h"
+#include "kernels/cuda/wgmma_pipeline.cuh"
 
 namespace mg::kernels::cuda::wgmma_gemm {
 
 namespace {
 
+using namespace wgmma_pipeline;
 constexpr int kTileK = 64;  // 128 bytes of 16-bit k: one swizzled row
 constexpr int kRowBytes = wgmma_layout::kRowBytes;
 constexpr int kBlockBytes = 64 * kRowBytes;  // a 64 x 64 box of 16-bit elements (MN-major tiles' mn block)
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
-constexpr int kConsumerWarps = 4 * kConsumers;
 constexpr int kStepsPerTile = kTileK / 16;  // wgmma k16 instructions a k step
-// setmaxnreg: 40 for the producer, 232 for the consumers. The block's registers are a pool fixed at
-// launch, 384 x 168 (the launch bounds' cap: 64 Ki / 384, in granules of 8); setmaxnreg.inc waits
-// until the pool has what it asks for, so the counts must fit it or the consumers wait for ever.
-constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-constexpr int kRegistersAtLaunch = 65536 / kThreads / 8 * 8;
-static_assert(128 * kProducerRegisters + 128 * kConsumers * kConsumerRegisters <= kThreads * kRegistersAtLaunch,
-              "the warpgroups' setmaxnreg counts must fit the registers the block launched with");
 
 template <class Out>
 struct Config {
@@ -64,9 +56,8 @@ struct Config {
   static constexpr int kStageBytes = kStageA + kStageB;
   // The epilogue's staging: each consumer warp's 16 rows, in chunks 128 bytes wide.
   static constexpr int kChunkColumns = kRowBytes / static_cast<int>(sizeof(Out));
-  static constexpr int kChunks = kTileN / kChunkColumns;
-  static constexpr int kChunkBytes = wgmma_layout::kStagingChunkBytes;
-  static constexpr int kStagingBytes = kConsumerWarps * kChunks * kChunkBytes;
+  static constexpr int kWarpStaging = wgmma_pipeline::kStagingBytes<Out, kTileN>;
+  static constexpr int kStagingBytes = kConsumerWarps * kWarpStaging;
   static constexpr int kBarrierOffset = kStages * kStageBytes + kStagingBytes;
   // + the mbarriers, + 1 KiB to align the start to the 128-byte swizzle's period.
   static constexpr int kSharedBytes = kBarrierOffset + 2 * kStages * 8 + 1024;
@@ -101,24 +92,18 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
   std::uint64_t* const empty = full + C::kStages;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < C::kStages; ++s) {
-      hopper::mbarrier_init(&full[s], 1);  // the producer's arrive.expect_tx; then TMA's bytes
-      hopper::mbarrier_init(&empty[s], kConsumerWarps);
-    }
-    hopper::fence_barrier_init();
-  }
+  init_barriers(full, empty, C::kStages);
   __syncthreads();
 
   if (warpgroup == 0) {  // the producer
     hopper::set_max_registers<kProducerRegisters, false>();
     if (threadIdx.x != 0) return;
-    int stage = 0;
-    unsigned phase = 0;
+    Ring<C::kStages> ring;
     for (int t = static_cast<int>(blockIdx.x); t < p.tiles; t += static_cast<int>(gridDim.x)) {
       const TilePlace at = place(p, t, C::kTileN);
       for (int step = 0; step < p.k_steps; ++step) {
-        hopper::mbarrier_wait(&empty[stage], phase ^ 1);  // passes at once on the first round
+        const int stage = ring.stage;
+        hopper::mbarrier_wait(&empty[stage], ring.phase ^ 1);  // passes at once on the first round
         hopper::mbarrier_arrive_expect_tx(&full[stage], C::kStageBytes);
         unsigned char* const a = shared + stage * C::kStageBytes;
         unsigned char* const b = a + C::kStageA;
@@ -135,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
           for (int i = 0; i < C::kTileN / 64; ++i)
             hopper::tma_load(b + i * kBlockBytes, &p.b, at.n0 + 64 * i, k0, at.entry, &full[stage]);
         }
-        if (++stage == C::kStages) stage = 0, phase ^= 1;
+        ring.advance();
       }
     }
     return;
@@ -145,17 +130,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
   hopper::set_max_registers<kConsumerRegisters, true>();
   const int consumer = warpgroup - 1;
   const int warp = static_cast<int>(threadIdx.x) / 32 % 4, lane = static_cast<int>(threadIdx.x) % 32;
-  unsigned char* const staging = shared + C::kStages * C::kStageBytes +
-                                 (4 * consumer + warp) * C::kChunks * C::kChunkBytes;
-  const std::uint32_t staging_address = hopper::window_address(staging);
-  int stage = 0;
-  unsigned phase = 0;
+  unsigned char* const staging = shared + C::kStages * C::kStageBytes + (4 * consumer + warp) * C::kWarpStaging;
+  Ring<C::kStages> ring;
   float sums[C::kTileN / 2];
   for (int t = static_cast<int>(blockIdx.x); t < p.tiles; t += static_cast<int>(gridDim.x)) {
     const TilePlace at = place(p, t, C::kTileN);
     int previous = -1;  // the stage of the group still in flight
     for (int step = 0; step < p.k_steps; ++step) {
-      hopper::mbarrier_wait(&full[stage], phase);
+      const int stage = ring.stage;
+      hopper::mbarrier_wait(&full[stage], ring.phase);
       const std::uint32_t a = base + static_cast<std::uint32_t>(stage * C::kStageBytes + consumer * 64 * kRowBytes);
       const std::uint32_t b = base + static_cast<std::uint32_t>(stage * C::kStageBytes + C::kStageA);
       wgmma::fence_operands(sums);
@@ -172,110 +155,37 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_co
       // One group stays in flight: this step's runs while the previous step's stage is handed back.
       wgmma::wait<1>();
       wgmma::fence_operands(sums);
-      if (previous >= 0) {
-        __syncwarp();
-        if (lane == 0) hopper::mbarrier_arrive(&empty[previous]);  // this warp's reads of it are done
-      }
+      if (previous >= 0) release(&empty[previous], lane);  // this warp's reads of it are done
       previous = stage;
-      if (++stage == C::kStages) stage = 0, phase ^= 1;
+      ring.advance();
     }
     wgmma::wait<0>();
     wgmma::fence_operands(sums);
-    if (previous >= 0) {
-      __syncwarp();
-      if (lane == 0) hopper::mbarrier_arrive(&empty[previous]);
-    }
+    if (previous >= 0) release(&empty[previous], lane);
     if (p.k_steps == 0) {
 #pragma unroll
       for (float& s : sums) s = 0.0f;
     }
 
-    // The epilogue: the previous tile's stores have read the staging, the lanes write it, fence, store.
-    if (lane == 0) hopper::bulk_wait_read<0>();  // the previous tile's stores have read the staging
-    __syncwarp();
-    // Unrolled, as every loop over `sums`: an array indexed at run time would live in local memory.
-#pragma unroll
-    for (int v = 0; v < C::kTileN / 2; v += 2) {
-      const mma_layout::Cell cell = wgmma_layout::accumulator_cell(0, lane, v);  // row within the warp's 16
-      const int column = at.n0 + cell.column;
-      Out pair[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        pair[i] = from_float<Out>(column + i < p.args.n ? p.args.finish(sums[v + i], column + i) : 0.0f);
-      const std::uint32_t offset = wgmma_layout::staging_offset(cell.row, cell.column, static_cast<int>(sizeof(Out)));
-      const std::uint32_t address = wgmma_layout::swizzle(staging_address + offset, wgmma_layout::Swizzle::B128);
-      std::memcpy(staging + (address - staging_address), pair, sizeof pair);
-    }
-    hopper::fence_proxy_async();  // the staging stores, visible to TMA
-    __syncwarp();
-    if (lane == 0) {
-      const int row = at.m0 + 64 * consumer + 16 * warp;
-      for (int chunk = 0; chunk < C::kChunks; ++chunk)
-        hopper::tma_store(&p.c, at.n0 + chunk * C::kChunkColumns, row, at.entry, staging + chunk * C::kChunkBytes);
-      hopper::bulk_commit();
-    }
+    // The epilogue (wgmma_pipeline.cuh): bias, activation, one rounding, stored by TMA.
+    store_rows<Out, C::kTileN>(sums, staging, &p.c, at.m0 + 64 * consumer + 16 * warp, at.n0, at.entry, p.args.n, lane,
+                               [&](float sum, int column) { return p.args.finish(sum, column); });
   }
   if (lane == 0) hopper::bulk_wait_read<0>();  // the staging must outlive the stores' reads
 }
 
 // ---- the host side ----------------------------------------------------------------------------------
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-#if CUDART_VERSION >= 12050
-    MG_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found));
-#else  // the versioned query is 12.5's
-    MG_CUDA_CHECK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &entry, cudaEnableDefault, &found));
-#endif
-    MG_CHECK(found == cudaDriverEntryPointSuccess && entry != nullptr,
-             "CUDA kernel gemm (rung 4): the driver has no cuTensorMapEncodeTiled (it needs CUDA 12.0 or later)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
-  }();
-  return function;
-}
-
-template <class T>
-constexpr CUtensorMapDataType data_type() {
-  if constexpr (std::is_same_v<T, float>)
-    return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  else if constexpr (std::is_same_v<T, __half>)
-    return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  else
-    return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-}
-
-// A map of `count` matrices of rows x columns (row-major, contiguous) whose box is box_rows x
-// box_columns, with the 128-byte swizzle.
-template <class T>
-CUtensorMap tensor_map(const void* data, int count, std::int64_t rows, std::int64_t columns, int box_rows,
-                       int box_columns) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(count)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(columns) * sizeof(T),
-                                 static_cast<cuuint64_t>(rows * columns) * sizeof(T)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_columns), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result = encode_function()(&map, data_type<T>(), 3, const_cast<void*>(data), dims, strides, box,
-                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MG_CHECK(result == CUDA_SUCCESS,
-           "CUDA kernel gemm (rung 4): cuTensorMapEncodeTiled refused a map of {} x {} x {} (box {} x {}): error {}",
-           count, rows, columns, box_rows, box_columns, static_cast<int>(result));
-  return map;
-}
-
 template <class In, class Out, bool kTransposeA, bool kTransposeB>
 void launch_layout(const GemmArgs<In, Out>& args, cudaStream_t stream) {
   using C = Config<Out>;
   Params<In, Out> p{};
-  p.a = kTransposeA ? tensor_map<In>(args.a, args.batch, args.k, args.m, kTileK, 64)
-                    : tensor_map<In>(args.a, args.batch, args.m, args.k, kTileM, kTileK);
-  p.b = kTransposeB ? tensor_map<In>(args.b, args.batch, args.n, args.k, C::kTileN, kTileK)
-                    : tensor_map<In>(args.b, args.batch, args.k, args.n, kTileK, 64);
-  p.c = tensor_map<Out>(args.c, args.batch, args.m, args.n, 16, C::kChunkColumns);
+  constexpr const char* kWhat = "CUDA kernel gemm (rung 4)";
+  p.a = kTransposeA ? tma::matrix_map(args.a, args.batch, args.k, args.m, kTileK, 64, kWhat)
+                    : tma::matrix_map(args.a, args.batch, args.m, args.k, kTileM, kTileK, kWhat);
+  p.b = kTransposeB ? tma::matrix_map(args.b, args.batch, args.n, args.k, C::kTileN, kTileK, kWhat)
+                    : tma::matrix_map(args.b, args.batch, args.k, args.n, kTileK, 64, kWhat);
+  p.c = tma::matrix_map(args.c, args.batch, args.m, args.n, wgmma_layout::kStagingRows, C::kChunkColumns, kWhat);
   p.args = args;
   p.tiles_m = static_cast<int>((args.m + kTileM - 1) / kTileM);
   p.tiles_n = static_cast<int>((args.n + C::kTileN - 1) / C::kTileN);
