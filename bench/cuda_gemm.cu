@@ -20,7 +20,8 @@
 // for wgmma's accumulator promoted every 128 products (DeepSeek-V3's recipe), which an H100 runs on
 // rung 4 (QGMMA, kernels/cuda/gemm_fp8_wgmma.cu): fp8-wg-lt per tensor beside cuBLASLt's FP8 GEMM,
 // fp8-wg-blocks-lt with DeepSeek-V3's blocks beside cuBLASLt's per-tensor FP8 GEMM of the same values
-// (its per-tensor codes: the peer does less work, so the ratio is a floor).
+// (its per-tensor codes: the peer does less work, so the ratio is a floor). The "-lt" modes run the
+// shapes whose m, n and k are multiples of 16, as cuBLASLt's FP8 GEMM needs.
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -264,6 +265,8 @@ int main(int argc, char** argv) try {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
       if (mode.rung != GemmRung::Auto && !c.name.starts_with("square")) continue;
       if (fp8 && (c.shape.transpose_a || !c.shape.transpose_b)) continue;
+      // cuBLASLt's FP8 GEMM (and rung 4, which the "-wg" modes are for) wants m, n and k multiples of 16.
+      if (lt_peer && (c.shape.m % 16 != 0 || c.shape.n % 16 != 0 || c.shape.k % 16 != 0)) continue;
       const GemmShape& s = c.shape;
       const mg::Shape a_shape = s.transpose_a ? mg::Shape{s.k, s.m} : mg::Shape{s.m, s.k};
       const mg::Shape b_shape = s.transpose_b ? mg::Shape{s.n, s.k} : mg::Shape{s.k, s.n};

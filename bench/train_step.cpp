@@ -3,7 +3,8 @@
 // mixed_float16 and mixed_bfloat16) and, when built against libtorch, in libtorch (fp32, and
 // autocast to bf16 as torch.autocast("cpu") does), side by side in one run. With --device cuda the
 // same steps run on the GPU, with a GEMM-bound MLP (4096 wide, batch 8192) added (its peer is
-// PyTorch eager AMP: bench/torch_gpu_step.py, same models and batches).
+// PyTorch eager AMP: bench/torch_gpu_step.py, same models and batches), which also runs under the
+// fp8_delayed and fp8_block recipes there.
 //
 //   build/bench/train_step                     mixgrad only (always built)
 //   build/bench/train_step_vs_torch            with libtorch (built when CMake finds Torch)
@@ -84,6 +85,7 @@ class MixgradStep {
     else
       model_ = nn::cnn({}, generator);
     model_->to(recipe_.parameter_dtype);
+    recipe_.prepare(*model_);  // the FP8 recipes' amax histories: buffers, moved with the model
     model_->to(device);
     optimizer_ = train::make_optimizer({.name = "sgd", .lr = 0.01, .momentum = 0.9}, model_->parameters(),
                                        recipe_.master_weights);
@@ -178,7 +180,10 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     variants.back().name = std::move(name);
     variants.back().step = std::move(step);
   };
-  const std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16"};
+  std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16"};
+  // On the GPU the GEMM-bound MLP also under two FP8 recipes (every Linear's GEMMs in FP8, with the F32
+  // accumulator: rung 3 of the FP8 GEMM where it takes them, rung 1 for the 10-wide head).
+  if (device.is_cuda() && model == "wide") recipes.insert(recipes.end(), {"fp8_delayed", "fp8_block"});
   for (const std::string& recipe : recipes) {
     // Its memory, measured before the next variant's tensors exist: the bytes held before it was
     // made are the earlier variants', and stay as they are while it steps.

@@ -205,9 +205,13 @@ bool same_model(const Fp8Accumulator& x, const Fp8Accumulator& y) {
 
 // Whether a GEMM asks for wgmma's own accumulator on a device whose FP8 wgmma runs (rung 4:
 // gemm_fp8_wgmma.cu; compute capability exactly 9.0 and the sm_90a image in the build). On Ada the same
-// bits are mma.sync's (kAdaFp8Accumulator), and rungs 1 and 3 run them.
-bool asks_for_wgmma(const Fp8Accumulator& accumulator, const Device& device) {
+// bits are mma.sync's (kAdaFp8Accumulator), and rungs 1 and 3 run them. Operands still on the CPU (a
+// benchmark or a test asking for the kernel's name) are asked about the current device.
+bool asks_for_wgmma(const Fp8Accumulator& accumulator, const Device& operands) {
   if (!accumulator.limited || !same_model(accumulator, kHopperWgmmaFp8Accumulator)) return false;
+  int current = 0;
+  MG_CUDA_CHECK(cudaGetDevice(&current));
+  const Device device = operands.is_cuda() ? operands : Device::cuda(current);
   mg::cuda::DeviceGuard guard(device.index);
   return require_fp8_tensor_cores(device) == 90 && wgmma_gemm::available();
 }
