@@ -1,6 +1,7 @@
 // The old spellings of the cast table, which moved to autograd/cast_policy.h (issue 31): the layer
 // that reads it. Kept as aliases for code written against mixgrad before that move; new code uses
-// mg::CastPolicy, mg::kOps, mg::op_row and mg::cast_policy. To be removed in the release after next.
+// mg::CastPolicy, mg::kOps, mg::op_row and mg::cast_policy. Removed in the next release after 0.1.0
+// (README.md says the same).
 #pragma once
 
 #include "autograd/cast_policy.h"

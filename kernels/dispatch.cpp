@@ -2,6 +2,8 @@
 // backend: kernels/cpu/ for the CPU, kernels/cuda/ for a GPU (in builds with the CUDA backend). Ops
 // have already checked that all tensors share that device. A GPU's memory and core's copy and fill
 // come from register_cuda_backend, below, which core calls on the first use of a CUDA device.
+#include <atomic>
+
 #include "kernels/amp.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
@@ -77,6 +79,19 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) { MG_ROU
 void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out) {
   MG_ROUTE(out, ternary, op, x, y, z, out);
 }
+
+// The GEMM's process-wide switches (kernels/gemm.h), read by both backends when a GEMM is queued: TF32
+// is the GPU's, the f16 accumulator both.
+namespace {
+std::atomic<bool> tf32_allowed{false};
+std::atomic<Accumulation> accumulation_mode{Accumulation::F32};
+}  // namespace
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+void set_gemm_accumulation(Accumulation accumulation) {
+  accumulation_mode.store(accumulation, std::memory_order_relaxed);
+}
+Accumulation gemm_accumulation() { return accumulation_mode.load(std::memory_order_relaxed); }
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue) {
   MG_ROUTE(c, gemm, a, b, c, shape, epilogue);

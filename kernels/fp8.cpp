@@ -88,7 +88,8 @@ Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, f
   for (std::int64_t i = 0; i < scale.numel(); ++i)
     MG_CHECK(std::isfinite(s[i]) && s[i] > 0.0f,
              "kernels::fp8_quantize: scale {} of block {} is not a finite positive number; a scale comes from an "
-             "amax that is finite and not zero (amp/fp8_recipe.h keeps the previous scale otherwise)",
+             "amax that is finite and not zero (kernels/fp8_scale.h's fp8_scale, which the recipes use, keeps the "
+             "previous scale otherwise)",
              s[i], i);
   Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = fp8_dtype(format), .device = x.device()}),
                 .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32, .device = x.device()}),

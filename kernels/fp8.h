@@ -13,8 +13,9 @@
 //   {1, 32}     MX blocks of 32 along the reduction dimension, power-of-two scales (OCP MX v1.0)
 //   {128, 1}, {32, 1}  the same blocks down the columns: the operands of a weight gradient, whose
 //                      reduction runs over the batch (the rows)
-// How a scale is chosen from the amax (current, delayed, power of two, MX's rule) is amp/fp8_recipe.h's
-// business; these kernels take the scales as given.
+// How a scale is chosen from the amax (current, delayed, power of two, MX's rule) is kernels/fp8_scale.h's
+// rule (fp8_scale), which the recipes apply (autograd/fp8.h's fp8_scale_for, fp8_quantize_fitted below);
+// the quantisation and the GEMM take the scales as given.
 //
 // The GEMM (kernels/gemm.h's shapes and transposes) multiplies codes: every product of two FP8 values
 // is exact in f32. It walks k in chunks over which both operands' scales are constant (the blocks'

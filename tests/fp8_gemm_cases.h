@@ -1,4 +1,4 @@
-// The FP8 GEMM cases the GPU suites share (test_cuda_fp8.cpp, test_cuda_fp8_wgmma.cpp): operands
+// The FP8 GEMM cases the suites share (test_fp8_gemm.cpp, test_cuda_fp8.cpp, test_cuda_fp8_wgmma.cpp): operands
 // quantised on the CPU with every block shape of kernels/fp8.h, the GEMM run on either device, and the
 // checks of a GPU result against the CPU's model: bit for bit on the emulator, within the bound of
 // test_cuda_fp8.cpp's header on a GPU.
@@ -83,7 +83,7 @@ inline Tensor scales_for(const Tensor& amax, Format format, bool power_of_two) {
   return from_vector(scale, amax.shape());
 }
 
-inline Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, Format format, bool power_of_two) {
+inline Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, Format format, bool power_of_two = false) {
   return kernels::fp8_quantize(x, scales_for(kernels::fp8_block_amax(x, blocks), format, power_of_two), blocks, format);
 }
 

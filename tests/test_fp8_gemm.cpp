@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/fp8.h"
+#include "tests/fp8_gemm_cases.h"
 
 using namespace mg;
 using namespace mg::testing;
@@ -24,6 +25,13 @@ using kernels::Fp8Blocks;
 using kernels::Fp8Rounding;
 using kernels::Fp8Tensor;
 using Format = fp8::Format;
+using mg::testing::fp8_cases::GemmCase;
+using mg::testing::fp8_cases::name;
+using mg::testing::fp8_cases::quantized;
+using mg::testing::fp8_cases::Scaling;
+using mg::testing::fp8_cases::spread_randn;
+using mg::testing::fp8_cases::stored_a;
+using mg::testing::fp8_cases::stored_b;
 
 namespace {
 
@@ -49,46 +57,6 @@ std::vector<double> values_of(const Fp8Tensor& x) {
           inv[static_cast<std::size_t>(block_index(r, c, rows, cols, x.blocks))];
   return v;
 }
-
-// x quantised with scale = fp8 max / amax of each block (MX: the power of two at or below it).
-Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, Format format, bool power_of_two = false) {
-  const Tensor amax = kernels::fp8_block_amax(x, blocks);
-  std::vector<double> scale = amax.to_vector<double>();
-  for (double& s : scale) {
-    s = fp8::format_info(format).max / s;
-    if (power_of_two) s = std::exp2(std::floor(std::log2(s)));
-  }
-  return kernels::fp8_quantize(x, from_vector(scale, amax.shape()), blocks, format);
-}
-
-// N(0, 1) values times powers of two from 1/4 to 4 that vary along both dimensions, so that blocks differ.
-Tensor spread_randn(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
-  Generator generator(seed);
-  std::vector<double> v = randn({rows, cols}, generator).to_vector<double>();
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      v[static_cast<std::size_t>(r * cols + c)] *= std::exp2((r / 5 + c / 7) % 5 - 2);
-  return from_vector(v, {rows, cols});
-}
-
-// Block extents in op() coordinates: along the lines (A's rows i, B's columns j) and along k.
-struct Scaling {
-  const char* name;
-  std::int64_t a_line, a_k, b_line, b_k;
-  bool power_of_two;
-};
-Fp8Blocks stored_a(const Scaling& s, bool t) { return t ? Fp8Blocks{s.a_k, s.a_line} : Fp8Blocks{s.a_line, s.a_k}; }
-Fp8Blocks stored_b(const Scaling& s, bool t) { return t ? Fp8Blocks{s.b_line, s.b_k} : Fp8Blocks{s.b_k, s.b_line}; }
-
-struct GemmCase {
-  std::int64_t m, n, k;
-  bool transpose_a, transpose_b;
-  Format fa, fb;
-  Scaling scaling;
-  DType out;
-  bool epilogue;  // a bias in C's dtype and Relu
-};
-const char* name(Format f) { return f == Format::E4M3 ? "e4m3" : "e5m2"; }
 
 // Runs the F32 GEMM and returns how many elements fall outside the bound of the header comment.
 int gemm_mismatches(const GemmCase& g, std::uint64_t seed) {
@@ -194,11 +162,11 @@ TEST_CASE("fp8_quantize / fp8_dequantize: codes are encode(x * scale, saturate),
 
 TEST_CASE("fp8_gemm, F32 accumulator: every layout, format pair, scaling and output against f64") {
   const Scaling scalings[] = {
-      {"per-tensor", 0, 0, 0, 0, false},
-      {"1x128 on A, 128x128 on B (DeepSeek-V3 forward)", 1, 128, 128, 128, false},
-      {"MX 1x32 on both, powers of two", 1, 32, 1, 32, true},
-      {"128 along k on both (the weight gradient's blocks, with transpose_a)", 1, 128, 1, 128, false},
-      {"nested: 32 along k on A, 128x128 on B", 1, 32, 128, 128, false},
+      {"per-tensor", 0, 0, 0, 0, false, 0},
+      {"1x128 on A, 128x128 on B (DeepSeek-V3 forward)", 1, 128, 128, 128, false, 0},
+      {"MX 1x32 on both, powers of two", 1, 32, 1, 32, true, 0},
+      {"128 along k on both (the weight gradient's blocks, with transpose_a)", 1, 128, 1, 128, false, 0},
+      {"nested: 32 along k on A, 128x128 on B", 1, 32, 128, 128, false, 0},
   };
   const std::pair<Format, Format> formats[] = {{Format::E4M3, Format::E4M3},
                                                {Format::E5M2, Format::E4M3},

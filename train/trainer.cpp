@@ -99,15 +99,15 @@ TrainingObjects Trainer::checkpoint_objects() {
 }
 
 StepResult Trainer::step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers) {
-  return step_on_rows(inputs, targets, 0, observers);
+  return step_or_clean_up(inputs, targets, 0, observers);
 }
 
 StepResult Trainer::step(const data::Batch& batch, std::initializer_list<StepObserver*> observers) {
-  return step_on_rows(batch.inputs, batch.labels, batch.global_rows, observers);
+  return step_or_clean_up(batch.inputs, batch.labels, batch.global_rows, observers);
 }
 
-StepResult Trainer::step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
-                                 std::initializer_list<StepObserver*> observers) {
+StepResult Trainer::step_or_clean_up(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                                     std::initializer_list<StepObserver*> observers) {
   try {
     return take_step(inputs, targets, global_rows, observers);
   } catch (...) {

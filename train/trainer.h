@@ -17,7 +17,7 @@
 //      data-parallel, rank 0's parameters and buffers are then broadcast to every rank;
 //   2. the optimizer is built over them, with f32 masters where the recipe keeps them;
 //   3. the GradScaler the recipe asks for (dynamic, static S, or disabled), and its ScaleMonitor.
-// One step (step()), as DESIGN.md's five lines:
+// One step (step()), the five lines of every mixed-precision step:
 //   optimizer.zero_grad()
 //   { Autocast region of the recipe:  loss = mean loss (options.loss) of model(inputs), in f32 }
 //   backward(scaler.scale(loss * loss_multiplier))
@@ -32,7 +32,8 @@
 // global batch, its loss is the global batch's mean, and backward's gradients are averaged over the
 // ranks (bucket by bucket, while backward runs) before scaler.step.
 // An observer (StepObserver) can watch a step between its phases without changing it: the repro
-// runner records gradient statistics that way, and mixgrad train stops a diverging run.
+// runner records gradient statistics and forward memory that way, `mixgrad train --graph` draws a
+// step, and the precision inspector (train/precision_inspector.h) reads every layer's values.
 #pragma once
 
 #include <initializer_list>
@@ -155,9 +156,9 @@ class Trainer {
   const DataParallel* data_parallel() const { return data_parallel_.get(); }
 
  private:
-  // The step; step_on_rows runs it and cleans up after it when it throws (clear_tape, zero_grad).
-  StepResult step_on_rows(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
-                          std::initializer_list<StepObserver*> observers);
+  // take_step, and when it throws the clean-up (clear_tape, zero_grad) before the exception goes on.
+  StepResult step_or_clean_up(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
+                              std::initializer_list<StepObserver*> observers);
   StepResult take_step(const Tensor& inputs, const Tensor& targets, std::int64_t global_rows,
                        std::initializer_list<StepObserver*> observers);
   void observe_queued_steps();  // reads the queue into unread_, the monitor observing each step

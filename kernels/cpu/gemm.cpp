@@ -25,7 +25,6 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <climits>
 #include <type_traits>
@@ -43,22 +42,6 @@
 #include "kernels/pointwise.h"
 #include "kernels/threads.h"
 #include "kernels/gemm.h"
-
-namespace mg::kernels {
-
-namespace {
-std::atomic<bool> tf32_allowed{false};
-std::atomic<Accumulation> accumulation_mode{Accumulation::F32};
-}  // namespace
-
-void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
-bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
-void set_gemm_accumulation(Accumulation accumulation) {
-  accumulation_mode.store(accumulation, std::memory_order_relaxed);
-}
-Accumulation gemm_accumulation() { return accumulation_mode.load(std::memory_order_relaxed); }
-
-}  // namespace mg::kernels
 
 namespace mg::kernels::cpu {
 

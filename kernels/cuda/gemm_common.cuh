@@ -1,8 +1,8 @@
 // What the GEMM kernels of kernels/cuda/ share (gemm_wmma_simple.cuh, gemm_wmma.cuh, gemm_mma.cu,
-// gemm_f32.cuh):
+// gemm_wgmma.cu, gemm_f32.cuh):
 // the arguments of one launch, the epilogue every kernel applies to its f32 sums before the one
-// rounding into C's dtype, split-K's second pass, the grid, and the name of the kernel a GEMM would
-// run (for the benchmark).
+// rounding into C's dtype, split-K's second pass and the grid. (The name of the kernel a GEMM would
+// run, for the benchmark, is kernels/gemm.h's.)
 //
 // Shapes (kernels/gemm.h): A [batch, m, k] or [batch, k, m] (transpose_a), B [batch, k, n] or
 // [batch, n, k] (transpose_b), C [batch, m, n]; every matrix row-major and contiguous.
