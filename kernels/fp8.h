@@ -185,7 +185,9 @@ std::string fp8_gemm_kernel_name();
 // mma.sync (sm_89 and later), equal bit for bit on the emulator to the CPU's Limited model with the
 // device's accumulator (fp8_mma_accumulator; F32: promoted every 32 products). Two kernels give the
 // same bits: rung 3 (gemm_fp8_mma.cu: cp.async, ldmatrix) for K-major operands (every recipe's
-// scales), rung 1 (fragments from global memory) for the rest; fp8_gemm_kernel_name says which.
+// scales), rung 1 (fragments from global memory) for the rest; fp8_gemm_kernel_name says which. On
+// compute capability 9.0, wgmma's accumulator (kHopperWgmmaFp8Accumulator) runs on rung 4
+// (gemm_fp8_wgmma.cu, QGMMA), equal bit for bit on the emulator to the CPU's Limited model with it.
 namespace cuda {
 // mma_sync_fp8_accumulator of the device's compute capability.
 Fp8Accumulator fp8_mma_accumulator(const Device& device);

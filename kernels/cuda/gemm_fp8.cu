@@ -1,6 +1,9 @@
 // The FP8 GEMM on a GPU (contract: kernels/fp8.h; reference: kernels/cpu/gemm_fp8.cpp), on the Tensor
 // Cores' FP8 instruction (mma_fp8.cuh), from the codes and scales fp8.cu makes.
 //
+// A GEMM that asks for wgmma's accumulator (kernels/fp8.h's kHopperWgmmaFp8Accumulator) on an H100 or
+// H200 runs on rung 4 (gemm_fp8_wgmma.cu: Hopper's FP8 wgmma, QGMMA, with DeepSeek-V3's promotion), or
+// is refused where rung 4 does not take it (Plan, below). Otherwise:
 // K-major operands (fp8_linear's GEMMs in every recipe) run on rung 3 (gemm_fp8_mma.cu: cp.async,
 // ldmatrix, the same sums) where it takes them (gemm_fp8_mma.h says what it takes); the rest on rung
 // 1, the simple version here (one warp per 16x8 tile of C, fragments loaded straight from global
