@@ -11,7 +11,7 @@
 #include <vector>
 
 #ifdef MG_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "tests/cuda_device.h"
 
 #include "kernels/fp8.h"
 #include "tests/fp8_gemm_cases.h"
@@ -21,15 +21,6 @@ using namespace mg::testing;
 using namespace mg::testing::fp8_cases;
 
 namespace {
-
-// Whether the device is an H100 or H200 (compute capability 9.0), where rung 4 must be built and taken.
-bool hopper() {
-  int device = 0, major = 0, minor = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  return major == 9 && minor == 0;
-}
 
 // wgmma's accumulator, promoted every `promote_every` products (0: never).
 Fp8Accumulator wgmma_accumulator(int promote_every) {

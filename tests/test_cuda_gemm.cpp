@@ -186,7 +186,7 @@ TEST_CASE("gemm on the CPU: the TF32 switch changes nothing there") {
 
 // ---- GPU: every kernel against the CPU -------------------------------------------------------------
 #ifdef MG_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "tests/cuda_device.h"
 
 namespace {
 
@@ -352,15 +352,6 @@ int shared_per_block() {
   return bytes;
 }
 constexpr int kLargeTileShared = 192 * 1024;  // rung 3's 128x256 tile: 4 stages of 48 KiB
-
-// Whether the device runs rung 4 (wgmma): compute capability 9.0, as the emulator's default.
-bool hopper() {
-  int device = 0, major = 0, minor = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  return major == 9 && minor == 0;
-}
 
 std::string kernel_for(DType dtype, const kernels::GemmShape& s) {
   const Shape a_shape = s.transpose_a ? Shape{s.batch, s.k, s.m} : Shape{s.batch, s.m, s.k};

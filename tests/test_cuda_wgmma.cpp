@@ -7,26 +7,13 @@
 #include <vector>
 
 #ifdef MG_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "tests/cuda_device.h"
 
 #include "kernels/cuda/wgmma_probe.h"
 #include "kernels/fp8.h"
 
 using namespace mg;
 using namespace mg::testing;
-
-namespace {
-
-// Whether the device runs wgmma: compute capability 9.0.
-bool hopper() {
-  int device = 0, major = 0, minor = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  return major == 9 && minor == 0;
-}
-
-}  // namespace
 
 TEST_CASE("cuda wgmma: one m64n128k16 from shared memory, every major, multiplies like the CPU") {
   if (!have_gpu()) return;

@@ -298,34 +298,26 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
       s.transpose_a, s.transpose_b, std::min(plan.chunk, s.k), accumulator.promote_every, c.dtype());
   Tensor bias = epilogue.bias.defined() ? epilogue.bias.to(DType::F32) : Tensor();  // exact, on the device
   const Fp8Operand &oa = plan.a, &ob = plan.b;
-  // Rungs 4 and 3 take the same arguments.
-  const auto pipelined_args = [&]<class Out>(Out*) {
-    return fp8_pipelined::Fp8MmaArgs<Out>{oa.codes,
-                                          ob.codes,
-                                          device_ptr<Out>(c),
-                                          static_cast<int>(s.m),
-                                          static_cast<int>(s.n),
-                                          static_cast<int>(s.k),
-                                          scale_grid(oa),
-                                          scale_grid(ob),
-                                          static_cast<int>(std::min(plan.chunk, s.k)),
-                                          plan.promote_every,
-                                          bias.defined() ? device_ptr<float>(bias) : nullptr,
-                                          epilogue.activation};
-  };
-  if (plan.rung4) {
+  if (plan.rung4 || plan.rung3) {  // rungs 4 and 3 take the same arguments
     visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
       using Out = decltype(out);
-      fp8_wgmma::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), pipelined_args((Out*)nullptr),
-                        stream_of(c));
-    });
-    return;
-  }
-  if (plan.rung3) {
-    visit_device_floating(c.dtype(), "fp8_gemm", [&](auto out) {
-      using Out = decltype(out);
-      fp8_pipelined::launch(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), pipelined_args((Out*)nullptr),
-                            stream_of(c));
+      const fp8_pipelined::Fp8MmaArgs<Out> args{oa.codes,
+                                                ob.codes,
+                                                device_ptr<Out>(c),
+                                                static_cast<int>(s.m),
+                                                static_cast<int>(s.n),
+                                                static_cast<int>(s.k),
+                                                scale_grid(oa),
+                                                scale_grid(ob),
+                                                static_cast<int>(std::min(plan.chunk, s.k)),
+                                                plan.promote_every,
+                                                bias.defined() ? device_ptr<float>(bias) : nullptr,
+                                                epilogue.activation};
+      const fp8::Format fa = fp8_format(a.codes.dtype()), fb = fp8_format(b.codes.dtype());
+      if (plan.rung4)
+        fp8_wgmma::launch(fa, fb, args, stream_of(c));
+      else
+        fp8_pipelined::launch(fa, fb, args, stream_of(c));
     });
     return;
   }
