@@ -182,6 +182,10 @@ __device__ inline void store_shared_16(void* address, const uint4& value) {
   ::mg::emu::check_shared(address, 16, "st.shared.v4.b32");
   std::memcpy(address, &value, sizeof value);
 }
+__device__ inline void store_shared_4(void* address, std::uint32_t bits) {
+  ::mg::emu::check_shared(address, 4, "st.shared.b32");
+  std::memcpy(address, &bits, sizeof bits);
+}
 __device__ inline void store_shared_8(void* address, float x, float y) {
   ::mg::emu::check_shared(address, 8, "st.shared.v2.f32");
   const float pair[2] = {x, y};
@@ -255,6 +259,9 @@ __device__ __forceinline__ void store_shared_16(void* address, const uint4& v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(address)), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");
+}
+__device__ __forceinline__ void store_shared_4(void* address, std::uint32_t bits) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(shared_address(address)), "r"(bits) : "memory");
 }
 __device__ __forceinline__ void store_shared_8(void* address, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(shared_address(address)), "f"(x), "f"(y) : "memory");

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma.cuh"  // store_shared_4, store_shared_8
 #include "kernels/cuda/mma_layout.h"
 #include "kernels/cuda/wgmma_layout.h"
 
@@ -80,7 +81,18 @@ __device__ __forceinline__ void store_rows(const float (&sums)[kTileN / 2], unsi
     for (int i = 0; i < 2; ++i) pair[i] = from_float<Out>(column + i < n ? finish(sums[v + i], column + i) : 0.0f);
     const std::uint32_t offset = wgmma_layout::staging_offset(cell.row, cell.column, static_cast<int>(sizeof(Out)));
     const std::uint32_t address = wgmma_layout::swizzle(staging_address + offset, wgmma_layout::Swizzle::B128);
-    std::memcpy(staging + (address - staging_address), pair, sizeof pair);
+    unsigned char* const at = staging + (address - staging_address);
+    // One store of the pair, its bits moved in registers. Not a memcpy into the bytes of shared
+    // memory: ptxas 13.0 compiles that one byte at a time and, for a 16-bit float, the low byte as
+    // the value converted to an integer (F2I.U8.F16): C's low bytes were wrong on an H200
+    // (2026-11-29). scripts/check-sass fails on that instruction and on byte stores here.
+    if constexpr (sizeof(Out) == 4) {
+      store_shared_8(at, pair[0], pair[1]);
+    } else {
+      std::uint32_t bits;
+      std::memcpy(&bits, pair, sizeof bits);
+      store_shared_4(at, bits);
+    }
   }
   hopper::fence_proxy_async();  // the staging stores, visible to TMA
   __syncwarp();

@@ -41,13 +41,15 @@ __global__ void wgmma_probe_kernel(const float* a, const float* b, float* d) {
   const layout::Descriptor da = layout::tile_descriptor(base + kTileA, !kAMn, 0, 64 * 128);
   const layout::Descriptor db = layout::tile_descriptor(base + kTileB, !kBMn, 0, 64 * 128);
   const int t = static_cast<int>(threadIdx.x);
+  // Each element by one 16-bit store (a memcpy into the bytes is miscompiled by ptxas 13.0:
+  // wgmma_pipeline.cuh's store_rows says how).
   for (int i = t; i < kM * kK; i += 128) {
     const In value = from_float<In>(a[i]);
-    std::memcpy(shared + (layout::element_address(da, !kAMn, 2, i / kK, i % kK) - base), &value, 2);
+    *reinterpret_cast<In*>(shared + (layout::element_address(da, !kAMn, 2, i / kK, i % kK) - base)) = value;
   }
   for (int i = t; i < kK * kN; i += 128) {  // b[k][n]: element (n, k) of the operand
     const In value = from_float<In>(b[i]);
-    std::memcpy(shared + (layout::element_address(db, !kBMn, 2, i % kN, i / kN) - base), &value, 2);
+    *reinterpret_cast<In*>(shared + (layout::element_address(db, !kBMn, 2, i % kN, i / kN) - base)) = value;
   }
   hopper::fence_proxy_async();  // ordinary stores, read by wgmma
   __syncthreads();
