@@ -33,9 +33,14 @@ bool cpu_nonfinite(const Tensor& t) {
       return largest_magnitude_reaches<std::uint32_t>(t, 0x7FFFFFFFu, 0x7F800000u);
     case DType::F64:
       return largest_magnitude_reaches<std::uint64_t>(t, 0x7FFFFFFFFFFFFFFFu, 0x7FF0000000000000u);
-    default:
+    case DType::E4M3:  // no inf; NaN is S.1111.111
+      return largest_magnitude_reaches<std::uint8_t>(t, 0x7Fu, 0x7Fu);
+    case DType::E5M2:  // inf S.11111.00, NaN above it
+      return largest_magnitude_reaches<std::uint8_t>(t, 0x7Fu, 0x7Cu);
+    case DType::I32:  // an integer is always finite
       return false;
   }
+  return false;
 }
 
 }  // namespace

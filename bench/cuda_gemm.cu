@@ -6,8 +6,10 @@
 //
 // Modes: f16 and bf16 operands into an output of the same dtype with f32 accumulation (cuBLAS:
 // cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 4, wgmma, on an
-// H100 or H200; else rung 3, mma.sync); on rung 3 asked for ("f16-mma3", "bf16-mma3") and f16 on rungs
-// 2 and 1 ("f16-wmma2", "f16-wmma1": kernels::cuda::set_gemm_rung), square shapes only;
+// H100 or H200 for the large ones; else rung 3, mma.sync); on rung 4 asked for, every shape
+// ("f16-wgmma4", "bf16-wgmma4": what the rule in kernels/cuda/gemm.cu is measured from); on rung 3
+// asked for ("f16-mma3", "bf16-mma3") and f16 on rungs 2 and 1 ("f16-wmma2", "f16-wmma1":
+// kernels::cuda::set_gemm_rung), square shapes only;
 // f32 on CUDA cores (cublasSgemmStridedBatched, no TF32); tf32 (kernels::set_allow_tf32(true); cuBLAS:
 // CUBLAS_COMPUTE_32F_FAST_TF32); fp8: kernels::fp8_gemm of E4M3 codes with per-tensor scales into bf16
 // (the forward GEMM of fp8_linear under fp8_delayed), on the NT shapes only (FP8 operands are K-major),
@@ -78,7 +80,7 @@ struct Mode {
   std::string name;
   mg::DType dtype;  // of A, B and C
   bool tf32;
-  mg::kernels::cuda::GemmRung rung = mg::kernels::cuda::GemmRung::Auto;  // a lower rung: square shapes only
+  mg::kernels::cuda::GemmRung rung = mg::kernels::cuda::GemmRung::Auto;  // a lower rung: square shapes only; Wgmma: all
 };
 
 constexpr int kWarmup = 3, kRuns = 25;
@@ -229,6 +231,8 @@ int main(int argc, char** argv) try {
                                    {"bf16", mg::DType::BF16, false},
                                    {"tf32", mg::DType::F32, true},
                                    {"f32", mg::DType::F32, false},
+                                   {"f16-wgmma4", mg::DType::F16, false, GemmRung::Wgmma},
+                                   {"bf16-wgmma4", mg::DType::BF16, false, GemmRung::Wgmma},
                                    {"f16-mma3", mg::DType::F16, false, GemmRung::MmaPipelined},
                                    {"bf16-mma3", mg::DType::BF16, false, GemmRung::MmaPipelined},
                                    {"f16-wmma2", mg::DType::F16, false, GemmRung::WmmaPipelined},
@@ -263,7 +267,7 @@ int main(int argc, char** argv) try {
                                : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
     for (const Case& c : cases()) {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
-      if (mode.rung != GemmRung::Auto && !c.name.starts_with("square")) continue;
+      if (mode.rung != GemmRung::Auto && mode.rung != GemmRung::Wgmma && !c.name.starts_with("square")) continue;
       if (fp8 && (c.shape.transpose_a || !c.shape.transpose_b)) continue;
       // cuBLASLt's FP8 GEMM (and rung 4, which the "-wg" modes are for) wants m, n and k multiples of 16.
       if (lt_peer && (c.shape.m % 16 != 0 || c.shape.n % 16 != 0 || c.shape.k % 16 != 0)) continue;

@@ -213,11 +213,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   Entry entry{.name = name, .dtype = DType::F32, .shape = {}};
   const json& dtype = value["dtype"];
   std::optional<DType> known = dtype.is_string() ? dtype_from_file_name(dtype.get<std::string>()) : std::nullopt;
-  MG_CHECK(known.has_value(),
-           "{} has dtype {}, which mixgrad cannot hold; it holds \"F32\", \"F16\", \"BF16\", "
-           "\"F64\" and \"I32\"{}",
-           where, quoted(dtype),
-           dtype == "I64" ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))" : "");
+  if (!known) {
+    std::string held;  // from the dtype table, so the message cannot go stale
+    for (const DType d : all_dtypes()) held += fmt::format("{}\"{}\"", held.empty() ? "" : ", ", dtype_file_name(d));
+    throw Error(fmt::format("{} has dtype {}, which mixgrad cannot hold; it holds {}{}", where, quoted(dtype), held,
+                            dtype == "I64"
+                                ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))"
+                                : ""));
+  }
   entry.dtype = *known;
 
   // Sizes below 2^63 fit a Shape; the running product must too, or the element count is meaningless.

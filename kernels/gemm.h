@@ -123,15 +123,17 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, c
 // decides; named for the benchmark and the tests).
 std::string gemm_kernel_name(const Tensor& a, const Tensor& b, const GemmShape& shape, DType out = DType::F64);
 
-// The rungs of the Tensor Core ladder (kernels/cuda/gemm.cu's header). A GEMM runs the highest rung
-// that takes its operands (Auto: rung 4, wgmma, on an H100 or H200 for f16 and bf16 GEMMs whose rows
-// are 16-byte aligned; else rung 3, mma.sync, for every f16 and bf16 GEMM, and for f32 under TF32
-// when its rows are 16-byte aligned). A lower rung can be asked for, to measure it (bench/cuda_gemm)
+// The rungs of the Tensor Core ladder (kernels/cuda/gemm.cu's header). A GEMM runs the rung measured
+// fastest for it that takes its operands (Auto: rung 4, wgmma, on an H100 or H200 for f16 and bf16
+// GEMMs whose rows are 16-byte aligned and that are large enough for it to pay, 8 waves of its tiles
+// and k >= 1024; else rung 3, mma.sync, for every f16 and bf16 GEMM, and for f32 under TF32 when its
+// rows are 16-byte aligned). Wgmma asks for rung 4 wherever it takes the operands (else Auto's
+// choice), to measure or test it at any size. A lower rung can be asked for, to measure it (bench/cuda_gemm)
 // or test it: MmaPipelined for rung 3, WmmaSimple or WmmaPipelined for f16 operands (rung 2 only
 // where its alignment rule holds, else rung 1); bf16 and f32 have no WMMA rung left (its bf16 and TF32 fragment
 // loads compile to generic LD on sm_90) and keep running rung 3 or the CUDA-core kernel. One
 // process-wide switch, read when a GEMM is queued, like allow_tf32; gemm_kernel_name says what runs.
-enum class GemmRung : std::uint8_t { Auto, WmmaSimple, WmmaPipelined, MmaPipelined };
+enum class GemmRung : std::uint8_t { Auto, WmmaSimple, WmmaPipelined, MmaPipelined, Wgmma };
 void set_gemm_rung(GemmRung rung);
 GemmRung gemm_rung();
 

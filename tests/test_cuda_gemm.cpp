@@ -273,9 +273,9 @@ TEST_CASE("cuda gemm: f16 and bf16 operands into f16, bf16 and f32, every size a
   struct Dtypes {
     DType in, out;
   };
-  // Auto (rung 4 on an H100 where the rows are aligned, rung 3 elsewhere), then rung 3 where Auto ran 4,
-  // for two of the dtype pairs (both operand types, both output widths), and not under the sanitizers
-  // (reduced sizes: the optimised pass has run it).
+  // Auto (rung 3 at these sizes: rung 4 only for large GEMMs), then on an H100 rung 4 asked for where it
+  // takes the operands, for two of the dtype pairs (both operand types, both output widths), and not
+  // under the sanitizers (reduced sizes: the optimised pass has run it).
   for (Dtypes d : {Dtypes{DType::F16, DType::F16}, Dtypes{DType::F16, DType::F32}, Dtypes{DType::BF16, DType::BF16},
                    Dtypes{DType::BF16, DType::F32}})
     for (Size size : sizes())
@@ -286,8 +286,10 @@ TEST_CASE("cuda gemm: f16 and bf16 operands into f16, bf16 and f32, every size a
         INFO("kernel: " << name);
         check_gpu_gemm(in, d.out);
         const bool again = d.out == (d.in == DType::F16 ? DType::F16 : DType::F32) && !reduced_sizes();
-        if (again && name.starts_with("wgmma")) {
-          kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);
+        if (again && hopper()) {
+          kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::Wgmma);
+          INFO("kernel asked for: " << kernels::cuda::gemm_kernel_name(in.a.to(Device::cuda()), in.b.to(Device::cuda()),
+                                                                       in.shape, d.out));
           check_gpu_gemm(in, d.out);
         }
       }
@@ -370,8 +372,13 @@ TEST_CASE("cuda gemm: rungs 1 and 2 (f16 WMMA) when set_gemm_rung asks; bf16 and
                       : sizes();
   const kernels::GemmShape aligned{.m = 136, .n = 200, .k = 40}, misaligned{.m = 17, .n = 17, .k = 17};
   CHECK(kernels::cuda::gemm_rung() == kernels::cuda::GemmRung::Auto);
-  CHECK(kernel_for(DType::F16, aligned) == (hopper() ? "wgmma 128x256x64, 3 stages" : "mma 128x128x64, 3 stages"));
+  CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
   CHECK(kernel_for(DType::F16, misaligned) == "mma 128x128x64, 3 stages, any alignment");
+  {
+    kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::Wgmma);  // rung 4 where it takes them
+    CHECK(kernel_for(DType::F16, aligned) == (hopper() ? "wgmma 128x256x64, 3 stages" : "mma 128x128x64, 3 stages"));
+    CHECK(kernel_for(DType::F16, misaligned) == "mma 128x128x64, 3 stages, any alignment");
+  }
   {
     kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::MmaPipelined);
     CHECK(kernel_for(DType::F16, aligned) == "mma 128x128x64, 3 stages");
@@ -455,6 +462,7 @@ TEST_CASE("cuda gemm: rung 4 (wgmma + TMA): every layout and dtype, ragged tiles
   // phases wrap); batched; 9 and 8 tiles (more than test_cuda_gemm_few_sms's 4 SMs: a block walks
   // several, the producer running into the next tile while the consumers store this one).
   std::vector<Size> rung_sizes = {{1, 264, 520, 136}, {2, 136, 264, 312}, {1, 8, 16, 8}};
+  kernels::cuda::GemmRungGuard rung(kernels::cuda::GemmRung::Wgmma);  // Auto keeps rung 4 for large GEMMs
   struct Dtypes {
     DType in, out;
   };
@@ -488,6 +496,22 @@ TEST_CASE("cuda gemm: rung 4 (wgmma + TMA): every layout and dtype, ragged tiles
   // Not taken: rows not on 16 bytes (n = 12 of f16 C is 24 bytes), and k = 0.
   CHECK(kernel_for(DType::F16, {.m = 64, .n = 12, .k = 64}).starts_with("mma"));
   CHECK(kernel_for(DType::F16, {.m = 64, .n = 64, .k = 0}).starts_with("mma"));
+}
+
+TEST_CASE("cuda gemm: Auto runs rung 4 only where it was measured to pay: 8 waves of its tiles, k >= 1024") {
+  if (!have_gpu() || !hopper()) return;
+  int device = 0, sms = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  INFO(sms << " SMs");
+  // Only the plans are asked for. 8192^2 is 2048 tiles of 128x256: 8 waves on up to 256 SMs.
+  CHECK(kernel_for(DType::F16, {.m = 8192, .n = 8192, .k = 1024}).starts_with("wgmma 128x256"));
+  CHECK(kernel_for(DType::BF16, {.m = 8192, .n = 8192, .k = 1024}).starts_with("wgmma 128x256"));
+  CHECK(kernel_for(DType::F16, {.m = 8192, .n = 8192, .k = 1000}).starts_with("mma"));  // k short of 1024
+  // 4096^2, 512 tiles: rung 3 on an H100's 132 SMs (where it was faster), rung 4 on 64 SMs or fewer.
+  CHECK(kernel_for(DType::F16, {.m = 4096, .n = 4096, .k = 1024}).starts_with(512 >= 8 * sms ? "wgmma" : "mma"));
+  // The CNN's conv2 forward (25088 x 64 over k = 288) stays on rung 3 on any GPU.
+  CHECK(kernel_for(DType::F16, {.m = 25088, .n = 64, .k = 288}).starts_with("mma"));
 }
 
 // ---- GPU: split-K -----------------------------------------------------------------------------------

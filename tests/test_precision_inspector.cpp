@@ -2,6 +2,7 @@
 // the layers' own tensors and the optimizer's own lost-update count), that it changes none of the
 // run's bits, that a skipped step's first inf/NaN op and layer are named as amp::OverflowDetector
 // (which reads every op) names them, and that bad options are refused before any step.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -176,6 +177,21 @@ TEST_CASE("NonfiniteTrace: the first op whose output holds an inf or NaN, in eve
       trace.drop_through(1);
       CHECK(trace.kept_steps() == 0);
     }
+  }
+  for (DType dtype : {DType::E4M3, DType::E5M2}) {  // FP8 codes: a NaN among them is found by its bits too
+    CAPTURE(dtype);
+    amp::NonfiniteTrace trace;
+    trace.begin_step(1);
+    Tensor finite = cast(from_vector({1.0, -448.0, 2.0}, {3}), dtype);  // E4M3's largest code, 0xFE: finite
+    Tensor nan;
+    {
+      NameScope scope("codes");
+      nan = cast(from_vector({1.0, std::nan(""), 2.0}, {3}), dtype);
+    }
+    trace.end_step();
+    REQUIRE(trace.first(1).has_value());
+    CHECK(trace.first(1)->op == "cast");
+    CHECK(trace.first(1)->scope == "codes");
   }
   amp::NonfiniteTrace trace;  // between steps nothing is observed
   Tensor inf = mul(from_vector({60000.0}, {1}, {.dtype = DType::F16}), 4.0);

@@ -26,9 +26,14 @@
 // fails any Tensor Core GEMM that reads shared memory through LD).
 // Which one runs (GemmRung::Auto):
 //   f16 under kernels::Accumulation::F16  -> 1 with a half accumulator, never split
-//   f16, bf16 on compute capability 9.0   -> 4 when the rows of A, B and C are aligned and k > 0, unless
-//                                            C has at most SMs / 2 of its tiles and k >= 1024 (rung 3's
-//                                            split-K fills the GPU better then)
+//   f16, bf16 on compute capability 9.0   -> 4 when the rows of A, B and C are aligned, C has at least
+//                                            8 x SMs of its tiles and k >= 1024; measured on an H200
+//                                            (docs/results/gpu-bench.md, 2026-11-29), rung 4 beats rung
+//                                            3 at 8192^3 (2048 tiles: 69-70% of cuBLAS against 58-67%)
+//                                            and loses at 4096^3 (512 tiles: 50-52% against 59-61%) and
+//                                            on every example model's shape (its 128x256 tile mostly
+//                                            empty at n = 64, a short k never filling its pipeline).
+//                                            GemmRung::Wgmma runs it wherever it takes the operands
 //   f16, bf16                             -> 3: cp.async when the rows are aligned (128x256 tiles when
 //                                            C has at least one per SM and the device's shared memory
 //                                            holds their 192 KiB, else 128x128), else through
@@ -210,13 +215,17 @@ struct GemmPlan {
   int k_slice = 0;  // when split
 };
 
-// Rung 4 where the device runs it and it takes the operands, unless C has so few of its tiles that the
-// GPU would be at least half idle and k is long enough that rung 3's split-K fills it instead.
+// Rung 4 where the device runs it, it takes the operands, and the header's rule says it pays (or
+// GemmRung::Wgmma asks for it).
 bool wgmma_for(const Tensor& a, const Tensor& b, DType out, const void* c, const GemmShape& s) {
-  if (gemm_rung() != GemmRung::Auto || !wgmma_gemm::available() || !wgmma_gemm::takes(a, b, out, c, s)) return false;
+  const GemmRung rung = gemm_rung();
+  if ((rung != GemmRung::Auto && rung != GemmRung::Wgmma) || !wgmma_gemm::available() ||
+      !wgmma_gemm::takes(a, b, out, c, s))
+    return false;
+  if (rung == GemmRung::Wgmma) return true;
   const std::int64_t tiles = ceil_div(s.m, wgmma_gemm::kTileM) * ceil_div(s.n, wgmma_gemm::tile_n(out == DType::F32)) *
                              s.batch;
-  return tiles * 2 > device_facts().multiprocessors || s.k < 2 * kMinSliceK;
+  return tiles >= 8 * device_facts().multiprocessors && s.k >= 1024;
 }
 
 // The header's rule, for the current device (the caller's DeviceGuard makes it the tensors'), for C
