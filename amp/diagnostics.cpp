@@ -9,7 +9,7 @@ namespace mg::amp {
 
 namespace {
 
-constexpr double kF16MinNormal = 0x1p-14;
+constexpr double kF16MinNormal = dtype_info(DType::F16).min_normal;  // 2^-14
 
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !is_floating(t.dtype())) return true;

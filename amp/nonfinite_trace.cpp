@@ -13,7 +13,7 @@ namespace mg::amp {
 namespace {
 
 // Whether a CPU tensor holds an inf or NaN, from the bits (no copy): its largest magnitude's bits
-// (sign dropped) reach those of inf. A max over integers, which the compiler vectorises.
+// (sign dropped) reach the first non-finite pattern. A max over integers, which the compiler vectorises.
 template <class Bits>
 bool largest_magnitude_reaches(const Tensor& t, Bits magnitude_mask, Bits infinity) {
   const auto* bits = static_cast<const Bits*>(t.data_ptr());
@@ -23,24 +23,24 @@ bool largest_magnitude_reaches(const Tensor& t, Bits magnitude_mask, Bits infini
   return largest >= infinity;
 }
 
+// The bit patterns come from the dtype's row (core/dtype.h): every floating dtype, FP8 codes included.
 bool cpu_nonfinite(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::F16:
-      return largest_magnitude_reaches<std::uint16_t>(t, 0x7FFFu, 0x7C00u);
-    case DType::BF16:
-      return largest_magnitude_reaches<std::uint16_t>(t, 0x7FFFu, 0x7F80u);
-    case DType::F32:
-      return largest_magnitude_reaches<std::uint32_t>(t, 0x7FFFFFFFu, 0x7F800000u);
-    case DType::F64:
-      return largest_magnitude_reaches<std::uint64_t>(t, 0x7FFFFFFFFFFFFFFFu, 0x7FF0000000000000u);
-    case DType::E4M3:  // no inf; NaN is S.1111.111
-      return largest_magnitude_reaches<std::uint8_t>(t, 0x7Fu, 0x7Fu);
-    case DType::E5M2:  // inf S.11111.00, NaN above it
-      return largest_magnitude_reaches<std::uint8_t>(t, 0x7Fu, 0x7Cu);
-    case DType::I32:  // an integer is always finite
-      return false;
+  const std::uint64_t mask = magnitude_mask(t.dtype()), from = nonfinite_from(t.dtype());
+  if (from == 0) return false;  // an integer: always finite
+  switch (dtype_info(t.dtype()).bits) {
+    case 8:
+      return largest_magnitude_reaches<std::uint8_t>(t, static_cast<std::uint8_t>(mask),
+                                                     static_cast<std::uint8_t>(from));
+    case 16:
+      return largest_magnitude_reaches<std::uint16_t>(t, static_cast<std::uint16_t>(mask),
+                                                      static_cast<std::uint16_t>(from));
+    case 32:
+      return largest_magnitude_reaches<std::uint32_t>(t, static_cast<std::uint32_t>(mask),
+                                                      static_cast<std::uint32_t>(from));
+    case 64:
+      return largest_magnitude_reaches<std::uint64_t>(t, mask, from);
   }
-  return false;
+  throw Error(fmt::format("NonfiniteTrace: no bit test for {}-bit {} tensors", dtype_info(t.dtype()).bits, t.dtype()));
 }
 
 }  // namespace

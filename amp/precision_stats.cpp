@@ -10,8 +10,20 @@ namespace mg::amp {
 
 namespace {
 
-constexpr double kF16MinNormal = 0x1p-14;
-constexpr double kBf16MinNormal = 0x1p-126;
+// The dtype of a format: its facts are that dtype's row of MG_DTYPES (core/dtype.h).
+constexpr DType dtype_of(Format format) {
+  switch (format) {
+    case Format::F16:
+      return DType::F16;
+    case Format::BF16:
+      return DType::BF16;
+    case Format::E4M3:
+      return DType::E4M3;
+    case Format::E5M2:
+      return DType::E5M2;
+  }
+  return DType::F32;
+}
 
 // The outcome of rounding a finite non-zero v: what it becomes, and that format's smallest normal.
 struct Rounded {
@@ -22,28 +34,35 @@ struct Rounded {
 Rounded round_to(double v, Format format, double fp8_scale) {
   switch (format) {
     case Format::F16:
-      return {static_cast<double>(scalar_cast<half>(v)), kF16MinNormal};
+      return {static_cast<double>(scalar_cast<half>(v)), dtype_info(DType::F16).min_normal};
     case Format::BF16:
-      return {static_cast<double>(scalar_cast<bfloat16>(v)), kBf16MinNormal};
-    default: {
+      return {static_cast<double>(scalar_cast<bfloat16>(v)), dtype_info(DType::BF16).min_normal};
+    case Format::E4M3:
+    case Format::E5M2: {
       const fp8::Format f = format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
-      const fp8::FormatInfo info = fp8::format_info(f);
       // The format's own overflow rule (NaN in E4M3, inf in E5M2): a value past max is not finite.
       const std::uint8_t code = fp8::encode(static_cast<float>(v * fp8_scale), f, fp8::Overflow::NonFinite);
-      return {static_cast<double>(fp8::decode(code, f)), std::ldexp(1.0, 1 - info.bias)};
+      return {static_cast<double>(fp8::decode(code, f)), dtype_info(dtype_of(format)).min_normal};
     }
   }
+  return {v, 0.0};
 }
 
 // Each format's smallest normal and largest finite magnitude (kAllFormats' order). A value between
 // them (after the FP8 scale) rounds to a normal value in between, both ends being representable: no
 // rounding needs to be done to know that it is neither flushed, nor subnormal, nor overflowing.
-constexpr std::array<std::array<double, 2>, kFormats> kNormalRange{
-    {{kF16MinNormal, 65504.0}, {kBf16MinNormal, 0x1.FEp127}, {0x1p-6, 448.0}, {0x1p-14, 57344.0}}};
+constexpr std::array<std::array<double, 2>, kFormats> kNormalRange = [] {
+  std::array<std::array<double, 2>, kFormats> range{};
+  for (int i = 0; i < kFormats; ++i) {
+    const DTypeInfo d = dtype_info(dtype_of(kAllFormats[static_cast<std::size_t>(i)]));
+    range[static_cast<std::size_t>(i)] = {d.min_normal, d.max};
+  }
+  return range;
+}();
 
 double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
   if (!(amax > 0.0)) return 1.0;
-  const double max = fp8::format_info(format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2).max;
+  const double max = dtype_info(dtype_of(format)).max;
   double scale = max / amax / std::ldexp(1.0, judging.margin);
   if (judging.power_of_two) scale = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(scale))));
   return scale;
@@ -51,21 +70,9 @@ double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
 
 }  // namespace
 
-const char* format_name(Format format) {
-  switch (format) {
-    case Format::F16:
-      return "f16";
-    case Format::BF16:
-      return "bf16";
-    case Format::E4M3:
-      return "e4m3";
-    case Format::E5M2:
-      return "e5m2";
-  }
-  return "?";
-}
+const char* format_name(Format format) { return dtype_info(dtype_of(format)).name; }
 
-bool is_fp8(Format format) { return format == Format::E4M3 || format == Format::E5M2; }
+bool is_fp8(Format format) { return mg::is_fp8(dtype_of(format)); }
 
 void PrecisionStats::merge(const PrecisionStats& other) {
   values.merge(other.values);

@@ -32,7 +32,7 @@ namespace {
 Tensor step(const Tensor& t, std::int64_t index, std::int64_t rows, std::int64_t cols) {
   Tensor view = t.detach();
   view.impl().shape = {rows, cols};
-  view.impl().offset += static_cast<std::size_t>(index * rows * cols) * dtype_size(t.dtype());
+  view.impl().offset += dtype_bytes(t.dtype(), index * rows * cols);
   return view;
 }
 

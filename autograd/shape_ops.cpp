@@ -175,8 +175,7 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t
 
   Tensor out;
   if (d == 0) {  // rows [begin, end) are contiguous: a view
-    out = view_of(x, shape,
-                  static_cast<std::size_t>(begin * product(x.shape(), 1, x.shape().size())) * dtype_size(x.dtype()));
+    out = view_of(x, shape, dtype_bytes(x.dtype(), begin * product(x.shape(), 1, x.shape().size())));
   } else {
     out = Tensor::empty(shape, check::like(x));
     kernels::copy_along_dim(x, begin, out, 0, d, end - begin);

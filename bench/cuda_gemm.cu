@@ -3,6 +3,7 @@
 //
 //   build/bench/cuda_gemm              every mode and shape below
 //   build/bench/cuda_gemm f16 4096     only modes and shapes whose names contain the given words
+//   build/bench/cuda_gemm '!wmma'      all but those whose names contain "wmma" (rungs 1 and 2)
 //
 // Modes: f16 and bf16 operands into an output of the same dtype with f32 accumulation (cuBLAS:
 // cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F), on the rung each shape takes (rung 4, wgmma, on an
@@ -50,6 +51,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/cublaslt_fp8.h"
@@ -208,9 +210,13 @@ void print_header() {
              "mixgrad kernel (and split of k)", "max rel err", "mixgrad", "cuBLAS", "ratio");
 }
 
+// Every word in the name, and none of the words given as "!word".
 bool selected(const std::string& name, int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (name.find(argv[i]) == std::string::npos) return false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    const bool excluded = word.starts_with('!');
+    if ((name.find(excluded ? word.substr(1) : word) != std::string::npos) == excluded) return false;
+  }
   return true;
 }
 

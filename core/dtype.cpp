@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
 
@@ -10,65 +9,93 @@ namespace mg {
 
 namespace {
 
-struct DTypeRow {
-  DType dtype;
-  std::string_view name;
-  std::size_t size;
-  int mantissa_bits;  // bits after the binary point; -1: an integer type
-  double max;
-  std::string_view file_name;  // safetensors' name (github.com/huggingface/safetensors, "Dtype")
-};
+#define MG_DTYPE_ENUMERATOR(e, ...) DType::e,
+constexpr std::array kAll{MG_DTYPES(MG_DTYPE_ENUMERATOR)};
+#undef MG_DTYPE_ENUMERATOR
 
-// One row per dtype, in enum order (checked below).
-constexpr std::array<DTypeRow, 7> kRows{{
-    {DType::F32, "f32", 4, 23, std::numeric_limits<float>::max(), "F32"},
-    {DType::F16, "f16", 2, 10, 65504.0, "F16"},
-    {DType::BF16, "bf16", 2, 7, 0x1.FEp127, "BF16"},  // 0x7F7F: (2 - 2^-7) * 2^127
-    {DType::F64, "f64", 8, 52, std::numeric_limits<double>::max(), "F64"},
-    {DType::I32, "i32", 4, -1, std::numeric_limits<std::int32_t>::max(), "I32"},
-    {DType::E4M3, "e4m3", 1, 3, 448.0, "F8_E4M3"},
-    {DType::E5M2, "e5m2", 1, 2, 57344.0, "F8_E5M2"},
-}};
-constexpr std::array<DType, kRows.size()> kAll{DType::F32, DType::F16,  DType::BF16, DType::F64,
-                                               DType::I32, DType::E4M3, DType::E5M2};
-
-constexpr bool rows_in_enum_order() {
-  for (std::size_t i = 0; i < kRows.size(); ++i)
-    if (static_cast<std::size_t>(kRows[i].dtype) != i || kAll[i] != kRows[i].dtype) return false;
-  return true;
+// The row of a dtype that exists; an unknown tag is a bug (or memory gone bad), named as such.
+DTypeInfo row(DType dtype) {
+  const DTypeInfo d = dtype_info(dtype);
+  if (d.bits == 0) throw Error(fmt::format("mg::DType: unknown dtype tag {}", static_cast<int>(dtype)));
+  return d;
 }
-static_assert(rows_in_enum_order(), "core/dtype.cpp: kRows must list every DType in enum order");
 
-const DTypeRow& row(DType dtype) {
-  const auto i = static_cast<std::size_t>(dtype);
-  if (i >= kRows.size()) throw Error(fmt::format("mg::DType: unknown dtype tag {}", i));
-  return kRows[i];
+// The minimum columns mean something for the floating dtypes only.
+DTypeInfo floating_row(DType dtype, const char* what) {
+  const DTypeInfo d = row(dtype);
+  if (d.mantissa_bits < 0) throw Error(fmt::format("{}: {} is not a floating-point dtype", what, dtype));
+  return d;
 }
 
 }  // namespace
 
-std::size_t dtype_size(DType dtype) { return row(dtype).size; }
-
-std::string_view dtype_name(DType dtype) {
-  const auto i = static_cast<std::size_t>(dtype);
-  return i < kRows.size() ? kRows[i].name : "unknown";
+std::size_t dtype_size(DType dtype) {
+  const DTypeInfo d = row(dtype);
+  if (d.bits % 8 != 0)
+    throw Error(fmt::format("dtype_size: {} packs {} elements a byte and has no size of its own; count bytes with "
+                            "dtype_bytes",
+                            dtype, 8 / d.bits));
+  return static_cast<std::size_t>(d.bits / 8);
 }
+
+std::size_t packed_bytes(DType dtype, std::int64_t elements) {
+  const DTypeInfo d = row(dtype);
+  if (elements < 0) throw Error(fmt::format("dtype_bytes: a negative count of {} elements ({})", dtype, elements));
+  const std::int64_t bits = elements * d.bits;  // fewer than 8 bits an element: no overflow before the bytes do
+  if (bits % 8 != 0)
+    throw Error(fmt::format("dtype_bytes: {} {} elements of {} bits end inside a byte; a {} tensor, and each view or "
+                            "slice of one, must start and end on a whole byte (an even count for 4 bits)",
+                            elements, dtype, d.bits, dtype));
+  return static_cast<std::size_t>(bits / 8);
+}
+
+std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
 
 std::string_view dtype_file_name(DType dtype) { return row(dtype).file_name; }
 
 std::span<const DType> all_dtypes() { return kAll; }
 
+std::string dtype_names(bool file_names) {
+  std::string names;
+  for (std::size_t i = 0; i < kAll.size(); ++i) {
+    if (i > 0) names += i + 1 == kAll.size() ? " and " : ", ";
+    names += file_names ? fmt::format("\"{}\"", dtype_file_name(kAll[i])) : std::string(dtype_name(kAll[i]));
+  }
+  return names;
+}
+
 bool is_floating(DType dtype) { return row(dtype).mantissa_bits >= 0; }
 
 bool is_low_precision(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
-bool is_fp8(DType dtype) { return dtype == DType::E4M3 || dtype == DType::E5M2; }
-
-double dtype_eps(DType dtype) {
-  if (!is_floating(dtype)) throw Error(fmt::format("dtype_eps: {} is not a floating-point dtype", dtype));
-  return std::ldexp(1.0, -row(dtype).mantissa_bits);
+bool is_fp8(DType dtype) {
+  const DTypeInfo d = row(dtype);
+  return d.storage_only && d.bits == 8 && d.mantissa_bits >= 0;
 }
 
+double dtype_eps(DType dtype) { return std::ldexp(1.0, -floating_row(dtype, "dtype_eps").mantissa_bits); }
+
 double dtype_max(DType dtype) { return row(dtype).max; }
+
+double dtype_min_normal(DType dtype) { return floating_row(dtype, "dtype_min_normal").min_normal; }
+
+double dtype_min_subnormal(DType dtype) { return floating_row(dtype, "dtype_min_subnormal").min_subnormal; }
+
+// The table's facts, checked where they can be derived from the others (IEEE-style formats: the
+// smallest normal is 2^(1 - bias), the smallest subnormal 2^(1 - bias - mantissa bits)).
+constexpr bool rows_consistent() {
+  for (const DType dtype : kAll) {
+    const DTypeInfo d = dtype_info(dtype);
+    if (d.bits == 0 || d.mantissa_bits < 0) continue;
+    double normal = 1.0;
+    for (int i = 0; i < d.bias - 1; ++i) normal /= 2.0;
+    double subnormal = normal;
+    for (int i = 0; i < d.mantissa_bits; ++i) subnormal /= 2.0;
+    if (normal != d.min_normal || subnormal != d.min_subnormal) return false;
+    if (d.bits != (d.has_sign ? 1 : 0) + d.exponent_bits + d.mantissa_bits) return false;
+  }
+  return true;
+}
+static_assert(rows_consistent(), "core/dtype.h: a row of MG_DTYPES disagrees with its bias and mantissa bits");
 
 }  // namespace mg

@@ -13,8 +13,11 @@
 // (to and from every other dtype), and that the FP8 GEMM reads (kernels/fp8.h); arithmetic kernels
 // refuse them with an error that says to convert first, as no hardware computes in FP8 either.
 //
-// Each dtype is one row of the table in dtype.cpp (name, size, mantissa bits, max, file name); adding a
-// dtype is a row there, an enumerator here, and its C++ type in scalar_types.h where kernels compute in it.
+// MG_DTYPES is the table of them, one row a dtype: the enum, all_dtypes(), the names and every fact
+// below come from it, so adding a format is a row here (then its C++ type in scalar_types.h where
+// kernels compute in it, and the switches with no default that the compiler then names: -Werror=switch).
+// What belongs to another layer stays there, keyed by the dtype: the MPI and NCCL wire types (dist/),
+// the device types (kernels/cuda/common.cuh), the --graph colours (amp/step_graph_dot.cpp).
 #pragma once
 
 #include <fmt/format.h>
@@ -22,23 +25,96 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "core/host_device.h"
 
 namespace mg {
 
-enum class DType : std::uint8_t { F32, F16, BF16, F64, I32, E4M3, E5M2 };
+// X(enumerator, name, bits, exponent bits, mantissa bits, bias, largest finite, smallest normal,
+//   smallest subnormal, has inf, has NaN, has a sign, storage only, safetensors' name)
+// For an integer: no exponent, mantissa -1, the smallest positive value 1 in both minimum columns.
+// Storage only: codes that are stored, copied and converted, never computed in (FP8).
+#define MG_DTYPES(X) \
+  X(F32, "f32", 32, 8, 23, 127, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, true, true, true, false, "F32") \
+  X(F16, "f16", 16, 5, 10, 15, 65504.0, 0x1p-14, 0x1p-24, true, true, true, false, "F16") \
+  X(BF16, "bf16", 16, 8, 7, 127, 0x1.FEp127, 0x1p-126, 0x1p-133, true, true, true, false, "BF16") \
+  X(F64, "f64", 64, 11, 52, 1023, 0x1.FFFFFFFFFFFFFp1023, 0x1p-1022, 0x1p-1074, true, true, true, false, "F64") \
+  X(I32, "i32", 32, 0, -1, 0, 2147483647.0, 1.0, 1.0, false, false, true, false, "I32") \
+  X(E4M3, "e4m3", 8, 4, 3, 7, 448.0, 0x1p-6, 0x1p-9, false, true, true, true, "F8_E4M3") \
+  X(E5M2, "e5m2", 8, 5, 2, 15, 57344.0, 0x1p-14, 0x1p-16, true, true, true, true, "F8_E5M2")
 
-std::size_t dtype_size(DType dtype);  // bytes per element
+#define MG_DTYPE_ENUMERATOR(e, ...) e,
+enum class DType : std::uint8_t { MG_DTYPES(MG_DTYPE_ENUMERATOR) };
+#undef MG_DTYPE_ENUMERATOR
+
+// One row of MG_DTYPES. Constant and usable in device code (names as C strings).
+struct DTypeInfo {
+  const char* name;  // "f32", "e4m3": messages, printing, --precision
+  int bits;  // one element's
+  int exponent_bits, mantissa_bits;  // mantissa -1: an integer
+  int bias;
+  double max, min_normal, min_subnormal;
+  bool has_inf, has_nan, has_sign, storage_only;
+  const char* file_name;  // safetensors' name (github.com/huggingface/safetensors, "Dtype")
+};
+
+// The row of a dtype; an unknown tag (memory gone bad) gives a row named "unknown" of 0 bits.
+MG_HOST_DEVICE constexpr DTypeInfo dtype_info(DType dtype) {
+  switch (dtype) {
+#define MG_DTYPE_ROW(e, ...) \
+  case DType::e: \
+    return DTypeInfo{__VA_ARGS__};
+    MG_DTYPES(MG_DTYPE_ROW)
+#undef MG_DTYPE_ROW
+  }
+  return DTypeInfo{"unknown", 0, 0, -1, 0, 0.0, 0.0, 0.0, false, false, false, false, "unknown"};
+}
+
+// The inf and NaN encodings, from the row: with the sign bit dropped, a value is inf or NaN exactly
+// when its bits reach nonfinite_from (the exponent all ones where the format has an inf; E4M3, with a
+// NaN and no inf, only at all ones). What NonfiniteTrace and find_non_finite compare bits with.
+MG_HOST_DEVICE constexpr std::uint64_t magnitude_mask(DType dtype) {
+  const DTypeInfo d = dtype_info(dtype);
+  return d.bits >= 64 ? ~std::uint64_t{0} >> 1 : (std::uint64_t{1} << (d.bits - (d.has_sign ? 1 : 0))) - 1;
+}
+// 0 where the dtype has neither inf nor NaN (an integer): nothing is non-finite.
+MG_HOST_DEVICE constexpr std::uint64_t nonfinite_from(DType dtype) {
+  const DTypeInfo d = dtype_info(dtype);
+  if (!d.has_inf && !d.has_nan) return 0;
+  if (!d.has_inf) return magnitude_mask(dtype);
+  return ((std::uint64_t{1} << d.exponent_bits) - 1) << d.mantissa_bits;
+}
+
+std::size_t dtype_size(DType dtype);  // bytes per element (a whole-byte dtype's; see dtype_bytes)
+
+// The bytes of `elements` consecutive elements: every byte count and byte offset of tensor data comes
+// from here (storage sizes, views, slices, files), so a packed dtype of fewer than 8 bits (FP4's E2M1,
+// two a byte) is a row of MG_DTYPES, not a hunt. The rule for packed dtypes: a tensor and each of its
+// views and slices start and end on a whole byte, so a count of elements that does not fill whole
+// bytes is refused (an mg::Error naming the dtype and the count), never rounded or padded.
+std::size_t packed_bytes(DType dtype, std::int64_t elements);
+inline std::size_t dtype_bytes(DType dtype, std::int64_t elements) {
+  const int bits = dtype_info(dtype).bits;
+  if (bits % 8 == 0 && bits > 0 && elements >= 0) [[likely]]
+    return static_cast<std::size_t>(elements) * static_cast<std::size_t>(bits / 8);
+  return packed_bytes(dtype, elements);
+}
 std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32", "e4m3", "e5m2"
 bool is_floating(DType dtype);
 bool is_low_precision(DType dtype);  // f16 or bf16: the 16-bit compute dtypes, rounded on every store
 bool is_fp8(DType dtype);  // e4m3 or e5m2: storage only
 double dtype_eps(DType dtype);  // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52, 2^-3, 2^-2; error for i32
 double dtype_max(DType dtype);  // largest finite value: 65504 for f16, 448 for e4m3, 2^31-1 for i32
+double dtype_min_normal(DType dtype);  // 2^-14 for f16, 2^-126 for bf16 and f32; error for i32
+double dtype_min_subnormal(DType dtype);  // 2^-24 for f16, 2^-133 for bf16; error for i32
 // The dtype's name in the safetensors format: "F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2".
 std::string_view dtype_file_name(DType dtype);
 // Every dtype, in enum order (for parsing names and for tests that sweep them).
 std::span<const DType> all_dtypes();
+// "f32, f16, bf16, f64, i32, e4m3 and e5m2": for messages that list what mixgrad holds.
+std::string dtype_names(bool file_names = false);
 
 }  // namespace mg
 

@@ -23,8 +23,7 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = options.dtype;
-  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(mg::numel(shape)) * dtype_size(options.dtype),
-                                            options.device);
+  impl->storage = std::make_shared<Storage>(dtype_bytes(options.dtype, mg::numel(shape)), options.device);
   impl->id = next_tensor_id();
   Tensor tensor(std::move(impl));
   if (options.requires_grad) tensor.set_requires_grad(true);

@@ -62,7 +62,7 @@ class Tensor {
   std::int64_t numel() const { return mg::numel(impl().shape); }
   DType dtype() const { return impl().dtype; }
   Device device() const { return impl().storage->device(); }
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
+  std::size_t nbytes() const { return dtype_bytes(dtype(), numel()); }
 
   // Raw element data. data<T>() checks that T is this tensor's element type.
   void* data_ptr() const { return static_cast<char*>(impl().storage->data()) + impl().offset; }

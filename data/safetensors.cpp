@@ -213,14 +213,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   Entry entry{.name = name, .dtype = DType::F32, .shape = {}};
   const json& dtype = value["dtype"];
   std::optional<DType> known = dtype.is_string() ? dtype_from_file_name(dtype.get<std::string>()) : std::nullopt;
-  if (!known) {
-    std::string held;  // from the dtype table, so the message cannot go stale
-    for (const DType d : all_dtypes()) held += fmt::format("{}\"{}\"", held.empty() ? "" : ", ", dtype_file_name(d));
-    throw Error(fmt::format("{} has dtype {}, which mixgrad cannot hold; it holds {}{}", where, quoted(dtype), held,
-                            dtype == "I64"
-                                ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))"
-                                : ""));
-  }
+  MG_CHECK(known.has_value(), "{} has dtype {}, which mixgrad cannot hold; it holds {}{}", where, quoted(dtype),
+           dtype_names(/*file_names=*/true),
+           dtype == "I64" ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))" : "");
   entry.dtype = *known;
 
   // Sizes below 2^63 fit a Shape; the running product must too, or the element count is meaningless.
@@ -235,9 +230,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     MG_CHECK(!__builtin_mul_overflow(numel, entry.shape.back(), &numel),
              "{} has shape {}, whose number of elements overflows 64 bits", where, quoted(shape));
   }
-  std::int64_t nbytes = 0;
-  MG_CHECK(!__builtin_mul_overflow(numel, static_cast<std::int64_t>(dtype_size(entry.dtype)), &nbytes),
+  std::int64_t nbits = 0;
+  MG_CHECK(!__builtin_mul_overflow(numel, static_cast<std::int64_t>(dtype_info(entry.dtype).bits), &nbits),
            "{} has shape {} of {}, whose size in bytes overflows 64 bits", where, quoted(shape), quoted(dtype));
+  const auto nbytes = static_cast<std::int64_t>(dtype_bytes(entry.dtype, numel));
 
   const json& offsets = value["data_offsets"];
   MG_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&

@@ -26,7 +26,7 @@ double total_norm(const std::vector<Tensor>& gradients, double p) {
                                             : reinterpret_cast<const char*>(host.data());
     for (std::int64_t start = 0; start < g.numel(); start += kChunk) {
       const std::int64_t n = std::min(kChunk, g.numel() - start);
-      convert(bytes + static_cast<std::size_t>(start) * dtype_size(g.dtype()), g.dtype(), values, DType::F64, n);
+      convert(bytes + dtype_bytes(g.dtype(), start), g.dtype(), values, DType::F64, n);
       for (std::int64_t i = 0; i < n; ++i) {
         const double magnitude = std::fabs(values[i]);
         if (max_norm) {

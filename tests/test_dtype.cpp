@@ -46,6 +46,60 @@ TEST_CASE("dtype: sizes, names, eps and max") {
   CHECK_THROWS_AS(dtype_eps(DType::I32), Error);
 }
 
+// A value of `dtype` (converted from f64, rounded to nearest even) as its bits, in the low bytes.
+static std::uint64_t bits_of(double value, DType dtype) {
+  std::uint64_t bits = 0;
+  convert(&value, DType::F64, &bits, dtype, 1);
+  return bits;
+}
+static double value_of(std::uint64_t bits, DType dtype) {
+  double value = 0.0;
+  convert(&bits, dtype, &value, DType::F64, 1);
+  return value;
+}
+
+TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
+  for (const DType dtype : all_dtypes()) {
+    CAPTURE(dtype);
+    const DTypeInfo d = dtype_info(dtype);
+    CHECK(dtype_name(dtype) == d.name);
+    CHECK(dtype_bytes(dtype, 3) == 3 * static_cast<std::size_t>(d.bits) / 8);
+    if (!is_floating(dtype)) {
+      CHECK(nonfinite_from(dtype) == 0);  // an integer is always finite
+      CHECK_THROWS_AS(dtype_min_normal(dtype), Error);
+      continue;
+    }
+    // The extremes survive a round trip; halfway below the smallest subnormal rounds to zero (a tie,
+    // to the even 0); the smallest normal is 2^mantissa smallest subnormals.
+    for (const double v : {d.max, -d.max, d.min_normal, d.min_subnormal})
+      CHECK(value_of(bits_of(v, dtype), dtype) == v);
+    if (dtype != DType::F64) CHECK(value_of(bits_of(d.min_subnormal / 2, dtype), dtype) == 0.0);
+    CHECK(d.min_normal == std::ldexp(d.min_subnormal, d.mantissa_bits));
+    CHECK(dtype_eps(dtype) == std::ldexp(1.0, -d.mantissa_bits));
+    // The inf and NaN patterns NonfiniteTrace compares with: max below them, NaN (and inf) at or above.
+    const std::uint64_t mask = magnitude_mask(dtype), from = nonfinite_from(dtype);
+    CHECK((bits_of(d.max, dtype) & mask) < from);
+    CHECK((bits_of(-d.max, dtype) & mask) < from);
+    CHECK((bits_of(std::nan(""), dtype) & mask) >= from);
+    if (d.has_inf) CHECK((bits_of(INFINITY, dtype) & mask) == from);
+    CHECK(std::isnan(value_of(magnitude_mask(dtype), dtype)) == d.has_nan);  // all ones: NaN where there is one
+  }
+  CHECK(dtype_info(DType::E4M3).has_inf == false);
+  CHECK(nonfinite_from(DType::E5M2) == 0x7Cu);
+  CHECK(nonfinite_from(DType::F16) == 0x7C00u);
+  CHECK(magnitude_mask(DType::F64) == 0x7FFFFFFFFFFFFFFFu);
+  CHECK(dtype_names() == "f32, f16, bf16, f64, i32, e4m3 and e5m2");
+  CHECK(dtype_names(true) == R"("F32", "F16", "BF16", "F64", "I32", "F8_E4M3" and "F8_E5M2")");
+  CHECK(is_fp8(DType::E4M3));
+  CHECK(is_fp8(DType::E5M2));
+  CHECK_FALSE(is_fp8(DType::F16));
+  CHECK(dtype_min_normal(DType::BF16) == 0x1p-126);
+  CHECK(dtype_min_subnormal(DType::F16) == 0x1p-24);
+  check_error([] { dtype_bytes(DType::F16, -1); }, "negative count");
+  check_error([] { dtype_size(static_cast<DType>(200)); }, "unknown dtype tag 200");
+  CHECK(dtype_name(static_cast<DType>(200)) == "unknown");
+}
+
 TEST_CASE("dtype: f16 rounding edge cases") {
   const float smallest_subnormal = std::ldexp(1.0f, -24);
   CHECK(through_f16(smallest_subnormal) == smallest_subnormal);  // 2^-24 survives

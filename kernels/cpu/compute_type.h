@@ -31,7 +31,7 @@
 namespace mg::kernels::cpu {
 
 inline char* bytes_at(const Tensor& t, std::int64_t start) {
-  return static_cast<char*>(t.data_ptr()) + static_cast<std::size_t>(start) * dtype_size(t.dtype());
+  return static_cast<char*>(t.data_ptr()) + dtype_bytes(t.dtype(), start);
 }
 
 template <class C>
@@ -46,8 +46,8 @@ C* values_at(const Tensor& t, std::int64_t start, std::int64_t n, C* buffer) {
 constexpr std::int64_t kConvertGrain = 32 * 1024;
 inline void convert_parallel(const void* src, DType from, void* dst, DType to, std::int64_t n) {
   parallel_for(n, kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
-    convert(static_cast<const char*>(src) + static_cast<std::size_t>(begin) * dtype_size(from), from,
-            static_cast<char*>(dst) + static_cast<std::size_t>(begin) * dtype_size(to), to, end - begin);
+    convert(static_cast<const char*>(src) + dtype_bytes(from, begin), from,
+            static_cast<char*>(dst) + dtype_bytes(to, begin), to, end - begin);
   });
 }
 

@@ -163,7 +163,7 @@ void store_row(float* row, std::int64_t cols, std::int64_t j0, const GemmEpilogu
     if (epilogue.activation == Activation::Gelu) v = functors::Gelu{}(v);
     row[col] = v;
   }
-  convert(row, DType::F32, static_cast<std::byte*>(c.data_ptr()) + offset * dtype_size(c.dtype()), c.dtype(), cols);
+  convert(row, DType::F32, static_cast<std::byte*>(c.data_ptr()) + dtype_bytes(c.dtype(), offset), c.dtype(), cols);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace mg::kernels::cpu {
 
 void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
   const std::int64_t count = indices.numel();
-  const std::size_t row_bytes = static_cast<std::size_t>(table.size(1)) * dtype_size(table.dtype());
+  const std::size_t row_bytes = dtype_bytes(table.dtype(), table.size(1));
   const auto* src = static_cast<const char*>(table.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   const std::int32_t* index = indices.data<std::int32_t>();
@@ -32,7 +32,7 @@ void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_ta
     C* sum = accumulator.data();
     std::vector<C> row(static_cast<std::size_t>(width));
     const auto* src = static_cast<const char*>(grad.data_ptr());
-    const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(grad.dtype());
+    const std::size_t row_bytes = dtype_bytes(grad.dtype(), width);
     const std::int32_t* index = indices.data<std::int32_t>();
     for (std::int64_t i = 0; i < count; ++i) {
       convert(src + static_cast<std::size_t>(i) * row_bytes, grad.dtype(), row.data(), dtype_of<C>(), width);

@@ -101,7 +101,7 @@ Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_
   Partial<C> best;
   for (std::int64_t start = begin; start < end; start += kChunk) {
     const std::int64_t count = std::min(kChunk, end - start);
-    convert(first + static_cast<std::size_t>(start) * dtype_size(dtype), dtype, buffer, dtype_of<C>(), count);
+    convert(first + dtype_bytes(dtype, start), dtype, buffer, dtype_of<C>(), count);
     if (is_max) {
       for (std::int64_t i = 0; i < count; ++i) {
         if (best.at < 0 || greater_or_nan(buffer[i], best.value)) best = {buffer[i], start + i};
@@ -121,7 +121,7 @@ Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_
 template <class C>
 void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std::int32_t* index) {
   const auto* base = static_cast<const char*>(x.data_ptr());
-  const std::size_t row_bytes = static_cast<std::size_t>(s.n) * dtype_size(x.dtype());
+  const std::size_t row_bytes = dtype_bytes(x.dtype(), s.n);
   auto store = [&](std::int64_t o, const Partial<C>& result) {
     acc[o] = result.value;
     if (index) index[o] = static_cast<std::int32_t>(std::max<std::int64_t>(result.at, 0));

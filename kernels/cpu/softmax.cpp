@@ -28,7 +28,7 @@ struct RowAccess {
   const ReduceShape& s;
 
   std::size_t byte_offset(const Tensor& t, std::int64_t o, std::int64_t j, std::int64_t i) const {
-    return static_cast<std::size_t>((o * s.n + j) * s.inner + i) * dtype_size(t.dtype());
+    return dtype_bytes(t.dtype(), (o * s.n + j) * s.inner + i);
   }
   void load(const Tensor& t, std::int64_t o, std::int64_t i, C* buffer) const {
     const auto* base = static_cast<const char*>(t.data_ptr());

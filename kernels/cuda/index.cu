@@ -110,7 +110,7 @@ void with_unit(std::size_t bytes, std::initializer_list<const void*> pointers, F
 }  // namespace
 
 void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out) {
-  const std::size_t row_bytes = static_cast<std::size_t>(table.size(1)) * dtype_size(table.dtype());
+  const std::size_t row_bytes = dtype_bytes(table.dtype(), table.size(1));
   if (out.numel() == 0 || row_bytes == 0) return;
   mg::cuda::DeviceGuard guard(out.device().index);
   with_unit(row_bytes, {table.data_ptr(), out.data_ptr()}, [&](auto zero) {
