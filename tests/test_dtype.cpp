@@ -95,8 +95,8 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
   CHECK_FALSE(is_fp8(DType::F16));
   CHECK(dtype_min_normal(DType::BF16) == 0x1p-126);
   CHECK(dtype_min_subnormal(DType::F16) == 0x1p-24);
-  check_error([] { dtype_bytes(DType::F16, -1); }, "negative count");
-  check_error([] { dtype_size(static_cast<DType>(200)); }, "unknown dtype tag 200");
+  testing::check_error([] { dtype_bytes(DType::F16, -1); }, "negative count");
+  testing::check_error([] { dtype_size(static_cast<DType>(200)); }, "unknown dtype tag 200");
   CHECK(dtype_name(static_cast<DType>(200)) == "unknown");
 }
 
