@@ -10,42 +10,22 @@ namespace mg::amp {
 
 namespace {
 
-// The dtype of a format: its facts are that dtype's row of MG_DTYPES (core/dtype.h).
-constexpr DType dtype_of(Format format) {
-  switch (format) {
-    case Format::F16:
-      return DType::F16;
-    case Format::BF16:
-      return DType::BF16;
-    case Format::E4M3:
-      return DType::E4M3;
-    case Format::E5M2:
-      return DType::E5M2;
-  }
-  return DType::F32;
-}
-
 // The outcome of rounding a finite non-zero v: what it becomes, and that format's smallest normal.
 struct Rounded {
   double value;
   double min_normal;
 };
 
-Rounded round_to(double v, Format format, double fp8_scale) {
-  switch (format) {
-    case Format::F16:
-      return {static_cast<double>(scalar_cast<half>(v)), dtype_info(DType::F16).min_normal};
-    case Format::BF16:
-      return {static_cast<double>(scalar_cast<bfloat16>(v)), dtype_info(DType::BF16).min_normal};
-    case Format::E4M3:
-    case Format::E5M2: {
-      const fp8::Format f = format == Format::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
-      // The format's own overflow rule (NaN in E4M3, inf in E5M2): a value past max is not finite.
-      const std::uint8_t code = fp8::encode(static_cast<float>(v * fp8_scale), f, fp8::Overflow::NonFinite);
-      return {static_cast<double>(fp8::decode(code, f)), dtype_info(dtype_of(format)).min_normal};
-    }
-  }
-  return {v, 0.0};
+Rounded round_to(double v, DType format, double fp8_scale) {
+  double value;
+  if (format == DType::F16)
+    value = static_cast<double>(scalar_cast<half>(v));
+  else if (format == DType::BF16)
+    value = static_cast<double>(scalar_cast<bfloat16>(v));
+  else  // E4M3 or E5M2, by the format's own overflow rule (NaN, inf): a value past max is not finite
+    value = static_cast<double>(
+        fp8::decode(fp8::encode(static_cast<float>(v * fp8_scale), format, fp8::Overflow::NonFinite), format));
+  return {value, dtype_info(format).min_normal};
 }
 
 // Each format's smallest normal and largest finite magnitude (kAllFormats' order). A value between
@@ -54,15 +34,15 @@ Rounded round_to(double v, Format format, double fp8_scale) {
 constexpr std::array<std::array<double, 2>, kFormats> kNormalRange = [] {
   std::array<std::array<double, 2>, kFormats> range{};
   for (int i = 0; i < kFormats; ++i) {
-    const DTypeInfo d = dtype_info(dtype_of(kAllFormats[static_cast<std::size_t>(i)]));
+    const DTypeInfo d = dtype_info(kAllFormats[static_cast<std::size_t>(i)]);
     range[static_cast<std::size_t>(i)] = {d.min_normal, d.max};
   }
   return range;
 }();
 
-double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
+double fp8_scale_for(double amax, DType format, const Fp8Judging& judging) {
   if (!(amax > 0.0)) return 1.0;
-  const double max = dtype_info(dtype_of(format)).max;
+  const double max = dtype_info(format).max;
   double scale = max / amax / std::ldexp(1.0, judging.margin);
   if (judging.power_of_two) scale = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(scale))));
   return scale;
@@ -70,9 +50,11 @@ double fp8_scale_for(double amax, Format format, const Fp8Judging& judging) {
 
 }  // namespace
 
-const char* format_name(Format format) { return dtype_info(dtype_of(format)).name; }
-
-bool is_fp8(Format format) { return mg::is_fp8(dtype_of(format)); }
+std::size_t format_index(DType format) {
+  for (std::size_t i = 0; i < kAllFormats.size(); ++i)
+    if (kAllFormats[i] == format) return i;
+  throw Error(fmt::format("amp::PrecisionStats: {} is not a format it judges (f16, bf16, e4m3, e5m2)", format));
+}
 
 void PrecisionStats::merge(const PrecisionStats& other) {
   values.merge(other.values);
@@ -90,18 +72,16 @@ PrecisionStats precision_stats(const Tensor& tensor, const Fp8Judging& fp8) {
   const std::vector<double> values = tensor.to_vector<double>();
   for (double v : values)
     if (std::isfinite(v)) stats.amax = std::max(stats.amax, std::fabs(v));
-  stats.fp8_scale = {fp8_scale_for(stats.amax, Format::E4M3, fp8), fp8_scale_for(stats.amax, Format::E5M2, fp8)};
+  stats.fp8_scale = {fp8_scale_for(stats.amax, DType::E4M3, fp8), fp8_scale_for(stats.amax, DType::E5M2, fp8)};
   for (double v : values) {
     if (!std::isfinite(v) || v == 0.0) continue;
-    for (Format format : kAllFormats) {
-      const double scale = format == Format::E4M3   ? stats.fp8_scale[0]
-                           : format == Format::E5M2 ? stats.fp8_scale[1]
-                                                    : 1;
-      const std::array<double, 2>& range = kNormalRange[static_cast<std::size_t>(format)];
+    for (DType format : kAllFormats) {
+      const double scale = format == DType::E4M3 ? stats.fp8_scale[0] : format == DType::E5M2 ? stats.fp8_scale[1] : 1;
+      const std::array<double, 2>& range = kNormalRange[format_index(format)];
       const double magnitude = std::fabs(v) * scale;
       if (magnitude >= range[0] && magnitude <= range[1]) continue;  // the common case: normal
       const Rounded r = round_to(v, format, scale);
-      auto& counts = stats.counts[static_cast<std::size_t>(format)];
+      auto& counts = stats.counts[format_index(format)];
       if (!std::isfinite(r.value))
         ++counts[static_cast<std::size_t>(Outcome::Overflow)];
       else if (r.value == 0.0)

@@ -15,7 +15,7 @@
 // that scale amax lands on the format's max, so FP8's overflow share is 0 unless the margin is negative.
 //
 //   amp::PrecisionStats s = amp::precision_stats(activation);
-//   s.share(amp::Format::F16, amp::Outcome::Flushed);   // the fraction f16 turns into zero
+//   s.share(DType::F16, amp::Outcome::Flushed);   // the fraction f16 turns into zero
 //
 // lost_updates compares a weight (or the f32 master the optimizer updates) before and after an
 // optimizer step: of the elements whose gradient was non-zero (the step meant to move them), how
@@ -32,11 +32,13 @@
 
 namespace mg::amp {
 
-enum class Format { F16, BF16, E4M3, E5M2 };
+// The formats a tensor is judged in: the low-precision rows of MG_DTYPES (core/dtype.h), whose facts
+// (smallest normal, largest finite) the judging reads.
 inline constexpr int kFormats = 4;
-inline constexpr std::array<Format, kFormats> kAllFormats{Format::F16, Format::BF16, Format::E4M3, Format::E5M2};
-const char* format_name(Format format);  // "f16", "bf16", "e4m3", "e5m2"
-bool is_fp8(Format format);
+inline constexpr std::array<DType, kFormats> kAllFormats{DType::F16, DType::BF16, DType::E4M3, DType::E5M2};
+// A format's place in kAllFormats (the first index of PrecisionStats::counts); an mg::Error for a dtype
+// that is not one of them.
+std::size_t format_index(DType format);
 
 enum class Outcome { Flushed, Subnormal, Overflow };
 
@@ -55,10 +57,10 @@ struct PrecisionStats {
   // the smallest of those merged (1 where amax was 0).
   std::array<double, 2> fp8_scale{1.0, 1.0};
 
-  std::int64_t count(Format format, Outcome outcome) const {
-    return counts[static_cast<std::size_t>(format)][static_cast<std::size_t>(outcome)];
+  std::int64_t count(DType format, Outcome outcome) const {
+    return counts[format_index(format)][static_cast<std::size_t>(outcome)];
   }
-  double share(Format format, Outcome outcome) const { return values.fraction(count(format, outcome)); }
+  double share(DType format, Outcome outcome) const { return values.fraction(count(format, outcome)); }
   double zero_share() const { return values.fraction(values.zero); }
   // Adds another tensor's counts (a layer's weight and bias together); amax is the larger.
   void merge(const PrecisionStats& other);

@@ -20,7 +20,7 @@ Recipe make(std::string name, DType parameters, std::optional<DType> autocast, b
 }
 
 // An FP8 recipe: mixed_bfloat16 with the Linear GEMMs in FP8, scaled as `scaling` says.
-Recipe make_fp8(std::string name, Fp8Scaling scaling, fp8::Format backward_format) {
+Recipe make_fp8(std::string name, Fp8Scaling scaling, DType backward_format) {
   Recipe recipe = make(std::move(name), DType::F32, DType::BF16, false, LossScaling::None);
   recipe.fp8 = Fp8Options{.scaling = scaling, .backward_format = backward_format};
   return recipe;
@@ -30,7 +30,6 @@ Recipe make_fp8(std::string name, Fp8Scaling scaling, fp8::Format backward_forma
 std::vector<Recipe> recipes() {
   using enum LossScaling;
   using enum DType;
-  using fp8::Format;
   return {
       make("fp32", F32, std::nullopt, false, None),
       make("mixed_float16", F32, F16, false, Dynamic),
@@ -38,10 +37,10 @@ std::vector<Recipe> recipes() {
       make("float16_master", F16, F16, true, Dynamic),
       make("float16_pure", F16, F16, false, None),
       make("bfloat16_pure", BF16, BF16, false, None),
-      make_fp8("fp8_delayed", Fp8Scaling::Delayed, Format::E5M2),  // Transformer Engine's default (HYBRID)
-      make_fp8("fp8_current", Fp8Scaling::Current, Format::E5M2),
-      make_fp8("fp8_block", Fp8Scaling::Block, Format::E4M3),  // DeepSeek-V3: E4M3 on all tensors
-      make_fp8("mxfp8", Fp8Scaling::Mx, Format::E4M3),  // MX: E4M3 on all tensors
+      make_fp8("fp8_delayed", Fp8Scaling::Delayed, DType::E5M2),  // Transformer Engine's default (HYBRID)
+      make_fp8("fp8_current", Fp8Scaling::Current, DType::E5M2),
+      make_fp8("fp8_block", Fp8Scaling::Block, DType::E4M3),  // DeepSeek-V3: E4M3 on all tensors
+      make_fp8("mxfp8", Fp8Scaling::Mx, DType::E4M3),  // MX: E4M3 on all tensors
   };
 }
 

@@ -33,12 +33,12 @@ kernels::Fp8Blocks blocks_for(Fp8Role role, bool reduce_rows, Fp8Scaling scaling
   return {0, 0};
 }
 
-fp8::Format format_for(Fp8Role role, const Fp8Options& options) {
+DType format_for(Fp8Role role, const Fp8Options& options) {
   return role == Fp8Role::GradOutput ? options.backward_format : options.forward_format;
 }
 
 // The rule a recipe's scales follow (kernels/fp8_scale.h), for tensors of `format`.
-kernels::Fp8ScaleRule scale_rule(fp8::Format format, const Fp8Options& options) {
+kernels::Fp8ScaleRule scale_rule(DType format, const Fp8Options& options) {
   using Kind = kernels::Fp8ScaleRule::Kind;
   const Kind kind = options.scaling == Fp8Scaling::Mx      ? Kind::Mx
                     : options.scaling == Fp8Scaling::Block ? Kind::Block
@@ -83,8 +83,8 @@ struct SavedFp8 {
 std::string Fp8Options::describe() const {
   static constexpr const char* kNames[] = {"current", "delayed", "block", "mx"};
   std::string text = fmt::format("{} ({} forward, {} backward", kNames[static_cast<int>(scaling)],
-                                 forward_format == fp8::Format::E4M3 ? "E4M3" : "E5M2",
-                                 backward_format == fp8::Format::E4M3 ? "E4M3" : "E5M2");
+                                 forward_format == DType::E4M3 ? "E4M3" : "E5M2",
+                                 backward_format == DType::E4M3 ? "E4M3" : "E5M2");
   if (scaling == Fp8Scaling::Delayed)
     text += fmt::format(", history {}, {}", amax_history_len,
                         amax_algorithm == AmaxAlgorithm::Max ? "max" : "most recent");
@@ -101,7 +101,7 @@ Fp8History Fp8History::fresh(int history_len) {
   return {.amax_history = zeros({kFp8Roles, history_len}), .scale = ones({kFp8Roles})};
 }
 
-float fp8_scale_for(float amax, fp8::Format format, const Fp8Options& options, float previous) {
+float fp8_scale_for(float amax, DType format, const Fp8Options& options, float previous) {
   return kernels::fp8_scale(amax, scale_rule(format, options), previous);
 }
 

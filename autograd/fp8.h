@@ -47,8 +47,8 @@ enum class MxScaleRule : std::uint8_t { Floor, RoundUp };  // Floor: the OCP spe
 
 struct Fp8Options {
   Fp8Scaling scaling = Fp8Scaling::Delayed;
-  fp8::Format forward_format = fp8::Format::E4M3;  // x and W
-  fp8::Format backward_format = fp8::Format::E5M2;  // dy
+  DType forward_format = DType::E4M3;  // x and W
+  DType backward_format = DType::E5M2;  // dy
   int margin = 0;  // per-tensor scales are divided by 2^margin (Transformer Engine's margin)
   bool power_of_two = false;  // Current, Delayed and Block: round each scale down to a power of two
   int amax_history_len = 16;  // Delayed: steps of amax kept (Transformer Engine's default is 1024)
@@ -86,7 +86,7 @@ kernels::Fp8Quantized fp8_quantize_copies(const Tensor& x, Fp8Role role, bool re
 // The per-block scale for an amax under `options` (the table above): Current and Delayed give
 // fp8_max / amax / 2^margin, or `previous` when amax is 0 or not finite; Block gives fp8_max / amax (1
 // for an empty or non-finite block); Mx gives 2^-(the shared exponent), clamped to E8M0's range.
-float fp8_scale_for(float amax, fp8::Format format, const Fp8Options& options, float previous = 1.0f);
+float fp8_scale_for(float amax, DType format, const Fp8Options& options, float previous = 1.0f);
 
 // The FP8 region is an Autocast region given Fp8Options (autograd/autocast.h): inside it every
 // nn::Linear runs its GEMMs through fp8_linear, and every other op is autocast to the region's dtype

@@ -51,7 +51,7 @@ Fp8Tensor quantize(const mg::Tensor& x, Fp8Blocks blocks) {
   const mg::Tensor amax = fp8_block_amax(x, blocks);
   std::vector<double> scale = amax.to_vector<double>();
   for (double& s : scale) s = 448.0 / s;
-  return fp8_quantize(x, mg::from_vector(scale, amax.shape()), blocks, mg::fp8::Format::E4M3);
+  return fp8_quantize(x, mg::from_vector(scale, amax.shape()), blocks, mg::DType::E4M3);
 }
 
 struct Size {

@@ -11,11 +11,6 @@
 
 namespace mg {
 
-fp8::Format fp8_format(DType dtype) {
-  if (!is_fp8(dtype)) throw Error(fmt::format("mg::fp8_format: {} is not an FP8 dtype (e4m3 or e5m2)", dtype));
-  return dtype == DType::E4M3 ? fp8::Format::E4M3 : fp8::Format::E5M2;
-}
-
 namespace detail {
 
 void f32_to_f16_portable(const float* src, half* dst, std::int64_t count) {
@@ -88,7 +83,7 @@ void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, s
     char* to = static_cast<char*>(dst) + static_cast<std::size_t>(begin) * dst_size;
     if (is_fp8(src_dtype)) {
       const auto* codes = reinterpret_cast<const std::uint8_t*>(from);
-      for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(codes[i], fp8_format(src_dtype));
+      for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(codes[i], src_dtype);
     } else if (src_dtype == DType::F64 || src_dtype == DType::I32) {
       for (std::int64_t i = 0; i < n; ++i) values[i] = detail::round_to_odd_float(load_as_double(from, src_dtype, i));
     } else {
@@ -96,7 +91,7 @@ void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, s
     }
     if (is_fp8(dst_dtype)) {
       auto* codes = reinterpret_cast<std::uint8_t*>(to);
-      for (std::int64_t i = 0; i < n; ++i) codes[i] = fp8::encode(values[i], fp8_format(dst_dtype), overflow);
+      for (std::int64_t i = 0; i < n; ++i) codes[i] = fp8::encode(values[i], dst_dtype, overflow);
     } else {
       convert(values, DType::F32, to, dst_dtype, n);
     }
@@ -136,7 +131,7 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 }
 
 double load_as_double(const void* data, DType dtype, std::int64_t i) {
-  if (is_fp8(dtype)) return fp8::decode(static_cast<const std::uint8_t*>(data)[i], fp8_format(dtype));
+  if (is_fp8(dtype)) return fp8::decode(static_cast<const std::uint8_t*>(data)[i], dtype);
   return visit_dtype(dtype, "load_as_double", [&](auto zero) {
     using T = decltype(zero);
     return scalar_cast<double>(static_cast<const T*>(data)[i]);

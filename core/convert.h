@@ -17,11 +17,6 @@
 
 namespace mg {
 
-// The FP8 format of an FP8 dtype (E4M3 or E5M2; anything else is an error naming the dtype).
-fp8::Format fp8_format(DType dtype);
-// The FP8 dtype of a format.
-constexpr DType fp8_dtype(fp8::Format format) { return format == fp8::Format::E4M3 ? DType::E4M3 : DType::E5M2; }
-
 // Scalar conversion with the rounding rules above. From f64 (and i32), the result is rounded once
 // (not through f32), so f64 references round exactly like the hardware would.
 template <class To, class From>

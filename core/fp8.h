@@ -30,16 +30,20 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/host_device.h"
 
 namespace mg::fp8 {
 
-enum class Format : std::uint8_t { E4M3, E5M2 };
+// A format is its dtype, DType::E4M3 or DType::E5M2: every constant below comes from that row of
+// MG_DTYPES (core/dtype.h). The codec's functions take only those two (is_fp8); device code calls
+// them with a constant, so the row is read at compile time.
 enum class Overflow : std::uint8_t { Saturate, NonFinite };
 
 // The constants of a format: everything encode() needs, and what the scaling recipes read.
 struct FormatInfo {
   int exponent_bits, mantissa_bits, bias;
+  bool has_inf;  // E5M2; E4M3 has a NaN only (0x7F)
   std::uint8_t max_code;  // the largest finite magnitude's code: 0x7E (448), 0x7B (57344)
   std::uint8_t overflow_code;  // NonFinite's overflow result: 0x7F (NaN) for E4M3, 0x7C (inf) for E5M2
   std::uint8_t nan_code;  // the quiet NaN encode() writes: 0x7F, 0x7E
@@ -47,10 +51,29 @@ struct FormatInfo {
   int emax;  // floor(log2(max)): 8, 15 (the OCP MX spec's emax_elem)
 };
 
-MG_HOST_DEVICE constexpr FormatInfo format_info(Format format) {
-  return format == Format::E4M3 ? FormatInfo{4, 3, 7, 0x7E, 0x7F, 0x7F, 448.0f, 8}
-                                : FormatInfo{5, 2, 15, 0x7B, 0x7C, 0x7E, 57344.0f, 15};
+// From the row: the first non-finite magnitude (nonfinite_from) is the overflow; the code below it
+// is the largest finite one; with an inf the quiet NaN sets the top mantissa bit above it, without
+// one the only NaN is all ones. The largest exponent is the top exponent code less the bias, one
+// lower where the top code is inf and NaN.
+MG_HOST_DEVICE constexpr FormatInfo format_info(DType format) {
+  const DTypeInfo d = dtype_info(format);
+  const auto nonfinite = static_cast<std::uint8_t>(nonfinite_from(format));
+  const auto nan = static_cast<std::uint8_t>(d.has_inf ? nonfinite | (1u << (d.mantissa_bits - 1)) : nonfinite);
+  const int emax = (1 << d.exponent_bits) - 1 - d.bias - (d.has_inf ? 1 : 0);
+  return FormatInfo{d.exponent_bits,
+                    d.mantissa_bits,
+                    d.bias,
+                    d.has_inf,
+                    static_cast<std::uint8_t>(nonfinite - 1),
+                    nonfinite,
+                    nan,
+                    static_cast<float>(d.max),
+                    emax};
 }
+static_assert(format_info(DType::E4M3).max_code == 0x7E && format_info(DType::E4M3).nan_code == 0x7F &&
+              format_info(DType::E4M3).overflow_code == 0x7F && format_info(DType::E4M3).emax == 8);
+static_assert(format_info(DType::E5M2).max_code == 0x7B && format_info(DType::E5M2).nan_code == 0x7E &&
+              format_info(DType::E5M2).overflow_code == 0x7C && format_info(DType::E5M2).emax == 15);
 
 namespace detail {
 MG_HOST_DEVICE inline std::uint32_t float_bits(float x) {
@@ -66,7 +89,7 @@ MG_HOST_DEVICE inline float bits_float(std::uint32_t bits) {
 }  // namespace detail
 
 // The code of x, rounded to nearest even (the table above for overflow, inf and NaN).
-MG_HOST_DEVICE inline std::uint8_t encode(float x, Format format, Overflow overflow) {
+MG_HOST_DEVICE inline std::uint8_t encode(float x, DType format, Overflow overflow) {
   const FormatInfo f = format_info(format);
   const std::uint32_t bits = detail::float_bits(x);
   const std::uint8_t sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
@@ -99,15 +122,15 @@ MG_HOST_DEVICE inline std::uint8_t encode(float x, Format format, Overflow overf
 
 // The value of a code, exactly (every code is an f32 value). NaN codes give a quiet NaN of the same
 // sign; E5M2's 0x7C/0xFC give +-inf.
-MG_HOST_DEVICE inline float decode(std::uint8_t code, Format format) {
+MG_HOST_DEVICE inline float decode(std::uint8_t code, DType format) {
   const FormatInfo f = format_info(format);
   const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;
   const std::uint32_t magnitude = code & 0x7Fu;
   const std::uint32_t exponent = magnitude >> f.mantissa_bits;
   const std::uint32_t mantissa = magnitude & ((1u << f.mantissa_bits) - 1u);
   const std::uint32_t all_ones = (1u << f.exponent_bits) - 1u;
-  if (format == Format::E5M2 && exponent == all_ones && mantissa == 0) return detail::bits_float(sign | 0x7F800000u);
-  if (format == Format::E4M3 ? magnitude == 0x7Fu : exponent == all_ones)  // NaN: quiet (bit 22), payload kept
+  if (f.has_inf && exponent == all_ones && mantissa == 0) return detail::bits_float(sign | 0x7F800000u);
+  if (f.has_inf ? exponent == all_ones : magnitude == 0x7Fu)  // NaN: quiet (bit 22), payload kept
     return detail::bits_float(sign | 0x7FC00000u | (mantissa << 20));
   if (exponent == 0) {  // subnormal: mantissa * 2^(1 - bias - M), exact in f32
     const float value = static_cast<float>(mantissa) / static_cast<float>(1u << (f.bias - 1 + f.mantissa_bits));

@@ -70,7 +70,7 @@ MPI_Datatype mpi_type(DType dtype) {
 MPI_Op mpi_op(DType dtype, ReduceOp op) {
   if (dtype == DType::F16) return f16_sum;
   if (dtype == DType::BF16) return bf16_sum;
-  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;  // Avg: the sum, divided when it is done
+  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;  // Mean: the sum, divided when it is done
 }
 
 int element_count(const Tensor& tensor, const char* collective) {
@@ -132,7 +132,7 @@ class MpiGroup : public ProcessGroup {
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), element_count(tensor, "all_reduce"),
                              mpi_type(tensor.dtype()), mpi_op(tensor.dtype(), op), MPI_COMM_WORLD, &request),
               "MPI_Iallreduce");
-    return std::make_unique<MpiWork>(tensor, request, op == ReduceOp::Avg ? static_cast<double>(size_) : 0.0);
+    return std::make_unique<MpiWork>(tensor, request, op == ReduceOp::Mean ? static_cast<double>(size_) : 0.0);
   }
 
   void broadcast(Tensor& tensor, int root) override {

@@ -47,7 +47,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
       return ncclSum;
-    case ReduceOp::Avg:
+    case ReduceOp::Mean:
       return ncclAvg;  // NCCL 2.10 and later
     case ReduceOp::Max:
       return ncclMax;

@@ -13,7 +13,7 @@ namespace mg::dist {
 
 namespace {
 
-const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Mean ? "avg" : "max"; }
 
 // The first of the launcher's variables that is set: Open MPI's, then the PMI ones of MPICH and Slurm.
 int environment_number(std::initializer_list<const char*> names, int fallback) {
@@ -39,7 +39,7 @@ void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, Re
            "dist::{}: a {} tensor {} holds FP8 codes, which cannot be summed as they lie; reduce the f32 or "
            "bf16 values and quantise the result",
            collective, tensor.dtype(), tensor.shape());
-  MG_CHECK(op != ReduceOp::Avg || is_floating(tensor.dtype()),
+  MG_CHECK(op != ReduceOp::Mean || is_floating(tensor.dtype()),
            "dist::{}: the avg of an {} tensor {} would not be a "
            "whole number; sum it, or cast it to f32 first",
            collective, tensor.dtype(), tensor.shape());

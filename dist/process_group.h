@@ -32,11 +32,13 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/reduce.h"  // ReduceOp
 
 namespace mg::dist {
 
-// Sum and Avg (the sum times 1 / size, rounded once more; floating dtypes) and Max (f32, f64, i32).
-enum class ReduceOp : std::uint8_t { Sum, Avg, Max };
+// The reductions are the kernels' (kernels/reduce.h), one enum: Sum; Mean, PyTorch's AVG for a
+// collective (the sum times 1 / size, rounded once more; floating dtypes); Max (f32, f64, i32).
+using ReduceOp = kernels::ReduceOp;
 
 // An operation in flight. wait() returns when the result is in the tensor (on a GPU: when it is
 // queued before any later work on the stream); test() lets the engine progress and says whether it

@@ -22,7 +22,7 @@ constexpr const char* kFormatNames[] = {"E4M3", "E5M2"};
 // decoded * scale_inv (what the GEMM's sum stands for).
 void show_row(const char* name, const Tensor& values, const kernels::Fp8Tensor& q, std::int64_t row,
               std::int64_t count) {
-  const fp8::Format format = fp8_format(q.codes.dtype());
+  const DType format = q.codes.dtype();
   const std::int64_t cols = values.size(1);
   const float* v = values.data<float>();
   const auto* codes = static_cast<const std::uint8_t*>(q.codes.data_ptr());
@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
   show_row("x", x, xq, 0, 4);
 
   // y[0][0] by hand: exact products of decoded codes, summed in f64 (exact here), times both scales.
-  const fp8::Format format = fp8_format(xq.codes.dtype());
+  const DType format = xq.codes.dtype();
   const auto* xc = static_cast<const std::uint8_t*>(xq.codes.data_ptr());
   const auto* wc = static_cast<const std::uint8_t*>(wq.codes.data_ptr());
   double codes_sum = 0.0, exact = 0.0, magnitude = 0.0;

@@ -78,7 +78,7 @@ Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   return MG_FP8_ROUTE(x, fp8_block_amax, x, blocks);
 }
 
-Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, fp8::Format format) {
+Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, DType format) {
   check_matrix("fp8_quantize", x, "x");
   check_blocks("fp8_quantize", blocks);
   check_scales("fp8_quantize", scale, fp8_scale_shape(x.shape(), blocks), x.device(), "scale");
@@ -91,7 +91,7 @@ Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, f
              "amax that is finite and not zero (kernels/fp8_scale.h's fp8_scale, which the recipes use, keeps the "
              "previous scale otherwise)",
              s[i], i);
-  Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = fp8_dtype(format), .device = x.device()}),
+  Fp8Tensor out{.codes = Tensor::empty(x.shape(), {.dtype = format, .device = x.device()}),
                 .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32, .device = x.device()}),
                 .blocks = blocks};
   Tensor no_copy;
@@ -103,10 +103,10 @@ namespace {
 
 // Quantises x with scales made on its device (fp8_quantize_fitted, fp8_quantize_delayed): the codes
 // asked for, and the column-wise copy's scale_inv as the transpose of the row-wise grid.
-Fp8Quantized quantize_copies(const Tensor& x, const Tensor& scale, Shape grid, Fp8Blocks blocks, fp8::Format format,
+Fp8Quantized quantize_copies(const Tensor& x, const Tensor& scale, Shape grid, Fp8Blocks blocks, DType format,
                              Fp8Copies copies) {
   const auto asked = [copies](Fp8Copies c) { return (static_cast<int>(copies) & static_cast<int>(c)) != 0; };
-  const TensorOptions code_options{.dtype = fp8_dtype(format), .device = x.device()};
+  const TensorOptions code_options{.dtype = format, .device = x.device()};
   Tensor codes = asked(Fp8Copies::RowWise) ? Tensor::empty(x.shape(), code_options) : Tensor();
   Tensor codes_t = asked(Fp8Copies::ColumnWise) ? Tensor::empty({x.size(1), x.size(0)}, code_options) : Tensor();
   Tensor scale_inv = Tensor::empty(grid, {.dtype = DType::F32, .device = x.device()});

@@ -59,7 +59,7 @@ Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
 // Rounds x * scale[block] into `format` codes (saturating: core/fp8.h) and keeps scale_inv = 1 / scale
 // (rounded to f32; exact for power-of-two scales). scale: f32, fp8_scale_shape(x.shape(), blocks), every
 // element finite and positive.
-Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, fp8::Format format);
+Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, DType format);
 
 // decode(code) * scale_inv[block] as f32: what the codes stand for.
 Tensor fp8_dequantize(const Fp8Tensor& x);

@@ -32,7 +32,7 @@ namespace mg::kernels {
 struct Fp8ScaleRule {
   enum class Kind : std::uint8_t { PerTensor, Block, Mx };
   Kind kind = Kind::PerTensor;
-  fp8::Format format = fp8::Format::E4M3;
+  DType format = DType::E4M3;
   int margin = 0;  // PerTensor: the scale is divided by 2^margin
   bool power_of_two = false;  // PerTensor and Block
   bool mx_floor = true;  // Mx: the spec's floor; false: the exponent rounded up

@@ -126,7 +126,9 @@ struct Abs {  // dx = g sign(x), with sign(0) = 0
     return x > C(0) ? g : (x < C(0) ? -g : C(0));
   }
 };
-// min(max(x, a), b); NaN stays NaN. The gradient passes where a <= x <= b.
+// min(max(x, a), b); NaN stays NaN. The gradient passes where a <= x <= b, the bounds included: PyTorch's
+// clamp_backward for scalar bounds, where(min <= x && x <= max, grad, 0), in 1.13 and 2.x alike
+// (tests/parity/test_parity.cpp holds the bounds by hand).
 struct Clamp {
   double a, b;
   static constexpr Saves saves = Saves::Input;

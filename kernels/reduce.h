@@ -14,6 +14,7 @@
 
 namespace mg::kernels {
 
+// Along a dimension here; across processes in dist/ (process_group.h), the same enum.
 enum class ReduceOp : std::uint8_t { Sum, Mean, Max };
 
 struct ReduceShape {

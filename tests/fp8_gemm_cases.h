@@ -17,9 +17,9 @@ namespace mg::testing::fp8_cases {
 using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Tensor;
-using Format = fp8::Format;
+using DType = DType;
 
-inline const char* name(Format f) { return f == Format::E4M3 ? "e4m3" : "e5m2"; }
+inline const char* name(DType f) { return f == DType::E4M3 ? "e4m3" : "e5m2"; }
 
 inline Fp8Tensor on(const Fp8Tensor& x, Device device) {
   return {x.codes.to(device), x.scale_inv.to(device), x.blocks};
@@ -74,7 +74,7 @@ inline Tensor spread_randn(std::int64_t rows, std::int64_t cols, std::uint64_t s
 
 // fp8 max / amax per block (MX: the power of two at or below it; 1 where the amax is 0 or not finite),
 // from the CPU's amax.
-inline Tensor scales_for(const Tensor& amax, Format format, bool power_of_two) {
+inline Tensor scales_for(const Tensor& amax, DType format, bool power_of_two) {
   std::vector<double> scale = amax.to(Device::cpu()).to_vector<double>();
   for (double& s : scale) {
     s = std::isfinite(s) && s > 0 ? fp8::format_info(format).max / s : 1.0;
@@ -83,7 +83,7 @@ inline Tensor scales_for(const Tensor& amax, Format format, bool power_of_two) {
   return from_vector(scale, amax.shape());
 }
 
-inline Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, Format format, bool power_of_two = false) {
+inline Fp8Tensor quantized(const Tensor& x, Fp8Blocks blocks, DType format, bool power_of_two = false) {
   return kernels::fp8_quantize(x, scales_for(kernels::fp8_block_amax(x, blocks), format, power_of_two), blocks, format);
 }
 
@@ -110,7 +110,7 @@ inline Fp8Blocks stored_b(const Scaling& s, bool t) {
 struct GemmCase {
   std::int64_t m, n, k;
   bool transpose_a, transpose_b;
-  Format fa, fb;
+  DType fa, fb;
   Scaling scaling;
   DType out;
   bool epilogue;  // a bias in C's dtype and relu

@@ -50,8 +50,8 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
   }
   CHECK(fp8_autocast_options() == nullptr);
   CHECK(amp::Recipe::parse("fp8_delayed").fp8->scaling == Fp8Scaling::Delayed);
-  CHECK(amp::Recipe::parse("fp8_delayed").fp8->backward_format == fp8::Format::E5M2);  // the hybrid
-  CHECK(amp::Recipe::parse("fp8_block").fp8->backward_format == fp8::Format::E4M3);  // DeepSeek-V3
+  CHECK(amp::Recipe::parse("fp8_delayed").fp8->backward_format == DType::E5M2);  // the hybrid
+  CHECK(amp::Recipe::parse("fp8_block").fp8->backward_format == DType::E4M3);  // DeepSeek-V3
   CHECK(amp::Recipe::parse("mxfp8").fp8->scaling == Fp8Scaling::Mx);
   CHECK_FALSE(autocast_enabled());
   try {

@@ -50,7 +50,7 @@ using namespace mg::testing;
 using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Tensor;
-using Format = fp8::Format;
+using DType = DType;
 
 using namespace mg::testing::fp8_cases;
 
@@ -70,7 +70,7 @@ TEST_CASE("cuda fp8: amax, quantisation and dequantisation are the CPU's bit for
       v[v.size() - 1] = -3e-7;
       const Tensor x = from_vector(v, shape).to(dtype), gx = x.to(Device::cuda());
       for (const Fp8Blocks blocks : block_shapes)
-        for (const Format format : {Format::E4M3, Format::E5M2}) {
+        for (const DType format : {DType::E4M3, DType::E5M2}) {
           INFO(fmt::format("{} {} blocks {}x{} {}", shape, dtype, blocks.rows, blocks.cols, name(format)));
           const Tensor amax = kernels::fp8_block_amax(x, blocks), gpu_amax = kernels::fp8_block_amax(gx, blocks);
           CHECK(gpu_amax.device() == Device::cuda());
@@ -104,11 +104,11 @@ TEST_CASE("cuda fp8: scales made on the device, row-wise codes and the column-wi
   const Tensor x = from_vector(v, {70, 45}).to(DType::BF16), gx = x.to(Device::cuda());
   const std::vector<std::pair<Fp8Blocks, Fp8ScaleRule>> cases{
       {{0, 0}, {.kind = Kind::PerTensor, .margin = 1}},
-      {{0, 0}, {.kind = Kind::PerTensor, .format = Format::E5M2, .power_of_two = true}},
+      {{0, 0}, {.kind = Kind::PerTensor, .format = DType::E5M2, .power_of_two = true}},
       {{1, 32}, {.kind = Kind::Block}},
       {{32, 32}, {.kind = Kind::Block, .power_of_two = true}},
       {{32, 1}, {.kind = Kind::Mx}},
-      {{1, 32}, {.kind = Kind::Mx, .format = Format::E5M2, .mx_floor = false}}};
+      {{1, 32}, {.kind = Kind::Mx, .format = DType::E5M2, .mx_floor = false}}};
   for (const auto& [blocks, rule] : cases)
     for (const Fp8Copies copies : {Fp8Copies::RowWise, Fp8Copies::ColumnWise, Fp8Copies::Both}) {
       INFO(fmt::format("blocks {}x{}, rule {}, copies {}", blocks.rows, blocks.cols, static_cast<int>(rule.kind),
@@ -147,8 +147,7 @@ TEST_CASE("cuda fp8: scales made on the device, row-wise codes and the column-wi
 
 TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emulator") {
   if (!have_gpu()) return;
-  using enum Format;
-  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  using enum DType;
   const std::vector<GemmCase> cases{
       // Per-tensor: every layout and format pair, m, n and k ragged against 16, 8 and 32.
       {19, 13, 70, false, false, E4M3, E4M3, kPerTensor, F32, false},
@@ -197,8 +196,7 @@ TEST_CASE("cuda fp8: the GEMM is the CPU's Limited model, bit for bit on the emu
 // same order.
 TEST_CASE("cuda fp8: the GEMM's rung 3 (K-major) is the CPU's model and rung 1, bit for bit, in every recipe") {
   if (!have_gpu()) return;
-  using enum Format;
-  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  using enum DType;
   struct Rung3Case {
     GemmCase g;
     int promote_every;  // -1: the F32 accumulator (the model's promote_every is 32), else Limited
@@ -281,8 +279,8 @@ TEST_CASE("cuda fp8: the accumulator's width and rounding, one large product and
       b[static_cast<std::size_t>(r * k + kk)] = kk == 0 ? 1.0 : b_small[r];
     }
   const Tensor one = ones({1, 1});
-  const Fp8Tensor qa = kernels::fp8_quantize(from_vector(a, {2, k}), one, {}, Format::E4M3);
-  const Fp8Tensor qb = kernels::fp8_quantize(from_vector(b, {2, k}), one, {}, Format::E4M3);
+  const Fp8Tensor qa = kernels::fp8_quantize(from_vector(a, {2, k}), one, {}, DType::E4M3);
+  const Fp8Tensor qb = kernels::fp8_quantize(from_vector(b, {2, k}), one, {}, DType::E4M3);
   CHECK(kernels::fp8_dequantize(qa).to_vector<double>() == a);  // every value is an E4M3 value
   CHECK(kernels::fp8_dequantize(qb).to_vector<double>() == b);
   const GemmOperands o{qa, qb, {.m = 2, .n = 2, .k = k, .transpose_b = true}, {}};
@@ -475,13 +473,13 @@ TEST_CASE("cuda fp8: every example model trains a few steps under every FP8 reci
 TEST_CASE("cuda fp8: argument checks") {
   if (!have_gpu()) return;
   const Tensor x = ones({4, 64});
-  const Fp8Tensor q = kernels::fp8_quantize(x, ones({1, 1}), {}, Format::E4M3), gq = on(q, Device::cuda());
+  const Fp8Tensor q = kernels::fp8_quantize(x, ones({1, 1}), {}, DType::E4M3), gq = on(q, Device::cuda());
   Tensor c = Tensor::empty({4, 4}, {.device = Device::cuda()});
   const kernels::GemmShape shape{.m = 4, .n = 4, .k = 64, .transpose_b = true};
   // Operands on two devices.
   check_error([&] { kernels::fp8_gemm(gq, q, c, shape); }, "must be on one device");
   check_error([&] { kernels::fp8_gemm({gq.codes, q.scale_inv, {}}, gq, c, shape); }, "the codes' device");
-  check_error([&] { (void)kernels::fp8_quantize(x.to(Device::cuda()), ones({1, 1}), {}, Format::E4M3); }, "scale");
+  check_error([&] { (void)kernels::fp8_quantize(x.to(Device::cuda()), ones({1, 1}), {}, DType::E4M3); }, "scale");
   check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {}, {.bias = ones({4})}); }, "C's device");
   // A GPU's Limited accumulator is the device's own (kernels/fp8.h), whatever else is asked for.
   check_error([&] { kernels::fp8_gemm(gq, gq, c, shape, {.limited = true, .mantissa_bits = 10}); },
@@ -504,7 +502,7 @@ TEST_CASE("cuda fp8: argument checks") {
   // A scale that is not finite and positive is found on the GPU too (read back).
   check_error(
       [&] {
-        (void)kernels::fp8_quantize(x.to(Device::cuda()), zeros({1, 1}).to(Device::cuda()), {}, Format::E4M3);
+        (void)kernels::fp8_quantize(x.to(Device::cuda()), zeros({1, 1}).to(Device::cuda()), {}, DType::E4M3);
       },
       "finite positive");
 }
@@ -519,7 +517,7 @@ TEST_CASE("cuda fp8: a GPU older than sm_89 is refused, naming the device and it
         "skipped: runs on the emulator with MG_EMULATOR_COMPUTE_CAPABILITY below 89 (ctest test_cuda_fp8_before_sm89)");
     return;
   }
-  const Fp8Tensor q = on(kernels::fp8_quantize(ones({16, 32}), ones({1, 1}), {}, Format::E4M3), Device::cuda());
+  const Fp8Tensor q = on(kernels::fp8_quantize(ones({16, 32}), ones({1, 1}), {}, DType::E4M3), Device::cuda());
   Tensor c = Tensor::empty({16, 16}, {.device = Device::cuda()});
   const std::string expected = fmt::format("has compute capability {}.{}", std::atoi(capability) / 10,
                                            std::atoi(capability) % 10);

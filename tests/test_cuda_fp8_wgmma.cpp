@@ -42,8 +42,7 @@ TEST_CASE("cuda fp8 wgmma: rung 4 is the CPU's Limited model with wgmma's accumu
     MESSAGE("not compute capability 9.0: rung 4 does not run here");
     return;
   }
-  using enum Format;
-  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  using enum DType;
   struct Rung4Case {
     GemmCase g;
     int promote_every;
@@ -89,8 +88,8 @@ TEST_CASE("cuda fp8 wgmma: promotion every 128 keeps what wgmma's accumulator dr
     for (int j = 0; j < n; ++j) b[static_cast<std::size_t>(j * k + kk)] = kk == 0 ? 1.0 : column_values[j % 2];
   }
   const Tensor one = from_vector({1.0}, {1, 1});
-  const GemmOperands o{kernels::fp8_quantize(from_vector(a, {2, k}), one, {}, Format::E4M3),
-                       kernels::fp8_quantize(from_vector(b, {n, k}), one, {}, Format::E4M3),
+  const GemmOperands o{kernels::fp8_quantize(from_vector(a, {2, k}), one, {}, DType::E4M3),
+                       kernels::fp8_quantize(from_vector(b, {n, k}), one, {}, DType::E4M3),
                        {.m = 2, .n = n, .k = k, .transpose_b = true},
                        {}};
   const double p00 = 0x1p-12, p11 = 3 * 0x1p-12;
@@ -120,7 +119,7 @@ TEST_CASE("cuda fp8 wgmma: promotion every 128 keeps what wgmma's accumulator dr
 // same GEMMs run with mma.sync's accumulator (rungs 1 and 3).
 TEST_CASE("cuda fp8 wgmma: a GEMM rung 4 does not take is refused, saying what it takes") {
   if (!have_gpu() || !hopper()) return;
-  using enum Format;
+  using enum DType;
   const std::vector<std::pair<GemmCase, int>> refused{
       {{64, 64, 256, true, true, E4M3, E4M3, kPerTensor, DType::F32, false}, 128},  // A M-major
       {{64, 64, 256, false, true, E4M3, E4M3, kMx, DType::F32, false}, 32},  // scales every 32

@@ -71,11 +71,11 @@ TEST_CASE("cuda wgmma: the FP8 form's accumulator (QGMMA), one large product and
   for (int r = 0; r < 2; ++r)
     for (int kk = 0; kk < k; ++kk) {
       a[static_cast<std::size_t>(r * k + kk)] = fp8::encode(kk == 0 ? 256.0f : static_cast<float>(a_small[r]),
-                                                            fp8::Format::E4M3, fp8::Overflow::Saturate);
+                                                            DType::E4M3, fp8::Overflow::Saturate);
       b[static_cast<std::size_t>(r * k + kk)] = fp8::encode(kk == 0 ? 1.0f : static_cast<float>(b_small[r]),
-                                                            fp8::Format::E4M3, fp8::Overflow::Saturate);
+                                                            DType::E4M3, fp8::Overflow::Saturate);
     }
-  const std::vector<float> d = kernels::cuda::probe_wgmma_fp8(fp8::Format::E4M3, fp8::Format::E4M3, a, b);
+  const std::vector<float> d = kernels::cuda::probe_wgmma_fp8(DType::E4M3, DType::E4M3, a, b);
   REQUIRE(d.size() == 64u * 128u);
   // The model: each instruction's 32 products summed exactly, added to D and cut (kernels/fp8.h).
   std::string table = fmt::format("{:<30} {:>16} {:>16} {:>16} {:>16}\n", "", "(0,0)", "(0,1)", "(1,0)", "(1,1)");
@@ -87,8 +87,8 @@ TEST_CASE("cuda wgmma: the FP8 form's accumulator (QGMMA), one large product and
       for (int g = 0; g < k; g += 32) {
         double group = 0.0;
         for (int kk = g; kk < g + 32; ++kk)
-          group += fp8::decode(a[static_cast<std::size_t>(i * k + kk)], fp8::Format::E4M3) *
-                   fp8::decode(b[static_cast<std::size_t>(j * k + kk)], fp8::Format::E4M3);
+          group += fp8::decode(a[static_cast<std::size_t>(i * k + kk)], DType::E4M3) *
+                   fp8::decode(b[static_cast<std::size_t>(j * k + kk)], DType::E4M3);
         sum = kernels::fp8_accumulate(sum, group, kernels::kHopperWgmmaFp8Accumulator);
         all += group;
       }

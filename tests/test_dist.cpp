@@ -88,10 +88,10 @@ TEST_CASE("dist: all_reduce sums and maxes f32, f64 and i32 in place; every rank
     CHECK(max.to_vector<double>() == std::vector<double>{2, 0, 5});
   }
   Tensor mean = from_vector(std::vector<double>{1 + r, 10 * r, -3}, {3});
-  world().all_reduce(mean, dist::ReduceOp::Avg);
+  world().all_reduce(mean, dist::ReduceOp::Mean);
   CHECK(mean.to_vector<double>() == std::vector<double>{1.5, 5, -3});
   Tensor half_mean = full({2}, 1 + r, {.dtype = DType::F16});
-  world().all_reduce_async(half_mean, dist::ReduceOp::Avg)->wait();
+  world().all_reduce_async(half_mean, dist::ReduceOp::Mean)->wait();
   CHECK(half_mean.to_vector<double>() == std::vector<double>{1.5, 1.5});
   // An f32 sum of 2 ranks is one addition: a + b, rounded once, on both ranks alike.
   Tensor third = full({5}, r == 0 ? 1.0 / 3.0 : 1e-9);
@@ -140,7 +140,7 @@ TEST_CASE("dist: bad calls are refused with an mg::Error before any rank communi
   Tensor t = zeros({4});
   check_error([&] { world().broadcast(t, 2); }, "root 2 is not a rank of this group of 2");
   Tensor counts = zeros({2}, {.dtype = DType::I32});
-  check_error([&] { world().all_reduce(counts, dist::ReduceOp::Avg); }, "the avg of an i32 tensor");
+  check_error([&] { world().all_reduce(counts, dist::ReduceOp::Mean); }, "the avg of an i32 tensor");
   Tensor undefined;
   check_error([&] { world().all_reduce(undefined); }, "the tensor is undefined");
   // Options that differ between ranks: every rank gets the same error, naming the first that differs.

@@ -18,7 +18,7 @@
 #include "core/fp8.h"
 #include "tests/temp_dir.h"
 
-using mg::fp8::Format;
+using mg::DType;
 using mg::fp8::Overflow;
 
 namespace {
@@ -53,19 +53,19 @@ std::string text(float x) {
 }
 
 // NaN codes, by the formats' definitions (not through the codec under test).
-bool is_nan_code(std::uint32_t code, Format format) {
-  return format == Format::E4M3 ? (code & 0x7Fu) == 0x7Fu : (code & 0x7Fu) > 0x7Cu;
+bool is_nan_code(std::uint32_t code, DType format) {
+  return format == DType::E4M3 ? (code & 0x7Fu) == 0x7Fu : (code & 0x7Fu) > 0x7Cu;
 }
 bool is_nan_bits(std::uint32_t bits) { return (bits & 0x7FFFFFFFu) > 0x7F800000u; }
-std::string name(Format format) { return format == Format::E4M3 ? "e4m3" : "e5m2"; }
+std::string name(DType format) { return format == DType::E4M3 ? "e4m3" : "e5m2"; }
 
 }  // namespace
 
 TEST_CASE("fp8: every code decodes to ml_dtypes' and CUDA's value, bit for bit") {
   const auto rows = read_fixture("codes.txt", 5);
   REQUIRE(rows.size() == 256);
-  for (const Format format : {Format::E4M3, Format::E5M2}) {
-    const std::size_t column = format == Format::E4M3 ? 1 : 3;
+  for (const DType format : {DType::E4M3, DType::E5M2}) {
+    const std::size_t column = format == DType::E4M3 ? 1 : 3;
     int exact = 0, nans = 0;
     for (const auto& row : rows) {
       const std::uint32_t ours = mg::fp8::detail::float_bits(
@@ -97,19 +97,19 @@ TEST_CASE("fp8: encode matches ml_dtypes and CUDA on every fixture input") {
   // NaN is 0x7E: for a NaN input ours need only be a NaN code of the format; every other input, exact.
   struct Comparison {
     std::string what;
-    Format format;
+    DType format;
     Overflow overflow;
     std::size_t column;
     bool cuda;
     int exact = 0, nan_only = 0, mismatches = 0;
   };
   Comparison comparisons[] = {
-      {"e4m3 NonFinite vs ml_dtypes", Format::E4M3, Overflow::NonFinite, 1, false},
-      {"e4m3 Saturate vs cuda satfinite", Format::E4M3, Overflow::Saturate, 2, true},
-      {"e4m3 NonFinite vs cuda nosat", Format::E4M3, Overflow::NonFinite, 3, true},
-      {"e5m2 NonFinite vs ml_dtypes", Format::E5M2, Overflow::NonFinite, 4, false},
-      {"e5m2 Saturate vs cuda satfinite", Format::E5M2, Overflow::Saturate, 5, true},
-      {"e5m2 NonFinite vs cuda nosat", Format::E5M2, Overflow::NonFinite, 6, true},
+      {"e4m3 NonFinite vs ml_dtypes", DType::E4M3, Overflow::NonFinite, 1, false},
+      {"e4m3 Saturate vs cuda satfinite", DType::E4M3, Overflow::Saturate, 2, true},
+      {"e4m3 NonFinite vs cuda nosat", DType::E4M3, Overflow::NonFinite, 3, true},
+      {"e5m2 NonFinite vs ml_dtypes", DType::E5M2, Overflow::NonFinite, 4, false},
+      {"e5m2 Saturate vs cuda satfinite", DType::E5M2, Overflow::Saturate, 5, true},
+      {"e5m2 NonFinite vs cuda nosat", DType::E5M2, Overflow::NonFinite, 6, true},
   };
   int reported = 0;
   for (const auto& row : rows) {
@@ -140,41 +140,41 @@ TEST_CASE("fp8: named cases") {
   struct Case {
     const char* what;
     float x;
-    Format format;
+    DType format;
     std::uint8_t nonfinite, saturate;  // the code under each Overflow mode
   };
   const Case cases[] = {
-      {"E4M3 max 448", 448.0f, Format::E4M3, 0x7E, 0x7E},
-      {"464, the tie of 448 and 480: to even 448", 464.0f, Format::E4M3, 0x7E, 0x7E},
-      {"464.00003, just past the tie: overflow", std::nextafter(464.0f, inf), Format::E4M3, 0x7F, 0x7E},
-      {"1e6", 1e6f, Format::E4M3, 0x7F, 0x7E},
-      {"2^-9, the smallest subnormal", std::ldexp(1.0f, -9), Format::E4M3, 0x01, 0x01},
-      {"2^-10, the tie of 0 and 2^-9: to even 0", std::ldexp(1.0f, -10), Format::E4M3, 0x00, 0x00},
-      {"1.5 * 2^-10, past the tie: up", 1.5f * std::ldexp(1.0f, -10), Format::E4M3, 0x01, 0x01},
-      {"7 * 2^-9, the largest subnormal", 7.0f * std::ldexp(1.0f, -9), Format::E4M3, 0x07, 0x07},
-      {"7.5 * 2^-9, the tie of it and 2^-6: to even 2^-6", 7.5f * std::ldexp(1.0f, -9), Format::E4M3, 0x08, 0x08},
-      {"2^-6, the smallest normal", std::ldexp(1.0f, -6), Format::E4M3, 0x08, 0x08},
-      {"1.0", 1.0f, Format::E4M3, 0x38, 0x38},
-      {"1.0625, the tie of 1 and 1.125: to even 1", 1.0625f, Format::E4M3, 0x38, 0x38},
-      {"1.1875, the tie of 1.125 and 1.25: to even 1.25", 1.1875f, Format::E4M3, 0x3A, 0x3A},
-      {"-1.0", -1.0f, Format::E4M3, 0xB8, 0xB8},
-      {"-0.0 keeps its sign", -0.0f, Format::E4M3, 0x80, 0x80},
-      {"+inf: E4M3 has none", inf, Format::E4M3, 0x7F, 0x7E},
-      {"-inf", -inf, Format::E4M3, 0xFF, 0xFE},
-      {"NaN", nan, Format::E4M3, 0x7F, 0x7F},
-      {"-NaN", std::copysign(nan, -1.0f), Format::E4M3, 0xFF, 0xFF},
-      {"E5M2 max 57344", 57344.0f, Format::E5M2, 0x7B, 0x7B},
-      {"just below 61440", std::nextafter(61440.0f, 0.0f), Format::E5M2, 0x7B, 0x7B},
-      {"61440, the tie of 57344 and 2^16: to even, inf", 61440.0f, Format::E5M2, 0x7C, 0x7B},
-      {"2^-16, the smallest subnormal", std::ldexp(1.0f, -16), Format::E5M2, 0x01, 0x01},
-      {"2^-17, the tie of 0 and 2^-16: to even 0", std::ldexp(1.0f, -17), Format::E5M2, 0x00, 0x00},
-      {"2^-14, the smallest normal", std::ldexp(1.0f, -14), Format::E5M2, 0x04, 0x04},
-      {"1.0", 1.0f, Format::E5M2, 0x3C, 0x3C},
-      {"-0.0", -0.0f, Format::E5M2, 0x80, 0x80},
-      {"+inf", inf, Format::E5M2, 0x7C, 0x7B},
-      {"-inf", -inf, Format::E5M2, 0xFC, 0xFB},
-      {"NaN", nan, Format::E5M2, 0x7E, 0x7E},
-      {"-NaN", std::copysign(nan, -1.0f), Format::E5M2, 0xFE, 0xFE},
+      {"E4M3 max 448", 448.0f, DType::E4M3, 0x7E, 0x7E},
+      {"464, the tie of 448 and 480: to even 448", 464.0f, DType::E4M3, 0x7E, 0x7E},
+      {"464.00003, just past the tie: overflow", std::nextafter(464.0f, inf), DType::E4M3, 0x7F, 0x7E},
+      {"1e6", 1e6f, DType::E4M3, 0x7F, 0x7E},
+      {"2^-9, the smallest subnormal", std::ldexp(1.0f, -9), DType::E4M3, 0x01, 0x01},
+      {"2^-10, the tie of 0 and 2^-9: to even 0", std::ldexp(1.0f, -10), DType::E4M3, 0x00, 0x00},
+      {"1.5 * 2^-10, past the tie: up", 1.5f * std::ldexp(1.0f, -10), DType::E4M3, 0x01, 0x01},
+      {"7 * 2^-9, the largest subnormal", 7.0f * std::ldexp(1.0f, -9), DType::E4M3, 0x07, 0x07},
+      {"7.5 * 2^-9, the tie of it and 2^-6: to even 2^-6", 7.5f * std::ldexp(1.0f, -9), DType::E4M3, 0x08, 0x08},
+      {"2^-6, the smallest normal", std::ldexp(1.0f, -6), DType::E4M3, 0x08, 0x08},
+      {"1.0", 1.0f, DType::E4M3, 0x38, 0x38},
+      {"1.0625, the tie of 1 and 1.125: to even 1", 1.0625f, DType::E4M3, 0x38, 0x38},
+      {"1.1875, the tie of 1.125 and 1.25: to even 1.25", 1.1875f, DType::E4M3, 0x3A, 0x3A},
+      {"-1.0", -1.0f, DType::E4M3, 0xB8, 0xB8},
+      {"-0.0 keeps its sign", -0.0f, DType::E4M3, 0x80, 0x80},
+      {"+inf: E4M3 has none", inf, DType::E4M3, 0x7F, 0x7E},
+      {"-inf", -inf, DType::E4M3, 0xFF, 0xFE},
+      {"NaN", nan, DType::E4M3, 0x7F, 0x7F},
+      {"-NaN", std::copysign(nan, -1.0f), DType::E4M3, 0xFF, 0xFF},
+      {"E5M2 max 57344", 57344.0f, DType::E5M2, 0x7B, 0x7B},
+      {"just below 61440", std::nextafter(61440.0f, 0.0f), DType::E5M2, 0x7B, 0x7B},
+      {"61440, the tie of 57344 and 2^16: to even, inf", 61440.0f, DType::E5M2, 0x7C, 0x7B},
+      {"2^-16, the smallest subnormal", std::ldexp(1.0f, -16), DType::E5M2, 0x01, 0x01},
+      {"2^-17, the tie of 0 and 2^-16: to even 0", std::ldexp(1.0f, -17), DType::E5M2, 0x00, 0x00},
+      {"2^-14, the smallest normal", std::ldexp(1.0f, -14), DType::E5M2, 0x04, 0x04},
+      {"1.0", 1.0f, DType::E5M2, 0x3C, 0x3C},
+      {"-0.0", -0.0f, DType::E5M2, 0x80, 0x80},
+      {"+inf", inf, DType::E5M2, 0x7C, 0x7B},
+      {"-inf", -inf, DType::E5M2, 0xFC, 0xFB},
+      {"NaN", nan, DType::E5M2, 0x7E, 0x7E},
+      {"-NaN", std::copysign(nan, -1.0f), DType::E5M2, 0xFE, 0xFE},
   };
   for (const Case& c : cases) {
     INFO(name(c.format) << ": " << c.what);
@@ -199,7 +199,7 @@ TEST_CASE("fp8: E8M0 scales are exact powers of two, clamped, 0xFF NaN") {
 }
 
 TEST_CASE("fp8: decode then encode gives back every non-NaN code") {
-  for (const Format format : {Format::E4M3, Format::E5M2}) {
+  for (const DType format : {DType::E4M3, DType::E5M2}) {
     const std::uint8_t max_code = mg::fp8::format_info(format).max_code;
     int checked = 0;
     for (unsigned code = 0; code < 256; ++code) {

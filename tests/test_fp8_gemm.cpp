@@ -24,7 +24,7 @@ using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Rounding;
 using kernels::Fp8Tensor;
-using Format = fp8::Format;
+using DType = DType;
 using mg::testing::fp8_cases::GemmCase;
 using mg::testing::fp8_cases::name;
 using mg::testing::fp8_cases::quantized;
@@ -35,7 +35,7 @@ using mg::testing::fp8_cases::stored_b;
 
 namespace {
 
-Format format_of(const Tensor& codes) { return codes.dtype() == DType::E4M3 ? Format::E4M3 : Format::E5M2; }
+DType format_of(const Tensor& codes) { return codes.dtype() == DType::E4M3 ? DType::E4M3 : DType::E5M2; }
 const std::uint8_t* codes_of(const Fp8Tensor& x) { return static_cast<const std::uint8_t*>(x.codes.data_ptr()); }
 
 // The scale grid index of stored element (r, c), from the blocks' definition (0: the whole extent).
@@ -132,29 +132,29 @@ TEST_CASE("fp8_quantize / fp8_dequantize: codes are encode(x * scale, saturate),
   // Scale 2, E4M3: 100 -> 200, a tie between 192 and 208 that goes to even 192; 300 -> 600 saturates to
   // 448 (0x7E); -0.1 -> -0.2 rounds to -0.203125 (1.625 x 2^-3); 1e-4 -> 2e-4 is below half of 2^-9: 0.
   const Tensor x = from_vector({100, 300, -0.1, 1e-4}, {1, 4});
-  const Fp8Tensor q = kernels::fp8_quantize(x, full({1, 1}, 2.0), {0, 0}, Format::E4M3);
+  const Fp8Tensor q = kernels::fp8_quantize(x, full({1, 1}, 2.0), {0, 0}, DType::E4M3);
   CHECK(q.codes.dtype() == DType::E4M3);
   CHECK(codes_of(q)[1] == 0x7E);
   const std::vector<float> xv = x.to_vector<float>();
   for (std::size_t i = 0; i < 4; ++i)
-    CHECK(codes_of(q)[i] == fp8::encode(xv[i] * 2.0f, Format::E4M3, fp8::Overflow::Saturate));
+    CHECK(codes_of(q)[i] == fp8::encode(xv[i] * 2.0f, DType::E4M3, fp8::Overflow::Saturate));
   check_values(q.scale_inv, {0.5});
   check_values(kernels::fp8_dequantize(q), {96, 224, -0.1015625, 0});
   // E5M2 with scale 2: 30000 -> 60000 rounds to its max 57344 (below the tie 61440); 40000 saturates.
   const Fp8Tensor e5 = kernels::fp8_quantize(from_vector({30000, 40000}, {1, 2}), full({1, 1}, 2.0), {0, 0},
-                                             Format::E5M2);
+                                             DType::E5M2);
   check_values(kernels::fp8_dequantize(e5), {28672, 28672});
   // Ragged 3 x 5 in 2 x 2 blocks, six different scales (one of them not a power of two: 1 / 3).
   const Tensor y = spread_randn(3, 5, 1);
   const std::vector<double> scales{1, 2, 0.25, 1.0 / 3, 8, 0.5};
   const Tensor scale = from_vector(scales, {2, 3});
-  const Fp8Tensor r = kernels::fp8_quantize(y, scale, {2, 2}, Format::E4M3);
+  const Fp8Tensor r = kernels::fp8_quantize(y, scale, {2, 2}, DType::E4M3);
   const std::vector<float> yv = y.to_vector<float>(), sv = scale.to_vector<float>(),
                            inv = r.scale_inv.to_vector<float>();
   for (std::int64_t i = 0; i < 15; ++i) {
     const std::size_t blk = static_cast<std::size_t>(block_index(i / 5, i % 5, 3, 5, {2, 2}));
     CHECK(codes_of(r)[i] ==
-          fp8::encode(yv[static_cast<std::size_t>(i)] * sv[blk], Format::E4M3, fp8::Overflow::Saturate));
+          fp8::encode(yv[static_cast<std::size_t>(i)] * sv[blk], DType::E4M3, fp8::Overflow::Saturate));
   }
   for (std::size_t b = 0; b < 6; ++b) CHECK(inv[b] == 1.0f / sv[b]);
   check_values(kernels::fp8_dequantize(r), values_of(r), 0, 0);
@@ -168,9 +168,9 @@ TEST_CASE("fp8_gemm, F32 accumulator: every layout, format pair, scaling and out
       {"128 along k on both (the weight gradient's blocks, with transpose_a)", 1, 128, 1, 128, false, 0},
       {"nested: 32 along k on A, 128x128 on B", 1, 32, 128, 128, false, 0},
   };
-  const std::pair<Format, Format> formats[] = {{Format::E4M3, Format::E4M3},
-                                               {Format::E5M2, Format::E4M3},
-                                               {Format::E4M3, Format::E5M2}};
+  const std::pair<DType, DType> formats[] = {{DType::E4M3, DType::E4M3},
+                                             {DType::E5M2, DType::E4M3},
+                                             {DType::E4M3, DType::E5M2}};
   const std::int64_t sizes[][3] = {{13, 37, 300}, {4, 5, 19}, {33, 16, 256}};  // ragged; odd k < a block; whole
   std::uint64_t seed = 10;
   for (const Scaling& scaling : scalings)
@@ -220,8 +220,8 @@ TEST_CASE("fp8_gemm, Limited accumulator: promotion every 128 products tells it 
   std::vector<double> row(k, 0.0625), column(k, 1.0);
   row[0] = column[0] = 448;
   // Per-tensor scales of 1: the codes are the values.
-  const Fp8Tensor a = kernels::fp8_quantize(from_vector(row, {1, k}), ones({1, 1}), {0, 0}, Format::E4M3);
-  const Fp8Tensor b = kernels::fp8_quantize(from_vector(column, {k, 1}), ones({1, 1}), {0, 0}, Format::E4M3);
+  const Fp8Tensor a = kernels::fp8_quantize(from_vector(row, {1, k}), ones({1, 1}), {0, 0}, DType::E4M3);
+  const Fp8Tensor b = kernels::fp8_quantize(from_vector(column, {k, 1}), ones({1, 1}), {0, 0}, DType::E4M3);
   const auto product = [&](const Fp8Accumulator& accumulator) {
     Tensor c = Tensor::empty({1, 1});
     kernels::fp8_gemm(a, b, c, {.m = 1, .n = 1, .k = k}, accumulator);
@@ -237,15 +237,15 @@ TEST_CASE("fp8_gemm, Limited accumulator with block scales: the model replayed h
   // 1x128 on A, 128x128 on B, k = 300 (chunks 128, 128, 44), promoted every 64: the chunk sums, the fma
   // with the two scales, and the order of the f32 additions, as kernels/fp8.h describes them.
   const std::int64_t m = 5, n = 7, k = 300;
-  const Fp8Tensor a = quantized(spread_randn(m, k, 3), {1, 128}, Format::E4M3);
-  const Fp8Tensor b = quantized(spread_randn(n, k, 4), {128, 128}, Format::E4M3);
+  const Fp8Tensor a = quantized(spread_randn(m, k, 3), {1, 128}, DType::E4M3);
+  const Fp8Tensor b = quantized(spread_randn(n, k, 4), {128, 128}, DType::E4M3);
   const Fp8Accumulator acc = limited(64);
   Tensor c = Tensor::empty({m, n});
   kernels::fp8_gemm(a, b, c, {.m = m, .n = n, .k = k, .transpose_b = true}, acc);
   const std::vector<float> got = c.to_vector<float>(), ia = a.scale_inv.to_vector<float>(),
                            ib = b.scale_inv.to_vector<float>();
   const auto code_value = [](const Fp8Tensor& x, std::int64_t at) {
-    return static_cast<double>(fp8::decode(codes_of(x)[at], Format::E4M3));
+    return static_cast<double>(fp8::decode(codes_of(x)[at], DType::E4M3));
   };
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
@@ -269,7 +269,7 @@ TEST_CASE("fp8_gemm, Limited accumulator with block scales: the model replayed h
 TEST_CASE("fp8 kernels: bad input is an mg::Error that names the kernel") {
   Generator generator(5);
   const Tensor x = randn({8, 256}, generator), w = randn({256, 6}, generator);
-  const Fp8Tensor a = quantized(x, {1, 128}, Format::E4M3), b = quantized(w, {128, 128}, Format::E4M3);
+  const Fp8Tensor a = quantized(x, {1, 128}, DType::E4M3), b = quantized(w, {128, 128}, DType::E4M3);
   Tensor c = Tensor::empty({8, 6});
   const kernels::GemmShape s{.m = 8, .n = 6, .k = 256};
   check_error([&] { kernels::fp8_gemm(a, b, c, {.m = 8, .n = 6, .k = 255}); }, "kernels::fp8_gemm: shapes");
@@ -282,7 +282,7 @@ TEST_CASE("fp8 kernels: bad input is an mg::Error that names the kernel") {
   const Fp8Tensor wrong_grid{.codes = a.codes, .scale_inv = ones({8, 1}), .blocks = a.blocks};
   check_error([&] { kernels::fp8_gemm(wrong_grid, b, c, s); }, "kernels::fp8_gemm: scale_inv must be f32 of shape");
   // Blocks of 96 and 128 along k = 256 do not nest: a chunk would straddle a scale change.
-  const Fp8Tensor a96 = quantized(x, {1, 96}, Format::E4M3);
+  const Fp8Tensor a96 = quantized(x, {1, 96}, DType::E4M3);
   check_error([&] { kernels::fp8_gemm(a96, b, c, s); }, "kernels::fp8_gemm: the operands' blocks along k (96 and 128)");
   check_error([&] { kernels::fp8_gemm(a, b, c, s, limited(0)); }, "kernels::fp8_gemm: block scales change every 128");
   check_error([&] { kernels::fp8_gemm(a, b, c, s, limited(96)); }, "kernels::fp8_gemm: block scales change every 128");
@@ -291,7 +291,7 @@ TEST_CASE("fp8 kernels: bad input is an mg::Error that names the kernel") {
   check_error([&] { kernels::fp8_gemm(a, b, c_int, s); }, "kernels::fp8_gemm: C must be f32");
   // fp8_quantize: every scale finite and positive, and one per block.
   const auto quantize = [&](const Tensor& scale, Fp8Blocks blocks) {
-    return [&x, scale, blocks] { kernels::fp8_quantize(x, scale, blocks, Format::E4M3); };
+    return [&x, scale, blocks] { kernels::fp8_quantize(x, scale, blocks, DType::E4M3); };
   };
   for (double bad : {0.0, -1.0, double(INFINITY), double(NAN)})
     check_error(quantize(full({1, 1}, bad), {0, 0}), fmt::format("kernels::fp8_quantize: scale {} of block 0", bad));
@@ -304,8 +304,8 @@ TEST_CASE("fp8_gemm: the same bits on 1 and 2 threads, with either accumulator")
   const int threads = num_threads();
   for (const Fp8Accumulator& acc : {Fp8Accumulator{}, limited(128)}) {
     const std::int64_t m = acc.limited ? 64 : 200, n = 260, k = 300;
-    const Fp8Tensor a = quantized(spread_randn(m, k, 6), {1, 128}, Format::E4M3);
-    const Fp8Tensor b = quantized(spread_randn(n, k, 7), {128, 128}, Format::E4M3);
+    const Fp8Tensor a = quantized(spread_randn(m, k, 6), {1, 128}, DType::E4M3);
+    const Fp8Tensor b = quantized(spread_randn(n, k, 7), {128, 128}, DType::E4M3);
     std::vector<std::vector<float>> results;
     for (int t : {1, 2}) {
       set_num_threads(t);
@@ -326,8 +326,8 @@ TEST_CASE("fp8_gemm: k = 0 stores the epilogue of a zero sum, also where the sca
   for (const auto& [ba, bb] : {std::pair<Fp8Blocks, Fp8Blocks>{{0, 0}, {0, 0}}, {{1, 128}, {128, 128}}})
     for (const Fp8Accumulator& acc : {Fp8Accumulator{}, limited(128)}) {
       const Tensor x = Tensor::empty({3, 0}), w = Tensor::empty({0, 4});
-      const Fp8Tensor a = kernels::fp8_quantize(x, ones(kernels::fp8_scale_shape({3, 0}, ba)), ba, Format::E4M3);
-      const Fp8Tensor b = kernels::fp8_quantize(w, ones(kernels::fp8_scale_shape({0, 4}, bb)), bb, Format::E4M3);
+      const Fp8Tensor a = kernels::fp8_quantize(x, ones(kernels::fp8_scale_shape({3, 0}, ba)), ba, DType::E4M3);
+      const Fp8Tensor b = kernels::fp8_quantize(w, ones(kernels::fp8_scale_shape({0, 4}, bb)), bb, DType::E4M3);
       Tensor c = full({3, 4}, 7.0);
       INFO("blocks along k " << ba.cols << ", limited " << acc.limited);
       kernels::fp8_gemm(a, b, c, {.m = 3, .n = 4, .k = 0}, acc,

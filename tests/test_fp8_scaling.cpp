@@ -18,7 +18,7 @@ std::vector<std::uint8_t> codes_of(const kernels::Fp8Tensor& q) {
   return {bytes, bytes + q.codes.numel()};
 }
 std::vector<float> floats(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
-std::uint8_t e4m3(float x) { return fp8::encode(x, fp8::Format::E4M3, fp8::Overflow::Saturate); }
+std::uint8_t e4m3(float x) { return fp8::encode(x, DType::E4M3, fp8::Overflow::Saturate); }
 
 }  // namespace
 
@@ -42,10 +42,10 @@ TEST_CASE("fp8 scaling: current scaling is fp8_max / amax of the tensor now, the
   CHECK(floats(g.scale_inv) == std::vector<float>{1.0f / 16384});
   // Power of two: amax 3 gives 448 / 3 = 149.3, rounded down to 128.
   options.power_of_two = true;
-  CHECK(fp8_scale_for(3.0f, fp8::Format::E4M3, options) == 128.0f);
+  CHECK(fp8_scale_for(3.0f, DType::E4M3, options) == 128.0f);
   // An amax of 0 (or inf, NaN) gives no scale of its own: the previous one (1 for a fresh tensor).
-  CHECK(fp8_scale_for(0.0f, fp8::Format::E4M3, options, 7.0f) == 7.0f);
-  CHECK(fp8_scale_for(NAN, fp8::Format::E4M3, options, 7.0f) == 7.0f);
+  CHECK(fp8_scale_for(0.0f, DType::E4M3, options, 7.0f) == 7.0f);
+  CHECK(fp8_scale_for(NAN, DType::E4M3, options, 7.0f) == 7.0f);
 }
 
 TEST_CASE("fp8 scaling: delayed scaling uses the history of earlier steps, then records this one") {
@@ -96,7 +96,7 @@ TEST_CASE("fp8 scaling: delayed scaling uses the history of earlier steps, then 
 }
 
 TEST_CASE("fp8 scaling: DeepSeek-V3's blocks, along each GEMM's own reduction") {
-  const Fp8Options options{.scaling = Fp8Scaling::Block, .backward_format = fp8::Format::E4M3};
+  const Fp8Options options{.scaling = Fp8Scaling::Block, .backward_format = DType::E4M3};
   // x [2, 256]: row 0 is 1 in its first 128 columns and 4 in the next; row 1 is 2, then 0.
   std::vector<double> values(512);
   for (int c = 0; c < 256; ++c) {
@@ -123,10 +123,10 @@ TEST_CASE("fp8 scaling: DeepSeek-V3's blocks, along each GEMM's own reduction") 
 }
 
 TEST_CASE("fp8 scaling: MX's shared exponent, the spec's floor against rounding up") {
-  const Fp8Options spec{.scaling = Fp8Scaling::Mx, .backward_format = fp8::Format::E4M3};
+  const Fp8Options spec{.scaling = Fp8Scaling::Mx, .backward_format = DType::E4M3};
   Fp8Options up = spec;
   up.mx_rule = MxScaleRule::RoundUp;
-  const fp8::Format e4m3_format = fp8::Format::E4M3;
+  const DType e4m3_format = DType::E4M3;
   // The spec: X = 2^(floor(log2 amax) - 8). amax 500: X = 1, and 500 saturates to 448. Rounding up:
   // X = 2^ceil(log2(500 / 448)) = 2, and 500 / 2 = 250 fits.
   CHECK(fp8_scale_for(500.0f, e4m3_format, spec) == 1.0f);
@@ -140,7 +140,7 @@ TEST_CASE("fp8 scaling: MX's shared exponent, the spec's floor against rounding 
   CHECK(fp8_scale_for(0.9f, e4m3_format, spec) == 512.0f);
   CHECK(fp8_scale_for(0.9f, e4m3_format, up) == 256.0f);
   // E5M2 (emax 15): amax 1 gives 2^15. E8M0's range bounds the exponent: 2^-127 .. 2^127.
-  CHECK(fp8_scale_for(1.0f, fp8::Format::E5M2, spec) == 32768.0f);
+  CHECK(fp8_scale_for(1.0f, DType::E5M2, spec) == 32768.0f);
   CHECK(fp8_scale_for(1e-38f, e4m3_format, spec) == std::ldexp(1.0f, 127));
   // Blocks of 32 along the reduction: a row of 64 is two blocks with scales of their own.
   std::vector<double> values(64, 0.5);
@@ -157,10 +157,10 @@ TEST_CASE("fp8 scaling: a scale that is not finite and positive is refused befor
   for (double bad : {0.0, -1.0, double(INFINITY), double(NAN)})
     check_error(
         [&] {
-          (void)kernels::fp8_quantize(x, full({1, 1}, bad), {0, 0}, fp8::Format::E4M3);
+          (void)kernels::fp8_quantize(x, full({1, 1}, bad), {0, 0}, DType::E4M3);
         },
         "kernels::fp8_quantize");
-  check_error([&] { (void)kernels::fp8_quantize(x, full({1, 2}, 1.0), {0, 0}, fp8::Format::E4M3); }, "one per block");
+  check_error([&] { (void)kernels::fp8_quantize(x, full({1, 2}, 1.0), {0, 0}, DType::E4M3); }, "one per block");
 }
 
 // The column-wise copy (kernels/fp8.h: FP8 GEMM operands are K-major): the codes of x^T, made by the same

@@ -53,7 +53,7 @@ void check_near(const Tensor& got, const std::vector<double>& exact, double tole
 TEST_CASE("fp8_linear: forward and gradients are the GEMMs of the codes and scales each recipe prescribes") {
   for (const Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Block, Fp8Scaling::Mx}) {
     const Fp8Options options{.scaling = scaling,
-                             .backward_format = scaling == Fp8Scaling::Current ? fp8::Format::E5M2 : fp8::Format::E4M3};
+                             .backward_format = scaling == Fp8Scaling::Current ? DType::E5M2 : DType::E4M3};
     INFO(options.describe());
     Generator generator(3);
     const std::int64_t rows = 40, in = 300, out = 24;  // ragged against 32 and 128

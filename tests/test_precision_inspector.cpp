@@ -18,7 +18,6 @@
 
 using namespace mg;
 using namespace mg::testing;
-using amp::Format;
 using amp::Outcome;
 using train::TensorKind;
 

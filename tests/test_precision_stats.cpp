@@ -9,7 +9,6 @@
 
 using namespace mg;
 using namespace mg::testing;
-using amp::Format;
 using amp::Outcome;
 
 TEST_CASE("precision_stats: zero, flushed, subnormal and overflow shares in f16 and bf16") {
@@ -28,13 +27,13 @@ TEST_CASE("precision_stats: zero, flushed, subnormal and overflow shares in f16 
   CHECK(s.values.zero == 2);
   CHECK(s.zero_share() == doctest::Approx(0.2));
   CHECK(s.amax == 3.5e38);
-  CHECK(s.count(Format::F16, Outcome::Flushed) == 3);
-  CHECK(s.count(Format::F16, Outcome::Subnormal) == 1);
-  CHECK(s.count(Format::F16, Outcome::Overflow) == 2);
-  CHECK(s.count(Format::BF16, Outcome::Flushed) == 1);
-  CHECK(s.count(Format::BF16, Outcome::Subnormal) == 1);
-  CHECK(s.count(Format::BF16, Outcome::Overflow) == 1);
-  CHECK(s.share(Format::F16, Outcome::Flushed) == doctest::Approx(0.3));
+  CHECK(s.count(DType::F16, Outcome::Flushed) == 3);
+  CHECK(s.count(DType::F16, Outcome::Subnormal) == 1);
+  CHECK(s.count(DType::F16, Outcome::Overflow) == 2);
+  CHECK(s.count(DType::BF16, Outcome::Flushed) == 1);
+  CHECK(s.count(DType::BF16, Outcome::Subnormal) == 1);
+  CHECK(s.count(DType::BF16, Outcome::Overflow) == 1);
+  CHECK(s.share(DType::F16, Outcome::Flushed) == doctest::Approx(0.3));
   // The f16 counts are GradientStats' own (amp/diagnostics.h): the same definition.
   CHECK(s.values.f16_flushed == 3);
   CHECK(s.values.f16_subnormal == 1);
@@ -48,19 +47,19 @@ TEST_CASE("precision_stats: FP8 shares under the per-tensor scale, its margin an
   const amp::PrecisionStats s = amp::precision_stats(t);
   CHECK(s.fp8_scale[0] == 1.0);
   CHECK(s.fp8_scale[1] == 128.0);
-  CHECK(s.count(Format::E4M3, Outcome::Flushed) == 1);  // 2^-10
-  CHECK(s.count(Format::E4M3, Outcome::Subnormal) == 2);  // 2^-9, 2^-7
-  CHECK(s.count(Format::E4M3, Outcome::Overflow) == 0);  // amax lands on 448
+  CHECK(s.count(DType::E4M3, Outcome::Flushed) == 1);  // 2^-10
+  CHECK(s.count(DType::E4M3, Outcome::Subnormal) == 2);  // 2^-9, 2^-7
+  CHECK(s.count(DType::E4M3, Outcome::Overflow) == 0);  // amax lands on 448
   // x 128: 2^-10 -> 2^-3, all normal in E5M2 (min normal 2^-14).
-  for (Outcome o : {Outcome::Flushed, Outcome::Subnormal, Outcome::Overflow}) CHECK(s.count(Format::E5M2, o) == 0);
+  for (Outcome o : {Outcome::Flushed, Outcome::Subnormal, Outcome::Overflow}) CHECK(s.count(DType::E5M2, o) == 0);
 
   // A margin of -1 doubles the scale: 896 is past E4M3's 464 rounding edge (NaN: overflow), 2^-10
   // becomes the smallest subnormal, 2^-7 the smallest normal.
   const amp::PrecisionStats m = amp::precision_stats(t, {.margin = -1});
   CHECK(m.fp8_scale[0] == 2.0);
-  CHECK(m.count(Format::E4M3, Outcome::Overflow) == 1);
-  CHECK(m.count(Format::E4M3, Outcome::Flushed) == 0);
-  CHECK(m.count(Format::E4M3, Outcome::Subnormal) == 2);  // 2^-9 (from 2^-10), 2^-8 (from 2^-9)
+  CHECK(m.count(DType::E4M3, Outcome::Overflow) == 1);
+  CHECK(m.count(DType::E4M3, Outcome::Flushed) == 0);
+  CHECK(m.count(DType::E4M3, Outcome::Subnormal) == 2);  // 2^-9 (from 2^-10), 2^-8 (from 2^-9)
 
   // amax 300: 448 / 300 = 1.49..., rounded down to a power of two: 1.
   const Tensor u = f64({300.0, -2.0}, {2}, false);
@@ -72,7 +71,7 @@ TEST_CASE("precision_stats: FP8 shares under the per-tensor scale, its margin an
   both.merge(amp::precision_stats(u));
   CHECK(both.values.count == 8);
   CHECK(both.amax == 448.0);
-  CHECK(both.count(Format::E4M3, Outcome::Subnormal) == 2);
+  CHECK(both.count(DType::E4M3, Outcome::Subnormal) == 2);
   CHECK(both.fp8_scale[0] == 1.0);
 }
 
@@ -81,7 +80,7 @@ TEST_CASE("precision_stats: all zeros have amax 0, scale 1 and no hazards; a non
   CHECK(z.amax == 0.0);
   CHECK(z.zero_share() == 1.0);
   CHECK(z.fp8_scale[0] == 1.0);
-  for (Format f : amp::kAllFormats) CHECK(z.count(f, Outcome::Flushed) == 0);
+  for (DType f : amp::kAllFormats) CHECK(z.count(f, Outcome::Flushed) == 0);
   check_error([] { amp::precision_stats(zeros({2}, {.dtype = DType::I32})); }, "amp::precision_stats");
 }
 

@@ -22,7 +22,7 @@ TEST_CASE("fp8_effect: what a cast into E4M3 or E5M2 flushes, leaves subnormal a
   // 896 is past E4M3's 448; 2^-11 is below half of E4M3's smallest subnormal (2^-9); 2^-8 is an E4M3
   // subnormal, exact; 1 is normal; 0 is not counted among the non-zero values.
   const Tensor x = from_vector({896, 0x1p-11, 0x1p-8, 1, 0}, {1, 5});
-  const Fp8Effect e4m3 = fp8_effect_with_scale(x, 1.0f, fp8::Format::E4M3);
+  const Fp8Effect e4m3 = fp8_effect_with_scale(x, 1.0f, DType::E4M3);
   CHECK(e4m3.values == 5);
   CHECK(e4m3.nonzero == 4);
   CHECK(e4m3.flushed == 1);
@@ -30,7 +30,7 @@ TEST_CASE("fp8_effect: what a cast into E4M3 or E5M2 flushes, leaves subnormal a
   CHECK(e4m3.subnormal == 1);
   CHECK(e4m3.mean_element_error() == doctest::Approx((0.5 + 1.0) / 4));  // 896 -> 448, 2^-11 -> 0
   // E5M2 holds all four exactly (57344 and 2^-14 bound its normals).
-  const Fp8Effect e5m2 = fp8_effect_with_scale(x, 1.0f, fp8::Format::E5M2);
+  const Fp8Effect e5m2 = fp8_effect_with_scale(x, 1.0f, DType::E5M2);
   CHECK(e5m2.flushed + e5m2.saturated + e5m2.subnormal == 0);
   CHECK(e5m2.relative_error() == 0);
   // Scaled per tensor (448 / 896), nothing saturates, and 2^-11 falls further: still flushed.
@@ -224,6 +224,6 @@ TEST_CASE("E11: per tensor, E4M3 flushes gradients that E5M2 keeps; unscaled, E5
   CHECK(e4m3_scaled.flushed_share() > 2 * e5m2_scaled.flushed_share());
   CHECK(e5m2_scaled.saturated == 0);
   const RunResult &e5 = by_id(mlp.runs, "V8"), &e4 = by_id(mlp.runs, "V12");
-  CHECK(e4.variant.recipe.fp8->backward_format == fp8::Format::E4M3);
+  CHECK(e4.variant.recipe.fp8->backward_format == DType::E4M3);
   CHECK_FALSE(identical_trajectories(e4, e5));
 }

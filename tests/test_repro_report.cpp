@@ -60,7 +60,7 @@ TEST_CASE("variants: V8..V11 are the FP8 recipes, V12..V15 change one FP8 option
   }
   const Fp8Options delayed = *variant("V8").recipe.fp8;
   Fp8Options e4m3 = delayed, limited = delayed, promoted = delayed, round_up = *variant("V11").recipe.fp8;
-  e4m3.backward_format = fp8::Format::E4M3;
+  e4m3.backward_format = DType::E4M3;
   limited.accumulator = {.limited = true, .promote_every = 0};
   promoted.accumulator = {.limited = true, .promote_every = 128};
   round_up.mx_rule = MxScaleRule::RoundUp;
@@ -253,8 +253,12 @@ TEST_CASE("run_repro: bad options are refused before anything runs") {
 // A run of `id` whose training loss is `loss` at steps 10, 20, ..., and whose score is `score`.
 RunResult fake_run(const std::string& id, std::vector<double> loss, double score, bool text = false) {
   RunResult run{.variant = variant(id)};
-  for (std::size_t i = 0; i < loss.size(); ++i)
-    run.log.push_back(StepLog{.step = static_cast<std::int64_t>(10 * (i + 1)), .loss = loss[i]});
+  for (std::size_t i = 0; i < loss.size(); ++i) {
+    StepLog entry;
+    entry.step = static_cast<std::int64_t>(10 * (i + 1));
+    entry.loss = loss[i];
+    run.log.push_back(entry);
+  }
   (text ? run.final_bpc : run.final_accuracy) = score;
   (text ? run.final_accuracy : run.final_bpc) = std::nan("");
   run.log.back().test_accuracy = text ? std::nullopt : std::optional<double>(score);

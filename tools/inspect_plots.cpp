@@ -123,7 +123,7 @@ void write_heatmap(const Heatmap& map, const std::vector<LayerRecord>& records, 
 
 }  // namespace
 
-std::string worst_layer(const std::vector<LayerRecord>& records, amp::Format format) {
+std::string worst_layer(const std::vector<LayerRecord>& records, DType format) {
   for (TensorKind kind : {TensorKind::ActivationGrad, TensorKind::WeightGrad}) {
     std::map<std::string, std::pair<double, int>> sums;
     for (const LayerRecord& r : records)
@@ -145,12 +145,12 @@ std::string worst_layer(const std::vector<LayerRecord>& records, amp::Format for
 }
 
 std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& records, const std::string& csv_path,
-                                                amp::Format format) {
+                                                DType format) {
   if (records.empty()) return {};
   const fs::path parent = fs::path(csv_path).parent_path();
   const std::string directory = parent.empty() ? std::string(".") : parent.string();
   const std::string stem = plot_stem(csv_path);
-  const std::string name = amp::format_name(format);
+  const std::string name(dtype_name(format));
   std::vector<std::int64_t> steps;
   std::vector<std::string> layers;  // first seen first
   for (const LayerRecord& r : records) {
@@ -202,13 +202,13 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
   const std::string worst = worst_layer(records, format);
   repro::Report report(directory);
   repro::Section section{.id = "inspect"};
-  for (amp::Format range : amp::kAllFormats) {
+  for (DType range : amp::kAllFormats) {
     std::map<TensorKind, GradientStats> merged;
     for (const LayerRecord& r : records) {
       if (r.layer != worst) continue;
       GradientStats moved = r.stats.values;
-      if (amp::is_fp8(range)) {
-        const double scale = r.stats.fp8_scale[range == amp::Format::E4M3 ? 0 : 1];
+      if (is_fp8(range)) {
+        const double scale = r.stats.fp8_scale[range == DType::E4M3 ? 0 : 1];
         const int shift = static_cast<int>(std::lround(std::log2(scale)));
         moved.histogram.fill(0);
         for (int k = 0; k < GradientStats::kBins; ++k)
@@ -217,10 +217,10 @@ std::vector<std::string> write_inspection_plots(const std::vector<LayerRecord>& 
       }
       merged[r.kind].merge(moved);
     }
-    Plot plot{.name = fmt::format("{}_worst_{}", stem, amp::format_name(range)),
+    Plot plot{.name = fmt::format("{}_worst_{}", stem, dtype_name(range)),
               .title = fmt::format("layer {} (the most underflowing), all inspected steps, {}with {}'s ranges", worst,
-                                   amp::is_fp8(range) ? "scaled, " : "", amp::format_name(range)),
-              .x_label = amp::is_fp8(range) ? "log2 |x scale|" : "log2 |x|",
+                                   is_fp8(range) ? "scaled, " : "", dtype_name(range)),
+              .x_label = is_fp8(range) ? "log2 |x scale|" : "log2 |x|",
               .y_label = "fraction of values",
               .kind = PlotKind::histogram,
               .log_y = 10,

@@ -27,10 +27,10 @@ namespace mg::tools {
 // The worst layer of `records`: the largest mean share of its activation gradients flushed or
 // subnormal in `format` (weight gradients where no layer has activation gradients). "" when there are
 // no records.
-std::string worst_layer(const std::vector<train::LayerRecord>& records, amp::Format format);
+std::string worst_layer(const std::vector<train::LayerRecord>& records, DType format);
 
 // Writes the plots above beside csv_path; returns the PNG files' paths that were meant to be made.
 std::vector<std::string> write_inspection_plots(const std::vector<train::LayerRecord>& records,
-                                                const std::string& csv_path, amp::Format format);
+                                                const std::string& csv_path, DType format);
 
 }  // namespace mg::tools

@@ -24,7 +24,7 @@ Progress::Progress(std::int64_t first_step, std::int64_t total, std::string unit
       quiet_(quiet),
       terminal_(isatty(fileno(stdout)) != 0) {}
 
-void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skipped_total) {
+void Progress::update(const train::StepNumbers& r, std::int64_t items, std::int64_t skipped_total) {
   items_ += items;
   // The bar shows an exponential moving average: one batch's loss is too noisy to read.
   smoothed_loss_ = smoothed_loss_ < 0 ? r.loss : 0.95 * smoothed_loss_ + 0.05 * r.loss;
@@ -53,7 +53,7 @@ void Progress::update(const StepRecord& r, std::int64_t items, std::int64_t skip
 }
 
 // The time left at this run's pace so far: "eta 42s", "eta 3m07s", "eta 1h05m".
-std::string Progress::eta_text(const StepRecord& r) const {
+std::string Progress::eta_text(const train::StepNumbers& r) const {
   const std::int64_t done = r.step - first_step_;
   if (done <= 0 || r.seconds <= 0) return "?";
   const auto seconds = static_cast<std::int64_t>(
@@ -96,7 +96,7 @@ void MetricsLog::drop_rows_after(const std::string& path, std::int64_t step) {
   if (dropped) write_file(path, kept, kOp);
 }
 
-void MetricsLog::write(const StepRecord& r) {
+void MetricsLog::write(const train::StepNumbers& r) {
   if (!file_.is_open()) return;
   file_ << fmt::format("{},{:.9g},{:.9g},{:.9g},{},{:.6f}\n", r.step, without_nan_sign(r.loss), r.lr, r.scale,
                        r.skipped ? 1 : 0, r.seconds);

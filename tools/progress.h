@@ -13,27 +13,20 @@
 #include <fstream>
 #include <string>
 
-namespace mg::tools {
+#include "train/step_readout.h"
 
-struct StepRecord {
-  std::int64_t step = 0;  // 1-based: the number of steps done, this one included
-  double loss = 0;
-  double lr = 0;
-  double scale = 1;
-  bool skipped = false;
-  double seconds = 0;  // since the run (or the resume) started
-};
+namespace mg::tools {
 
 class Progress {
  public:
   // total: the last step of the run; unit: what throughput counts ("img", "char").
   Progress(std::int64_t first_step, std::int64_t total, std::string unit, bool show_scale, bool quiet);
   // After every step: `items` is how many examples the step consumed.
-  void update(const StepRecord& record, std::int64_t items, std::int64_t skipped_total);
+  void update(const train::StepNumbers& record, std::int64_t items, std::int64_t skipped_total);
   void finish();  // ends the bar's line
 
  private:
-  std::string eta_text(const StepRecord& record) const;
+  std::string eta_text(const train::StepNumbers& record) const;
 
   std::int64_t first_step_, total_;
   std::string unit_;
@@ -50,7 +43,7 @@ class MetricsLog {
  public:
   // resumed_step: the checkpoint's step when resuming, -1 for a new run (the file is rewritten).
   MetricsLog(const std::string& path, std::int64_t resumed_step);
-  void write(const StepRecord& record);  // throws when the row cannot be written
+  void write(const train::StepNumbers& record);  // throws when the row cannot be written
   void close();  // flushes the last rows; throws when they cannot be written
   bool enabled() const { return file_.is_open(); }
 

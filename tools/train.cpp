@@ -124,7 +124,7 @@ Task text_task(const TrainOptions& o, data::Shard shard) {
 // Stops a run whose loss is not finite when nothing would skip its step: without a loss scaler its
 // NaN gradients reach every weight. The steps are read every read_every steps, so the run stops at
 // most that many steps after the one that diverged; the step's row is logged first.
-void stop_if_diverged(const StepRecord& record, const TrainOptions& o, bool scaled, std::int64_t last_step,
+void stop_if_diverged(const train::StepNumbers& record, const TrainOptions& o, bool scaled, std::int64_t last_step,
                       MetricsLog& log) {
   if (std::isfinite(record.loss) || scaled) return;
   log.write(record);
@@ -192,12 +192,9 @@ class StepNumbersSink {
     for (const train::StepNumbers& n : read) {
       const auto [seconds, items] = queued_.front();
       queued_.pop_front();
-      const StepRecord record{.step = n.step + first_step_,
-                              .loss = n.loss,
-                              .lr = n.lr,
-                              .scale = n.scale,
-                              .skipped = n.skipped,
-                              .seconds = seconds};
+      train::StepNumbers record = n;  // counted from this run's first step, timed
+      record.step += first_step_;
+      record.seconds = seconds;
       stop_if_diverged(record, o_, trainer_.scaler().is_enabled(), position_.step, log_);
       position_.recent_losses.push_back(n.loss);
       if (position_.recent_losses.size() > kFinalLossSteps) position_.recent_losses.pop_front();
@@ -235,7 +232,7 @@ void finish_inspection(train::PrecisionInspector& inspector, const train::Traine
   const amp::Recipe& recipe = trainer.recipe();
   const bool bf16 = recipe.autocast_dtype.value_or(recipe.parameter_dtype) == DType::BF16;
   const std::vector<std::string> plots = write_inspection_plots(inspector.records(), o.inspect,
-                                                                bf16 ? amp::Format::BF16 : amp::Format::F16);
+                                                                bf16 ? DType::BF16 : DType::F16);
   if (inspector.first_nonfinite()) summary.first_nonfinite = inspector.first_nonfinite()->describe();
   if (!o.quiet)
     fmt::print("mixgrad train: inspected every {} steps: {} rows in {}; plots {}\n", inspector.every(),

@@ -13,6 +13,7 @@
 #include "kernels/threads.h"
 #include "tools/flag_checks.h"
 #include "train/stop_signals.h"
+#include "train/trainer.h"  // default_lr
 
 namespace mg::tools {
 
@@ -65,8 +66,9 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->capture_default_str();
   c.add_option_function<double>(
        "--lr", [&o](const double& lr) { o.lr = lr; },
-       "Learning rate, a finite number >= 0 (default 0.05 for sgd, 1e-3 for adam and adamw, "
-       "0.01 for adagrad; 0 runs forward and backward but leaves the weights as they are)")
+       fmt::format("Learning rate, a finite number >= 0 (default {} for sgd, {} for adam and adamw, "
+                   "{} for adagrad; 0 runs forward and backward but leaves the weights as they are)",
+                   kTrainSgdLr, train::default_lr("adam"), train::default_lr("adagrad")))
       ->check(finite_number_in(0, std::numeric_limits<double>::max(), "a finite learning rate >= 0"));
   c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
       ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))
@@ -188,7 +190,7 @@ void finalize(TrainOptions& o) {
              "mixgrad train: cannot write {}: the directory {} does not exist", o.graph, graph.parent_path().string());
   }
   if (o.batch == 0) o.batch = images ? 128 : 32;
-  if (!o.lr) o.lr = o.optimizer == "sgd" ? 0.05 : o.optimizer == "adagrad" ? 0.01 : 1e-3;
+  if (!o.lr) o.lr = o.optimizer == "sgd" ? kTrainSgdLr : train::default_lr(o.optimizer);
 }
 
 }  // namespace mg::tools

@@ -12,6 +12,11 @@ class App;
 
 namespace mg::tools {
 
+// mixgrad train's SGD learning rate when --lr is not given: 0.05, five times optim::SgdOptions' 0.01,
+// so that its small models (the MLP, the CNN, the character LSTM and GPT) learn in the few hundred
+// steps of a first run. The other optimizers take their own defaults (train::default_lr).
+inline constexpr double kTrainSgdLr = 0.05;
+
 // The length of a text run that names none (about 4 minutes of the LSTM on one CPU core).
 inline constexpr std::int64_t kDefaultTextSteps = 1000;
 // Steps between inspections when --inspect is given without --inspect-every.
@@ -30,7 +35,7 @@ struct TrainOptions {
   std::int64_t batch = 0;  // 0: 128 for images, 32 for text
   std::int64_t context = 64;  // text: characters per training window
   std::string optimizer = "sgd";  // sgd | adam | adamw | adagrad
-  std::optional<double> lr;  // unset: 0.05 for sgd, 1e-3 for adam and adamw, 0.01 for adagrad
+  std::optional<double> lr;  // unset: kTrainSgdLr for sgd, the optimizer's own default otherwise
   double momentum = 0.9;  // sgd only
   std::uint64_t seed = 0;
   std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all

@@ -51,9 +51,9 @@ std::vector<Tensor> to_host(const std::vector<Tensor>& tensors) {
 
 std::string csv_header() {
   std::string header = "step,layer,kind,dtype,values,amax,zero,nonfinite";
-  for (amp::Format f : amp::kAllFormats)
+  for (DType f : amp::kAllFormats)
     for (const char* outcome : {"flushed", "subnormal", "overflow"})
-      header += fmt::format(",{}_{}", amp::format_name(f), outcome);
+      header += fmt::format(",{}_{}", dtype_name(f), outcome);
   return header + ",e4m3_scale,e5m2_scale,lost";
 }
 
@@ -61,7 +61,7 @@ std::string csv_row(const LayerRecord& r) {
   const amp::PrecisionStats& s = r.stats;
   std::string row = fmt::format("{},\"{}\",{},{},{},{:.6g},{:.6g},{:.6g}", r.step, r.layer, kind_name(r.kind), r.dtype,
                                 s.values.count, s.amax, s.zero_share(), s.values.fraction(s.values.nonfinite));
-  for (amp::Format f : amp::kAllFormats)
+  for (DType f : amp::kAllFormats)
     for (amp::Outcome o : {amp::Outcome::Flushed, amp::Outcome::Subnormal, amp::Outcome::Overflow})
       row += fmt::format(",{:.6g}", s.share(f, o));
   row += fmt::format(",{:.6g},{:.6g},", s.fp8_scale[0], s.fp8_scale[1]);

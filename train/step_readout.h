@@ -21,13 +21,16 @@
 
 namespace mg::train {
 
-// One step, read back.
+// One step, read back: the one record of a step's numbers, which mixgrad train's progress and log
+// (tools/progress.h) and the repro runs' logs (tools/repro/runner.h's StepLog, which adds its
+// measurements) carry.
 struct StepNumbers {
   std::int64_t step = 0;  // counted from 1
   double loss = 0;  // the batch's mean loss
   double lr = 0;  // the rate the step used
   double scale = 1;  // the loss scale it used (1 without a scaler)
   bool skipped = false;  // the GradScaler skipped it (an inf/NaN gradient)
+  double seconds = 0;  // since the run started, where the caller times it (mixgrad train's log); else 0
 };
 
 class StepReadout {

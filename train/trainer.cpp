@@ -15,27 +15,41 @@
 
 namespace mg::train {
 
+namespace {
+[[noreturn]] void unknown_optimizer(const std::string& name) {
+  throw Error(
+      fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw, adagrad", name));
+}
+}  // namespace
+
+double default_lr(const std::string& optimizer) {
+  if (optimizer == "sgd") return optim::SgdOptions{}.lr;
+  if (optimizer == "adam") return optim::AdamOptions{}.lr;
+  if (optimizer == "adamw") return optim::AdamWOptions{}.lr;
+  if (optimizer == "adagrad") return optim::AdagradOptions{}.lr;
+  unknown_optimizer(optimizer);
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> parameters,
                                                  bool master_weights) {
+  const double lr = spec.lr ? *spec.lr : default_lr(spec.name);
   std::unique_ptr<optim::Optimizer> optimizer;
   if (spec.name == "sgd")
     optimizer = std::make_unique<optim::SGD>(std::move(parameters),
-                                             optim::SgdOptions{.lr = spec.lr,
+                                             optim::SgdOptions{.lr = lr,
                                                                .momentum = spec.momentum,
                                                                .master_weights = master_weights});
   else if (spec.name == "adam")
     optimizer = std::make_unique<optim::Adam>(std::move(parameters),
-                                              optim::AdamOptions{.lr = spec.lr, .master_weights = master_weights});
+                                              optim::AdamOptions{.lr = lr, .master_weights = master_weights});
   else if (spec.name == "adamw")
     optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
-                                               optim::AdamWOptions{.lr = spec.lr, .master_weights = master_weights});
+                                               optim::AdamWOptions{.lr = lr, .master_weights = master_weights});
   else if (spec.name == "adagrad")
     optimizer = std::make_unique<optim::Adagrad>(std::move(parameters),
-                                                 optim::AdagradOptions{.lr = spec.lr,
-                                                                       .master_weights = master_weights});
+                                                 optim::AdagradOptions{.lr = lr, .master_weights = master_weights});
   else
-    throw Error(fmt::format("train::make_optimizer: unknown optimizer '{}'; choose one of sgd, adam, adamw, adagrad",
-                            spec.name));
+    unknown_optimizer(spec.name);
   if (spec.schedule) optimizer->set_schedule(spec.schedule);
   return optimizer;
 }

@@ -38,6 +38,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "amp/grad_scaler.h"
@@ -58,10 +59,14 @@ namespace mg::train {
 // Which optimizer, with the options mixgrad's programs set.
 struct OptimizerSpec {
   std::string name = "sgd";  // "sgd", "adam", "adamw" or "adagrad" (their defaults otherwise: optim/)
-  double lr = 0.01;
+  std::optional<double> lr;  // empty: the optimizer's own default (default_lr)
   double momentum = 0.0;  // SGD's
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
 };
+
+// The learning rate an optimizer takes when none is given, its options' default in optim/ (written
+// there once): sgd and adagrad 0.01, adam and adamw 1e-3. An unknown name is an mg::Error.
+double default_lr(const std::string& optimizer);
 
 // The named optimizer over `parameters`, keeping f32 masters of f16/bf16 parameters when
 // master_weights is set. An unknown name is an mg::Error that lists the known ones.

@@ -66,7 +66,7 @@ Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
 void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
                   Tensor& scale_inv) {
   const Grid g(x.shape(), blocks);
-  const fp8::Format format = fp8_format((codes.defined() ? codes : codes_t).dtype());
+  const DType format = (codes.defined() ? codes : codes_t).dtype();
   const float* s = scale.data<float>();
   float* inv = scale_inv.data<float>();
   for (std::int64_t i = 0; i < scale_inv.numel(); ++i) inv[i] = 1.0f / s[i];
@@ -105,7 +105,7 @@ void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor
 
 void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
   const Grid g(x.codes.shape(), x.blocks);
-  const fp8::Format format = fp8_format(x.codes.dtype());
+  const DType format = x.codes.dtype();
   const auto* codes = static_cast<const std::uint8_t*>(x.codes.data_ptr());
   const float* inv = x.scale_inv.data<float>();
   float* values = out.data<float>();

@@ -34,14 +34,14 @@ const MicroKernel& fp8_microkernel() {
 // with the scale of its block. `transposed` is the GemmShape flag that says how the codes are stored.
 struct CodeOperand {
   const std::uint8_t* codes;
-  fp8::Format format;
+  DType format;
   std::int64_t line_stride, k_stride;
   const float* scale_inv;
   std::int64_t block_lines, block_k, scale_stride_line, scale_stride_k;  // scale of (l, k): l / bl, k / bk
 
   // op(X) is [lines, k]; the codes are stored [lines, k], or [k, lines] when k_major.
   CodeOperand(const Fp8Tensor& x, bool k_major, std::int64_t lines, std::int64_t k)
-      : codes(static_cast<const std::uint8_t*>(x.codes.data_ptr())), format(fp8_format(x.codes.dtype())) {
+      : codes(static_cast<const std::uint8_t*>(x.codes.data_ptr())), format(x.codes.dtype()) {
     const std::int64_t stored_cols = k_major ? lines : k;
     const std::int64_t block_rows = x.blocks.rows > 0 ? x.blocks.rows : std::max<std::int64_t>(1, k_major ? k : lines);
     const std::int64_t block_cols = x.blocks.cols > 0 ? x.blocks.cols : std::max<std::int64_t>(1, stored_cols);

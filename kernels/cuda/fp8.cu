@@ -69,7 +69,7 @@ constexpr int kTile = 32;
 
 template <class In>
 __global__ void __launch_bounds__(kThreads)
-    quantize_kernel(const In* x, const float* scale, BlockGrid g, fp8::Format format, std::uint8_t* codes,
+    quantize_kernel(const In* x, const float* scale, BlockGrid g, DType format, std::uint8_t* codes,
                     std::uint8_t* codes_t, float* scale_inv, std::int64_t scales) {
   MG_SHARED(std::uint8_t[kTile][kTile + 4], tile);  // + 4: a column's bytes spread over the banks
   for (std::int64_t i = first_index(); i < scales; i += grid_stride()) scale_inv[i] = 1.0f / scale[i];  // IEEE division
@@ -108,7 +108,7 @@ __global__ void record_amax_kernel(float* row, std::int64_t len, const float* am
 }
 
 __global__ void __launch_bounds__(kThreads)
-    dequantize_kernel(const std::uint8_t* codes, const float* scale_inv, BlockGrid g, fp8::Format format, float* out) {
+    dequantize_kernel(const std::uint8_t* codes, const float* scale_inv, BlockGrid g, DType format, float* out) {
   for (std::int64_t i = first_index(); i < g.rows * g.cols; i += grid_stride())
     out[i] = __fmul_rn(fp8::decode(codes[i], format), scale_inv[g.block(i / g.cols, i % g.cols)]);
 }
@@ -140,8 +140,8 @@ void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor
     using In = decltype(in);
     MG_LAUNCH((quantize_kernel<In>), blocks_for(std::max(tiles, scale_inv.numel()) * kThreads, kThreads), kThreads, 0,
               stream_of(x))
-    (device_ptr<In>(x), device_ptr<float>(scale), g, fp8_format((codes.defined() ? codes : codes_t).dtype()),
-     code_ptr(codes), code_ptr(codes_t), device_ptr<float>(scale_inv), scale_inv.numel());
+    (device_ptr<In>(x), device_ptr<float>(scale), g, (codes.defined() ? codes : codes_t).dtype(), code_ptr(codes),
+     code_ptr(codes_t), device_ptr<float>(scale_inv), scale_inv.numel());
     MG_CUDA_LAUNCHED();
   });
 }
@@ -169,7 +169,7 @@ void fp8_dequantize(const Fp8Tensor& x, Tensor& out) {
   mg::cuda::DeviceGuard guard(out.device().index);
   MG_LAUNCH(dequantize_kernel, blocks_for(x.codes.numel(), kThreads), kThreads, 0, stream_of(out))
   (static_cast<const std::uint8_t*>(x.codes.data_ptr()), device_ptr<float>(x.scale_inv),
-   block_grid(x.codes.shape(), x.blocks), fp8_format(x.codes.dtype()), device_ptr<float>(out));
+   block_grid(x.codes.shape(), x.blocks), x.codes.dtype(), device_ptr<float>(out));
   MG_CUDA_LAUNCHED();
 }
 

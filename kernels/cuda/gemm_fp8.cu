@@ -133,7 +133,7 @@ __device__ __forceinline__ Fp8FragmentB load_b(const Fp8Operand& b, int lane, in
   return f;
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out>
+template <DType kA, DType kB, class Out>
 __global__ void __launch_bounds__(kGemmThreads) fp8_gemm_kernel(Fp8GemmArgs<Out> args) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int row0 = blockIdx.x * kTileM + warp / 2 * 16, col0 = blockIdx.y * kTileN + warp % 2 * 8;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kGemmThreads) fp8_gemm_kernel(Fp8GemmArgs<Out>
   }
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out>
+template <DType kA, DType kB, class Out>
 void launch_gemm(const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
   const dim3 grid((args.m + kTileM - 1) / kTileM, (args.n + kTileN - 1) / kTileN);
   MG_LAUNCH((fp8_gemm_kernel<kA, kB, Out>), grid, kGemmThreads, 0, stream)(args);
@@ -176,8 +176,8 @@ void launch_gemm(const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
 }
 
 template <class Out>
-void launch_gemm(fp8::Format fa, fp8::Format fb, const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
-  with_fp8_formats(fa, fb, [&]<fp8::Format kA, fp8::Format kB>() { launch_gemm<kA, kB>(args, stream); });
+void launch_gemm(DType fa, DType fb, const Fp8GemmArgs<Out>& args, cudaStream_t stream) {
+  with_fp8_formats(fa, fb, [&]<DType kA, DType kB>() { launch_gemm<kA, kB>(args, stream); });
 }
 
 // FP8 mma.sync needs sm_89 (Ada) or later: the current device's compute capability (asked once),
@@ -313,7 +313,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                                                 plan.promote_every,
                                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                                 epilogue.activation};
-      const fp8::Format fa = fp8_format(a.codes.dtype()), fb = fp8_format(b.codes.dtype());
+      const DType fa = a.codes.dtype(), fb = b.codes.dtype();
       if (plan.rung4)
         fp8_wgmma::launch(fa, fb, args, stream_of(c));
       else
@@ -339,7 +339,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                                 plan.promote_every,
                                 bias.defined() ? device_ptr<float>(bias) : nullptr,
                                 epilogue.activation};
-    launch_gemm(fp8_format(a.codes.dtype()), fp8_format(b.codes.dtype()), args, stream_of(c));
+    launch_gemm(a.codes.dtype(), b.codes.dtype(), args, stream_of(c));
   });
 }
 

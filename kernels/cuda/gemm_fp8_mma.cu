@@ -174,7 +174,7 @@ __device__ __forceinline__ void promote(typename C::Sums& to, typename C::Sums& 
 // Promotions and chunks' ends are at instruction boundaries (takes()). With both kChained and kChunk
 // the promotions are only at the chunks' ends, so a chunk's promoted sum is 0 + running and `promoted`
 // holds no registers across the loop: two sets each time.
-template <fp8::Format kA, fp8::Format kB, class Out, bool kChained, int kChunk>
+template <DType kA, DType kB, class Out, bool kChained, int kChunk>
 __global__ void __launch_bounds__(kThreads, CfgFor<kChained, kChunk>::kBlocksPerSm)
     fp8_mma_kernel(Fp8MmaArgs<Out> args) {
   using Cfg = CfgFor<kChained, kChunk>;
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, CfgFor<kChained, kChunk>::kBlocksPer
                         [&](float value, int column) { return from_float<Out>(args.finish(value, column)); });
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out, bool kChained, int kChunk>
+template <DType kA, DType kB, class Out, bool kChained, int kChunk>
 void launch_kernel(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   using Cfg = CfgFor<kChained, kChunk>;
   constexpr auto fp8_mma = fp8_mma_kernel<kA, kB, Out, kChained, kChunk>;  // the emulator's messages quote this name
@@ -328,7 +328,7 @@ struct Variant {  // fp8_mma_kernel's kChunk and kChained
         chained(promote_every != kInstructionCodes && chunk != kInstructionCodes) {}
 };
 
-template <fp8::Format kA, fp8::Format kB, class Out>
+template <DType kA, DType kB, class Out>
 void launch_formats(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   const auto [chunk, chained] = Variant(args.chunk, args.promote_every, args.k);
   MG_CHECK(chunk == 0 || chunk == 32 || chunk == 128,
@@ -358,13 +358,13 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_e
 }
 
 template <class Out>
-void launch(fp8::Format fa, fp8::Format fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
-  with_fp8_formats(fa, fb, [&]<fp8::Format kA, fp8::Format kB>() { launch_formats<kA, kB>(args, stream); });
+void launch(DType fa, DType fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
+  with_fp8_formats(fa, fb, [&]<DType kA, DType kB>() { launch_formats<kA, kB>(args, stream); });
 }
 
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<float>&, cudaStream_t);
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<__half>&, cudaStream_t);
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<bf16>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<float>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<__half>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<bf16>&, cudaStream_t);
 
 std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k) {
   const auto [scale_chunk, chained] = Variant(chunk, promote_every, k);

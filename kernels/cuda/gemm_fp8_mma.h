@@ -55,7 +55,7 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_e
 
 // Queues the GEMM for the formats (fa, fb) and Out = f32, f16 or bf16.
 template <class Out>
-void launch(fp8::Format fa, fp8::Format fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream);
+void launch(DType fa, DType fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream);
 
 // The name in benchmark tables of the kernel that runs these sums: "fp8 mma 128x128x128, 3 stages" (one
 // chunk, promoted after every instruction), or "fp8 mma 64x128x128, 3 stages" followed by ", promoted

@@ -98,7 +98,7 @@ __device__ __forceinline__ void add_scaled(float (&total)[kSums], const float (&
 }
 
 // kBlocks: the scales change every step (chunks of 128); otherwise one chunk, all of k.
-template <fp8::Format kA, fp8::Format kB, class Out, bool kBlocks>
+template <DType kA, DType kB, class Out, bool kBlocks>
 __global__ void __launch_bounds__(kThreads, 1) gemm_fp8_wgmma_kernel(const __grid_constant__ Params<Out> p) {
   using C = Config<Out>;
   const Fp8MmaArgs<Out>& args = p.args;
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_fp8_wgmma_kernel(const __gri
   if (lane == 0) hopper::bulk_wait_read<0>();  // the staging must outlive the stores' reads
 }
 
-template <fp8::Format kA, fp8::Format kB, class Out, bool kBlocks>
+template <DType kA, DType kB, class Out, bool kBlocks>
 void launch_kernel(const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   using C = Config<Out>;
   constexpr auto kernel = gemm_fp8_wgmma_kernel<kA, kB, Out, kBlocks>;
@@ -231,18 +231,18 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_e
 }
 
 template <class Out>
-void launch(fp8::Format fa, fp8::Format fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
+void launch(DType fa, DType fb, const Fp8MmaArgs<Out>& args, cudaStream_t stream) {
   const bool blocks = blocks_along_k(args.chunk, args.k);
   MG_CHECK(!blocks || args.chunk == kTileK,
            "kernels::cuda::fp8_wgmma::launch: no kernel for chunks of {} (takes() refuses them)", args.chunk);
-  with_fp8_formats(fa, fb, [&]<fp8::Format kA, fp8::Format kB>() {
+  with_fp8_formats(fa, fb, [&]<DType kA, DType kB>() {
     (blocks ? launch_kernel<kA, kB, Out, true> : launch_kernel<kA, kB, Out, false>)(args, stream);
   });
 }
 
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<float>&, cudaStream_t);
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<__half>&, cudaStream_t);
-template void launch(fp8::Format, fp8::Format, const Fp8MmaArgs<bf16>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<float>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<__half>&, cudaStream_t);
+template void launch(DType, DType, const Fp8MmaArgs<bf16>&, cudaStream_t);
 
 std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k, DType out) {
   const int stages = out == DType::F32 ? Config<float>::kStages : Config<__half>::kStages;

@@ -22,7 +22,7 @@ bool takes(bool transpose_a, bool transpose_b, std::int64_t chunk, int promote_e
 
 // Queues the GEMM (args as rung 3's: gemm_fp8_mma.h) for the formats (fa, fb) and Out = f32, f16, bf16.
 template <class Out>
-void launch(fp8::Format fa, fp8::Format fb, const fp8_pipelined::Fp8MmaArgs<Out>& args, cudaStream_t stream);
+void launch(DType fa, DType fb, const fp8_pipelined::Fp8MmaArgs<Out>& args, cudaStream_t stream);
 
 // "fp8 wgmma 128x128x128, 6 stages, promoted every 128" and the like, for the benchmark and the tests.
 std::string kernel_name(std::int64_t chunk, int promote_every, std::int64_t k, DType out);
@@ -34,7 +34,7 @@ inline bool takes(bool, bool, std::int64_t, int, std::int64_t, std::int64_t, std
   return false;
 }
 template <class Out>
-void launch(fp8::Format, fp8::Format, const fp8_pipelined::Fp8MmaArgs<Out>&, cudaStream_t) {
+void launch(DType, DType, const fp8_pipelined::Fp8MmaArgs<Out>&, cudaStream_t) {
   throw Error(
       "kernels::fp8_gemm: rung 4 (wgmma) is not in this build; configure with 90 among CMAKE_CUDA_ARCHITECTURES");
 }

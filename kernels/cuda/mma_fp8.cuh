@@ -70,8 +70,8 @@ struct Fp8FragmentC {
 // Calls f.template operator()<kA, kB>() with the compile-time formats of (fa, fb): a kernel is
 // instantiated per pair of formats, because the instruction names them.
 template <class F>
-void with_fp8_formats(fp8::Format fa, fp8::Format fb, const F& f) {
-  using enum fp8::Format;
+void with_fp8_formats(DType fa, DType fb, const F& f) {
+  using enum DType;
   if (fa == E4M3 && fb == E4M3) return f.template operator()<E4M3, E4M3>();
   if (fa == E4M3 && fb == E5M2) return f.template operator()<E4M3, E5M2>();
   if (fa == E5M2 && fb == E4M3) return f.template operator()<E5M2, E4M3>();
@@ -100,17 +100,17 @@ struct Lane {
 };
 
 // Every code's value, in f64, where the products and their sums are exact (see complete()).
-inline const std::array<double, 256>& values(fp8::Format format) {
-  static const auto table = [](fp8::Format f) {
+inline const std::array<double, 256>& values(DType format) {
+  static const auto table = [](DType f) {
     std::array<double, 256> t{};
     for (int code = 0; code < 256; ++code) t[code] = fp8::decode(static_cast<std::uint8_t>(code), f);
     return t;
   };
-  static const std::array<double, 256> e4m3 = table(fp8::Format::E4M3), e5m2 = table(fp8::Format::E5M2);
-  return format == fp8::Format::E4M3 ? e4m3 : e5m2;
+  static const std::array<double, 256> e4m3 = table(DType::E4M3), e5m2 = table(DType::E5M2);
+  return format == DType::E4M3 ? e4m3 : e5m2;
 }
 
-template <fp8::Format kA, fp8::Format kB>
+template <DType kA, DType kB>
 struct Mma {
   static void complete(void* const lanes[32], unsigned) {
     // Gather the tiles from the lanes' registers, in the PTX ISA's own words (element i of a lane's
@@ -157,7 +157,7 @@ struct Mma {
 
 }  // namespace mma_fp8_emulation
 
-template <fp8::Format kA, fp8::Format kB>
+template <DType kA, DType kB>
 __device__ inline void mma_fp8(Fp8FragmentC& d, const Fp8FragmentA& a, const Fp8FragmentB& b, const Fp8FragmentC& c,
                                std::source_location where = std::source_location::current()) {
   using Op = mma_fp8_emulation::Mma<kA, kB>;
@@ -175,15 +175,15 @@ __device__ inline void mma_fp8(Fp8FragmentC& d, const Fp8FragmentA& a, const Fp8
       : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]), "f"(c.x[0]), "f"(c.x[1]), \
         "f"(c.x[2]), "f"(c.x[3]))
 
-template <fp8::Format kA, fp8::Format kB>
+template <DType kA, DType kB>
 __device__ __forceinline__ void mma_fp8(Fp8FragmentC& d, const Fp8FragmentA& a, const Fp8FragmentB& b,
                                         const Fp8FragmentC& c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (kA == fp8::Format::E4M3 && kB == fp8::Format::E4M3)
+  if constexpr (kA == DType::E4M3 && kB == DType::E4M3)
     MG_MMA_FP8("e4m3", "e4m3");
-  else if constexpr (kA == fp8::Format::E4M3)
+  else if constexpr (kA == DType::E4M3)
     MG_MMA_FP8("e4m3", "e5m2");
-  else if constexpr (kB == fp8::Format::E4M3)
+  else if constexpr (kB == DType::E4M3)
     MG_MMA_FP8("e5m2", "e4m3");
   else
     MG_MMA_FP8("e5m2", "e5m2");

@@ -119,10 +119,10 @@ struct Mma {
 
 // The FP8 form: both operands K-major codes; each output's 32 products summed exactly (in f64, as the
 // CPU's Limited model sums a group) and added to D by kernels::fp8_accumulate with the QGMMA model.
-template <fp8::Format kA, fp8::Format kB, int kN>
+template <DType kA, DType kB, int kN>
 struct Fp8Mma {
   using Lane = WgmmaLane;
-  static double code(const wgmma_layout::Descriptor& d, fp8::Format format, int mn, int k, const char* what) {
+  static double code(const wgmma_layout::Descriptor& d, DType format, int mn, int k, const char* what) {
     const std::uint32_t address = wgmma_layout::element_address(d, true, 1, mn, k);
     return fp8::decode(*::mg::emu::async_view(address, 1, what), format);
   }
@@ -175,7 +175,7 @@ __device__ inline void mma(float (&d)[kN / 2], std::uint64_t desc_a, std::uint64
 }
 
 // D = A B (+ D), FP8 codes kA x kB, both K-major, kN columns.
-template <fp8::Format kA, fp8::Format kB, int kN>
+template <DType kA, DType kB, int kN>
 __device__ inline void mma_fp8(float (&d)[kN / 2], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate,
                                std::source_location where = std::source_location::current()) {
   using Op = emulation::Fp8Mma<kA, kB, kN>;
@@ -248,7 +248,7 @@ __device__ __forceinline__ void mma(float (&d)[kN / 2], std::uint64_t desc_a, st
 
 // The FP8 form: no transpose immediates (FP8 operands are K-major).
 #define MG_WGMMA_FP8_TAIL64 "%64, %65, p, 1, 1"
-template <fp8::Format kA, fp8::Format kB, int kN>
+template <DType kA, DType kB, int kN>
 __device__ __forceinline__ void mma_fp8(float (&d)[kN / 2], std::uint64_t desc_a, std::uint64_t desc_b,
                                         bool accumulate) {
   static_assert(kN == 128, "the FP8 probe issues m64n128k32");
@@ -258,11 +258,11 @@ __device__ __forceinline__ void mma_fp8(float (&d)[kN / 2], std::uint64_t desc_a
                "}, " MG_WGMMA_FP8_TAIL64 ";\n}\n" \
                : MG_WGMMA_D64(d) \
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
-  if constexpr (kA == fp8::Format::E4M3 && kB == fp8::Format::E4M3)
+  if constexpr (kA == DType::E4M3 && kB == DType::E4M3)
     MG_WGMMA_FP8("e4m3.e4m3");
-  else if constexpr (kA == fp8::Format::E4M3)
+  else if constexpr (kA == DType::E4M3)
     MG_WGMMA_FP8("e4m3.e5m2");
-  else if constexpr (kB == fp8::Format::E4M3)
+  else if constexpr (kB == DType::E4M3)
     MG_WGMMA_FP8("e5m2.e4m3");
   else
     MG_WGMMA_FP8("e5m2.e5m2");

@@ -67,7 +67,7 @@ __global__ void wgmma_probe_kernel(const float* a, const float* b, float* d) {
 constexpr std::uint32_t kFp8TileA = 0, kFp8TileB = 16 * 1024;
 constexpr int kFp8K = 256;  // 8 instructions: a constant count, so that nvcc issues them back to back
 
-template <fp8::Format kA, fp8::Format kB>
+template <DType kA, DType kB>
 __global__ void wgmma_fp8_probe_kernel(const std::uint8_t* a, const std::uint8_t* b, float* d) {
   constexpr int k = kFp8K;
   MG_DYNAMIC_SHARED(unsigned char, raw);
@@ -114,7 +114,7 @@ void require_hopper(const char* what) {
 
 }  // namespace
 
-std::vector<float> probe_wgmma_fp8(fp8::Format fa, fp8::Format fb, const std::vector<std::uint8_t>& a,
+std::vector<float> probe_wgmma_fp8(DType fa, DType fb, const std::vector<std::uint8_t>& a,
                                    const std::vector<std::uint8_t>& b) {
   MG_CHECK(a.size() == static_cast<std::size_t>(kM * kFp8K) && b.size() == static_cast<std::size_t>(kN * kFp8K),
            "probe_wgmma_fp8: needs A of 64 x {} and B of 128 x {} codes, got {} and {}", kFp8K, kFp8K, a.size(),
@@ -130,7 +130,7 @@ std::vector<float> probe_wgmma_fp8(fp8::Format fa, fp8::Format fb, const std::ve
   const Tensor a_device = codes(a), b_device = codes(b);
   Tensor d = Tensor::empty({kM, kN}, {.device = Device::cuda()});
   const cudaStream_t stream = stream_of(d);
-  with_fp8_formats(fa, fb, [&]<fp8::Format kA, fp8::Format kB>() {
+  with_fp8_formats(fa, fb, [&]<DType kA, DType kB>() {
     MG_CUDA_CHECK(cudaFuncSetAttribute(wgmma_fp8_probe_kernel<kA, kB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        kSharedBytes));
     MG_LAUNCH((wgmma_fp8_probe_kernel<kA, kB>), 1, 128, kSharedBytes, stream)

@@ -28,7 +28,7 @@ std::vector<float> probe_wgmma(DType dtype, bool a_mn_major, bool b_mn_major, co
 // The FP8 form (QGMMA), for what its accumulator keeps: D (64 x 128) = A (64 x 256 codes of fa) B^T (B:
 // 128 x 256 codes of fb, [n][k]), as 8 m64n128k32 chained through D (the first from 0), both operands
 // K-major. Returns D row-major.
-std::vector<float> probe_wgmma_fp8(fp8::Format fa, fp8::Format fb, const std::vector<std::uint8_t>& a,
+std::vector<float> probe_wgmma_fp8(DType fa, DType fb, const std::vector<std::uint8_t>& a,
                                    const std::vector<std::uint8_t>& b);
 
 #else  // a build without sm_90 among its architectures
@@ -36,7 +36,7 @@ std::vector<float> probe_wgmma_fp8(fp8::Format fa, fp8::Format fb, const std::ve
 inline std::vector<float> probe_wgmma(DType, bool, bool, const std::vector<float>&, const std::vector<float>&) {
   throw Error("probe_wgmma: this build has no sm_90a code; configure with 90 among CMAKE_CUDA_ARCHITECTURES");
 }
-inline std::vector<float> probe_wgmma_fp8(fp8::Format, fp8::Format, const std::vector<std::uint8_t>&,
+inline std::vector<float> probe_wgmma_fp8(DType, DType, const std::vector<std::uint8_t>&,
                                           const std::vector<std::uint8_t>&) {
   throw Error("probe_wgmma_fp8: this build has no sm_90a code; configure with 90 among CMAKE_CUDA_ARCHITECTURES");
 }

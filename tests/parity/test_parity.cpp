@@ -279,6 +279,19 @@ TEST_CASE("the ops users reach for first agree with PyTorch: logsumexp, var, std
   check_family("first_day");
 }
 
+// clamp at its bounds, where the gradient is a choice (the function has a kink there). PyTorch's
+// clamp_backward for scalar bounds is where(min <= x && x <= max, grad, 0) (FunctionsManual.cpp, the same
+// from 1.13 through 2.x): the bounds pass the gradient. The fixtures' random inputs never land on a
+// bound, so the case is written by hand: x at min, at max, inside, below and above.
+TEST_CASE("clamp passes the gradient at its bounds, as PyTorch's clamp_backward does") {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype);
+    Tensor x = from_vector({-1, 1, 0.5, -3, 2}, {5}, {.dtype = dtype, .requires_grad = true});
+    backward(clamp(x, -1, 1), from_vector({1, 2, 4, 8, 16}, {5}, {.dtype = dtype}));
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 2, 4, 0, 0});
+  }
+}
+
 TEST_CASE("casts between every pair of float dtypes are bit-identical to PyTorch's") {
   const data::SafetensorsFile file = fixture("cast");
   for (const json& c : json::parse(file.metadata.at("cases"))) {

@@ -28,9 +28,9 @@ constexpr std::size_t kE4M3 = 0, kE5M2 = 1, kE4M3Scaled = 2, kE5M2Scaled = 3;
 
 // log2 of the smallest normal and of half the smallest subnormal over the max: where a format's
 // values turn subnormal and where they flush, in binades below a per-tensor scale's amax.
-double binades_to(double value, fp8::Format f) { return std::log2(value / fp8::format_info(f).max); }
-double subnormal_edge(fp8::Format f) { return binades_to(std::ldexp(1.0, 1 - fp8::format_info(f).bias), f); }
-double flush_edge(fp8::Format f) {
+double binades_to(double value, DType f) { return std::log2(value / fp8::format_info(f).max); }
+double subnormal_edge(DType f) { return binades_to(std::ldexp(1.0, 1 - fp8::format_info(f).bias), f); }
+double flush_edge(DType f) {
   const fp8::FormatInfo i = fp8::format_info(f);
   return binades_to(std::ldexp(1.0, 1 - i.bias - i.mantissa_bits - 1), f);
 }
@@ -103,10 +103,10 @@ std::string score_cell(const E11Model& m, double value) { return m.text ? number
 }  // namespace
 
 const std::vector<E11Cast>& e11_casts() {
-  static const std::vector<E11Cast> all{{"E4M3 unscaled", fp8::Format::E4M3, false},
-                                        {"E5M2 unscaled", fp8::Format::E5M2, false},
-                                        {"E4M3 per tensor", fp8::Format::E4M3, true},
-                                        {"E5M2 per tensor", fp8::Format::E5M2, true}};
+  static const std::vector<E11Cast> all{{"E4M3 unscaled", DType::E4M3, false},
+                                        {"E5M2 unscaled", DType::E5M2, false},
+                                        {"E4M3 per tensor", DType::E4M3, true},
+                                        {"E5M2 per tensor", DType::E5M2, true}};
   return all;
 }
 
@@ -202,9 +202,8 @@ Table training_table(const E11Result& r) {
 
 // The histograms of every model's gradients (all layers), against the ranges each format keeps.
 Plot exponent_plot(const E11Result& r) {
-  using fp8::Format;
-  const double e4_sub = subnormal_edge(Format::E4M3), e4_flush = flush_edge(Format::E4M3),
-               e5_sub = subnormal_edge(Format::E5M2), e5_flush = flush_edge(Format::E5M2);
+  const double e4_sub = subnormal_edge(DType::E4M3), e4_flush = flush_edge(DType::E4M3),
+               e5_sub = subnormal_edge(DType::E5M2), e5_flush = flush_edge(DType::E5M2);
   Plot plot{
       .name = "e11_gradient_exponents",
       .title = "E11 Linear output gradients: binades below their tensor's amax (per-tensor scaling)",

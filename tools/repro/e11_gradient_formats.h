@@ -43,7 +43,7 @@ E11Options e11_options(Preset preset, Device device, std::uint64_t seed);
 // The four ways E11 puts a gradient into FP8, in this order.
 struct E11Cast {
   std::string name;  // "E4M3 unscaled", ...
-  fp8::Format format;
+  DType format;
   bool scaled;  // one scale per tensor (format max / amax), else a plain cast
 };
 const std::vector<E11Cast>& e11_casts();

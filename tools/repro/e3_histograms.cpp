@@ -30,17 +30,9 @@ struct Ranges {
   int lost, normal;
   double overflow;
 };
-Ranges ranges_of(amp::Format format) {
-  switch (format) {
-    case amp::Format::F16:
-      return {-24, -14, 16};
-    case amp::Format::BF16:
-      return {-133, -126, 128};
-    case amp::Format::E4M3:
-      return {-9, -6, std::log2(448.0)};
-    default:  // E5M2
-      return {-16, -14, std::log2(57344.0)};
-  }
+Ranges ranges_of(DType format) {  // from the format's row of MG_DTYPES (core/dtype.h)
+  const DTypeInfo d = dtype_info(format);
+  return {static_cast<int>(std::log2(d.min_subnormal)), static_cast<int>(std::log2(d.min_normal)), std::log2(d.max)};
 }
 
 // "1 Linear, 2 ReLU, ..., 5 Linear": the layers counted, in forward order, and their values per step.
@@ -226,7 +218,7 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
                .x_min = GradientStats::kMinExponent,
                .x_max = kGradientAxisEnd,
                .x_ticks = gradient_exponent_ticks(),
-               .bands = format_bands(amp::Format::F16)};
+               .bands = format_bands(DType::F16)};
   Plot activations = weights;
   activations.name = "e3_activations_" + weights.name.substr(std::string("e3_weights_").size());
   activations.title = "E3 " + m.model + " layer-output gradients (fp32), with f16's ranges";
@@ -330,9 +322,9 @@ Series histogram_series(const std::string& name, const GradientStats& stats) {
   return series;
 }
 
-std::vector<Band> format_bands(amp::Format format) {
+std::vector<Band> format_bands(DType format) {
   const auto [lost, normal, overflow] = ranges_of(format);
-  const std::string name = amp::format_name(format);
+  const std::string name(dtype_name(format));
   std::vector<Band> all{Band{.from = GradientStats::kMinExponent,
                              .to = static_cast<double>(std::max(lost, GradientStats::kMinExponent)),
                              .label = fmt::format("lost in {} (< 2^{})", name, lost),

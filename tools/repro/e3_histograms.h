@@ -107,7 +107,7 @@ constexpr int kGradientAxisEnd = amp::GradientStats::kMaxExponent + 2;
 // A format's ranges as bands on that axis (bin e holds 2^e <= |x| < 2^(e+1)): lost (below its
 // smallest subnormal), subnormal, normal, and past its largest value. E3's figures draw f16's;
 // mixgrad train --inspect's draw each format's (for FP8, of the values times their scale).
-std::vector<Band> format_bands(amp::Format format);
+std::vector<Band> format_bands(DType format);
 
 // A log2|g| histogram as a curve: x = the bin's centre, y = its share of all values (zeros included
 // in the denominator, so the curve sums to the non-zero fraction).

@@ -30,7 +30,7 @@ namespace {
 constexpr std::size_t kPerTensor = 0, kTiles = 1, kMxFloor = 2, kMxRoundUp = 3;
 
 Fp8Options forward_options(Fp8Scaling scaling, MxScaleRule rule = MxScaleRule::Floor) {
-  return Fp8Options{.scaling = scaling, .backward_format = fp8::Format::E4M3, .mx_rule = rule};
+  return Fp8Options{.scaling = scaling, .backward_format = DType::E4M3, .mx_rule = rule};
 }
 
 // Collects the Linear inputs of the watched steps, per layer, as the effects of every way of scaling.

@@ -45,7 +45,7 @@ Fp8Effect fp8_effect(const Tensor& x, const kernels::Fp8Tensor& q) {
            "repro::fp8_effect: needs a 2-D tensor on the CPU and its codes of the same shape, got {} and {}", x.shape(),
            q.codes.shape());
   const Tensor values = x.to(DType::F32), dequantized = kernels::fp8_dequantize(q);
-  const fp8::Format format = fp8_format(q.codes.dtype());
+  const DType format = q.codes.dtype();
   const fp8::FormatInfo info = fp8::format_info(format);
   const double min_normal = std::ldexp(1.0, 1 - info.bias);
   const BlockGrid grid(x.shape(), q.blocks);
@@ -77,7 +77,7 @@ Fp8Effect fp8_effect_of(const Tensor& x, Fp8Role role, const Fp8Options& options
   return fp8_effect(values, fp8_quantize_operand(values, role, false, measured, nullptr));
 }
 
-Fp8Effect fp8_effect_with_scale(const Tensor& x, float scale, fp8::Format format) {
+Fp8Effect fp8_effect_with_scale(const Tensor& x, float scale, DType format) {
   const Tensor values = x.to(DType::F32);
   return fp8_effect(values, kernels::fp8_quantize(values, full({1, 1}, scale), {0, 0}, format));
 }

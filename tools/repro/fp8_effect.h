@@ -46,6 +46,6 @@ Fp8Effect fp8_effect(const Tensor& x, const kernels::Fp8Tensor& q);
 Fp8Effect fp8_effect_of(const Tensor& x, Fp8Role role, const Fp8Options& options);
 
 // x with one scale for the whole tensor (1: unscaled, as a cast to FP8 would be), in `format`.
-Fp8Effect fp8_effect_with_scale(const Tensor& x, float scale, fp8::Format format);
+Fp8Effect fp8_effect_with_scale(const Tensor& x, float scale, DType format);
 
 }  // namespace mg::tools::repro

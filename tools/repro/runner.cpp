@@ -244,7 +244,8 @@ class Training {
     const bool evaluated = step == c_.steps || (c_.eval_every > 0 && step % c_.eval_every == 0);
     const bool recording = logged && (c_.record_activation_gradients || c_.record_weight_gradients ||
                                       c_.record_histograms || c_.watch_logged_step);
-    StepLog entry{.step = step};
+    StepLog entry;
+    entry.step = step;
     entry.activation_zero_fraction = entry.activation_zero_in_f16_fraction = entry.logit_zero_in_f16_fraction = kNaN;
     const train::StepResult stepped = train_on_next_batch(step, recording, entry);
     take(stepped.read);

@@ -34,6 +34,7 @@
 #include "nn/module.h"
 #include "optim/schedule.h"
 #include "tools/repro/variants.h"
+#include "train/step_readout.h"
 
 namespace mg::tools::repro {
 
@@ -102,12 +103,9 @@ struct RunConfig {
   Device device = Device::cpu();
 };
 
-struct StepLog {
-  std::int64_t step = 0;  // 1-based: steps done, this one included
-  double loss = 0;  // the training loss of this batch, before loss_multiplier and scaling
-  double lr = 0;  // the rate this step used (after compensation and schedule)
-  double scale = 1;  // the loss scale this step used (1 without scaling)
-  bool skipped = false;  // the GradScaler skipped the step (inf/NaN gradients)
+// A logged step: its numbers (step counted from 1; the batch's loss before loss_multiplier and
+// scaling; the rate after compensation and schedule; the loss scale; skipped), then what the run measured.
+struct StepLog : train::StepNumbers {
   // Of the parameter elements this step meant to change, the fraction that kept its stored value
   // (optimizer last_update(): lost / nonzero). NaN for a skipped step or one that changed nothing.
   double lost_update_fraction = 0;

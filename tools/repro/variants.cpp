@@ -13,7 +13,7 @@ using enum amp::LossScaling;
 using enum kernels::Accumulation;
 
 // V12..V15: what each changes in its recipe's FP8 options.
-void gradients_in_e4m3(Fp8Options& o) { o.backward_format = fp8::Format::E4M3; }
+void gradients_in_e4m3(Fp8Options& o) { o.backward_format = DType::E4M3; }
 void limited_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 0}; }
 void promoted_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 128}; }
 void mx_exponent_rounded_up(Fp8Options& o) { o.mx_rule = MxScaleRule::RoundUp; }
