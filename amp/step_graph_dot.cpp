@@ -308,6 +308,9 @@ std::string_view dtype_colour(DType dtype) {
     case DType::F64:
       return "#7f7f7f";
     case DType::I32:
+    case DType::I64:
+    case DType::U8:
+    case DType::BOOL:
       return "#000000";
   }
   return "#000000";

@@ -120,17 +120,18 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
 Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
-  auto [a, b] = autocast_inputs(Op::Where, a_in, b_in);  // the mask selects: it is never cast
-  const Tensor& mask = mask_in;
+  auto [a, b] = autocast_inputs(Op::Where, a_in, b_in);  // the mask selects: it is never autocast
   constexpr Op op = Op::Where;
+  // A bool mask (PyTorch's, from a comparison or a file) is read as i32, 0 or 1: the kernel's own.
+  const Tensor mask = mask_in.defined() && mask_in.dtype() == DType::BOOL ? cast(mask_in, DType::I32) : mask_in;
   check::same_device(op, {mask, a, b});
   check::floating(op, a);
   check::same_dtype(op, a, b);
-  // Any mask the kernel reads exactly: i32, or floating (f64 only with f64 values, whose compute type it is).
-  MG_CHECK(mask.dtype() == DType::I32 ||
-               (is_floating(mask.dtype()) && (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
-           "{}: the mask must be i32 or floating (f64 only with f64 values), got {} with {} values", op, mask.dtype(),
-           a.dtype());
+  // Any mask the kernel reads exactly: i32 (bool as i32), or floating (f64 only with f64 values, whose compute type it is).
+  MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && !is_fp8(mask.dtype()) &&
+                                          (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
+           "{}: the mask must be i32, bool or floating (f64 only with f64 values), got {} with {} values", op,
+           mask.dtype(), a.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(mask.shape(), a.shape(), qualified_name(op)), b.shape(),
                                  qualified_name(op));
   Tensor out = Tensor::empty(shape, check::like(a));

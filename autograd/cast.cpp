@@ -31,8 +31,10 @@ Tensor to_device(const Tensor& x, Device device) {
   check_device_available(device, fmt::format("{}: cannot move {} {} to {}", op, x.shape(), x.dtype(), device));
   Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = device});
   kernels::copy_between_devices(x, out);
-  // Indices uploaded from host data stay checkable on the host (core/storage.h, check::index_values).
-  if (x.dtype() == DType::I32 && x.device().is_cpu()) out.impl().storage->keep_host_values(x.to_vector<std::int32_t>());
+  // Indices uploaded from host data stay checkable on the host (core/storage.h, check::index_values);
+  // i64 ones (PyTorch's) kept as i32 values, saturated: what the index ops read them as.
+  if ((x.dtype() == DType::I32 || x.dtype() == DType::I64) && x.device().is_cpu())
+    out.impl().storage->keep_host_values(x.to_vector<std::int32_t>());
   if (is_floating(x.dtype())) {
     record(op, {x}, out, [source = x.device()](const Tensor& g, const auto&) { return Grads{to_device(g, source)}; });
   }

@@ -1,5 +1,7 @@
 #include "autograd/check.h"
 
+#include "kernels/copy.h"
+
 namespace mg::check {
 
 void floating(Op op, const Tensor& t) {
@@ -32,12 +34,25 @@ void not_empty(Op op, const Tensor& t) {
 std::vector<std::int32_t> index_values(const Tensor& indices) {
   const TensorImpl& impl = indices.impl();
   if (const std::vector<std::int32_t>* kept = impl.storage->host_values()) {
-    const std::size_t first = impl.offset / sizeof(std::int32_t);
+    const std::size_t first = impl.offset / dtype_size(indices.dtype());  // one kept value an element
     if (first + static_cast<std::size_t>(indices.numel()) <= kept->size())
       return {kept->begin() + static_cast<std::ptrdiff_t>(first),
               kept->begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(indices.numel()))};
   }
   return indices.to_vector<std::int32_t>();
+}
+
+Tensor indices_as_i32(Op op, const Tensor& indices, std::string_view what) {
+  MG_CHECK(indices.defined(), "{}: the {} tensor is undefined", op, what);
+  MG_CHECK(indices.dtype() == DType::I32 || indices.dtype() == DType::I64,
+           "{}: {} must be i32 or i64, got {} with shape {}; convert with .to(DType::I32)", op, what, indices.dtype(),
+           indices.shape());
+  if (indices.dtype() == DType::I32) return indices;
+  Tensor converted = Tensor::empty(indices.shape(), {.dtype = DType::I32, .device = indices.device()});
+  kernels::cast(indices, converted);  // no graph: indices carry no gradient
+  if (!indices.device().is_cpu() && indices.impl().storage->host_values())
+    converted.impl().storage->keep_host_values(index_values(indices));
+  return converted;
 }
 
 kernels::Window2d window2d(Op op, const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t stride,

@@ -10,13 +10,13 @@
 
 namespace mg {
 
-Tensor embedding(const Tensor& weight_in, const Tensor& indices, std::optional<std::int64_t> padding_idx) {
+Tensor embedding(const Tensor& weight_in, const Tensor& indices_in, std::optional<std::int64_t> padding_idx) {
   constexpr Op op = Op::Embedding;
   const Tensor weight = autocast_input(op, weight_in);
-  check::same_device(op, {weight, indices});
+  check::same_device(op, {weight, indices_in});
   check::floating(op, weight);
   MG_CHECK(weight.dim() == 2, "{}: the weight must be [num_embeddings, dim], got shape {}", op, weight.shape());
-  MG_CHECK(indices.dtype() == DType::I32, "{}: indices must be i32, got {}", op, indices.dtype());
+  const Tensor indices = check::indices_as_i32(op, indices_in, "indices");  // i32, or PyTorch's i64
   const std::int64_t rows = weight.size(0);
   MG_CHECK(!padding_idx || (*padding_idx >= -rows && *padding_idx < rows),
            "{}: padding_idx {} is out of range for {} embeddings (valid: {}..{}, negative counting from the end)", op,

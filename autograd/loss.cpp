@@ -58,25 +58,21 @@ Tensor smoothed_cross_entropy(const Tensor& logits_in, const Tensor& labels, Cro
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, CrossEntropyOptions options) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, CrossEntropyOptions options) {
   constexpr Op op = Op::CrossEntropy;
   MG_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
            "{}: label_smoothing must be in [0, 1], got {}", op, options.label_smoothing);
-  if (options.label_smoothing > 0.0) return smoothed_cross_entropy(logits_in, labels, options);
+  if (options.label_smoothing > 0.0) return smoothed_cross_entropy(logits_in, labels_in, options);
   const Tensor logits = autocast_input(op, logits_in);
-  check::same_device(op, {logits, labels});
+  check::same_device(op, {logits, labels_in});
   check::floating(op, logits);
   MG_CHECK(logits.dim() == 2,
            "{}: logits must be [rows, classes], got shape {} (reshape sequences to "
            "[batch * time, classes])",
            op, logits.shape());
-  // i32 is mixgrad's one integer dtype: it holds any class index, so PyTorch's int64 labels are
-  // i32 here (randint makes i32; from_vector takes .dtype = DType::I32).
-  MG_CHECK(labels.dtype() == DType::I32,
-           "{}: labels must be i32 class indices, got {}; make them with "
-           "{{.dtype = DType::I32}} or convert with labels.to(DType::I32) (mixgrad has no int64: PyTorch's int64 "
-           "labels are i32 here); for probabilities as targets there is no op yet",
-           op, labels.dtype());
+  // Class indices: i32 (randint's, the loaders'), or i64 as PyTorch saves them, read as i32. For
+  // probabilities as targets there is no op yet.
+  const Tensor labels = check::indices_as_i32(op, labels_in, "labels");
   MG_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
            "{}: labels must be [rows] = [{}] to match logits {}, got shape {}", op, logits.size(0), logits.shape(),
            labels.shape());

@@ -70,7 +70,7 @@ void bf16_to_f32(const bfloat16* src, float* dst, std::int64_t count) {
 }
 
 // FP8 codes <-> anything, through f32 in chunks on the stack: every FP8 value is an f32 value, and every
-// f16/bf16/f32 value reaches FP8 in one rounding from its f32 form. f64 and i32 go through
+// f16/bf16/f32 value reaches FP8 in one rounding from its f32 form. f64 and the integers go through
 // round_to_odd_float, so that the f32 step does not add a second rounding (24 >= 2 * 4 + 2 bits).
 void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
                  fp8::Overflow overflow) {
@@ -84,7 +84,7 @@ void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, s
     if (is_fp8(src_dtype)) {
       const auto* codes = reinterpret_cast<const std::uint8_t*>(from);
       for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(codes[i], src_dtype);
-    } else if (src_dtype == DType::F64 || src_dtype == DType::I32) {
+    } else if (src_dtype == DType::F64 || is_integer(src_dtype)) {
       for (std::int64_t i = 0; i < n; ++i) values[i] = detail::round_to_odd_float(load_as_double(from, src_dtype, i));
     } else {
       convert(from, src_dtype, values, DType::F32, n);
@@ -121,9 +121,9 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
     return f32_to_bf16(static_cast<const float*>(src), static_cast<bfloat16*>(dst), count);
   if (src_dtype == DType::BF16 && dst_dtype == DType::F32)
     return bf16_to_f32(static_cast<const bfloat16*>(src), static_cast<float*>(dst), count);
-  visit_dtype(src_dtype, "convert", [&](auto src_zero) {
+  visit_host_type(src_dtype, "convert", [&](auto src_zero) {
     using From = decltype(src_zero);
-    visit_dtype(dst_dtype, "convert", [&](auto dst_zero) {
+    visit_host_type(dst_dtype, "convert", [&](auto dst_zero) {
       using To = decltype(dst_zero);
       convert_loop(static_cast<const From*>(src), static_cast<To*>(dst), count);
     });
@@ -132,7 +132,7 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 
 double load_as_double(const void* data, DType dtype, std::int64_t i) {
   if (is_fp8(dtype)) return fp8::decode(static_cast<const std::uint8_t*>(data)[i], dtype);
-  return visit_dtype(dtype, "load_as_double", [&](auto zero) {
+  return visit_host_type(dtype, "load_as_double", [&](auto zero) {
     using T = decltype(zero);
     return scalar_cast<double>(static_cast<const T*>(data)[i]);
   });

@@ -10,6 +10,8 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/fp8.h"
@@ -22,8 +24,10 @@ namespace mg {
 template <class To, class From>
 To scalar_cast(From x);
 
-// Converts `count` contiguous elements from src (src_dtype) to dst (dst_dtype). Floating -> i32
-// truncates toward zero, saturates at the i32 range and maps NaN to 0. Into E4M3/E5M2, `overflow`
+// Converts `count` contiguous elements from src (src_dtype) to dst (dst_dtype). Into an integer
+// (i32, i64, u8): truncated toward zero, saturated at the integer's range, NaN to 0; into bool:
+// non-zero (NaN included) is 1, as PyTorch's .to(torch.bool). i64 converts to floating types through
+// its exact double (every i64 up to 2^53; beyond, the double is rounded once first). Into E4M3/E5M2, `overflow`
 // says what a value past the format's max becomes (core/fp8.h): NonFinite, the format's own rule and
 // what PyTorch's .to(float8) does, unless the caller asks for Saturate (the FP8 recipes do). From f64
 // the value is rounded once, as for f16. FP8 codes convert back exactly.
@@ -59,18 +63,31 @@ To scalar_cast(From x) {
   constexpr bool from_low = std::is_same_v<From, half> || std::is_same_v<From, bfloat16>;
   if constexpr (std::is_same_v<To, From>) {
     return x;
+  } else if constexpr (std::is_same_v<From, bool>) {
+    return scalar_cast<To>(static_cast<std::int32_t>(x));  // 0 or 1
   } else if constexpr (from_low) {
     return scalar_cast<To>(static_cast<float>(x));  // f16/bf16 -> f32 is exact
-  } else if constexpr (to_low && (std::is_same_v<From, double> || std::is_same_v<From, std::int32_t>)) {
+  } else if constexpr (to_low && (std::is_same_v<From, double> || std::is_same_v<From, std::int32_t> ||
+                                  std::is_same_v<From, std::int64_t>)) {
     return To(detail::round_to_odd_float(static_cast<double>(x)));  // i32 -> f64 is exact
   } else if constexpr (to_low) {
     return To(static_cast<float>(x));
-  } else if constexpr (std::is_same_v<To, std::int32_t>) {
-    // Out-of-range float -> int is undefined in C++; define it as saturation, NaN -> 0.
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return x != From(0);  // NaN != 0: true
+  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) {
+    // Integer to integer: saturated at To's range (u8 of -1 is 0, i32 of 2^40 is 2^31 - 1).
+    if (std::cmp_less(x, std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (std::cmp_greater(x, std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(x);
+  } else if constexpr (std::is_integral_v<To>) {
+    // Out-of-range float -> int is undefined in C++; define it as saturation, NaN -> 0. The bounds
+    // as doubles: To's min is a power of two (exact); max + 1 is one too, the first value past it.
+    constexpr double lowest = static_cast<double>(std::numeric_limits<To>::min());
+    constexpr double past_max = static_cast<double>(std::numeric_limits<To>::max() / 2 + 1) * 2.0;
     if (x != x) return 0;
-    if (x >= 2147483647.0) return 2147483647;
-    if (x <= -2147483648.0) return -2147483647 - 1;
-    return static_cast<std::int32_t>(x);
+    if (static_cast<double>(x) >= past_max) return std::numeric_limits<To>::max();
+    if (static_cast<double>(x) <= lowest) return std::numeric_limits<To>::min();
+    return static_cast<To>(x);
   } else {
     return static_cast<To>(x);
   }

@@ -66,6 +66,8 @@ std::string dtype_names(bool file_names) {
 
 bool is_floating(DType dtype) { return row(dtype).mantissa_bits >= 0; }
 
+bool is_integer(DType dtype) { return row(dtype).mantissa_bits < 0; }
+
 bool is_low_precision(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 bool is_fp8(DType dtype) {

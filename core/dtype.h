@@ -7,6 +7,9 @@
 //   I32   32-bit integers: labels and indices, never differentiable
 //   E4M3  FP8, 3 mantissa bits, max 448 (OCP "fn": no inf): FP8 forward operands (core/fp8.h)
 //   E5M2  FP8, 2 mantissa bits, max 57344, inf and NaN: FP8 gradients (core/fp8.h)
+//   I64   64-bit integers, U8 bytes, BOOL 0 or 1 (a byte): storage only, what PyTorch saves (int64
+//         labels and indices, uint8 images, bool masks); cross_entropy and embedding take i64
+//         indices, where a bool mask, and every dtype converts to and from them
 //
 // Host storage for F16/BF16 is Eigen::half / Eigen::bfloat16 (core/scalar_types.h). E4M3 and E5M2 are
 // storage dtypes: a tensor of them holds codes that can be stored, copied, printed, saved and converted
@@ -14,10 +17,12 @@
 // refuse them with an error that says to convert first, as no hardware computes in FP8 either.
 //
 // MG_DTYPES is the table of them, one row a dtype: the enum, all_dtypes(), the names and every fact
-// below come from it, so adding a format is a row here (then its C++ type in scalar_types.h where
-// kernels compute in it, and the switches with no default that the compiler then names: -Werror=switch).
-// What belongs to another layer stays there, keyed by the dtype: the MPI and NCCL wire types (dist/),
-// the device types (kernels/cuda/common.cuh), the --graph colours (amp/step_graph_dot.cpp).
+// below come from it, so adding a storage format is a row here, and then what the compiler names
+// (-Werror=switch: the three maps of another layer, each a switch over DType with no default: the
+// MPI and NCCL wire types in dist/, the --graph colours in amp/step_graph_dot.cpp). A format with a
+// host type to convert through (an integer) adds it to visit_host_type (scalar_types.h) and the CUDA
+// cast's visit_cast_type (kernels/cuda/copy.cu); one kernels compute in, to visit_dtype and
+// visit_device_dtype. Those visitors test for the closed set they take, so other rows pass them by.
 #pragma once
 
 #include <fmt/format.h>
@@ -34,8 +39,10 @@ namespace mg {
 
 // X(enumerator, name, bits, exponent bits, mantissa bits, bias, largest finite, smallest normal,
 //   smallest subnormal, has inf, has NaN, has a sign, storage only, safetensors' name)
-// For an integer: no exponent, mantissa -1, the smallest positive value 1 in both minimum columns.
-// Storage only: codes that are stored, copied and converted, never computed in (FP8).
+// For an integer: no exponent, mantissa -1, the smallest positive value 1 in both minimum columns
+// (i64's max is 2^63 - 1 as the nearest double, 2^63). Storage only: stored, copied, saved and
+// converted, never computed in: FP8's codes, and the integer formats of files written by PyTorch
+// (i64 labels and indices, u8 images, bool masks), which the ops that take indices or masks convert.
 #define MG_DTYPES(X) \
   X(F32, "f32", 32, 8, 23, 127, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, true, true, true, false, "F32") \
   X(F16, "f16", 16, 5, 10, 15, 65504.0, 0x1p-14, 0x1p-24, true, true, true, false, "F16") \
@@ -43,7 +50,10 @@ namespace mg {
   X(F64, "f64", 64, 11, 52, 1023, 0x1.FFFFFFFFFFFFFp1023, 0x1p-1022, 0x1p-1074, true, true, true, false, "F64") \
   X(I32, "i32", 32, 0, -1, 0, 2147483647.0, 1.0, 1.0, false, false, true, false, "I32") \
   X(E4M3, "e4m3", 8, 4, 3, 7, 448.0, 0x1p-6, 0x1p-9, false, true, true, true, "F8_E4M3") \
-  X(E5M2, "e5m2", 8, 5, 2, 15, 57344.0, 0x1p-14, 0x1p-16, true, true, true, true, "F8_E5M2")
+  X(E5M2, "e5m2", 8, 5, 2, 15, 57344.0, 0x1p-14, 0x1p-16, true, true, true, true, "F8_E5M2") \
+  X(I64, "i64", 64, 0, -1, 0, 9223372036854775807.0, 1.0, 1.0, false, false, true, true, "I64") \
+  X(U8, "u8", 8, 0, -1, 0, 255.0, 1.0, 1.0, false, false, false, true, "U8") \
+  X(BOOL, "bool", 8, 0, -1, 0, 1.0, 1.0, 1.0, false, false, false, true, "BOOL")
 
 #define MG_DTYPE_ENUMERATOR(e, ...) e,
 enum class DType : std::uint8_t { MG_DTYPES(MG_DTYPE_ENUMERATOR) };
@@ -101,15 +111,17 @@ inline std::size_t dtype_bytes(DType dtype, std::int64_t elements) {
     return static_cast<std::size_t>(elements) * static_cast<std::size_t>(bits / 8);
   return packed_bytes(dtype, elements);
 }
-std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32", "e4m3", "e5m2"
+std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32", "e4m3", "e5m2", "i64", "u8", "bool"
 bool is_floating(DType dtype);
 bool is_low_precision(DType dtype);  // f16 or bf16: the 16-bit compute dtypes, rounded on every store
 bool is_fp8(DType dtype);  // e4m3 or e5m2: storage only
+bool is_integer(DType dtype);  // i32, i64, u8 or bool
 double dtype_eps(DType dtype);  // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52, 2^-3, 2^-2; error for i32
 double dtype_max(DType dtype);  // largest finite value: 65504 for f16, 448 for e4m3, 2^31-1 for i32
 double dtype_min_normal(DType dtype);  // 2^-14 for f16, 2^-126 for bf16 and f32; error for i32
 double dtype_min_subnormal(DType dtype);  // 2^-24 for f16, 2^-133 for bf16; error for i32
-// The dtype's name in the safetensors format: "F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2".
+// The dtype's name in the safetensors format: "F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2",
+// "I64", "U8", "BOOL".
 std::string_view dtype_file_name(DType dtype);
 // Every dtype, in enum order (for parsing names and for tests that sweep them).
 std::span<const DType> all_dtypes();

@@ -39,10 +39,15 @@ Tensor place(const Tensor& values, TensorOptions options, const char* op) {
   return out;
 }
 
-// An i32 tensor holds whole numbers in range; anything else is refused rather than truncated.
-void check_integer(double value, std::size_t index, const char* op) {
-  MG_CHECK(value == std::trunc(value) && value >= -2147483648.0 && value <= 2147483647.0,
-           "{}: value {} at index {} is not a 32-bit integer, but the dtype is i32", op, value, index);
+// An integer tensor (i32, i64, u8, bool) holds whole numbers in its range; anything else is refused
+// rather than truncated or saturated. The range from the row: [-(max + 1), max] with a sign, [0, max]
+// without (i64's max + 1 is 2^63 exactly as a double, the first value past it).
+void check_integer(double value, std::size_t index, DType dtype, const char* op) {
+  const DTypeInfo d = dtype_info(dtype);
+  const double past_max = d.max + 1.0, lowest = d.has_sign ? -past_max : 0.0;
+  MG_CHECK(value == std::trunc(value) && value >= lowest && value < past_max,
+           "{}: value {} at index {} is not a {}-bit integer{}, but the dtype is {}", op, value, index, d.bits,
+           d.has_sign ? "" : " >= 0", dtype);
 }
 
 // The values (row-major), rounded to the dtype once.
@@ -50,8 +55,8 @@ Tensor from_doubles(const std::vector<double>& values, const Shape& shape, Tenso
   check_request(shape, options, op);
   MG_CHECK(static_cast<std::int64_t>(values.size()) == numel(shape), "{}: {} values do not fill shape {} ({} elements)",
            op, values.size(), shape, numel(shape));
-  if (options.dtype == DType::I32)
-    for (std::size_t i = 0; i < values.size(); ++i) check_integer(values[i], i, op);
+  if (is_integer(options.dtype))
+    for (std::size_t i = 0; i < values.size(); ++i) check_integer(values[i], i, options.dtype, op);
   Tensor out = Tensor::empty(shape, on_cpu(options));
   convert(values.data(), DType::F64, out.data_ptr(), out.dtype(), out.numel());
   return place(out, options, op);
@@ -60,7 +65,7 @@ Tensor from_doubles(const std::vector<double>& values, const Shape& shape, Tenso
 // Every element set to `value` (rounded to the dtype).
 Tensor filled(const Shape& shape, double value, TensorOptions options, const char* op) {
   check_request(shape, options, op);
-  if (options.dtype == DType::I32) check_integer(value, 0, op);
+  if (is_integer(options.dtype)) check_integer(value, 0, options.dtype, op);
   Tensor out = Tensor::empty(shape, options);
   visit_dtype(out.dtype(), op, [&](auto zero) {
     using T = decltype(zero);

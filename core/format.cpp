@@ -29,8 +29,13 @@ struct Printer {
   std::size_t width = 0;
 
   std::string value(std::int64_t flat) const {
-    double v = load_as_double(tensor.data_ptr(), tensor.dtype(), flat);
-    return tensor.dtype() == DType::I32 ? fmt::format("{}", static_cast<std::int64_t>(v)) : fmt::format("{:.5g}", v);
+    const void* data = tensor.data_ptr();
+    const DType dtype = tensor.dtype();
+    if (dtype == DType::I64)  // read as itself: a double holds every i64 only up to 2^53
+      return fmt::format("{}", static_cast<const std::int64_t*>(data)[flat]);
+    if (dtype == DType::BOOL) return static_cast<const std::uint8_t*>(data)[flat] ? "true" : "false";
+    if (is_integer(dtype)) return fmt::format("{}", static_cast<std::int64_t>(load_as_double(data, dtype, flat)));
+    return fmt::format("{:.5g}", load_as_double(data, dtype, flat));
   }
 
   void collect(std::size_t dim, std::int64_t base) {

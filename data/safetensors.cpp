@@ -213,9 +213,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   Entry entry{.name = name, .dtype = DType::F32, .shape = {}};
   const json& dtype = value["dtype"];
   std::optional<DType> known = dtype.is_string() ? dtype_from_file_name(dtype.get<std::string>()) : std::nullopt;
-  MG_CHECK(known.has_value(), "{} has dtype {}, which mixgrad cannot hold; it holds {}{}", where, quoted(dtype),
-           dtype_names(/*file_names=*/true),
-           dtype == "I64" ? " (PyTorch's int64 labels and indices: save them as int32, tensor.to(torch.int32))" : "");
+  MG_CHECK(known.has_value(), "{} has dtype {}, which mixgrad cannot hold; it holds {}", where, quoted(dtype),
+           dtype_names(/*file_names=*/true));
   entry.dtype = *known;
 
   // Sizes below 2^63 fit a Shape; the running product must too, or the element count is meaningless.
@@ -265,6 +264,17 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
   return metadata;
+}
+
+// A BOOL byte is 0 or 1 (the format's rule and C++'s bool); a file is untrusted input, so any other
+// byte is an error naming it, not a value that is both true and not 1.
+void check_bools(const std::string& path, const std::string& name, const Tensor& tensor) {
+  const auto* bytes = static_cast<const std::uint8_t*>(tensor.data_ptr());
+  for (std::int64_t i = 0; i < tensor.numel(); ++i)
+    MG_CHECK(bytes[i] <= 1,
+             "data::load_safetensors: {}: tensor '{}' is BOOL, but its element {} is the byte {}; a BOOL byte is 0 "
+             "or 1",
+             path, cut(name), i, bytes[i]);
 }
 
 // The tensors must tile the data buffer: sorted by offset, each begins where the previous ends and
@@ -365,6 +375,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
              "data::load_safetensors: {}: reading tensor '{}' stopped after {} of {} bytes; "
              "did the file change while it was read?",
              path, cut(entry.name), in.gcount(), nbytes);
+    if (entry.dtype == DType::BOOL) check_bools(path, entry.name, tensor);
     file.tensors.emplace(entry.name, std::move(tensor));
   }
   return file;

@@ -147,9 +147,12 @@ Tensor TextCorpus::encode(std::string_view text) const {
 std::string TextCorpus::decode(const Tensor& ids) const {
   const char* op = "mg::data::TextCorpus::decode";
   MG_CHECK(ids.defined(), "{}: the ids tensor is undefined", op);
-  MG_CHECK(ids.dtype() == DType::I32, "{}: ids must be i32, got {}", op, ids.dtype());
+  MG_CHECK(ids.dtype() == DType::I32 || ids.dtype() == DType::I64, "{}: ids must be i32 or i64, got {}", op,
+           ids.dtype());
   MG_CHECK(ids.device().is_cpu(), "{}: ids are on {}; copy them to the CPU first", op, ids.device());
-  const std::int32_t* values = ids.data<std::int32_t>();
+  // i64 ids (PyTorch's) read as i32: one past the i32 range saturates, and is outside the vocabulary.
+  const std::vector<std::int32_t> read = ids.to_vector<std::int32_t>();
+  const std::int32_t* values = read.data();
   std::string text(static_cast<std::size_t>(ids.numel()), '\0');
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
     MG_CHECK(values[i] >= 0 && values[i] < vocab_size(),

@@ -60,8 +60,12 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::F16:
     case DType::BF16:
       return MPI_UINT16_T;
+    case DType::I64:
+      return MPI_INT64_T;
     case DType::E4M3:
     case DType::E5M2:
+    case DType::U8:
+    case DType::BOOL:
       return MPI_UINT8_T;  // broadcast only (ProcessGroup::check_tensor)
   }
   return MPI_DATATYPE_NULL;

@@ -36,8 +36,12 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclFloat16;
     case DType::BF16:
       return ncclBfloat16;
+    case DType::I64:
+      return ncclInt64;
     case DType::E4M3:
     case DType::E5M2:
+    case DType::U8:
+    case DType::BOOL:
       return ncclUint8;  // broadcast only (ProcessGroup::check_tensor)
   }
   return ncclFloat32;

@@ -39,6 +39,11 @@ void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, Re
            "dist::{}: a {} tensor {} holds FP8 codes, which cannot be summed as they lie; reduce the f32 or "
            "bf16 values and quantise the result",
            collective, tensor.dtype(), tensor.shape());
+  MG_CHECK((tensor.dtype() != DType::U8 && tensor.dtype() != DType::BOOL) ||
+               std::string_view(collective) == "broadcast",
+           "dist::{}: a {} tensor {} would wrap or stop being 0 and 1 when summed; broadcast it, or reduce it as "
+           "i32 (x.to(DType::I32))",
+           collective, tensor.dtype(), tensor.shape());
   MG_CHECK(op != ReduceOp::Mean || is_floating(tensor.dtype()),
            "dist::{}: the avg of an {} tensor {} would not be a "
            "whole number; sum it, or cast it to f32 first",

@@ -1,7 +1,7 @@
-// The FP8 GEMM cases the suites share (test_fp8_gemm.cpp, test_cuda_fp8.cpp, test_cuda_fp8_wgmma.cpp): operands
+// The FP8 GEMM cases the suites share (test_fp8_gemm.cpp, test_cuda_fp8_gemm.cpp, test_cuda_fp8_wgmma.cpp): operands
 // quantised on the CPU with every block shape of kernels/fp8.h, the GEMM run on either device, and the
 // checks of a GPU result against the CPU's model: bit for bit on the emulator, within the bound of
-// test_cuda_fp8.cpp's header on a GPU.
+// test_cuda_fp8_gemm.cpp's header on a GPU.
 #pragma once
 
 #include <cmath>
@@ -17,7 +17,6 @@ namespace mg::testing::fp8_cases {
 using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Tensor;
-using DType = DType;
 
 inline const char* name(DType f) { return f == DType::E4M3 ? "e4m3" : "e5m2"; }
 

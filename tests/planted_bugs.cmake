@@ -122,13 +122,13 @@ mg_planted_bug(simt_gemm_no_row_edge FILE kernels/cuda/gemm_f32.cuh COMPILE kern
 # The FP8 GEMM loading A's fragment with the wrong k half in registers 1 and 2 (the layout of
 # mma_fp8.cuh's functions, which the emulator's instruction does not use): the products are wrong.
 mg_planted_bug(fp8_fragment_layout FILE kernels/cuda/mma_fp8.cuh COMPILE kernels/cuda/gemm_fp8.cu
-  SUITE test_cuda_fp8 CASES "cuda fp8: the GEMM*" CATCHES "${wrong_values}"
+  SUITE test_cuda_fp8_gemm CASES "cuda fp8: the GEMM*" CATCHES "${wrong_values}"
   FIND "return 16 * (reg / 2) + 4 * (lane % 4) + byte;"
   REPLACE "return 16 * (reg % 2) + 4 * (lane % 4) + byte; /* planted: reg % 2 */")
 # The FP8 GEMM never promoting its Tensor Core sums into f32: 13-bit sums over whole chunks, on an
 # emulated Ada (Hopper's mma.sync sums in f32, where promotion changes nothing).
 mg_planted_bug(fp8_gemm_no_promotion FILE kernels/cuda/gemm_fp8.cu COMPILE kernels/cuda/gemm_fp8.cu
-  SUITE test_cuda_fp8 CASES "cuda fp8: the accumulator*" CATCHES "${wrong_values}"
+  SUITE test_cuda_fp8_gemm CASES "cuda fp8: the accumulator*" CATCHES "${wrong_values}"
   ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
   FIND "        for (int e = 0; e < 4; ++e) promoted.x[e] += running.x[e], running.x[e] = 0.0f;"
   REPLACE "        (void)0;  // planted: no promotion")
@@ -158,7 +158,7 @@ mg_planted_bug(mma_epilogue_no_syncwarp FILE kernels/cuda/mma_epilogue.cuh COMPI
 # starting each from 0 and promoting its result: the 13-bit accumulator of an emulated Ada cuts the
 # running sums.
 mg_planted_bug(fp8_mma_no_promotion FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
-  SUITE test_cuda_fp8 CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
+  SUITE test_cuda_fp8_gemm CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
   ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
   FIND "mma_fp8<kA, kB>(group, a[i], bj, zero);  // one instruction's 32 products, from 0\n#pragma unroll\n                for (int r = 0; r < 4; ++r) promoted[i][j].x[r] += group.x[r];"
   REPLACE "mma_fp8<kA, kB>(group, a[i], bj, Fp8FragmentC{{promoted[i][j].x[0], promoted[i][j].x[1], promoted[i][j].x[2], promoted[i][j].x[3]}});\n                for (int r = 0; r < 4; ++r) promoted[i][j].x[r] = group.x[r];  // planted: chained")
@@ -166,14 +166,14 @@ mg_planted_bug(fp8_mma_no_promotion FILE kernels/cuda/gemm_fp8_mma.cu COMPILE ke
 
 # Rung 3's chunks (block and MX scales) all scaled by the first chunk's scales.
 mg_planted_bug(fp8_mma_first_chunk_scales FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
-  SUITE test_cuda_fp8 CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
+  SUITE test_cuda_fp8_gemm CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
   FIND "const float* scale_a = sa.scale_inv + g / sa.block_k;"
   REPLACE "const float* scale_a = sa.scale_inv;  // planted: the first chunk's")
 
 # Rung 3's carried accumulator never promoted (a Limited accumulator promoted every 64 or 128 products
 # summed as if never): on an emulated Ada the 13-bit running sums lose what promotion keeps.
 mg_planted_bug(fp8_mma_carried_never_promoted FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu
-  SUITE test_cuda_fp8 CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
+  SUITE test_cuda_fp8_gemm CASES "*rung 3 (K-major)*" CATCHES "${wrong_values}"
   ENVIRONMENT "MG_EMULATOR_COMPUTE_CAPABILITY=89"
   FIND "if (args.promote_every > 0 && end % args.promote_every == 0) promote<Cfg>(promoted, running);"
   REPLACE "if (false) promote<Cfg>(promoted, running);  // planted: never")

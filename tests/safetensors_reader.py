@@ -10,8 +10,9 @@ files follow the format rather than merely agreeing with themselves.
         metadata  KEY   VALUE
         tensor    NAME  DTYPE  SHAPE  VALUES
       SHAPE is the sizes joined by "x" ("" for a 0-d tensor); VALUES are the elements in row-major
-      order as repr() of a float64, which every F16, BF16, F32, F64 and I32 value is exactly, so the
-      C++ side compares them bit for bit ("nan", "inf" and "-0.0" included).
+      order: of a floating dtype as repr() of a float64, which every F16, BF16, F32 and F64 value is
+      exactly, so the C++ side compares them bit for bit ("nan", "inf" and "-0.0" included); of an
+      integer dtype (I32, I64, U8, BOOL) as the integer, exact past 2^53 where a float64 is not.
   safetensors_reader.py write FILE
       Writes TENSORS and METADATA below the way numpy users do; the C++ test loads the file and
       expects these exact values.
@@ -27,7 +28,9 @@ import numpy as np
 MAX_HEADER_BYTES = 100_000_000  # the reference implementation's limit
 
 # numpy has no bfloat16: BF16 is read as uint16 and decoded by hand in to_float64.
-NUMPY_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8", "I32": "<i4"}
+NUMPY_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8", "I32": "<i4", "I64": "<i8", "U8": "|u1",
+                "BOOL": "|b1"}
+INTEGERS = {"I32", "I64", "U8", "BOOL"}
 
 # What `write` stores. The data buffer holds them in WRITE_ORDER, which is not name order, and the
 # header lists "__metadata__" between tensors: a reader must go by data_offsets, not by position.
@@ -46,6 +49,16 @@ DTYPE_NAMES = {"<f4": "F32", "<f2": "F16", "<i4": "I32", "<f8": "F64"}
 def fail(message):
     print(f"safetensors_reader.py: {message}", file=sys.stderr)
     sys.exit(1)
+
+
+def printed(raw, dtype, shape):
+    """The elements as text: integers as themselves, floating values as repr() of their float64."""
+    values = np.frombuffer(raw, dtype=NUMPY_DTYPES[dtype])
+    if dtype == "BOOL" and np.any(np.frombuffer(raw, dtype="|u1") > 1):
+        fail("a BOOL byte other than 0 or 1")
+    if dtype in INTEGERS:
+        return " ".join(str(int(v)) for v in values.flat)
+    return " ".join(repr(float(v)) for v in to_float64(raw, dtype, shape).flat)
 
 
 def to_float64(raw, dtype, shape):
@@ -88,9 +101,8 @@ def read(path):
 
     for name, entry in sorted(header.items()):
         begin, end = entry["data_offsets"]
-        values = to_float64(buffer[begin:end], entry["dtype"], entry["shape"])
         shape = "x".join(str(size) for size in entry["shape"])
-        print("\t".join(["tensor", name, entry["dtype"], shape, " ".join(repr(float(v)) for v in values.flat)]))
+        print("\t".join(["tensor", name, entry["dtype"], shape, printed(buffer[begin:end], entry["dtype"], entry["shape"])]))
 
 
 def write(path):

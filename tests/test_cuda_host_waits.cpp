@@ -227,4 +227,29 @@ TEST_CASE("cross_entropy on a GPU: uploaded labels are checked with no wait, and
   const Tensor ids = gpu(from_vector({0.0, 5.0}, {2}, {.dtype = DType::I32}));
   check_error([&] { embedding(gpu(zeros({5, 2})), ids); }, "index 5 at position 1 is out of range for 5 embeddings");
 }
+
+// PyTorch's i64 labels (a file's): converted to i32 on the device with the upload's host copy
+// following, so they are checked with no wait, as i32 labels are, and give the i32 labels' loss.
+TEST_CASE("cross_entropy on a GPU: i64 labels are checked with no wait and give the i32 labels' loss") {
+  if (!have_gpu()) return;
+  const Tensor logits = gpu(uniform_in({4, 3}, DType::F32, 2, -1.0, 1.0));
+  const Tensor as_i32 = gpu(from_vector({0.0, 2.0, 1.0, 2.0}, {4}, {.dtype = DType::I32}));
+  const Tensor as_i64 = gpu(from_vector({0.0, 2.0, 1.0, 2.0}, {4}, {.dtype = DType::I64}));
+  const std::uint64_t mark = cuda::host_waits();
+  const Tensor loss = cross_entropy(logits, as_i64);
+  CHECK(cuda::host_waits() == mark);
+  CHECK(loss.item() == cross_entropy(logits, as_i32).item());
+  check_error(
+      [&] {
+        cross_entropy(logits, gpu(from_vector({0.0, 3.0, 1.0, 2.0}, {4}, {.dtype = DType::I64})));
+      },
+      "label 3 at row 1 is out of range for 3 classes");
+  // The cast kernel's integer rules are the CPU's: saturated, truncated, bool non-zero.
+  const Tensor values = from_vector({-1e30, -2.5, 0.0, 300.0, 1e30}, {5});
+  for (DType dtype : {DType::I64, DType::U8, DType::BOOL})
+    CHECK(gpu(values).to(dtype).to(Device::cpu()).to_vector<double>() == values.to(dtype).to_vector<double>());
+  const Tensor wide = from_vector({-5.0, 70000.0, 1.0}, {3}, {.dtype = DType::I64});
+  for (DType dtype : {DType::I32, DType::U8, DType::F16, DType::BF16})
+    CHECK(gpu(wide).to(dtype).to(Device::cpu()).to_vector<double>() == wide.to(dtype).to_vector<double>());
+}
 #endif

@@ -54,7 +54,7 @@ TEST_CASE("cuda wgmma: one m64n128k16 from shared memory, every major, multiplie
   check_error([] { kernels::cuda::probe_wgmma(DType::F32, false, false, {}, {}); }, "probe_wgmma");
 }
 
-// What QGMMA's accumulator keeps, told apart as tests/test_cuda_fp8.cpp does for mma.sync: row 0 of A
+// What QGMMA's accumulator keeps, told apart as tests/test_cuda_fp8_gemm.cpp does for mma.sync: row 0 of A
 // and column 0 of B hold one large product (256) and then small ones (2^-12 each; 3 x 2^-12 for row 1
 // and column 1), 8 instructions of 32 chained through D. An accumulator of f32 keeps every small
 // product; one of 14 significant bits that truncates (kHopperWgmmaFp8Accumulator, the model: what

@@ -64,6 +64,10 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
     const DTypeInfo d = dtype_info(dtype);
     CHECK(dtype_name(dtype) == d.name);
     CHECK(dtype_bytes(dtype, 3) == 3 * static_cast<std::size_t>(d.bits) / 8);
+    // Every row converts to and from f32 (a host type, or FP8's codec) and prints.
+    const Tensor small = from_vector({0, 1}, {2}).to(dtype);
+    CHECK(small.to(DType::F32).to_vector<double>() == std::vector<double>{0, 1});
+    CHECK(to_string(small).ends_with(fmt::format("dtype={})", dtype)));
     if (!is_floating(dtype)) {
       CHECK(nonfinite_from(dtype) == 0);  // an integer is always finite
       CHECK_THROWS_AS(dtype_min_normal(dtype), Error);
@@ -88,8 +92,8 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
   CHECK(nonfinite_from(DType::E5M2) == 0x7Cu);
   CHECK(nonfinite_from(DType::F16) == 0x7C00u);
   CHECK(magnitude_mask(DType::F64) == 0x7FFFFFFFFFFFFFFFu);
-  CHECK(dtype_names() == "f32, f16, bf16, f64, i32, e4m3 and e5m2");
-  CHECK(dtype_names(true) == R"("F32", "F16", "BF16", "F64", "I32", "F8_E4M3" and "F8_E5M2")");
+  CHECK(dtype_names() == "f32, f16, bf16, f64, i32, e4m3, e5m2, i64, u8 and bool");
+  CHECK(dtype_names(true) == R"("F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2", "I64", "U8" and "BOOL")");
   CHECK(is_fp8(DType::E4M3));
   CHECK(is_fp8(DType::E5M2));
   CHECK_FALSE(is_fp8(DType::F16));

@@ -24,7 +24,6 @@ using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Rounding;
 using kernels::Fp8Tensor;
-using DType = DType;
 using mg::testing::fp8_cases::GemmCase;
 using mg::testing::fp8_cases::name;
 using mg::testing::fp8_cases::quantized;

@@ -95,7 +95,7 @@ TEST_CASE("embedding: bad indices, dtypes and shapes") {
       },
       "mg::embedding: index 4 at position 1 is out of range for 4 embeddings");
   check_error([&] { embedding(w, indices_of({-1}, {1})); }, "mg::embedding: index -1 at position 0");
-  check_error([&] { embedding(w, tensor({0, 1})); }, "mg::embedding: indices must be i32, got f32");
+  check_error([&] { embedding(w, tensor({0, 1})); }, "mg::embedding: indices must be i32 or i64, got f32");
   check_error([] { embedding(ones({4}), indices_of({0}, {1})); },
               "mg::embedding: the weight must be [num_embeddings, dim]");
   check_error([] { embedding(ones({4, 3, 2}), indices_of({0}, {1})); }, "mg::embedding: the weight must be");

@@ -87,6 +87,9 @@ StateDict every_dtype() {
           {"bf16.special", from_vector(special, {10}, {.dtype = DType::BF16})},
           {"f64", randn({4}, gen, {.dtype = DType::F64})},
           {"i32", from_vector({-2147483648.0, -1, 0, 2147483647.0}, {2, 2}, {.dtype = DType::I32})},
+          {"i64", from_vector({-0x1p63, 0x1p53 + 2, -1, 0x1p62}, {4}, {.dtype = DType::I64})},
+          {"u8", from_vector({0, 1, 255}, {3}, {.dtype = DType::U8})},
+          {"bool", from_vector({1, 0, 0, 1}, {2, 2}, {.dtype = DType::BOOL})},
           {"step", state_scalar(1200)},
           {"empty", zeros({0, 3}, {.dtype = DType::F16})},
           {std::string(300, 'w').append(".weight"),  // not +: GCC 12 warns falsely (-Warray-bounds)
@@ -204,8 +207,9 @@ TEST_CASE("the independent numpy reader reads what mixgrad writes, value for val
   const std::string path = tmp / "model.safetensors";
   const StateDict state = every_dtype();
   data::save_safetensors(path, state, {{"step", "1200"}, {"recipe", "mixed_float16"}});
-  const std::map<DType, std::string> file_names = {
-      {DType::F32, "F32"}, {DType::F16, "F16"}, {DType::BF16, "BF16"}, {DType::F64, "F64"}, {DType::I32, "I32"}};
+  const std::map<DType, std::string> file_names = {{DType::F32, "F32"}, {DType::F16, "F16"},  {DType::BF16, "BF16"},
+                                                   {DType::F64, "F64"}, {DType::I32, "I32"},  {DType::I64, "I64"},
+                                                   {DType::U8, "U8"},   {DType::BOOL, "BOOL"}};
 
   std::vector<std::string> lines = split(run_reader("read '" + path + "'"), '\n');
   while (!lines.empty() && lines.back().empty()) lines.pop_back();
@@ -222,6 +226,12 @@ TEST_CASE("the independent numpy reader reads what mixgrad writes, value for val
     CHECK(fields[2] == file_names.at(tensor.dtype()));
     CHECK(fields[3] == fmt::format("{}", fmt::join(tensor.shape(), "x")));
     const std::vector<std::string> printed = fields[4].empty() ? std::vector<std::string>{} : split(fields[4], ' ');
+    if (is_integer(tensor.dtype())) {  // printed as integers, exactly (i64 past 2^53 too)
+      const std::vector<std::int64_t> expected = tensor.to_vector<std::int64_t>();
+      REQUIRE(printed.size() == expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) CHECK(std::stoll(printed[i]) == expected[i]);
+      continue;
+    }
     const std::vector<double> expected = tensor.to_vector<double>();
     REQUIRE(printed.size() == expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
@@ -281,9 +291,9 @@ TEST_CASE("a corrupt header is refused with a message naming the file, the tenso
   check_bad_entry(tmp, R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "crc": 1})", 8,
                   {"tensor 't' has an unknown field 'crc'"});
   check_bad_entry(tmp, R"({"dtype": "F32", "data_offsets": [0, 8]})", 8, {"tensor 't' has no 'shape' field"});
-  check_bad_entry(tmp, R"({"dtype": "I64", "shape": [1], "data_offsets": [0, 8]})", 8,
-                  {"tensor 't' has dtype \"I64\", which mixgrad cannot hold", "save them as int32",
-                   "\"F8_E4M3\" and \"F8_E5M2\""});  // every dtype it holds, from the table
+  check_bad_entry(tmp, R"({"dtype": "I16", "shape": [1], "data_offsets": [0, 2]})", 2,
+                  {"tensor 't' has dtype \"I16\", which mixgrad cannot hold",
+                   "\"F8_E4M3\", \"F8_E5M2\", \"I64\", \"U8\" and \"BOOL\""});  // every dtype it holds, from the table
   check_bad_entry(tmp, R"({"dtype": 4, "shape": [1], "data_offsets": [0, 4]})", 4, {"has dtype 4,"});
   check_bad_entry(tmp, R"({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]})", 8,
                   {"tensor 't' has shape [-2]: every size must be a non-negative integer"});

@@ -59,7 +59,7 @@ namespace mg::train {
 // Which optimizer, with the options mixgrad's programs set.
 struct OptimizerSpec {
   std::string name = "sgd";  // "sgd", "adam", "adamw" or "adagrad" (their defaults otherwise: optim/)
-  std::optional<double> lr;  // empty: the optimizer's own default (default_lr)
+  std::optional<double> lr{};  // empty: the optimizer's own default (default_lr)
   double momentum = 0.0;  // SGD's
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
 };

@@ -52,6 +52,8 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(std::int32_t x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(std::int64_t x) { return static_cast<float>(x); }  // rounded once
+__device__ __forceinline__ float to_float(std::uint8_t x) { return static_cast<float>(x); }
 
 // Rounds a float into T: to nearest even for f16/bf16 (subnormals kept, overflow to inf), toward zero
 // with saturation (NaN -> 0) for i32, as core/convert.h's scalar_cast does.
@@ -76,12 +78,60 @@ __device__ __forceinline__ std::int32_t from_float<std::int32_t>(float x) {
   return isnan(x) ? 0 : __float2int_rz(x);
 }
 
-// Any element type into any other, rounded once: i32 -> f16/bf16 directly (not through f32, which
-// would round twice above 2^24), everything else through the exact f32 value.
+// The storage-only integers' range (i64, u8), for the saturating conversions into them.
+template <class T>
+struct IntegerRange;
+template <>
+struct IntegerRange<std::int64_t> {
+  static constexpr long long lowest = -9223372036854775807LL - 1, highest = 9223372036854775807LL;
+  static constexpr float past_highest = 9223372036854775808.0f;  // 2^63
+};
+template <>
+struct IntegerRange<std::uint8_t> {
+  static constexpr long long lowest = 0, highest = 255;
+  static constexpr float past_highest = 256.0f;
+};
+
+// A double rounded to float by "round to odd" (truncate, then set the last bit if inexact): rounding
+// that float to f16/bf16 is then the single rounding of the double (core/convert.h's rule for i64).
+__device__ __forceinline__ float round_to_odd_float(double x) {
+  float f = static_cast<float>(x);
+  if (isnan(x) || static_cast<double>(f) == x) return f;
+  if (fabs(static_cast<double>(f)) > fabs(x)) f = nextafterf(f, 0.0f);
+  return __int_as_float(__float_as_int(f) | 1);
+}
+
+// Any element type into any other, rounded once, with core/convert.h's rules: i32 -> f16/bf16 directly
+// (not through f32, which would round twice above 2^24), i64 through round to odd; into an integer
+// truncated and saturated (NaN 0), integers into each other saturated; into bool non-zero (NaN
+// included) is true; everything else through the exact f32 value.
 template <class To, class From>
 __device__ __forceinline__ To convert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
+  } else if constexpr (std::is_same_v<From, bool>) {
+    return convert<To>(static_cast<std::int32_t>(x));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    if constexpr (std::is_integral_v<From>)
+      return x != 0;
+    else
+      return to_float(x) != 0.0f;
+  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From> && !std::is_same_v<To, std::int32_t>) {
+    const long long v = static_cast<long long>(x);  // every From here fits (i32, u8; i64 is itself)
+    return v < IntegerRange<To>::lowest    ? static_cast<To>(IntegerRange<To>::lowest)
+           : v > IntegerRange<To>::highest ? static_cast<To>(IntegerRange<To>::highest)
+                                           : static_cast<To>(v);
+  } else if constexpr (std::is_same_v<To, std::int32_t> && std::is_integral_v<From>) {
+    const long long v = static_cast<long long>(x);
+    return v < -2147483647LL - 1 ? -2147483647 - 1 : v > 2147483647LL ? 2147483647 : static_cast<std::int32_t>(v);
+  } else if constexpr (std::is_integral_v<To> && !std::is_same_v<To, std::int32_t>) {
+    const float f = to_float(x);
+    if (isnan(f)) return 0;
+    if (f >= IntegerRange<To>::past_highest) return static_cast<To>(IntegerRange<To>::highest);
+    if (f <= static_cast<float>(IntegerRange<To>::lowest)) return static_cast<To>(IntegerRange<To>::lowest);
+    return static_cast<To>(f);
+  } else if constexpr (std::is_same_v<From, std::int64_t> && !std::is_same_v<To, float>) {
+    return from_float<To>(round_to_odd_float(static_cast<double>(x)));
   } else if constexpr (std::is_same_v<From, std::int32_t> && std::is_same_v<To, __half>) {
     return __int2half_rn(x);
   } else if constexpr (std::is_same_v<From, std::int32_t> && std::is_same_v<To, bf16>) {
@@ -129,23 +179,15 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 // fn(T{}) with the element type of a floating dtype, inside a kernel that takes tensors of several
 // dtypes in one launch (the multi-tensor unscale); the host has checked the dtypes.
+// (A test, not a switch: three dtypes are taken and the host has refused the rest.)
 template <class Fn>
 __device__ __forceinline__ void visit_floating_on_device(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::F16:
-      fn(__half{});
-      break;
-    case DType::BF16:
-      fn(bf16{});
-      break;
-    case DType::F32:
-    case DType::F64:  // never here: the host has checked that every tensor is f32, f16 or bf16
-    case DType::I32:
-    case DType::E4M3:
-    case DType::E5M2:
-      fn(float{});
-      break;
-  }
+  if (dtype == DType::F16)
+    fn(__half{});
+  else if (dtype == DType::BF16)
+    fn(bf16{});
+  else
+    fn(float{});  // f32: the host has checked that every tensor is f32, f16 or bf16
 }
 
 // ---- vector access ---------------------------------------------------------------------------------
@@ -163,44 +205,25 @@ inline bool aligned(const void* ptr, std::size_t bytes) { return reinterpret_cas
 
 // ---- host side ------------------------------------------------------------------------------------
 
-// Calls fn(T{}) with the device element type of `dtype` (float, __half, bf16 or int32); f64 tensors
-// never reach a GPU (mg::to_device refuses them), so F64 is an error naming the kernel.
+// Calls fn(T{}) with the device element type of `dtype` (float, __half, bf16 or int32): the dtypes
+// kernels compute in. The storage-only ones (core/dtype.h) are refused as visit_dtype refuses them;
+// f64 tensors never reach a GPU (mg::to_device refuses them), so F64 is an error naming the kernel.
 template <class Fn>
 decltype(auto) visit_device_dtype(DType dtype, const char* kernel, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      return fn(float{});
-    case DType::F16:
-      return fn(__half{});
-    case DType::BF16:
-      return fn(bf16{});
-    case DType::I32:
-      return fn(std::int32_t{});
-    case DType::F64:
-      break;
-    case DType::E4M3:
-    case DType::E5M2:
-      throw_fp8_storage_only(dtype, kernel);
-  }
+  if (dtype == DType::F32) return fn(float{});
+  if (dtype == DType::F16) return fn(__half{});
+  if (dtype == DType::BF16) return fn(bf16{});
+  if (dtype == DType::I32) return fn(std::int32_t{});
+  if (dtype_info(dtype).storage_only) throw_storage_only(dtype, kernel);
   throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
 }
 
 // Like visit_device_dtype, for the floating dtypes only.
 template <class Fn>
 decltype(auto) visit_device_floating(DType dtype, const char* kernel, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      return fn(float{});
-    case DType::F16:
-      return fn(__half{});
-    case DType::BF16:
-      return fn(bf16{});
-    case DType::F64:
-    case DType::I32:
-    case DType::E4M3:
-    case DType::E5M2:
-      break;
-  }
+  if (dtype == DType::F32) return fn(float{});
+  if (dtype == DType::F16) return fn(__half{});
+  if (dtype == DType::BF16) return fn(bf16{});
   throw Error(fmt::format("CUDA kernel {}: needs an f32, f16 or bf16 tensor, got {}", kernel, dtype));
 }
 

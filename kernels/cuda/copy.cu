@@ -1,6 +1,6 @@
 // CUDA data movement (kernels/copy.h): casts, dim permutations, block copies along a dim, and the
 // fill that the factories use (core/device_ops.h). No arithmetic, so results are bit-identical to
-// the CPU's: casts round to nearest even with subnormals kept, i32 saturates (common.cuh, convert).
+// the CPU's: casts round to nearest even with subnormals kept, integers saturate (common.cuh, convert).
 //
 // Launch geometry: grid-stride loops, 256 threads a block.
 //   cast     4 elements per thread with vector loads and stores when both pointers are aligned
@@ -63,18 +63,32 @@ __global__ void fill_kernel(Bits* out, Bits pattern, std::int64_t n) {
 }
 
 // Calls fn(Bits{}) with an unsigned integer as wide as one element: moving bytes needs no dtype.
-// Every GPU dtype is 2 or 4 bytes; an 8-byte f64 would otherwise be moved as half of its bytes.
+// GPU dtypes are 1 (FP8, u8, bool), 2, 4 or 8 (i64) bytes; f64 never gets here (to_device refuses it).
 template <class Fn>
 void visit_bits(DType dtype, const char* kernel, Fn&& fn) {
   switch (dtype_size(dtype)) {
+    case 1:
+      return fn(std::uint8_t{});
     case 2:
       return fn(std::uint16_t{});
     case 4:
       return fn(std::uint32_t{});
+    case 8:
+      return fn(std::uint64_t{});
     default:
       break;
   }
-  throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors (f64 lives on the CPU only)", kernel, dtype));
+  throw Error(fmt::format("CUDA kernel {}: no kernel for {} tensors", kernel, dtype));
+}
+
+// Calls fn(T{}) with the device type a cast reads or writes: the compute dtypes' (visit_device_dtype)
+// and the storage-only integers' (i64, u8, bool), which a cast is the one kernel to touch.
+template <class Fn>
+void visit_cast_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::I64) return fn(std::int64_t{});
+  if (dtype == DType::U8) return fn(std::uint8_t{});
+  if (dtype == DType::BOOL) return fn(bool{});
+  return visit_device_dtype(dtype, "cast", std::forward<Fn>(fn));
 }
 
 }  // namespace
@@ -83,9 +97,9 @@ void cast(const Tensor& x, Tensor& out) {
   const std::int64_t n = x.numel();
   if (n == 0) return;
   mg::cuda::DeviceGuard guard(out.device().index);
-  visit_device_dtype(x.dtype(), "cast", [&](auto from_zero) {
+  visit_cast_type(x.dtype(), [&](auto from_zero) {
     using From = decltype(from_zero);
-    visit_device_dtype(out.dtype(), "cast", [&](auto to_zero) {
+    visit_cast_type(out.dtype(), [&](auto to_zero) {
       using To = decltype(to_zero);
       const bool vectorized = aligned(x.data_ptr(), sizeof(Pack<From>)) && aligned(out.data_ptr(), sizeof(Pack<To>));
       MG_LAUNCH(cast_kernel, blocks_for((n + kPack - 1) / kPack, kThreads), kThreads, 0, stream_of(out))

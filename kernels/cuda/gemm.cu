@@ -146,23 +146,16 @@ GemmKernel mma_tile_for(const GemmShape& s) {
 // The header's "which one runs", and the lower rungs when gemm_rung() asks for them.
 GemmKernel pick_kernel(const Tensor& a, const Tensor& b, const GemmShape& s) {
   const GemmRung rung = gemm_rung();
-  switch (a.dtype()) {
-    case DType::F16:
-      if (gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
-      if (rung == GemmRung::WmmaSimple) return GemmKernel::WmmaSimple;
-      if (rung == GemmRung::WmmaPipelined)
-        return rows_aligned<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
-      return rows_aligned<__half>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
-    case DType::BF16:
-      return rows_aligned<bf16>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
-    case DType::F32:
-      return allow_tf32() && rows_aligned<float>(a, b, s) ? mma_tile_for(s) : GemmKernel::SimtF32;
-    case DType::F64:
-    case DType::I32:
-    case DType::E4M3:
-    case DType::E5M2:
-      break;
+  if (a.dtype() == DType::F16) {
+    if (gemm_accumulation() == Accumulation::F16) return GemmKernel::WmmaSimpleF16Accumulator;
+    if (rung == GemmRung::WmmaSimple) return GemmKernel::WmmaSimple;
+    if (rung == GemmRung::WmmaPipelined)
+      return rows_aligned<__half>(a, b, s) ? GemmKernel::WmmaPipelined : GemmKernel::WmmaSimple;
+    return rows_aligned<__half>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
   }
+  if (a.dtype() == DType::BF16) return rows_aligned<bf16>(a, b, s) ? mma_tile_for(s) : GemmKernel::MmaAnyAlignment;
+  if (a.dtype() == DType::F32)
+    return allow_tf32() && rows_aligned<float>(a, b, s) ? mma_tile_for(s) : GemmKernel::SimtF32;
   throw Error(fmt::format("CUDA kernel gemm: needs f32, f16 or bf16 operands, got {}", a.dtype()));
 }
 

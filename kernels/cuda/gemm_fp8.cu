@@ -38,7 +38,7 @@
 // The mantissa bits, rounding and group of a Limited accumulator are the device's; a request for
 // others is refused. So is a GPU older than sm_89.
 //
-// Tests: build/tests/test_cuda_fp8 (the cases named "... GEMM ...").
+// Tests: build/tests/test_cuda_fp8_gemm.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // bias), both operands K-major, scales per tensor, by DeepSeek-V3's blocks (chunks of 128 along k) or
 // MX's (chunks of 32), and the F32 accumulator or a Limited one. What it does not take (other layouts,
 // k not a multiple of 16, other chunks, a Limited accumulator promoted inside a chunk of 128 at other than
-// its end or at a count that is not a multiple of 32) runs on gemm_fp8.cu's rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8.cpp).
+// its end or at a count that is not a multiple of 32) runs on gemm_fp8.cu's rung 1, which this kernel equals bit for bit where both run (tests/test_cuda_fp8_gemm.cpp).
 //
 // Why FP8 fits rung 3's layouts unchanged: an FP8 fragment of mma.sync.m16n8k32 holds the same bytes
 // as an f16 fragment of m16n8k16 (mma_fp8.cuh: register r of A is row group + 8 (r % 2) at k bytes
@@ -30,7 +30,7 @@
 // writes once into shared memory, the epilogue staged through shared memory for 16-byte stores
 // (mma_epilogue.cuh, as gemm_mma.cu's).
 //
-// Tests: build/tests/test_cuda_fp8 (against the CPU's model and rung 1, bit for bit on the emulator).
+// Tests: build/tests/test_cuda_fp8_gemm (against the CPU's model and rung 1, bit for bit on the emulator).
 // Benchmark: build/bench/cuda_gemm fp8 (on a GPU). SASS: scripts/check-sass.
 #include <fmt/format.h>
 

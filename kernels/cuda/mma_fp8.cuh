@@ -40,7 +40,7 @@
 //   sm_100, sm_120 (Blackwell): FP8 Tensor Cores under mma.sync again; modelled as Ada's, unmeasured.
 // The emulator computes the model of the compute capability it reports (MG_EMULATOR_COMPUTE_CAPABILITY,
 // 90 by default) with kernels::fp8_accumulate, the very function the CPU's Limited model calls, so the
-// two agree bit for bit. tests/test_cuda_fp8.cpp prints what a real GPU gives for the cases that tell
+// two agree bit for bit. tests/test_cuda_fp8_gemm.cpp prints what a real GPU gives for the cases that tell
 // such models apart (scripts/gpu-check records it).
 #pragma once
 

@@ -103,21 +103,14 @@ std::vector<float> probe_mma(DType dtype, const std::vector<float>& a, const std
   const auto* b_in = device_ptr<const float>(b_device);
   auto* d_out = device_ptr<float>(d);
   const cudaStream_t stream = stream_of(d);
-  switch (dtype) {
-    case DType::F16:
-      MG_LAUNCH(mma_probe_kernel<__half>, 1, 32, 0, stream)(a_in, b_in, d_out);
-      break;
-    case DType::BF16:
-      MG_LAUNCH(mma_probe_kernel<bf16>, 1, 32, 0, stream)(a_in, b_in, d_out);
-      break;
-    case DType::F32:
-      MG_LAUNCH(mma_probe_kernel<float>, 1, 32, 0, stream)(a_in, b_in, d_out);
-      break;
-    case DType::F64:
-    case DType::I32:
-    case DType::E4M3:
-    case DType::E5M2:
-      throw Error(fmt::format("probe_mma: mma.sync has no {} form here; use f16, bf16 or f32 (TF32)", dtype));
+  if (dtype == DType::F16) {
+    MG_LAUNCH(mma_probe_kernel<__half>, 1, 32, 0, stream)(a_in, b_in, d_out);
+  } else if (dtype == DType::BF16) {
+    MG_LAUNCH(mma_probe_kernel<bf16>, 1, 32, 0, stream)(a_in, b_in, d_out);
+  } else if (dtype == DType::F32) {
+    MG_LAUNCH(mma_probe_kernel<float>, 1, 32, 0, stream)(a_in, b_in, d_out);
+  } else {
+    throw Error(fmt::format("probe_mma: mma.sync has no {} form here; use f16, bf16 or f32 (TF32)", dtype));
   }
   MG_CUDA_LAUNCHED();
   return d.to(Device::cpu()).to_vector<float>();

@@ -59,6 +59,8 @@ struct E9Scaling {
   int style = 0;  // its curves' line style: its variant's (Series::style)
 };
 const std::vector<E9Scaling>& e9_scalings();
+// The ways of scaling by their place in e9_scalings(): what the verdicts compare.
+inline constexpr std::size_t kE9PerTensor = 0, kE9Tiles = 1, kE9MxFloor = 2, kE9MxRoundUp = 3;
 
 // One tensor (or a merge of tensors) and what each way of scaling does to it (e9_scalings() order).
 struct E9Measure {
