@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent safetensors reader and writer: the other side of tests/test_safetensors.cpp.
+"""An independent safetensors reader and writer: the other side of tests/test_safetensors_numpy.cpp.
 
 It uses only json, struct and numpy and shares no code with mixgrad, so when the two agree the
 files follow the format rather than merely agreeing with themselves.
