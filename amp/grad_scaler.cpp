@@ -3,7 +3,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
+#include "amp/scale_state.h"
 #include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "core/factory.h"
@@ -16,19 +18,6 @@ namespace {
 
 constexpr const char* kName = "amp::GradScaler";
 
-void check_options(const GradScalerOptions& o) {
-  MG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0 && o.init_scale <= FLT_MAX,
-           "{}: init_scale must be "
-           "finite and > 0 (an f32), got {}",
-           kName, o.init_scale);
-  MG_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), "{}: growth_factor must be > 1, got {}", kName,
-           o.growth_factor);
-  MG_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, "{}: backoff_factor must be in (0, 1), got {}", kName,
-           o.backoff_factor);
-  MG_CHECK(o.growth_interval >= 1 && o.growth_interval <= INT32_MAX, "{}: growth_interval must be in [1, 2^31), got {}",
-           kName, o.growth_interval);
-}
-
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
@@ -36,7 +25,7 @@ GradScaler::GradScaler(GradScalerOptions options)
       scale_(full({}, options.init_scale)),  // on the CPU until the first loss says where the gradients are
       growth_tracker_(zeros({}, {.dtype = DType::I32})),
       overflow_streak_(zeros({}, {.dtype = DType::I32})) {
-  check_options(options_);
+  check_scaler_options(options_, kName);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -64,40 +53,49 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     if (!grad.defined()) continue;
     warn_if_bf16(grad.dtype());
     MG_CHECK(grad.dtype() != DType::F16 || optimizer.master(i).defined(),
-             "{}::unscale_: cannot unscale f16 "
-             "gradients in place (parameter {} of {}): dividing them by the loss scale in f16 flushes the small ones "
-             "to zero again. Keep f32 parameters (mixed_float16), or f32 masters ({{.master_weights = true}}, "
-             "float16_master) to unscale into",
+             "{}::unscale_: cannot unscale f16 gradients in place (parameter {} of {}): dividing them by the loss "
+             "scale in f16 flushes the small ones to zero again. Keep f32 parameters (mixed_float16), or f32 masters "
+             "({{.master_weights = true}}, float16_master) to unscale into",
              kName, i, optimizer.name());
   }
-  place_on(parameters.front().device());
-  // Recorded only once the pass succeeded, so a failed unscale_ leaves the scaler as it was.
-  Tensor found_inf = zeros({}, {.device = scale_.device()});
-  optimizer.scale_gradients_(inverse_scale(), found_inf);
-  agree_across_ranks(found_inf);
-  per_optimizer_[&optimizer] = {Stage::Unscaled, found_inf};
+  try {
+    place_on(parameters.front().device());
+    Tensor found_inf = zeros({}, {.device = scale_.device()});
+    optimizer.scale_gradients_(inverse_scale(), found_inf);
+    agree_across_ranks(found_inf);
+    per_optimizer_[&optimizer] = {Stage::Unscaled, found_inf};
+  } catch (...) {
+    per_optimizer_.clear();  // some gradients may be unscaled: the iteration ends here (see the header)
+    throw;
+  }
 }
 
 Stepped GradScaler::step(optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
-    return Stepped();
+    return {};
   }
-  if (stage_of(optimizer, Stage::Stepped) == Stage::Unscaled) {
-    PerOptimizer& state = per_optimizer_.at(&optimizer);
-    optimizer.step({.found_inf = &state.found_inf});  // the gradients are unscaled already
-    state.stage = Stage::Stepped;
-    return Stepped(state.found_inf);
+  const Stage stage = stage_of(optimizer, Stage::Stepped);
+  try {
+    Tensor found_inf;
+    if (stage == Stage::Unscaled) {
+      found_inf = per_optimizer_.at(&optimizer).found_inf;
+      optimizer.step({.found_inf = &found_inf});  // the gradients are unscaled already
+    } else {
+      // The check reads every gradient once; the update reads them again, times 1/S, in its own pass.
+      place_on(optimizer.parameters().front().device());
+      const Tensor inv_scale = inverse_scale();
+      found_inf = zeros({}, {.device = scale_.device()});
+      kernels::find_non_finite(optimizer.step_gradients(), inv_scale, found_inf);
+      agree_across_ranks(found_inf);
+      optimizer.step({.inv_scale = &inv_scale, .found_inf = &found_inf});
+    }
+    per_optimizer_[&optimizer] = {Stage::Stepped, found_inf};
+    return {found_inf};
+  } catch (...) {
+    per_optimizer_.clear();  // some parameters may be updated: the iteration ends here (see the header)
+    throw;
   }
-  // The check reads every gradient once; the update reads them again, times 1/S, in its own pass.
-  place_on(optimizer.parameters().front().device());
-  const Tensor inv_scale = inverse_scale();
-  Tensor found_inf = zeros({}, {.device = scale_.device()});
-  kernels::find_non_finite(optimizer.step_gradients(), inv_scale, found_inf);
-  agree_across_ranks(found_inf);
-  optimizer.step({.inv_scale = &inv_scale, .found_inf = &found_inf});
-  per_optimizer_[&optimizer] = {Stage::Stepped, found_inf};
-  return Stepped(found_inf);
 }
 
 void GradScaler::update() {
@@ -107,19 +105,14 @@ void GradScaler::update() {
            "step(optimizer) (or unscale_) before update()",
            kName);
   NoGradGuard no_grad;
+  // This iteration's checks are taken first, so that the next iteration starts clean whatever happens.
+  const auto checks = std::exchange(per_optimizer_, {});
   Tensor found_inf;  // any optimizer's flag: their sum, on the device
-  for (const auto& [optimizer, state] : per_optimizer_)
+  for (const auto& [optimizer, state] : checks)
     found_inf = found_inf.defined() ? add(found_inf, state.found_inf) : state.found_inf;
-  per_optimizer_.clear();
-  last_scale_ = clone(scale_);  // a copy on the device: the update below changes scale_ in place
-  if (options_.dynamic)
-    kernels::update_scale(scale_, growth_tracker_, overflow_streak_, found_inf,
-                          {.growth_factor = options_.growth_factor,
-                           .backoff_factor = options_.backoff_factor,
-                           .growth_interval = options_.growth_interval,
-                           .hysteresis = hysteresis_,
-                           .min_scale = min_scale_,
-                           .max_scale = max_scale_});
+  Tensor used = clone(scale_);  // a copy on the device: the update below changes scale_ in place
+  if (options_.dynamic) kernels::update_scale(scale_, growth_tracker_, overflow_streak_, found_inf, options_.rule);
+  last_scale_ = std::move(used);
   last_found_inf_ = found_inf;
 }
 
@@ -144,10 +137,8 @@ GradScaler::Stage GradScaler::stage_of(const optim::Optimizer& optimizer, Stage 
 }
 
 void GradScaler::place_on(Device device) {
-  if (scale_.device() == device) return;
-  scale_ = scale_.to(device);
-  growth_tracker_ = growth_tracker_.to(device);
-  overflow_streak_ = overflow_streak_.to(device);
+  for (Tensor* number : {&scale_, &growth_tracker_, &overflow_streak_})
+    if (number->device() != device) *number = number->to(device);
 }
 
 Tensor GradScaler::inverse_scale() const {
@@ -159,34 +150,13 @@ double GradScaler::get_scale() const { return options_.enabled ? scale_.item() :
 
 void GradScaler::set_scale(double scale) {
   MG_CHECK(std::isfinite(scale) && scale > 0.0 && scale <= FLT_MAX,
-           "{}::set_scale: the scale must be finite and > 0 "
-           "(an f32), got {}",
-           kName, scale);
+           "{}::set_scale: the scale must be finite and > 0 (an f32), got {}", kName, scale);
   scale_ = full({}, scale, {.device = scale_.device()});
 }
 
 std::int64_t GradScaler::growth_tracker() const { return static_cast<std::int64_t>(growth_tracker_.item()); }
 
-void GradScaler::set_limits(std::int64_t hysteresis, double min_scale, double max_scale) {
-  MG_CHECK(hysteresis >= 1 && hysteresis <= INT32_MAX, "{}::set_limits: hysteresis must be in [1, 2^31), got {}", kName,
-           hysteresis);
-  MG_CHECK(min_scale >= 0.0 && max_scale >= min_scale && max_scale <= FLT_MAX,
-           "{}::set_limits: need 0 <= min_scale ({}) <= max_scale ({}) <= the largest f32", kName, min_scale,
-           max_scale);
-  hysteresis_ = hysteresis;
-  min_scale_ = min_scale;
-  max_scale_ = max_scale;
-}
-
 std::int64_t GradScaler::overflow_streak() const { return static_cast<std::int64_t>(overflow_streak_.item()); }
-
-void GradScaler::set_overflow_streak(std::int64_t streak) {
-  MG_CHECK(streak >= 0 && streak < hysteresis_,
-           "{}::set_overflow_streak: the streak must be in [0, hysteresis {}), "
-           "got {}",
-           kName, hysteresis_, streak);
-  overflow_streak_ = full({}, static_cast<double>(streak), {.dtype = DType::I32, .device = scale_.device()});
-}
 
 void GradScaler::agree_across_ranks(Tensor& found_inf) {
   // Each rank checked its own gradients. Usually they are equal (the all-reduce of the gradients
@@ -203,52 +173,30 @@ void GradScaler::warn_if_bf16(DType dtype) {
        "{.enabled = false} (or drop it) to skip the extra passes.");
 }
 
-StateDict GradScaler::state_dict() const {
-  return state_scalars({{"scale", scale_.item()},
-                        {"growth_tracker", static_cast<double>(growth_tracker())},
-                        {"growth_factor", options_.growth_factor},
-                        {"backoff_factor", options_.backoff_factor},
-                        {"growth_interval", static_cast<double>(options_.growth_interval)},
-                        {"dynamic", options_.dynamic ? 1.0 : 0.0},
-                        {"enabled", options_.enabled ? 1.0 : 0.0}});
+ScaleState GradScaler::state() const {
+  return {.options = {.init_scale = scale_.item(),
+                      .rule = options_.rule,
+                      .enabled = options_.enabled,
+                      .dynamic = options_.dynamic},
+          .growth_tracker = growth_tracker(),
+          .overflow_streak = overflow_streak(),
+          .counters = std::nullopt};
 }
 
-void GradScaler::load_state_dict(const StateDict& state) {
-  const std::string owner = std::string(kName) + "::load_state_dict";
-  const std::map<std::string, double> saved = state_numbers(state, state_dict_keys(), owner);
-  auto whole = [&](const char* key) {
-    const double value = saved.at(key);
-    MG_CHECK(value == std::floor(value) && value >= 0.0 && value < 9.0e15,
-             "{}: '{}' must be a whole number >= 0, "
-             "got {}",
-             owner, key, value);
-    return static_cast<std::int64_t>(value);
-  };
-  GradScalerOptions options = options_;
-  options.init_scale = saved.at("scale");
-  options.growth_factor = saved.at("growth_factor");
-  options.backoff_factor = saved.at("backoff_factor");
-  options.growth_interval = whole("growth_interval");
-  options.dynamic = saved.at("dynamic") != 0.0;
-  options.enabled = saved.at("enabled") != 0.0;
-  check_options(options);
-  const std::int64_t growth_tracker = whole("growth_tracker");
-  MG_CHECK(growth_tracker < options.growth_interval,
-           "{}: inconsistent counters (growth_tracker {} must be below "
-           "growth_interval {})",
-           owner, growth_tracker, options.growth_interval);
-  options_ = options;
+void GradScaler::load_state(const ScaleState& state) {
+  check_scale_state(state, std::string(kName) + "::load_state");
+  options_ = state.options;
   const Device device = scale_.device();
-  scale_ = full({}, options.init_scale, {.device = device});
-  growth_tracker_ = full({}, static_cast<double>(growth_tracker), {.dtype = DType::I32, .device = device});
-  overflow_streak_ = zeros({}, {.dtype = DType::I32, .device = device});  // ScaleMonitor's state restores it
+  scale_ = full({}, state.options.init_scale, {.device = device});
+  growth_tracker_ = full({}, static_cast<double>(state.growth_tracker), {.dtype = DType::I32, .device = device});
+  overflow_streak_ = full({}, static_cast<double>(state.overflow_streak), {.dtype = DType::I32, .device = device});
   per_optimizer_.clear();
 }
 
-const std::set<std::string>& GradScaler::state_dict_keys() {
-  static const std::set<std::string> keys{"scale",           "growth_tracker", "growth_factor", "backoff_factor",
-                                          "growth_interval", "dynamic",        "enabled"};
-  return keys;
+StateDict GradScaler::state_dict() const { return scale_state_dict(state()); }
+
+void GradScaler::load_state_dict(const StateDict& state) {
+  load_state(read_scale_state(state, false, std::string(kName) + "::load_state_dict"));
 }
 
 }  // namespace mg::amp

@@ -34,12 +34,14 @@
 // - bf16 has f32's range and needs no scaling: using a scaler with bf16 warns once.
 // - In data-parallel training (set_process_group), found_inf is the max over the ranks before any
 //   update reads it: one rank's inf skips the step on every rank, and the scales stay identical.
-// Hysteresis, a floor and a cap for the scale (set_limits) are applied by update() on the device
-// too; amp::ScaleMonitor (amp/scale_monitor.h) sets them from its options, and keeps the alarm when
-// the scale collapses and the history of scales and skipped steps, read back every few steps.
+// - An error inside step() or update() (a failed allocation, a collective that failed) ends the
+//   iteration for the scaler: every optimizer's check of this iteration is dropped and the scale
+//   stays as it was; the next iteration (zero_grad, backward, step, update) starts clean.
+// Hysteresis, a floor and a cap for the scale (the rule's limits) are applied by update() on the
+// device too. amp::ScaleMonitor (amp/scale_monitor.h) keeps the alarm when the scale collapses and
+// the history of scales and skipped steps, read back every few steps.
 #pragma once
 
-#include <cfloat>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -48,15 +50,20 @@
 #include "core/state_dict.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
+#include "kernels/amp.h"
 #include "optim/optimizer.h"
 
 namespace mg::amp {
 
+struct ScaleState;  // amp/scale_state.h
+
+// The rule update() applies (kernels/amp.h): PyTorch's growth, backoff and interval, and the
+// hysteresis, floor and cap mixgrad adds; its defaults are PyTorch's.
+using ScaleRule = kernels::ScaleRule;
+
 struct GradScalerOptions {
-  double init_scale = 65536.0;  // 2^16
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;  // consecutive clean steps before the scale grows
+  double init_scale = 65536.0;  // 2^16; within [rule.min_scale, rule.max_scale]
+  ScaleRule rule = {};  // x2 after 2000 clean steps, x0.5 at an overflow; no hysteresis, floor or cap
   bool enabled = true;
   bool dynamic =
       true;  // false: the scale stays init_scale (the paper's constant S); steps with inf/NaN are still skipped
@@ -64,13 +71,9 @@ struct GradScalerOptions {
 
 // What step() returns: whether the optimizer's update was applied. Reading it (the conversion to
 // bool) is what reads found_inf: on a GPU a wait, made only if somebody asks.
-class Stepped {
- public:
-  explicit Stepped(Tensor found_inf = {}) : found_inf_(std::move(found_inf)) {}
-  operator bool() const { return !found_inf_.defined() || found_inf_.item() == 0.0; }
-
- private:
-  Tensor found_inf_;  // this step's flag; undefined: stepped without a check (a disabled scaler)
+struct Stepped {
+  Tensor found_inf;  // this step's flag; undefined: stepped without a check (a disabled scaler)
+  operator bool() const { return !found_inf.defined() || found_inf.item() == 0.0; }
 };
 
 class GradScaler {
@@ -95,12 +98,7 @@ class GradScaler {
   // Replaces the scale; > 0 and finite.
   void set_scale(double scale);
   std::int64_t growth_tracker() const;  // clean steps since the scale last changed (a read)
-  // Beyond PyTorch (amp::ScaleMonitorOptions, which sets them): update() backs off only after
-  // `hysteresis` overflows in a row (each one still skips its step), never below min_scale, and
-  // never grows past max_scale. All on the device; the defaults (1, 0, FLT_MAX) are PyTorch's rule.
-  void set_limits(std::int64_t hysteresis, double min_scale, double max_scale);
-  std::int64_t overflow_streak() const;  // overflows since the last backoff, short of hysteresis (a read)
-  void set_overflow_streak(std::int64_t streak);
+  std::int64_t overflow_streak() const;  // overflows since the last backoff, short of rule.hysteresis (a read)
   // The scale the last update()'s step used (before that update): one f32 element on the device,
   // for a record of the step read later; undefined before the first update().
   const Tensor& last_scale() const { return last_scale_; }
@@ -114,12 +112,16 @@ class GradScaler {
   // alike (they are collectives). Null: one process.
   void set_process_group(std::shared_ptr<dist::ProcessGroup> group) { group_ = std::move(group); }
 
-  // Everything needed to resume, as 0-d f64 tensors like every other state (core/state_dict.h):
-  // scale, growth_tracker and the options (growth_factor, backoff_factor, growth_interval, dynamic,
-  // enabled). Validates every key and value before changing anything.
+  // Everything needed to resume (amp/scale_state.h): the scale, the growth tracker, the overflow
+  // streak and the options, read from the device (a wait on a GPU). ScaleMonitor adds its counters.
+  ScaleState state() const;
+  // Resumes from a state, checked first (check_scale_state): a bad one changes nothing. Its monitor
+  // counters, if any, are the monitor's.
+  void load_state(const ScaleState& state);
+  // The same as 0-d f64 tensors, like every other state (core/state_dict.h), without the monitor's
+  // counters; every key and value is checked before anything changes.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
-  static const std::set<std::string>& state_dict_keys();  // the keys state_dict() writes
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };
@@ -141,9 +143,6 @@ class GradScaler {
   Tensor overflow_streak_;  // i32 [], beside it
   Tensor last_scale_;
   Tensor last_found_inf_;
-  std::int64_t hysteresis_ = 1;
-  double min_scale_ = 0.0;
-  double max_scale_ = FLT_MAX;
   bool warned_bf16_ = false;
   bool warned_f16_loss_ = false;
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_optimizer_;

@@ -1,11 +1,8 @@
-// ScaleMonitor: what a training run wants to know about its GradScaler, and the policies beyond
-// PyTorch's, kept off the path of a step.
+// ScaleMonitor: what a training run wants to know about its GradScaler, kept off the path of a step.
 //
-// amp::GradScaler keeps its scale and each step's inf/NaN flag on the gradients' device, so that a
-// GPU step never waits for it. The monitor adds:
-// - hysteresis (back off only after N consecutive overflowing steps, each one still skipped), a
-//   floor and a cap for the scale: it hands them to the scaler (GradScaler::set_limits), whose
-//   update() applies them on the device, so they cost no wait;
+// amp::GradScaler keeps its scale and each step's inf/NaN flag on the gradients' device, and applies
+// its rule there (hysteresis, floor and cap included), so that a GPU step never waits for it. The
+// monitor adds:
 // - counters and the history of scales and skipped steps, for logs and plots, from the steps' numbers
 //   once they are read back (record());
 // - which parameters had inf/NaN gradients at the last skipped step;
@@ -15,7 +12,7 @@
 // Two ways to feed it. A hand-written loop calls update() in place of scaler.update(): the update,
 // then one read of the step's scale and flag (a wait on a GPU):
 //
-//   amp::GradScaler scaler;
+//   amp::GradScaler scaler({.rule = {.hysteresis = 2, .min_scale = 1}});
 //   amp::ScaleMonitor monitor(scaler, {.collapse_patience = 100, .error_on_collapse = true});
 //   ...  mg::backward(scaler.scale(loss));  scaler.step(optimizer);
 //   monitor.update(&optimizer);   // scaler.update(), then read and record the step
@@ -28,20 +25,15 @@
 // With a disabled scaler the monitor records nothing (its update() is the scaler's, a no-op).
 #pragma once
 
-#include <cfloat>
 #include <cstdint>
-#include <set>
-#include <string>
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "amp/scale_state.h"
 
 namespace mg::amp {
 
 struct ScaleMonitorOptions {
-  double min_scale = 0.0;  // the backoff stops here; 0 means no floor (PyTorch)
-  double max_scale = FLT_MAX;  // growth stops before passing this
-  std::int64_t hysteresis = 1;  // consecutive overflowing steps before one backoff
   std::int64_t collapse_patience = 100;  // consecutive skipped steps that raise the alarm; 0: never
   bool error_on_collapse = false;  // the alarm throws mg::Error instead of warning
 };
@@ -54,7 +46,7 @@ struct ScaleRecord {
 
 class ScaleMonitor {
  public:
-  // Watches `scaler`, which must outlive the monitor, and sets its limits (hysteresis, floor, cap).
+  // Watches `scaler`, which must outlive the monitor.
   explicit ScaleMonitor(GradScaler& scaler, ScaleMonitorOptions options = {});
 
   // In place of scaler.update(): calls it, then reads the scale the step used and whether it was
@@ -66,31 +58,28 @@ class ScaleMonitor {
   // after the step is recorded.
   void record(double scale, bool skipped, const optim::Optimizer* optimizer = nullptr);
 
-  std::int64_t steps() const { return steps_; }  // update() calls with the scaler enabled
-  std::int64_t skipped_steps() const { return skipped_steps_; }
-  std::int64_t consecutive_skips() const { return consecutive_skips_; }
-  std::int64_t last_overflow_step() const { return last_overflow_step_; }  // index of the last skip; -1: none
+  std::int64_t steps() const { return counters_.steps; }  // update() calls with the scaler enabled
+  std::int64_t skipped_steps() const { return counters_.skipped_steps; }
+  std::int64_t consecutive_skips() const { return counters_.consecutive_skips; }
+  std::int64_t last_overflow_step() const { return counters_.last_overflow_step; }  // the last skip; -1: none
   const std::vector<ScaleRecord>& history() const { return history_; }  // one record per step (16 bytes)
   // Indices (into optimizer.parameters()) of the gradients that were not finite at the last skipped step.
   const std::vector<std::size_t>& nonfinite_parameters() const { return nonfinite_parameters_; }
   const ScaleMonitorOptions& options() const { return options_; }
 
-  // The counters and the policy (hysteresis with the scaler's streak, a read; floor; cap) as 0-d f64 tensors, keys
-  // disjoint from GradScaler's: a checkpoint stores both under "scaler." (train/checkpoint.h), as
-  // the GradScaler alone did before issue 17. The alarm's settings are the constructor's. The
-  // history is not state: a resumed run's history starts at the resume.
+  GradScaler& scaler() const { return scaler_; }
+
+  // One state dict for the scaler and its monitor (amp/scale_state.h): the scaler's state and the
+  // counters; a checkpoint stores it under "scaler." (train/checkpoint.h). The alarm's settings are
+  // the constructor's. The history is not state: a resumed run's history starts at the resume.
   StateDict state_dict() const;
-  // Validates every key and value before changing anything.
+  // Restores the scaler and the counters; validates every key and value before changing anything.
   void load_state_dict(const StateDict& state);
-  static const std::set<std::string>& state_dict_keys();
 
  private:
   GradScaler& scaler_;
   ScaleMonitorOptions options_;
-  std::int64_t steps_ = 0;
-  std::int64_t skipped_steps_ = 0;
-  std::int64_t consecutive_skips_ = 0;
-  std::int64_t last_overflow_step_ = -1;
+  ScaleCounters counters_;
   bool warned_collapse_ = false;
   std::vector<ScaleRecord> history_;
   std::vector<std::size_t> nonfinite_parameters_;

@@ -22,7 +22,7 @@
 //           (f32 [1]) on one device. If found_inf != 0: scale *= backoff_factor, tracker = 0.
 //           Otherwise tracker += 1, and when it reaches growth_interval: scale *= growth_factor
 //           (kept only while the result is finite), tracker = 0. Products in f64, rounded to f32.
-//           With a ScaleRule's limits (amp::ScaleMonitorOptions), also: an overflow backs off only
+//           With a ScaleRule's limits, also: an overflow backs off only
 //           when it makes `hysteresis` in a row (counted in overflow_streak, i32 [1]; each one is
 //           still a skipped step and resets the tracker), the backoff stops at min_scale, and a
 //           growth that would pass max_scale is not made. So the whole policy runs on the device.
@@ -32,6 +32,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/host_device.h"
@@ -41,19 +42,21 @@ namespace mg::kernels {
 
 void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
 void find_non_finite(const std::vector<Tensor>& src, const Tensor& factor, Tensor& found_inf);
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval);
-
-// The rule of update_scale: PyTorch's three numbers, and the limits mixgrad adds.
+// The rule of update_scale, the one loss-scale rule of mixgrad (amp::GradScalerOptions embeds it):
+// PyTorch's three numbers and defaults, and the limits mixgrad adds (their defaults are PyTorch's
+// behaviour: no hysteresis, no floor, no cap).
 struct ScaleRule {
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
-  std::int64_t hysteresis = 1;  // consecutive overflows per backoff
+  double growth_factor = 2.0;  // the scale's growth after growth_interval clean steps
+  double backoff_factor = 0.5;  // its backoff after an overflow
+  std::int64_t growth_interval = 2000;  // consecutive clean steps before the scale grows
+  std::int64_t hysteresis = 1;  // consecutive overflows per backoff (each one still skips its step)
   double min_scale = 0.0;  // the backoff stops here
   double max_scale = FLT_MAX;  // growth stops before passing this
 };
-// The same with limits: overflow_streak is i32 [1] beside the scale (undefined when hysteresis is 1).
+// An mg::Error naming `owner` unless growth_factor > 1, backoff_factor in (0, 1), growth_interval
+// and hysteresis in [1, 2^31) and 0 <= min_scale <= max_scale <= the largest f32.
+void check_rule(const ScaleRule& rule, std::string_view owner);
+// overflow_streak is i32 [1] beside the scale (may be undefined when hysteresis is 1).
 void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
                   const ScaleRule& rule);
 

@@ -282,14 +282,22 @@ void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak
                (overflow_streak.defined() && overflow_streak.numel() == 1 && overflow_streak.dtype() == DType::I32 &&
                 overflow_streak.device() == scale.device()),
            "kernel update_scale: hysteresis {} needs overflow_streak, i32 [1] on {}", rule.hysteresis, scale.device());
+  check_rule(rule, "kernel update_scale");
   MG_ROUTE(scale, update_scale, scale, growth_tracker, overflow_streak, found_inf, rule);
 }
 
-void update_scale(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                  double backoff_factor, std::int64_t growth_interval) {
-  Tensor no_streak;
-  update_scale(scale, growth_tracker, no_streak, found_inf,
-               {.growth_factor = growth_factor, .backoff_factor = backoff_factor, .growth_interval = growth_interval});
+void check_rule(const ScaleRule& rule, std::string_view owner) {
+  MG_CHECK(rule.growth_factor > 1.0 && std::isfinite(rule.growth_factor), "{}: growth_factor must be > 1, got {}",
+           owner, rule.growth_factor);
+  MG_CHECK(rule.backoff_factor > 0.0 && rule.backoff_factor < 1.0, "{}: backoff_factor must be in (0, 1), got {}",
+           owner, rule.backoff_factor);
+  MG_CHECK(rule.growth_interval >= 1 && rule.growth_interval <= INT32_MAX,
+           "{}: growth_interval must be in [1, 2^31), got {}", owner, rule.growth_interval);
+  MG_CHECK(rule.hysteresis >= 1 && rule.hysteresis <= INT32_MAX,
+           "{}: hysteresis must be >= 1 (1 backs off at every overflow) and below 2^31, got {}", owner,
+           rule.hysteresis);
+  MG_CHECK(rule.min_scale >= 0.0 && rule.max_scale >= rule.min_scale && rule.max_scale <= FLT_MAX,
+           "{}: need 0 <= min_scale ({}) <= max_scale ({}) <= the largest f32", owner, rule.min_scale, rule.max_scale);
 }
 
 // On the CPU the kernels add to the caller's count directly: nothing to clear or read.

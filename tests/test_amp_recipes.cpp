@@ -106,11 +106,11 @@ TEST_CASE("recipes: make_scaler is dynamic, static or disabled per recipe") {
   for (const std::string& name : amp::Recipe::names()) {
     INFO(name);
     const amp::Recipe r = amp::Recipe::parse(name);
-    amp::GradScaler scaler = r.make_scaler({.growth_interval = 7});
+    amp::GradScaler scaler = r.make_scaler({.rule = {.growth_interval = 7}});
     const bool scaled = name == "mixed_float16" || name == "float16_master";
     CHECK(scaler.is_enabled() == scaled);
     if (scaled) CHECK(scaler.options().dynamic);
-    CHECK(scaler.options().growth_interval == 7);
+    CHECK(scaler.options().rule.growth_interval == 7);
     CHECK(scaler.get_scale() == (scaled ? 65536.0 : 1.0));  // 1 when disabled, as PyTorch
   }
   amp::Recipe fixed = amp::Recipe::parse("float16_master");

@@ -1,6 +1,6 @@
-// amp::ScaleMonitor: the GradScaler's counters and history read back after every update, and the
-// policies beyond PyTorch that it applies off the path of a step: a floor and a cap for the scale,
-// hysteresis, the collapse alarm; its state in checkpoints.
+// The loss-scale rule's limits beyond PyTorch (a floor and a cap for the scale, hysteresis), and
+// amp::ScaleMonitor: the GradScaler's counters and history read back after every update, the
+// collapse alarm, and the one state dict of the scaler and its monitor.
 #include <cfloat>
 #include <cmath>
 
@@ -9,22 +9,21 @@
 using namespace mg;
 using namespace mg::testing;
 
-TEST_CASE("monitor: min_scale floor and max_scale cap") {
-  Driver capped({.growth_interval = 1}, {.max_scale = 131072});
+TEST_CASE("rule: min_scale floor and max_scale cap") {
+  Driver capped({.rule = {.growth_interval = 1, .max_scale = 131072}});
   run_script(capped, {{'c', true, 131072, 0, 0, -1}, {'c', true, 131072, 0, 0, -1}, {'i', false, 65536, 0, 1, 2}});
-  Driver floored({}, {.min_scale = 16384});
+  Driver floored({.rule = {.min_scale = 16384}});
   run_script(floored, {{'i', false, 32768, 0, 1, 0},
                        {'n', false, 16384, 0, 2, 1},
                        {'i', false, 16384, 0, 3, 2},
                        {'c', true, 16384, 1, 3, 2}});
-  amp::GradScaler scaler;
-  check_error([&] { amp::ScaleMonitor(scaler, {.max_scale = 1024}); }, "init_scale 65536 lies outside");
-  check_error([&] { amp::ScaleMonitor(scaler, {.min_scale = 2, .max_scale = 1}); }, "min_scale");
-  check_error([&] { amp::ScaleMonitor(scaler, {.hysteresis = 0}); }, "hysteresis must be >= 1");
+  check_error([&] { amp::GradScaler({.rule = {.max_scale = 1024}}); }, "init_scale 65536 lies outside");
+  check_error([&] { amp::GradScaler({.rule = {.min_scale = 2, .max_scale = 1}}); }, "min_scale");
+  check_error([&] { amp::GradScaler({.rule = {.hysteresis = 0}}); }, "hysteresis must be >= 1");
 }
 
-TEST_CASE("monitor: hysteresis 3 backs off only after 3 consecutive overflows; a clean step resets the streak") {
-  Driver d({.growth_interval = 3}, {.hysteresis = 3});
+TEST_CASE("rule: hysteresis 3 backs off only after 3 consecutive overflows; a clean step resets the streak") {
+  Driver d({.rule = {.growth_interval = 3, .hysteresis = 3}});
   run_script(d, {{'i', false, 65536, 0, 1, 0},
                  {'i', false, 65536, 0, 2, 1},
                  {'i', false, 32768, 0, 3, 2},
@@ -58,22 +57,31 @@ TEST_CASE("monitor: the collapse alarm warns once per run of skipped steps, or t
   CHECK(capture.messages.size() == 2);  // thrown, not warned
 }
 
-TEST_CASE("monitor: state_dict resumes the counters and the policy; a bad one is refused and changes nothing") {
-  Driver d({.growth_interval = 3}, {.min_scale = 2, .max_scale = 1e9, .hysteresis = 2});
+TEST_CASE(
+    "monitor: one state dict resumes the scaler, its rule and the counters; a bad one is refused and changes nothing") {
+  Driver d({.rule = {.growth_interval = 3, .hysteresis = 2, .min_scale = 2, .max_scale = 1e9}});
   for (char c : std::string("cciic")) d.run(c);
   const StateDict saved = d.monitor.state_dict();
-  CHECK(scalars_of(saved) == std::map<std::string, double>{{"consecutive_skips", 0},
+  CHECK(scalars_of(saved) == std::map<std::string, double>{{"backoff_factor", 0.5},
+                                                           {"consecutive_skips", 0},
+                                                           {"dynamic", 1},
+                                                           {"enabled", 1},
+                                                           {"growth_factor", 2},
+                                                           {"growth_interval", 3},
+                                                           {"growth_tracker", 1},
                                                            {"hysteresis", 2},
                                                            {"last_overflow_step", 3},
                                                            {"max_scale", 1e9},
                                                            {"min_scale", 2},
                                                            {"overflow_streak", 0},
+                                                           {"scale", 32768},
                                                            {"skipped_steps", 2},
                                                            {"steps", 5}});
   Driver resumed;
   resumed.monitor.load_state_dict(saved);
-  CHECK(resumed.monitor.options().hysteresis == 2);
-  CHECK(resumed.monitor.options().min_scale == 2);
+  CHECK(resumed.scaler.options().rule.hysteresis == 2);
+  CHECK(resumed.scaler.options().rule.min_scale == 2);
+  CHECK(resumed.scaler.get_scale() == 32768);
   CHECK(resumed.monitor.skipped_steps() == 2);
   CHECK(resumed.monitor.history().empty());  // not state: a resumed run's history starts at the resume
   const auto before = scalars_of(d.monitor.state_dict());
@@ -84,7 +92,8 @@ TEST_CASE("monitor: state_dict resumes the counters and the policy; a bad one is
     CHECK(scalars_of(d.monitor.state_dict()) == before);
   };
   refused([](StateDict& s) { s.erase("steps"); }, "'steps' is missing");
-  refused([](StateDict& s) { s["scale"] = state_scalar(2.0); }, "unknown key 'scale'");  // the scaler's
+  refused([](StateDict& s) { s["bogus"] = state_scalar(2.0); }, "unknown key 'bogus'");
+  refused([](StateDict& s) { s["scale"] = state_scalar(1.0); }, "lies outside");  // below min_scale
   refused([](StateDict& s) { s["skipped_steps"] = state_scalar(6.0); }, "inconsistent counters");  // > steps (5)
   refused([](StateDict& s) { s["last_overflow_step"] = state_scalar(5.0); }, "inconsistent counters");
   refused([](StateDict& s) { s["overflow_streak"] = state_scalar(2.0); }, "inconsistent counters");  // == hysteresis

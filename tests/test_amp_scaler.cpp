@@ -1,7 +1,8 @@
 // amp::GradScaler as a state machine: the scale, the tracker and the skip decision after every
 // scripted step (clean, inf or NaN gradients), static mode, disabled, checkpoints, misuse, the
 // unscale kernel itself, and where its numbers live (on the gradients' device, read only when asked).
-// The monitor's policies (hysteresis, floor, cap, the collapse alarm) are in test_amp_scale_monitor.cpp.
+// The rule's limits (hysteresis, floor, cap) and the monitor (counters, the collapse alarm) are in
+// test_amp_scale_monitor.cpp.
 // (That a skipped step leaves the optimizer untouched is tested in test_optim.cpp.)
 #include <cfloat>
 #include <cmath>
@@ -14,7 +15,7 @@ using namespace mg;
 using namespace mg::testing;
 
 TEST_CASE("scaler: PyTorch's dynamic scaling, step by step (growth_interval 3)") {
-  Driver d({.growth_interval = 3});
+  Driver d({.rule = {.growth_interval = 3}});
   CHECK(d.scaler.get_scale() == 65536.0);
   CHECK(d.monitor.last_overflow_step() == -1);
   run_script(d, {{'c', true, 65536, 1, 0, -1},
@@ -42,13 +43,13 @@ TEST_CASE("scaler: the real default grows x2 after exactly 2000 clean steps, nev
   rows.push_back({'i', false, 65536, 0, 1, 2000});
   run_script(d, rows);
   // growth_interval 1: every clean step doubles (x2, not +2).
-  Driver every({.growth_interval = 1});
+  Driver every({.rule = {.growth_interval = 1}});
   run_script(every, {{'c', true, 131072, 0, 0, -1}, {'c', true, 262144, 0, 0, -1}});
 }
 
 TEST_CASE("scaler: the scale never becomes inf") {
   // init FLT_MAX/2: one growth reaches FLT_MAX exactly, the next would pass it and is refused.
-  Driver near({.init_scale = FLT_MAX / 2, .growth_interval = 1});
+  Driver near({.init_scale = FLT_MAX / 2, .rule = {.growth_interval = 1}});
   run_script(near, {{'c', true, FLT_MAX, 0, 0, -1}, {'c', true, FLT_MAX, 0, 0, -1}});
   for (int i = 0; i < 50; ++i) {
     CHECK(near.run('c'));
@@ -56,12 +57,12 @@ TEST_CASE("scaler: the scale never becomes inf") {
     CHECK(near.scaler.get_scale() <= FLT_MAX);
   }
   CHECK(near.scaler.get_scale() == FLT_MAX);
-  Driver pow2({.init_scale = std::ldexp(1.0, 127), .growth_interval = 2});  // 2^128 > FLT_MAX
+  Driver pow2({.init_scale = std::ldexp(1.0, 127), .rule = {.growth_interval = 2}});  // 2^128 > FLT_MAX
   run_script(pow2, {{'c', true, std::ldexp(1.0, 127), 1, 0, -1}, {'c', true, std::ldexp(1.0, 127), 0, 0, -1}});
 }
 
 TEST_CASE("scaler: static mode keeps the scale and still skips overflowing steps") {
-  Driver d({.init_scale = 1024, .growth_interval = 1, .dynamic = false});
+  Driver d({.init_scale = 1024, .rule = {.growth_interval = 1}, .dynamic = false});
   run_script(d, {{'c', true, 1024, 0, 0, -1},
                  {'c', true, 1024, 0, 0, -1},
                  {'i', false, 1024, 0, 1, 2},
@@ -89,8 +90,8 @@ TEST_CASE("scaler: a disabled scaler is transparent") {
 
 TEST_CASE("scaler: state_dict/load_state_dict resumes every script position identically") {
   const std::string script = "cicciicccccniicc";
-  const amp::GradScalerOptions options{.growth_interval = 3};
-  const amp::ScaleMonitorOptions monitor_options{.hysteresis = 2};
+  const amp::GradScalerOptions options{.rule = {.growth_interval = 3, .hysteresis = 2}};
+  const amp::ScaleMonitorOptions monitor_options{};
   struct State {
     bool stepped;
     double scale;
@@ -125,7 +126,7 @@ TEST_CASE("scaler: state_dict/load_state_dict resumes every script position iden
 }
 
 TEST_CASE("scaler: a bad state dict is refused and changes nothing") {
-  Driver d({.growth_interval = 3});
+  Driver d({.rule = {.growth_interval = 3}});
   for (char c : std::string("ccic")) d.run(c);
   const auto before = scalars_of(d.scaler.state_dict());
   auto refused = [&](auto edit, const std::string& needle) {
@@ -157,6 +158,41 @@ TEST_CASE("scaler: misuse of the step protocol is a clear error") {
   d.monitor.update();
   CHECK(d.monitor.steps() == 1);
   CHECK(d.sgd.step_count() == 1);  // the refused calls did not step again
+}
+
+TEST_CASE("scaler: an error inside step() ends the iteration; the next one starts clean") {
+  Driver d;
+  Tensor v = from_vector({3.0}, {1}, {.requires_grad = true});
+  optim::SGD other{{v}, {.lr = 0.5}};
+  bool fail = false;  // the schedule throws inside optimizer.step(), as a failed allocation would
+  d.sgd.set_schedule([&](std::int64_t) {
+    if (fail) throw Error("planted failure");
+    return 1.0;
+  });
+  auto gradients = [&] {
+    d.w.set_grad(from_vector({0.25, 0.5}, {2}));
+    v.set_grad(from_vector({1.0}, {1}));
+  };
+  // The first optimizer stepped, the second unscaled, then its step failed: without the clean-up
+  // the next iteration's unscale_ and step would be refused as repeated calls.
+  gradients();
+  CHECK(d.scaler.step(other));
+  d.scaler.unscale_(d.sgd);
+  fail = true;
+  check_error([&] { d.scaler.step(d.sgd); }, "planted failure");
+  fail = false;
+  check_error([&] { d.scaler.update(); }, "before update()");  // nothing of the failed iteration is left
+  CHECK(d.scaler.get_scale() == 65536);
+  gradients();
+  CHECK(d.scaler.step(other));
+  d.scaler.unscale_(d.sgd);
+  CHECK(d.scaler.step(d.sgd));
+  d.monitor.update(&d.sgd);
+  CHECK(d.monitor.steps() == 1);
+  CHECK(d.monitor.skipped_steps() == 0);
+  CHECK(d.sgd.step_count() == 1);
+  CHECK(other.step_count() == 2);
+  CHECK(d.scaler.growth_tracker() == 1);  // one clean update since the start: the failed one did not count
 }
 
 TEST_CASE("scaler: scale(loss) multiplies by the scale and the gradients by the same") {

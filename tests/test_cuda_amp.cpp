@@ -30,6 +30,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 TEST_CASE("update_scale (CPU): PyTorch's rule, by hand") {
   Tensor scale = full({1}, 65536.0), tracker = zeros({1}, {.dtype = DType::I32});
+  Tensor no_streak;  // hysteresis 1 needs none
   const Tensor clean = zeros({1}), overflow = ones({1});
   struct Row {
     bool found_inf;
@@ -42,19 +43,20 @@ TEST_CASE("update_scale (CPU): PyTorch's rule, by hand") {
                               {false, 32768, 1}, {false, 32768, 2}, {false, 65536, 0}};
   for (std::size_t i = 0; i < rows.size(); ++i) {
     INFO("step " << i);
-    kernels::update_scale(scale, tracker, rows[i].found_inf ? overflow : clean, 2.0, 0.5, 3);
+    kernels::update_scale(scale, tracker, no_streak, rows[i].found_inf ? overflow : clean, {.growth_interval = 3});
     CHECK(scale.item() == rows[i].scale);
     CHECK(tracker.item() == rows[i].tracker);
   }
   // Factors that are not powers of two: the product in f64, rounded once to f32.
-  kernels::update_scale(scale, tracker, overflow, 2.0, 0.3, 3);
+  kernels::update_scale(scale, tracker, no_streak, overflow, {.backoff_factor = 0.3, .growth_interval = 3});
   CHECK(scale.item() == static_cast<double>(static_cast<float>(65536.0 * 0.3)));
   // Growth that would overflow f32 keeps the scale and still resets the tracker.
   Tensor huge = full({1}, 0x1p127);
-  kernels::update_scale(huge, tracker, clean, 2.0, 0.5, 1);
+  kernels::update_scale(huge, tracker, no_streak, clean, {.growth_interval = 1});
   CHECK(huge.item() == 0x1p127);
   CHECK(tracker.item() == 0);
-  check_error([&] { kernels::update_scale(scale, scale, clean, 2.0, 0.5, 3); }, "kernel update_scale");
+  check_error([&] { kernels::update_scale(scale, scale, no_streak, clean, {.growth_interval = 3}); },
+              "kernel update_scale");
 }
 
 TEST_CASE("fused master (CPU): one pass equals unscale, update and cast, bit for bit") {
@@ -247,8 +249,9 @@ TEST_CASE("update_scale (GPU): the CPU's scale and tracker after every step") {
     for (std::size_t step = 0; step < script.size(); ++step) {
       INFO("growth " << growth << ", backoff " << backoff << ", step " << step);
       const Tensor found_cpu = full({1}, script[step] == 'c' ? 0.0 : 1.0), found_gpu = gpu(found_cpu);
-      kernels::update_scale(scale_cpu, tracker_cpu, found_cpu, growth, backoff, 3);
       Tensor no_streak;
+      kernels::update_scale(scale_cpu, tracker_cpu, no_streak, found_cpu,
+                            {.growth_factor = growth, .backoff_factor = backoff, .growth_interval = 3});
       kernels::cuda::update_scale(scale_gpu, tracker_gpu, no_streak, found_gpu,
                                   {.growth_factor = growth, .backoff_factor = backoff, .growth_interval = 3});
       check_identical(scale_gpu, scale_cpu, "scale");

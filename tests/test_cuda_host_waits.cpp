@@ -152,7 +152,7 @@ TEST_CASE("Trainer on a GPU: no host wait per step; one batched read every read_
     train::Trainer trainer(model, {.recipe = amp::Recipe::parse(recipe),
                                    .optimizer = {.name = "adam", .lr = 0.01},
                                    .device = Device::cuda(),
-                                   .monitor = {.hysteresis = 2},
+                                   .scaler = {.rule = {.hysteresis = 2}},
                                    .read_every = 4});
     const Tensor x = uniform_in({32, 8}, DType::F32, 1, -1.0, 1.0);  // batches on the CPU, as a loader gives them
     const Tensor labels = from_vector(std::vector<double>(32, 1.0), {32}, {.dtype = DType::I32});

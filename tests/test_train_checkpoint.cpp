@@ -67,7 +67,7 @@ TEST_CASE("checkpoints: model, optimizer, scaler, generator and extra entries co
   TempDir tmp;
   auto net = make_net();
   optim::SGD sgd(net->parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+  amp::GradScaler scaler({.init_scale = 1024.0, .rule = {.growth_interval = 2}});
   train_steps(*net, sgd, scaler, 3);
   manual_seed(77);
   train::save_checkpoint(tmp / "run.safetensors", {net.get(), &sgd, &scaler}, {{"epoch", state_scalar(4.0)}},
@@ -79,7 +79,7 @@ TEST_CASE("checkpoints: model, optimizer, scaler, generator and extra entries co
 
   auto other = make_net();  // different initial weights
   optim::SGD other_sgd(other->parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler other_scaler({.init_scale = 1024.0, .growth_interval = 2});
+  amp::GradScaler other_scaler({.init_scale = 1024.0, .rule = {.growth_interval = 2}});
   manual_seed(1);
   train::LoadedCheckpoint loaded = train::load_checkpoint(tmp / "run.safetensors",
                                                           {other.get(), &other_sgd, &other_scaler});
@@ -143,7 +143,7 @@ TEST_CASE("checkpoint v1: a float16_master run written before issue 17 resumes s
   CHECK(monitor.steps() == 3);  // the counters the GradScaler saved before issue 17 reach the monitor
   CHECK(monitor.skipped_steps() == 0);
   CHECK(scaler.get_scale() == 131072.0);
-  CHECK(scaler.options().growth_interval == 2);  // the scaler's settings come from the file
+  CHECK(scaler.options().rule.growth_interval == 2);  // the scaler's settings come from the file
 
   optimizer->zero_grad();
   Tensor loss;

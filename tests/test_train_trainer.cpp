@@ -128,7 +128,7 @@ TEST_CASE("trainer: checkpoint_objects save and restore a run that continues bit
   const auto path = std::filesystem::temp_directory_path() / "mixgrad_test_trainer.safetensors";
   const train::TrainerOptions options{.recipe = amp::Recipe::parse("float16_master"),
                                       .optimizer = {.name = "adam", .lr = 1e-2},
-                                      .scaler = {.growth_interval = 2}};
+                                      .scaler = {.rule = {.growth_interval = 2}}};
   train::Trainer straight(small_mlp(), options);
   for (int i = 0; i < 3; ++i) straight.step(data[i].x, data[i].y);
   train::save_checkpoint(path.string(), straight.checkpoint_objects());

@@ -56,6 +56,14 @@ std::string first_non_finite(const StateDict& state, const std::vector<std::stri
   return {};
 }
 
+// A monitor watches the scaler it is given with: its state dict holds that scaler's.
+void check_monitor(const TrainingObjects& objects, const std::string& path) {
+  MG_CHECK(!objects.monitor || &objects.monitor->scaler() == objects.scaler,
+           "train: checkpoint {}: the ScaleMonitor given watches another GradScaler than the one given; pass the "
+           "scaler it watches (or no monitor)",
+           path);
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainingObjects& objects, const StateDict& extra,
@@ -64,8 +72,12 @@ void save_checkpoint(const std::string& path, const TrainingObjects& objects, co
   StateDict state;
   state_insert(state, "model.", objects.model->state_dict());
   if (objects.optimizer) state_insert(state, "optimizer.", objects.optimizer->state_dict());
-  if (objects.scaler) state_insert(state, "scaler.", objects.scaler->state_dict());
-  if (objects.monitor) state_insert(state, "scaler.", objects.monitor->state_dict());  // keys of its own
+  check_monitor(objects, path);
+  // One state dict for the scaler and its monitor: the monitor's holds the scaler's (amp/scale_state.h).
+  if (objects.monitor)
+    state_insert(state, "scaler.", objects.monitor->state_dict());
+  else if (objects.scaler)
+    state_insert(state, "scaler.", objects.scaler->state_dict());
   state["rng.default"] = generator_state(default_generator());
   state_insert(state, "extra.", extra);
   for (auto& [key, value] : state)
@@ -107,10 +119,13 @@ LoadedCheckpoint load_checkpoint(const std::string& path, data::SafetensorsFile 
              value);
   const StateDict model_state = state_subset(file.tensors, "model.");
   const StateDict optimizer_state = state_subset(file.tensors, "optimizer.");
-  // The scaler's entries and its monitor's share the prefix (the GradScaler held both before issue 17).
-  StateDict scaler_state, monitor_state;
-  for (auto& [key, value] : state_subset(file.tensors, "scaler."))
-    (amp::ScaleMonitor::state_dict_keys().contains(key) ? monitor_state : scaler_state)[key] = value;
+  check_monitor(objects, path);
+  // The scaler's state, with its monitor's counters when it was saved with a monitor.
+  const StateDict scale_state = state_subset(file.tensors, "scaler.");
+  const bool has_counters = scale_state.contains("steps");
+  StateDict scaler_state;  // without the counters
+  for (const auto& [key, value] : scale_state)
+    if (!amp::scale_counter_keys().contains(key)) scaler_state.emplace(key, value);
   auto rng = file.tensors.find("rng.default");
   MG_CHECK(rng != file.tensors.end() && rng->second.dtype() == DType::I32 && rng->second.numel() == 4,
            "{}: {}: the entry rng.default (four i32 words) is missing or malformed", op, path);
@@ -133,8 +148,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, data::SafetensorsFile 
   objects.model->load_state_dict(model_state);
   try {
     if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_state);
-    if (objects.scaler) objects.scaler->load_state_dict(scaler_state);
-    if (objects.monitor && !monitor_state.empty()) objects.monitor->load_state_dict(monitor_state);
+    if (objects.monitor && has_counters)
+      objects.monitor->load_state_dict(scale_state);
+    else if (objects.scaler)
+      objects.scaler->load_state_dict(scaler_state);
   } catch (...) {
     objects.model->load_state_dict(model_backup);
     if (objects.optimizer) objects.optimizer->load_state_dict(optimizer_backup);

@@ -4,8 +4,8 @@
 //   model.<name>      the model's parameters and buffers, in their dtypes (f16 for the pure and
 //                     master recipes: the f32 masters are the optimizer's)
 //   optimizer.<key>   the optimizer's state_dict(): step count, learning rates, moments, masters
-//   scaler.<key>      the GradScaler's state (scale, growth tracker, options) and its ScaleMonitor's
-//                     (counters, hysteresis, floor, cap), 0-d f64 each
+//   scaler.<key>      the GradScaler's state (scale, counters, its rule) and, with a ScaleMonitor,
+//                     the monitor's counters: one state dict (amp/scale_state.h), 0-d f64 each
 //   rng.default       mg::default_generator()'s seed and offset as four i32 words (lo, hi, lo, hi):
 //                     dropout masks continue where they stopped
 //   extra.<key>       the caller's own entries: a data loader's position, an epoch counter, ...

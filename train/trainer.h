@@ -80,7 +80,9 @@ struct TrainerOptions {
   // The loss is multiplied by this before backward (and before any loss scaling); the paper's E4
   // pairs it with a learning rate divided by it. 1 in every ordinary run.
   double loss_multiplier = 1.0;
-  amp::GradScalerOptions scaler = {};  // the recipe sets enabled, dynamic and a static scale
+  // The scaler's rule (scaler.rule: growth, backoff, interval, hysteresis, floor, cap) and init_scale;
+  // the recipe sets enabled, dynamic and a static scale.
+  amp::GradScalerOptions scaler = {};
   amp::ScaleMonitorOptions monitor = {};
   // What the model is trained to do (train/evaluation.h): classify, or reconstruct its input.
   Loss loss = Loss::CrossEntropy;
@@ -137,7 +139,8 @@ class Trainer {
   // the update, so the model, the optimizer and the scaler are as they were before the step (step
   // count, scale, queued readings): a step on a smaller batch can follow, and a checkpoint written
   // before loads. An error inside scaler.step() or update() (their few small allocations) may
-  // come after some parameters were updated: load the last checkpoint into a new Trainer.
+  // come after some parameters were updated: the scaler starts the next step clean (amp/grad_scaler.h),
+  // but to go on bit for bit, load the last checkpoint.
   StepResult step(const Tensor& inputs, const Tensor& targets, std::initializer_list<StepObserver*> observers = {});
   // The same for a batch of a data::DataLoader or TextBatcher. Data-parallel, the batch is this
   // rank's shard and its global_rows weigh it: a shard of n of N rows counts n / N in the mean.

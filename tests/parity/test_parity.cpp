@@ -345,9 +345,9 @@ TEST_CASE("GradScaler skips, backs off and grows on the steps PyTorch's does") {
   Tensor p = full({1}, 1.0, {.requires_grad = true});
   optim::SGD sgd({p}, {.lr = c.at("lr")});
   amp::GradScaler scaler({.init_scale = c.at("init_scale"),
-                          .growth_factor = c.at("growth_factor"),
-                          .backoff_factor = c.at("backoff_factor"),
-                          .growth_interval = c.at("growth_interval")});
+                          .rule = {.growth_factor = c.at("growth_factor"),
+                                   .backoff_factor = c.at("backoff_factor"),
+                                   .growth_interval = c.at("growth_interval")}});
   const Tensor& sequence = file.tensors.at("sequence");  // rows: grad, found_inf, scale, growth_tracker, param
   const std::vector<double> rows = sequence.to_vector<double>();
   for (std::int64_t step = 0; step < sequence.size(0); ++step) {
