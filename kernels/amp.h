@@ -37,10 +37,10 @@
 
 #include "core/host_device.h"
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
 void find_non_finite(const std::vector<Tensor>& src, const Tensor& factor, Tensor& found_inf);
 // The rule of update_scale, the one loss-scale rule of mixgrad (amp::GradScalerOptions embeds it):
 // PyTorch's three numbers and defaults, and the limits mixgrad adds (their defaults are PyTorch's
@@ -56,23 +56,12 @@ struct ScaleRule {
 // An mg::Error naming `owner` unless growth_factor > 1, backoff_factor in (0, 1), growth_interval
 // and hysteresis in [1, 2^31) and 0 <= min_scale <= max_scale <= the largest f32.
 void check_rule(const ScaleRule& rule, std::string_view owner);
-// overflow_streak is i32 [1] beside the scale (may be undefined when hysteresis is 1).
-void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
-                  const ScaleRule& rule);
-
-// The backends: dst empty means find_non_finite (check only).
-namespace cpu {
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
-void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
-                  const ScaleRule& rule);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor, Tensor& found_inf);
-void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
-                  const ScaleRule& rule);
-}  // namespace cuda
+// The backends' unscale with dst empty is find_non_finite (check only).
+MG_KERNELS(void unscale(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, const Tensor& factor,
+                        Tensor& found_inf);
+           // overflow_streak is i32 [1] beside the scale (may be undefined when hysteresis is 1).
+           void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,
+                             const ScaleRule& rule);)
 
 // One update_scale step on the values themselves, written once for the CPU kernel and the CUDA
 // thread that runs it (so both round the f64 product to f32 the same way).

@@ -16,12 +16,13 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/window.h"
 
 namespace mg::kernels {
 
-void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
-void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
+MG_KERNELS(void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
+           void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);)
 
 // Convolution as implicit GEMMs, channels-first in and out (CPU: kernels/cpu/conv_gemm.cpp): each
 // window is read from the image as the GEMM packs it, so no im2col matrix is made, and y, dx and dW
@@ -37,19 +38,12 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx);
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 
+// The implicit GEMMs are the CPU's alone (a GPU runs im2col and a GEMM).
 namespace cpu {
-void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
-void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
 bool conv2d_implicit(const Tensor& x, const Window2d& window);
 void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y);
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx);
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 }  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void im2col(const Tensor& x, const Window2d& window, Tensor& cols);
-void col2im(const Tensor& cols, const Window2d& window, Tensor& dx);
-}  // namespace cuda
 
 }  // namespace mg::kernels

@@ -13,33 +13,23 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
-void cast(const Tensor& x, Tensor& out);
-void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
-void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
-                    std::int64_t length);
+MG_KERNELS(void cast(const Tensor& x, Tensor& out);
+           void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
+           void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
+                               std::int64_t length);)
 void copy_between_devices(const Tensor& src, Tensor& dst);
 
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA.
+// The CUDA backend alone (kernels/cuda/, in builds with MG_WITH_CUDA).
 namespace cuda {
 // The byte-level operations core's factories and item() use (core/device_ops.h), handed to core by
 // register_cuda_backend (kernels/dispatch.cpp): copy_bytes (kernels/cuda/transfer.cpp) and fill
 // (kernels/cuda/copy.cu).
 void copy_bytes(const void* src, Device src_device, void* dst, Device dst_device, std::size_t nbytes);
 void fill(void* dst, Device device, DType dtype, std::uint32_t pattern, std::int64_t count);
-void cast(const Tensor& x, Tensor& out);
-void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
-void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
-                    std::int64_t length);
 }  // namespace cuda
-
-namespace cpu {
-void cast(const Tensor& x, Tensor& out);
-void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out);
-void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
-                    std::int64_t length);
-}  // namespace cpu
 
 }  // namespace mg::kernels

@@ -4,19 +4,20 @@
 // come from register_cuda_backend, below, which core calls on the first use of a CUDA device.
 #include <atomic>
 
+#include "core/device_ops.h"
 #include "kernels/amp.h"
+#include "kernels/conv.h"
 #include "kernels/copy.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
-#include "kernels/conv.h"
 #include "kernels/index.h"
 #include "kernels/lstm.h"
 #include "kernels/optim.h"
 #include "kernels/pool.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/route.h"
 #include "kernels/softmax.h"
-#include "core/device_ops.h"
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/allocator.h"
 #endif
@@ -34,19 +35,6 @@ CudaBackend register_cuda_backend() {
 #endif
 
 namespace {
-
-#ifdef MG_WITH_CUDA
-// The kernel `fn` of the backend of `out`'s device.
-#define MG_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
-#else
-// Without the backend no tensor can be on a GPU (allocation fails first); checked all the same, so
-// a device pointer never reaches host code.
-void require_cpu(const char* kernel, const Tensor& out) {
-  MG_CHECK(out.device().is_cpu(), "kernel {}: tensors on {} need the CUDA backend, which this build lacks", kernel,
-           out.device());
-}
-#define MG_ROUTE(out, fn, ...) (require_cpu(#fn, out), cpu::fn(__VA_ARGS__))
-#endif
 
 // The optional FusedStep arguments of the optimizer kernels: inv_scale and found_inf are one f32
 // element each and the model copy matches the parameter, all on the parameter's device.

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/pointwise.h"
 
 namespace mg::kernels {
@@ -40,27 +41,12 @@ struct Scalars {
   double b = 0.0;
 };
 
-void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars = {});
-// A unit's backward, dx = grad(g, saved) (kernels/pointwise.h): `saved` is what the unit's `saves`
-// names (x or y; for Saves::Nothing, pass g). g, saved and dx have one shape and dtype. Refused for
-// a UnaryOp whose unit has no backward of this form (Copy, AddScalar, ..., RDivScalar).
-void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars = {});
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
-
-namespace cpu {
-void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
-void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars);
-void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);
-}  // namespace cuda
+MG_KERNELS(void unary(UnaryOp op, const Tensor& x, Tensor& out, Scalars scalars = {});
+           // A unit's backward, dx = grad(g, saved) (kernels/pointwise.h): `saved` is what the unit's `saves`
+           // names (x or y; for Saves::Nothing, pass g). g, saved and dx have one shape and dtype. Refused for
+           // a UnaryOp whose unit has no backward of this form (Copy, AddScalar, ..., RDivScalar).
+           void unary_grad(UnaryOp op, const Tensor& g, const Tensor& saved, Tensor& dx, Scalars scalars = {});
+           void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
+           void ternary(TernaryOp op, const Tensor& x, const Tensor& y, const Tensor& z, Tensor& out);)
 
 }  // namespace mg::kernels

@@ -1,5 +1,5 @@
 // The FP8 kernel family's entry points (kernels/fp8.h): argument checks, then the backend of the
-// output's device (as kernels/dispatch.cpp's MG_ROUTE). The CPU kernels: kernels/cpu/fp8.cpp and
+// output's device (MG_ROUTE, kernels/route.h, as kernels/dispatch.cpp's). The CPU kernels: kernels/cpu/fp8.cpp and
 // kernels/cpu/gemm_fp8.cpp; the GPU's: kernels/cuda/fp8.cu and gemm_fp8.cu. Every tensor of a call is on one device.
 #include "kernels/fp8.h"
 
@@ -8,19 +8,9 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "kernels/copy.h"
-
-#ifdef MG_WITH_CUDA
-#define MG_FP8_ROUTE(out, fn, ...) ((out).device().is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
-#else
-// Without the backend no tensor can be on a GPU (allocation fails first).
-#define MG_FP8_ROUTE(out, fn, ...) cpu::fn(__VA_ARGS__)
-#endif
+#include "kernels/route.h"
 
 namespace mg::kernels {
-
-namespace cpu {
-float cut_to_bits(double value, const Fp8Accumulator& accumulator);
-}
 
 namespace {
 
@@ -75,7 +65,7 @@ Shape fp8_scale_shape(const Shape& shape, Fp8Blocks blocks) {
 Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks) {
   check_matrix("fp8_block_amax", x, "x");
   check_blocks("fp8_block_amax", blocks);
-  return MG_FP8_ROUTE(x, fp8_block_amax, x, blocks);
+  return MG_ROUTE(x, fp8_block_amax, x, blocks);
 }
 
 Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, DType format) {
@@ -95,7 +85,7 @@ Fp8Tensor fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, D
                 .scale_inv = Tensor::empty(scale.shape(), {.dtype = DType::F32, .device = x.device()}),
                 .blocks = blocks};
   Tensor no_copy;
-  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, out.codes, no_copy, out.scale_inv);
+  MG_ROUTE(x, fp8_quantize, x, scale, blocks, out.codes, no_copy, out.scale_inv);
   return out;
 }
 
@@ -110,7 +100,7 @@ Fp8Quantized quantize_copies(const Tensor& x, const Tensor& scale, Shape grid, F
   Tensor codes = asked(Fp8Copies::RowWise) ? Tensor::empty(x.shape(), code_options) : Tensor();
   Tensor codes_t = asked(Fp8Copies::ColumnWise) ? Tensor::empty({x.size(1), x.size(0)}, code_options) : Tensor();
   Tensor scale_inv = Tensor::empty(grid, {.dtype = DType::F32, .device = x.device()});
-  MG_FP8_ROUTE(x, fp8_quantize, x, scale, blocks, codes, codes_t, scale_inv);
+  MG_ROUTE(x, fp8_quantize, x, scale, blocks, codes, codes_t, scale_inv);
   Fp8Quantized out;
   if (codes.defined()) out.rowwise = {codes, scale_inv, blocks};
   if (codes_t.defined()) {
@@ -131,7 +121,7 @@ Fp8Quantized fp8_quantize_fitted(const Tensor& x, Fp8Blocks blocks, const Fp8Sca
   check_blocks("fp8_quantize_fitted", blocks);
   Tensor amax = fp8_block_amax(x, blocks);
   Tensor scale = Tensor::empty(amax.shape(), {.dtype = DType::F32, .device = x.device()});
-  MG_FP8_ROUTE(x, fp8_scales, amax, rule, scale);
+  MG_ROUTE(x, fp8_scales, amax, rule, scale);
   Fp8Quantized out = quantize_copies(x, scale, amax.shape(), blocks, rule.format, copies);
   out.amax = amax;
   return out;
@@ -153,7 +143,7 @@ Fp8Quantized fp8_quantize_delayed(const Tensor& x, Tensor& amax_history, Tensor&
            "kernels::fp8_quantize_delayed: delayed scaling keeps one scale per tensor; the rule must be PerTensor");
   Tensor amax = fp8_block_amax(x, {0, 0});
   Fp8Quantized out = quantize_copies(x, scale.slice(role, role + 1), {1, 1}, {0, 0}, rule.format, copies);
-  MG_FP8_ROUTE(x, fp8_record_amax, amax_history, scale, role, amax, rule, most_recent);
+  MG_ROUTE(x, fp8_record_amax, amax_history, scale, role, amax, rule, most_recent);
   out.amax = amax;
   return out;
 }
@@ -161,7 +151,7 @@ Fp8Quantized fp8_quantize_delayed(const Tensor& x, Tensor& amax_history, Tensor&
 Tensor fp8_dequantize(const Fp8Tensor& x) {
   check_fp8("fp8_dequantize", x, "x");
   Tensor out = Tensor::empty(x.codes.shape(), {.dtype = DType::F32, .device = x.codes.device()});
-  MG_FP8_ROUTE(out, fp8_dequantize, x, out);
+  MG_ROUTE(out, fp8_dequantize, x, out);
   return out;
 }
 
@@ -210,7 +200,7 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
                  (epilogue.bias.dtype() == DType::F32 || is_low_precision(epilogue.bias.dtype())),
              "kernels::fp8_gemm: the bias must be [{}] f32, f16 or bf16 on {}, C's device, got {} {} on {}", s.n,
              c.device(), epilogue.bias.dtype(), epilogue.bias.shape(), epilogue.bias.device());
-  MG_FP8_ROUTE(c, fp8_gemm, a, b, c, s, accumulator, epilogue);
+  MG_ROUTE(c, fp8_gemm, a, b, c, s, accumulator, epilogue);
 }
 
 }  // namespace mg::kernels

@@ -31,6 +31,7 @@
 
 #include "core/fp8.h"
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/fp8_scale.h"
 #include "kernels/gemm.h"
 
@@ -54,7 +55,7 @@ Shape fp8_scale_shape(const Shape& shape, Fp8Blocks blocks);
 
 // The largest |x| of every block, f32, fp8_scale_shape(x.shape(), blocks); NaN where a block holds one.
 // x: a 2-D f32, f16 or bf16 tensor.
-Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
+MG_KERNELS(Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);)
 
 // Rounds x * scale[block] into `format` codes (saturating: core/fp8.h) and keeps scale_inv = 1 / scale
 // (rounded to f32; exact for power-of-two scales). scale: f32, fp8_scale_shape(x.shape(), blocks), every
@@ -162,21 +163,23 @@ constexpr Fp8Accumulator mma_sync_fp8_accumulator(int compute_capability) {
 
 // C = act(op(A) op(B) * scales + bias), A and B in FP8 (E4M3 and E5M2 may be mixed), C in f32, f16
 // or bf16; op(A): [m, k] from a's codes [m, k] (or [k, m] with transpose_a), op(B) likewise; batch 1.
-void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
-              const Fp8Accumulator& accumulator = {}, const GemmEpilogue& epilogue = {});
+MG_KERNELS(void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
+                         const Fp8Accumulator& accumulator = {}, const GemmEpilogue& epilogue = {});)
+
+// The backends' quantisation writes into given tensors (the entry points above make them).
+MG_BACKENDS(
+    // codes and codes_t (x^T's codes) are each written when defined; scale: one per block, read from
+    // where it starts (a slice of a history's scales may be passed).
+    void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
+                      Tensor& scale_inv);
+    void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale);
+    void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
+                         bool most_recent);
+    void fp8_dequantize(const Fp8Tensor& x, Tensor& out);)
 
 namespace cpu {
-Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
-// codes and codes_t (x^T's codes) are each written when defined; scale: one per block, read from
-// where it starts (a slice of a history's scales may be passed).
-void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
-                  Tensor& scale_inv);
-void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale);
-void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
-                     bool most_recent);
-void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
-void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
-              const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);
+// An f32 sum cut to the accumulator's bits (kernels/cpu/gemm_fp8.cpp): the FP8 GEMM's model of one promotion.
+float cut_to_bits(double value, const Fp8Accumulator& accumulator);
 // The microkernel the F32 accumulator runs on ("avx512-bf16-dot", ...), for the benchmark.
 std::string fp8_gemm_kernel_name();
 }  // namespace cpu
@@ -201,15 +204,6 @@ Fp8Accumulator fp8_mma_accumulator(const Device& device);
 // only at the chunks' ends; rung 1 ("... (rung 1)") for the rest.
 std::string fp8_gemm_kernel_name(const Fp8Tensor& a, const Fp8Tensor& b, const GemmShape& shape,
                                  const Fp8Accumulator& accumulator, DType out = DType::F32);
-Tensor fp8_block_amax(const Tensor& x, Fp8Blocks blocks);
-void fp8_quantize(const Tensor& x, const Tensor& scale, Fp8Blocks blocks, Tensor& codes, Tensor& codes_t,
-                  Tensor& scale_inv);
-void fp8_scales(const Tensor& amax, const Fp8ScaleRule& rule, Tensor& scale);
-void fp8_record_amax(Tensor& amax_history, Tensor& scale, int role, const Tensor& amax, const Fp8ScaleRule& rule,
-                     bool most_recent);
-void fp8_dequantize(const Fp8Tensor& x, Tensor& out);
-void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& shape,
-              const Fp8Accumulator& accumulator, const GemmEpilogue& epilogue);
 }  // namespace cuda
 
 }  // namespace mg::kernels

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
@@ -83,7 +84,8 @@ class GemmAccumulationGuard {
   Accumulation previous_;
 };
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
+MG_KERNELS(void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
+                     const GemmEpilogue& epilogue = {});)
 
 // For a B that is multiplied many times (the LSTM's recurrent weight: 2T GEMMs per training step).
 // The CPU multiplies f16/bf16 in f32, so each gemm call widens its f16/bf16 operands into f32 copies;
@@ -97,7 +99,6 @@ namespace cpu {
 // The two libraries that can multiply f32/f64 matrices on the CPU; kernels/cpu/blas_choice.h picks one
 // per process (MG_GEMM=eigen|openblas overrides it).
 enum class GemmLibrary : std::uint8_t { Eigen, OpenBlas };
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 // The same GEMM on a named library, whatever the choice: how the tests hold Eigen and OpenBLAS to one
 // contract. GemmLibrary::OpenBlas in a build without it throws mg::Error.
 void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
@@ -115,9 +116,8 @@ std::string gemm_backend();
 std::string cpu_model();
 }  // namespace cpu
 
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+// What the CUDA backend alone has (kernels/cuda/, in builds with MG_WITH_CUDA).
 namespace cuda {
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, const GemmEpilogue& epilogue = {});
 // Which kernel cuda::gemm runs for these operands and a fresh C of dtype `out` (F64, the default:
 // the operands' dtype), with ", split-k S x K" when k is cut into S slices of K (kernels/cuda/gemm.cu
 // decides; named for the benchmark and the tests).

@@ -16,28 +16,14 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/reduce.h"
 
 namespace mg::kernels {
 
-void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out);
-void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table);
-void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
-void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx);
-
-namespace cpu {
-void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out);
-void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table);
-void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
-void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out);
-void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table);
-void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
-void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx);
-}  // namespace cuda
+MG_KERNELS(void gather_rows(const Tensor& table, const Tensor& indices, Tensor& out);
+           void scatter_add_rows(const Tensor& grad, const Tensor& indices, Tensor& grad_table);
+           void scatter_along_dim(const Tensor& values, const Tensor& indices, const ReduceShape& shape, Tensor& out);
+           void share_among_ties(const Tensor& g, const Tensor& x, const Tensor& max, Tensor& dx);)
 
 }  // namespace mg::kernels

@@ -16,27 +16,13 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
-void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
-               Tensor& c_out, Tensor& hc, Tensor& h_x);
-void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
-                        const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum);
-
-namespace cpu {
-void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
-               Tensor& c_out, Tensor& hc, Tensor& h_x);
-void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
-                        const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,
-               Tensor& c_out, Tensor& hc, Tensor& h_x);
-void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
-                        const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum);
-}  // namespace cuda
+MG_KERNELS(void lstm_cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev,
+                          Tensor& acts, Tensor& c_out, Tensor& hc, Tensor& h_x);
+           void lstm_cell_backward(const Tensor& acts, const Tensor& c_prev, const Tensor& c, const Tensor& dhc,
+                                   const Tensor& dh_recurrent, Tensor& dc_carry, Tensor& dgates, Tensor& dbias_sum);)
 
 }  // namespace mg::kernels

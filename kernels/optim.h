@@ -48,6 +48,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
@@ -74,8 +75,8 @@ struct SgdHyper {
   bool first_step = false;  // the momentum buffer is initialised from the first update
 };
 // momentum_buffer may be null when momentum == 0.
-void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedStep& fused = {});
+MG_KERNELS(void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper,
+                    UpdateCount& count, const FusedStep& fused = {});)
 
 struct AdamHyper {
   double lr = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
@@ -83,39 +84,24 @@ struct AdamHyper {
 };
 // step: i32 [1] on the parameter's device, the updates done so far (0 before the first); + 1 unless
 // the update is skipped.
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
-          UpdateCount& count, const FusedStep& fused = {});
+MG_KERNELS(void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step,
+                     const AdamHyper& hyper, UpdateCount& count, const FusedStep& fused = {});)
 
 struct AdagradHyper {
   double lr = 0.0, lr_decay = 0.0, eps = 1e-10, weight_decay = 0.0;
 };
 // sum: the running sum of squared gradients (its initial value is the optimizer's). step: i32 [1] on
 // the parameter's device, the updates done so far (0 before the first); + 1 unless the update is skipped.
-void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
-             UpdateCount& count, const FusedStep& fused = {});
+MG_KERNELS(void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
+                        UpdateCount& count, const FusedStep& fused = {});)
 
 // Zeroes the counts `device` accumulates unless *found_inf != 0 (queued; no wait).
 void clear_update_count(Device device, const Tensor* found_inf = nullptr);
 // Adds the counts `device` accumulated since they were last cleared to `count`.
 void read_update_count(Device device, UpdateCount& count);
 
-namespace cpu {
-void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedStep& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
-          UpdateCount& count, const FusedStep& fused = {});
-void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
-             UpdateCount& count, const FusedStep& fused = {});
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
+// The CUDA backend alone: its counts live on the device until read.
 namespace cuda {
-void sgd(Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdHyper& hyper, UpdateCount& count,
-         const FusedStep& fused = {});
-void adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& step, const AdamHyper& hyper,
-          UpdateCount& count, const FusedStep& fused = {});
-void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const AdagradHyper& hyper,
-             UpdateCount& count, const FusedStep& fused = {});
 void clear_update_count(Device device, const Tensor* found_inf = nullptr);  // queued
 void read_update_count(Device device, UpdateCount& count);  // waits for the device's queued updates
 }  // namespace cuda

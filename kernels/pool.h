@@ -11,28 +11,14 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/window.h"
 
 namespace mg::kernels {
 
-void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax);
-void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx);
-void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
-void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);
-
-namespace cpu {
-void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax);
-void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx);
-void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
-void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax);
-void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx);
-void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
-void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);
-}  // namespace cuda
+MG_KERNELS(void max_pool2d(const Tensor& x, const Window2d& window, Tensor& out, Tensor& argmax);
+           void max_pool2d_backward(const Tensor& dout, const Tensor& argmax, const Window2d& window, Tensor& dx);
+           void avg_pool2d(const Tensor& x, const Window2d& window, Tensor& out);
+           void avg_pool2d_backward(const Tensor& dout, const Window2d& window, Tensor& dx);)
 
 }  // namespace mg::kernels

@@ -11,18 +11,11 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
-void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep);
-
-namespace cpu {
-void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep);
-}  // namespace cpu
+MG_KERNELS(void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep);)
 
 // The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA.
-namespace cuda {
-void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep);
-}  // namespace cuda
-
 }  // namespace mg::kernels

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 
 namespace mg::kernels {
 
@@ -21,15 +22,6 @@ struct ReduceShape {
   std::int64_t outer = 1, n = 1, inner = 1;
 };
 
-void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices = nullptr);
-
-namespace cpu {
-void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices);
-}  // namespace cuda
+MG_KERNELS(void reduce(ReduceOp op, const Tensor& x, const ReduceShape& shape, Tensor& out, Tensor* indices = nullptr);)
 
 }  // namespace mg::kernels

@@ -24,35 +24,17 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/backends.h"
 #include "kernels/reduce.h"
 
 namespace mg::kernels {
 
-void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
-void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
+MG_KERNELS(void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
+           void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
 
-void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
-                   Tensor& row_stats);
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
-                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
-
-namespace cpu {
-void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
-void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
-void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
-                   Tensor& row_stats);
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
-                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
-}  // namespace cpu
-
-// The CUDA backend (kernels/cuda/), in builds with MG_WITH_CUDA: same contract, tensors on one GPU.
-namespace cuda {
-void softmax(const Tensor& x, const ReduceShape& shape, bool log, Tensor& y);
-void softmax_backward(const Tensor& y, const Tensor& dy, const ReduceShape& shape, bool log, Tensor& dx);
-void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
-                   Tensor& row_stats);
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
-                            const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);
-}  // namespace cuda
+           void cross_entropy(const Tensor& logits, const Tensor& labels, std::int64_t ignore_index, Tensor& loss,
+                              Tensor& row_stats);
+           void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& row_stats,
+                                       const Tensor& row_weight, std::int64_t ignore_index, Tensor& dlogits);)
 
 }  // namespace mg::kernels

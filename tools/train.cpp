@@ -31,6 +31,7 @@
 #include "tools/progress.h"
 #include "tools/run_graph.h"
 #include "tools/run_checkpoints.h"
+#include "tools/run_setup.h"
 #include "tools/run_stop.h"
 #include "train/stop_signals.h"
 #include "train/evaluation.h"
@@ -54,11 +55,6 @@ struct Task {
   std::string unit;
 };
 
-std::shared_ptr<data::LabeledImages> standardized(data::LabeledImages set) {
-  train::standardize_pixels_(set.images);
-  return std::make_shared<data::LabeledImages>(std::move(set));
-}
-
 // One GPU per rank in a data-parallel job: the rank's place on its node picks it.
 Device train_device(const TrainOptions& o) {
   if (o.device != "cuda") return Device::cpu();
@@ -70,42 +66,34 @@ DType wire_dtype(const std::string& name) {
 }
 
 Task image_task(const TrainOptions& o, data::Shard shard) {
-  auto train_set = standardized(
-      data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Train, o.subset));
-  auto test_set = standardized(data::load_fashion_mnist(data::default_fashion_mnist_dir(), data::Split::Test));
-  auto loader = std::make_shared<data::DataLoader>(train_set->images, train_set->labels,
+  std::shared_ptr<const ImageData> images = load_fashion_mnist_subset(o.subset, 0);  // every test image
+  auto loader = std::make_shared<data::DataLoader>(images->train_images, images->train_labels,
                                                    data::DataLoaderOptions{.batch_size = o.batch,
                                                                            .seed = o.seed,
                                                                            .shard = shard});
   Task task;
-  task.model = o.model == "mlp" ? std::shared_ptr<nn::Module>(nn::mlp({784, 256, 256, 10}))
-                                : std::shared_ptr<nn::Module>(nn::cnn());
+  task.model = model_kind(o.model).make(0, 0, default_generator());
   task.next = [loader] { return loader->next(); };
   task.data_state = [loader] { return loader->state_dict(); };
   task.load_data_state = [loader](const StateDict& s) { loader->load_state_dict(s); };
   task.batches_per_epoch = loader->batches_per_epoch();
   task.unit = "img";
-  task.evaluate = [test_set, model = task.model, device = train_device(o), batch = o.batch](TrainSummary summary,
-                                                                                            const amp::Recipe& recipe) {
-    summary.test_accuracy = train::test_accuracy(*model, test_set->images, test_set->labels, recipe, device, batch);
+  task.evaluate = [images, model = task.model, device = train_device(o), batch = o.batch](TrainSummary summary,
+                                                                                          const amp::Recipe& recipe) {
+    summary.test_accuracy = train::test_accuracy(*model, images->test_images, images->test_labels, recipe, device,
+                                                 batch);
     return summary;
   };
   return task;
 }
 
 Task text_task(const TrainOptions& o, data::Shard shard) {
-  auto corpus = std::make_shared<data::TextCorpus>(o.text_file.empty() ? data::kjv_corpus()
-                                                                       : data::load_text_file(o.text_file));
-  Tensor train_tokens = corpus->train();
-  if (o.subset > 0 && o.subset < train_tokens.numel()) train_tokens = train_tokens.slice(0, o.subset).clone();
-  auto batcher = std::make_shared<data::TextBatcher>(train_tokens, o.batch, o.context, o.seed, shard);
+  const data::TextCorpus corpus(o.text_file.empty() ? data::kjv_corpus() : data::load_text_file(o.text_file));
+  std::shared_ptr<const TextData> text = text_subset(corpus, o.subset > 0 ? o.subset : corpus.train().numel(),
+                                                     corpus.validation().numel());
+  auto batcher = std::make_shared<data::TextBatcher>(text->train, o.batch, o.context, o.seed, shard);
   Task task;
-  const std::int64_t vocab = corpus->vocab_size();
-  if (o.model == "lstm")
-    task.model = std::make_shared<nn::CharLSTM>(vocab, 64, 256, 1);
-  else
-    task.model = std::make_shared<nn::TinyGPT>(
-        nn::GptOptions{.vocab = vocab, .block_size = o.context, .embed_dim = 128, .heads = 4, .layers = 4});
+  task.model = model_kind(o.model).make(text->vocab, o.context, default_generator());
   task.next = [batcher] {
     data::TextBatch b = batcher->next();
     return data::Batch{b.inputs, b.targets, b.global_rows};
@@ -113,9 +101,9 @@ Task text_task(const TrainOptions& o, data::Shard shard) {
   task.data_state = [batcher] { return batcher->state_dict(); };
   task.load_data_state = [batcher](const StateDict& s) { batcher->load_state_dict(s); };
   task.unit = "char";
-  task.evaluate = [corpus, model = task.model, context = o.context,
-                   device = train_device(o)](TrainSummary summary, const amp::Recipe& recipe) {
-    summary.val_bits_per_char = train::bits_per_char(*model, corpus->validation(), context, recipe, device);
+  task.evaluate = [text, model = task.model, context = o.context, device = train_device(o)](TrainSummary summary,
+                                                                                            const amp::Recipe& recipe) {
+    summary.val_bits_per_char = train::bits_per_char(*model, text->validation, context, recipe, device);
     return summary;
   };
   return task;

@@ -12,6 +12,7 @@
 #include "core/warning.h"
 #include "kernels/threads.h"
 #include "tools/flag_checks.h"
+#include "tools/run_setup.h"
 #include "train/stop_signals.h"
 #include "train/trainer.h"  // default_lr
 
@@ -26,10 +27,8 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "James Bible, or --text-file)")
       ->check(CLI::IsMember({"fashion-mnist", "text"}))
       ->capture_default_str();
-  c.add_option("--model", o.model,
-               "Model: mlp (784-256-256-10) or cnn (two 3x3 convolutions) for fashion-mnist; "
-               "lstm (char LSTM) or gpt (a tiny GPT) for text")
-      ->check(CLI::IsMember({"mlp", "cnn", "lstm", "gpt"}))
+  c.add_option("--model", o.model, "Model: " + models_help())
+      ->check(CLI::IsMember(model_names()))
       ->capture_default_str();
   c.add_option("--precision", o.precision,
                "Precision recipe: fp32, mixed_float16, mixed_bfloat16, float16_master, "
@@ -147,9 +146,8 @@ std::string describe(const TrainOptions& o) {
 
 void finalize(TrainOptions& o) {
   const bool images = o.data == "fashion-mnist";
-  MG_CHECK(images == (o.model == "mlp" || o.model == "cnn"),
-           "mixgrad train: --model {} does not fit --data {}; use mlp or cnn with fashion-mnist, lstm or gpt with text",
-           o.model, o.data);
+  MG_CHECK(images == (model_kind(o.model).data == ModelData::Images),
+           "mixgrad train: --model {} does not fit --data {}; use {}", o.model, o.data, models_help());
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   if (o.epochs == 0 && o.steps == 0) (images ? o.epochs : o.steps) = images ? 1 : kDefaultTextSteps;
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");

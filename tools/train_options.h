@@ -24,7 +24,7 @@ inline constexpr std::int64_t kDefaultInspectEvery = 100;
 
 struct TrainOptions {
   std::string data = "fashion-mnist";  // fashion-mnist | text
-  std::string model = "mlp";  // mlp | cnn (fashion-mnist); lstm | gpt (text)
+  std::string model = "mlp";  // a name of tools::model_kinds() (tools/run_setup.h) that fits `data`
   std::string precision = "fp32";  // an amp::Recipe name
   std::string device = "cpu";  // cpu | cuda
   std::int64_t threads = 0;  // CPU kernels' threads (mg::set_num_threads); 0: MG_NUM_THREADS or every core

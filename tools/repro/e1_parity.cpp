@@ -240,7 +240,9 @@ Section e1_section(const E1Result& r, Report& report) {
       .rows = {
           {"56.77 / 56.93", "65.40 / 65.43", "68.33 / 68.43", "70.03 / 70.02", "73.85 / 74.13", "75.92 / 76.04"}}});
   s.verdict = verdict_for("MLP", r, r.mlp_seeds) + " " + verdict_for("CNN", r, r.cnn_seeds);
-  for (const auto& [tag, model, runs] : {std::tuple{"mlp", "MLP", &r.mlp}, std::tuple{"cnn", "CNN", &r.cnn}}) {
+  for (const auto& [kind, runs] : {std::pair{&model_kind("mlp"), &r.mlp}, std::pair{&model_kind("cnn"), &r.cnn}}) {
+    const std::string& tag = kind->name;
+    const std::string& model = kind->title;
     s.plots.push_back(
         accuracy_plot(fmt::format("e1_accuracy_{}", tag), fmt::format("E1 test accuracy, {}", model), *runs));
     s.plots.push_back(step_plot({.name = fmt::format("e1_loss_{}", tag),

@@ -207,9 +207,7 @@ void add_model(const E3Model& m, Section& s, Rows& bins, Rows& layers) {
   Table table{.caption = fmt::format("{}: per layer, over {} recorded steps", m.model, m.run.log.size()),
               .header = {"gradient", "of the weight / of the layer's output", "values", "zero in f32",
                          "zero in f16 only", "below 2^-24", "f16 subnormal", "f16 overflow"}};
-  Plot weights{.name = "e3_weights_" + std::string(m.model == "char LSTM" ? "lstm"
-                                                   : m.model == "MLP"     ? "mlp"
-                                                                          : "cnn"),
+  Plot weights{.name = "e3_weights_" + model_kind(m.model).name,
                .title = "E3 " + m.model + " weight gradients (fp32), with f16's ranges",
                .x_label = "log2 |g|",
                .y_label = "fraction of values",

@@ -268,10 +268,7 @@ void add_rows(const E8Model& m, const E8Options& o, Table& table) {
 
 // A model's plots: its loss gaps to V5 over the steps (first seed), and its score over the evaluations.
 void add_plots(const E8Model& m, Section& s) {
-  const std::string tag = m.name == "char LSTM"  ? "lstm"
-                          : m.name == "tiny GPT" ? "gpt"
-                          : m.name == "MLP"      ? "mlp"
-                                                 : "cnn";
+  const std::string tag = model_kind(m.name).name;
   const std::vector<RunResult>* baseline = e8_runs_of(m, "V5");
   std::vector<RunResult> first;
   for (const std::vector<RunResult>& runs : m.runs) first.push_back(runs.front());

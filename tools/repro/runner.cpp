@@ -62,63 +62,6 @@ void check_config(const RunConfig& c) {
 
 }  // namespace
 
-std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_examples, std::int64_t test_examples) {
-  MG_CHECK(train_examples >= 1 && test_examples >= 1,
-           "repro::load_fashion_mnist_subset: needs at least one training "
-           "and one test image, got {} and {}",
-           train_examples, test_examples);
-  const std::string dir = data::default_fashion_mnist_dir();
-  data::LabeledImages train = data::load_fashion_mnist(dir, data::Split::Train, train_examples);
-  data::LabeledImages test = data::load_fashion_mnist(dir, data::Split::Test, test_examples);
-  auto result = std::make_shared<ImageData>();
-  train::standardize_pixels_(train.images);
-  train::standardize_pixels_(test.images);
-  result->train_images = train.images;
-  result->train_labels = train.labels;
-  result->test_images = test.images;
-  result->test_labels = test.labels;
-  return result;
-}
-
-std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
-                                            std::int64_t validation_chars) {
-  MG_CHECK(train_chars >= 2 && validation_chars >= 2,
-           "repro::text_subset: needs at least 2 training and 2 validation "
-           "characters, got {} and {}",
-           train_chars, validation_chars);
-  auto result = std::make_shared<TextData>();
-  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
-  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
-  result->vocab = corpus.vocab_size();
-  return result;
-}
-
-std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator) { return nn::mlp({784, 256, 256, 10}, generator); }
-
-ModelFactory autoencoder(std::vector<std::int64_t> sizes) {
-  MG_CHECK(sizes.size() >= 2 && sizes.front() == sizes.back(),
-           "repro::autoencoder: needs at least two sizes, the "
-           "first (the input's pixels) equal to the last (its reconstruction), got {}",
-           fmt::join(sizes, "-"));
-  return [sizes](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::mlp(sizes, generator); };
-}
-
-ModelFactory cnn_of(nn::CnnOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> { return nn::cnn(options, generator); };
-}
-
-ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden) {
-  return [=](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::CharLSTM>(vocab, embed_dim, hidden, 1, generator);
-  };
-}
-
-ModelFactory tiny_gpt(nn::GptOptions options) {
-  return [options](Generator& generator) -> std::shared_ptr<nn::Module> {
-    return std::make_shared<nn::TinyGPT>(options, generator);
-  };
-}
-
 namespace {
 
 // Where a run's batches come from: a shuffling DataLoader over images, or random text windows.

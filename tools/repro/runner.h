@@ -34,33 +34,22 @@
 #include "nn/module.h"
 #include "optim/schedule.h"
 #include "tools/repro/variants.h"
+#include "tools/run_setup.h"
 #include "train/step_readout.h"
 
 namespace mg::tools::repro {
 
-// Fashion-MNIST, standardized with the training set's pixel mean and deviation, kept on the CPU.
-struct ImageData {
-  Tensor train_images{}, train_labels{};  // [N, 1, 28, 28] f32, [N] i32
-  Tensor test_images{}, test_labels{};  // the first M test images: the accuracy every run reports
-};
-
-// The first train_examples training and test_examples test images (both >= 1). Throws mg::Error
-// (from data/idx.h) when the data set is missing, with the package to install.
-std::shared_ptr<const ImageData> load_fashion_mnist_subset(std::int64_t train_examples, std::int64_t test_examples);
-
-// A character corpus for the language-model runs: 1-D i32 token tensors on the CPU.
-struct TextData {
-  Tensor train{}, validation{};
-  std::int64_t vocab = 0;  // token ids are 0 .. vocab-1
-};
-
-// The first train_chars of the corpus's training split and the first validation_chars of its
-// validation split (all of a split when it is shorter).
-std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std::int64_t train_chars,
-                                            std::int64_t validation_chars);
-
-// Builds the model in f32 on the CPU from `generator` (the run converts it afterwards).
-using ModelFactory = std::function<std::shared_ptr<nn::Module>(Generator& generator)>;
+// The models and the data, shared with mixgrad train (tools/run_setup.h).
+using tools::autoencoder;
+using tools::char_lstm;
+using tools::cnn_of;
+using tools::ImageData;
+using tools::load_fashion_mnist_subset;
+using tools::mlp_784_256_256_10;
+using tools::ModelFactory;
+using tools::text_subset;
+using tools::TextData;
+using tools::tiny_gpt;
 
 struct RunConfig {
   Variant variant{};
@@ -188,15 +177,5 @@ struct RunResult {
 // A run that diverges is a result (diverged = true), not an error. In a `mixgrad repro` call asked to
 // stop it throws Stopped before its next step (stopping.h).
 RunResult run(const RunConfig& config);
-
-// Models the experiments share, built from the generator so that every variant starts alike.
-std::shared_ptr<nn::Module> mlp_784_256_256_10(Generator& generator);  // the paper-table MLP, ReLU
-// An autoencoder for reconstruct runs: nn::mlp(sizes) (Flatten, Linear + ReLU, ..., Linear), whose
-// last size is the image's pixel count: {784, 256, 32, 256, 784} is 784-256-32-256-784. Its outputs
-// are logits, one per pixel.
-ModelFactory autoencoder(std::vector<std::int64_t> sizes);
-ModelFactory cnn_of(nn::CnnOptions options);  // nn::cnn
-ModelFactory char_lstm(std::int64_t vocab, std::int64_t embed_dim, std::int64_t hidden);  // one layer
-ModelFactory tiny_gpt(nn::GptOptions options);  // nn::TinyGPT
 
 }  // namespace mg::tools::repro
