@@ -18,8 +18,6 @@ using kernels::Fp8Accumulator;
 using kernels::Fp8Blocks;
 using kernels::Fp8Tensor;
 
-inline const char* name(DType f) { return f == DType::E4M3 ? "e4m3" : "e5m2"; }
-
 inline Fp8Tensor on(const Fp8Tensor& x, Device device) {
   return {x.codes.to(device), x.scale_inv.to(device), x.blocks};
 }
@@ -117,7 +115,7 @@ struct GemmCase {
 
 inline std::string describe(const GemmCase& g) {
   return fmt::format("{}x{}x{} {}{} {}x{} {} -> {}{}", g.m, g.n, g.k, g.transpose_a ? 'T' : 'N',
-                     g.transpose_b ? 'T' : 'N', name(g.fa), name(g.fb), g.scaling.name, g.out,
+                     g.transpose_b ? 'T' : 'N', dtype_name(g.fa), dtype_name(g.fb), g.scaling.name, g.out,
                      g.epilogue ? ", bias + relu" : "");
 }
 

@@ -47,7 +47,7 @@ TEST_CASE("cuda fp8: amax, quantisation and dequantisation are the CPU's bit for
       const Tensor x = from_vector(v, shape).to(dtype), gx = x.to(Device::cuda());
       for (const Fp8Blocks blocks : block_shapes)
         for (const DType format : {DType::E4M3, DType::E5M2}) {
-          INFO(fmt::format("{} {} blocks {}x{} {}", shape, dtype, blocks.rows, blocks.cols, name(format)));
+          INFO(fmt::format("{} {} blocks {}x{} {}", shape, dtype, blocks.rows, blocks.cols, dtype_name(format)));
           const Tensor amax = kernels::fp8_block_amax(x, blocks), gpu_amax = kernels::fp8_block_amax(gx, blocks);
           CHECK(gpu_amax.device() == Device::cuda());
           check_same_bits("amax", gpu_amax, amax);

@@ -25,7 +25,6 @@ using kernels::Fp8Blocks;
 using kernels::Fp8Rounding;
 using kernels::Fp8Tensor;
 using mg::testing::fp8_cases::GemmCase;
-using mg::testing::fp8_cases::name;
 using mg::testing::fp8_cases::quantized;
 using mg::testing::fp8_cases::Scaling;
 using mg::testing::fp8_cases::spread_randn;
@@ -189,7 +188,7 @@ TEST_CASE("fp8_gemm, F32 accumulator: every layout, format pair, scaling and out
                                .out = out,
                                .epilogue = epilogue};
               INFO(scaling.name << ": m n k " << g.m << " " << g.n << " " << g.k << ", transposes " << g.transpose_a
-                                << g.transpose_b << ", " << name(fa) << " x " << name(fb) << " into " << out
+                                << g.transpose_b << ", " << dtype_name(fa) << " x " << dtype_name(fb) << " into " << out
                                 << ", bias+relu " << epilogue);
               CHECK(gemm_mismatches(g, seed++) == 0);
             }
