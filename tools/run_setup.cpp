@@ -108,11 +108,13 @@ std::shared_ptr<const TextData> text_subset(const data::TextCorpus& corpus, std:
   MG_CHECK(train_chars >= 2 && validation_chars >= 2,
            "tools::text_subset: needs at least 2 training and 2 validation characters, got {} and {}", train_chars,
            validation_chars);
-  auto result = std::make_shared<TextData>();
-  result->train = corpus.train().slice(0, std::min(train_chars, corpus.train().numel())).clone();
-  result->validation = corpus.validation().slice(0, std::min(validation_chars, corpus.validation().numel())).clone();
-  result->vocab = corpus.vocab_size();
-  return result;
+  // A part of a split is copied, so that the rest can be freed; a whole split is shared, not copied.
+  auto first = [](const Tensor& split, std::int64_t n) {
+    return n >= split.numel() ? split : split.slice(0, n).clone();
+  };
+  return std::make_shared<const TextData>(TextData{.train = first(corpus.train(), train_chars),
+                                                   .validation = first(corpus.validation(), validation_chars),
+                                                   .vocab = corpus.vocab_size()});
 }
 
 }  // namespace mg::tools
