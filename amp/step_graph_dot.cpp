@@ -305,6 +305,10 @@ std::string_view dtype_colour(DType dtype) {
       return "#ff7f0e";
     case DType::E5M2:
       return "#9467bd";
+    case DType::E2M1:
+      return "#e377c2";
+    case DType::E8M0:
+      return "#8c564b";
     case DType::F64:
       return "#7f7f7f";
     case DType::I32:

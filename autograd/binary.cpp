@@ -128,7 +128,7 @@ Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
   check::floating(op, a);
   check::same_dtype(op, a, b);
   // Any mask the kernel reads exactly: i32 (bool as i32), or floating (f64 only with f64 values, whose compute type it is).
-  MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && !is_fp8(mask.dtype()) &&
+  MG_CHECK(mask.dtype() == DType::I32 || (is_floating(mask.dtype()) && !is_coded(mask.dtype()) &&
                                           (mask.dtype() != DType::F64 || a.dtype() == DType::F64)),
            "{}: the mask must be i32, bool or floating (f64 only with f64 values), got {} with {} values", op,
            mask.dtype(), a.dtype());

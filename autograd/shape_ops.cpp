@@ -15,6 +15,7 @@ namespace {
 
 // A new tensor sharing x's storage, `offset_bytes` further in, with another (contiguous) shape.
 Tensor view_of(const Tensor& x, const Shape& shape, std::size_t offset_bytes) {
+  (void)dtype_bytes(x.dtype(), numel(shape));  // a view of a packed dtype (E2M1) ends on a whole byte
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = x.dtype();

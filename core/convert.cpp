@@ -69,31 +69,38 @@ void bf16_to_f32(const bfloat16* src, float* dst, std::int64_t count) {
   }
 }
 
-// FP8 codes <-> anything, through f32 in chunks on the stack: every FP8 value is an f32 value, and every
-// f16/bf16/f32 value reaches FP8 in one rounding from its f32 form. f64 and the integers go through
-// round_to_odd_float, so that the f32 step does not add a second rounding (24 >= 2 * 4 + 2 bits).
-void convert_fp8(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
-                 fp8::Overflow overflow) {
+// Codes (FP8, E2M1, E8M0) <-> anything, through f32 in chunks on the stack: every code's value is an
+// f32 value, and every f16/bf16/f32 value reaches a code in one rounding from its f32 form. f64 and the
+// integers go through round_to_odd_float, so that the f32 step does not add a second rounding
+// (24 >= 2 * 4 + 2 bits). E2M1's codes are two a byte: chunks start on a whole byte (kChunk is even,
+// and the caller's count is whole bytes, core/dtype.h's rule), and codes are written in pairs.
+void convert_coded(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
+                   fp8::Overflow overflow) {
   constexpr std::int64_t kChunk = 512;
   float values[kChunk];
-  const std::size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
   for (std::int64_t begin = 0; begin < count; begin += kChunk) {
     const std::int64_t n = std::min(kChunk, count - begin);
-    const char* from = static_cast<const char*>(src) + static_cast<std::size_t>(begin) * src_size;
-    char* to = static_cast<char*>(dst) + static_cast<std::size_t>(begin) * dst_size;
-    if (is_fp8(src_dtype)) {
+    const char* from = static_cast<const char*>(src) + dtype_bytes(src_dtype, begin);
+    char* to = static_cast<char*>(dst) + dtype_bytes(dst_dtype, begin);
+    if (is_coded(src_dtype)) {
       const auto* codes = reinterpret_cast<const std::uint8_t*>(from);
-      for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(codes[i], src_dtype);
+      for (std::int64_t i = 0; i < n; ++i) values[i] = fp8::decode(fp8::load_code(codes, i, src_dtype), src_dtype);
     } else if (src_dtype == DType::F64 || is_integer(src_dtype)) {
       for (std::int64_t i = 0; i < n; ++i) values[i] = detail::round_to_odd_float(load_as_double(from, src_dtype, i));
     } else {
       convert(from, src_dtype, values, DType::F32, n);
     }
-    if (is_fp8(dst_dtype)) {
-      auto* codes = reinterpret_cast<std::uint8_t*>(to);
-      for (std::int64_t i = 0; i < n; ++i) codes[i] = fp8::encode(values[i], dst_dtype, overflow);
-    } else {
+    if (!is_coded(dst_dtype)) {
       convert(values, DType::F32, to, dst_dtype, n);
+      continue;
+    }
+    auto* codes = reinterpret_cast<std::uint8_t*>(to);
+    if (packed_group(dst_dtype) == 2) {
+      for (std::int64_t i = 0; i + 1 < n; i += 2)
+        codes[i / 2] = fp8::pack_codes(fp8::encode(values[i], dst_dtype, overflow),
+                                       fp8::encode(values[i + 1], dst_dtype, overflow));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) codes[i] = fp8::encode(values[i], dst_dtype, overflow);
     }
   }
 }
@@ -108,10 +115,12 @@ void convert_loop(const From* src, To* dst, std::int64_t count) {
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count, fp8::Overflow overflow) {
   if (count <= 0) return;
   if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, static_cast<std::size_t>(count) * dtype_size(src_dtype));
+    std::memcpy(dst, src, dtype_bytes(src_dtype, count));
     return;
   }
-  if (is_fp8(src_dtype) || is_fp8(dst_dtype)) return convert_fp8(src, src_dtype, dst, dst_dtype, count, overflow);
+  // A count of a packed dtype that ends inside a byte is refused here, before anything is written.
+  (void)dtype_bytes(src_dtype, count), (void)dtype_bytes(dst_dtype, count);
+  if (is_coded(src_dtype) || is_coded(dst_dtype)) return convert_coded(src, src_dtype, dst, dst_dtype, count, overflow);
   // The hot pairs of mixed-precision training get their own vectorised loops.
   if (src_dtype == DType::F32 && dst_dtype == DType::F16)
     return f32_to_f16(static_cast<const float*>(src), static_cast<half*>(dst), count);
@@ -131,7 +140,7 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::
 }
 
 double load_as_double(const void* data, DType dtype, std::int64_t i) {
-  if (is_fp8(dtype)) return fp8::decode(static_cast<const std::uint8_t*>(data)[i], dtype);
+  if (is_coded(dtype)) return fp8::decode(fp8::load_code(static_cast<const std::uint8_t*>(data), i, dtype), dtype);
   return visit_host_type(dtype, "load_as_double", [&](auto zero) {
     using T = decltype(zero);
     return scalar_cast<double>(static_cast<const T*>(data)[i]);

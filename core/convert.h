@@ -27,10 +27,12 @@ To scalar_cast(From x);
 // Converts `count` contiguous elements from src (src_dtype) to dst (dst_dtype). Into an integer
 // (i32, i64, u8): truncated toward zero, saturated at the integer's range, NaN to 0; into bool:
 // non-zero (NaN included) is 1, as PyTorch's .to(torch.bool). i64 converts to floating types through
-// its exact double (every i64 up to 2^53; beyond, the double is rounded once first). Into E4M3/E5M2, `overflow`
-// says what a value past the format's max becomes (core/fp8.h): NonFinite, the format's own rule and
-// what PyTorch's .to(float8) does, unless the caller asks for Saturate (the FP8 recipes do). From f64
-// the value is rounded once, as for f16. FP8 codes convert back exactly.
+// its exact double (every i64 up to 2^53; beyond, the double is rounded once first). Into a coded format
+// (E4M3, E5M2, E2M1, E8M0), `overflow` says what a value past the format's max becomes (core/fp8.h):
+// NonFinite, the format's own rule and what ml_dtypes and PyTorch's .to(float8) do, unless the caller
+// asks for Saturate (the FP8 recipes do). From f64 the value is rounded once, as for f16. Codes convert
+// back exactly. E2M1 packs two elements a byte: `count` must fill whole bytes (an even count), and
+// src and dst point at the byte holding the first element.
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t count,
              fp8::Overflow overflow = fp8::Overflow::NonFinite);
 

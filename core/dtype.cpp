@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -43,8 +44,8 @@ std::size_t packed_bytes(DType dtype, std::int64_t elements) {
   if (elements < 0) throw Error(fmt::format("dtype_bytes: a negative count of {} elements ({})", dtype, elements));
   const std::int64_t bits = elements * d.bits;  // fewer than 8 bits an element: no overflow before the bytes do
   if (bits % 8 != 0)
-    throw Error(fmt::format("dtype_bytes: {} {} elements of {} bits end inside a byte; a {} tensor, and each view or "
-                            "slice of one, must start and end on a whole byte (an even count for 4 bits)",
+    throw Error(fmt::format("dtype_bytes: {} {} elements of {} bits end inside a byte; every {} tensor, view and "
+                            "slice must start and end on a whole byte (an even count for 4 bits)",
                             elements, dtype, d.bits, dtype));
   return static_cast<std::size_t>(bits / 8);
 }
@@ -72,7 +73,17 @@ bool is_low_precision(DType dtype) { return dtype == DType::F16 || dtype == DTyp
 
 bool is_fp8(DType dtype) {
   const DTypeInfo d = row(dtype);
-  return d.storage_only && d.bits == 8 && d.mantissa_bits >= 0;
+  return d.storage_only && d.bits == 8 && d.mantissa_bits > 0 && d.has_sign;
+}
+
+bool is_coded(DType dtype) {
+  const DTypeInfo d = row(dtype);
+  return d.storage_only && d.mantissa_bits >= 0;
+}
+
+std::int64_t packed_group(DType dtype) {
+  const int bits = row(dtype).bits;
+  return bits % 8 == 0 ? 1 : 8 / std::gcd(bits, 8);
 }
 
 double dtype_eps(DType dtype) { return std::ldexp(1.0, -floating_row(dtype, "dtype_eps").mantissa_bits); }
@@ -84,13 +95,14 @@ double dtype_min_normal(DType dtype) { return floating_row(dtype, "dtype_min_nor
 double dtype_min_subnormal(DType dtype) { return floating_row(dtype, "dtype_min_subnormal").min_subnormal; }
 
 // The table's facts, checked where they can be derived from the others (IEEE-style formats: the
-// smallest normal is 2^(1 - bias), the smallest subnormal 2^(1 - bias - mantissa bits)).
+// smallest normal is 2^(1 - bias), the smallest subnormal 2^(1 - bias - mantissa bits); a format of
+// exponent alone, E8M0, has no subnormals and its smallest value is 2^-bias).
 constexpr bool rows_consistent() {
   for (const DType dtype : kAll) {
     const DTypeInfo d = dtype_info(dtype);
     if (d.bits == 0 || d.mantissa_bits < 0) continue;
     double normal = 1.0;
-    for (int i = 0; i < d.bias - 1; ++i) normal /= 2.0;
+    for (int i = 0; i < d.bias - (d.mantissa_bits == 0 ? 0 : 1); ++i) normal /= 2.0;
     double subnormal = normal;
     for (int i = 0; i < d.mantissa_bits; ++i) subnormal /= 2.0;
     if (normal != d.min_normal || subnormal != d.min_subnormal) return false;

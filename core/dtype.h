@@ -41,8 +41,10 @@ namespace mg {
 //   smallest subnormal, has inf, has NaN, has a sign, storage only, safetensors' name)
 // For an integer: no exponent, mantissa -1, the smallest positive value 1 in both minimum columns
 // (i64's max is 2^63 - 1 as the nearest double, 2^63). Storage only: stored, copied, saved and
-// converted, never computed in: FP8's codes, and the integer formats of files written by PyTorch
-// (i64 labels and indices, u8 images, bool masks), which the ops that take indices or masks convert.
+// converted, never computed in: the codes of FP8 and FP4 (core/fp8.h), and the integer formats of files
+// written by PyTorch (i64 labels and indices, u8 images, bool masks), which the ops that take indices
+// or masks convert. E2M1 (FP4) packs two elements a byte; E8M0, the power-of-two scale of MX blocks,
+// has no sign, no mantissa and no subnormals (both minimum columns are its smallest value, 2^-127).
 #define MG_DTYPES(X) \
   X(F32, "f32", 32, 8, 23, 127, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, true, true, true, false, "F32") \
   X(F16, "f16", 16, 5, 10, 15, 65504.0, 0x1p-14, 0x1p-24, true, true, true, false, "F16") \
@@ -53,7 +55,9 @@ namespace mg {
   X(E5M2, "e5m2", 8, 5, 2, 15, 57344.0, 0x1p-14, 0x1p-16, true, true, true, true, "F8_E5M2") \
   X(I64, "i64", 64, 0, -1, 0, 9223372036854775807.0, 1.0, 1.0, false, false, true, true, "I64") \
   X(U8, "u8", 8, 0, -1, 0, 255.0, 1.0, 1.0, false, false, false, true, "U8") \
-  X(BOOL, "bool", 8, 0, -1, 0, 1.0, 1.0, 1.0, false, false, false, true, "BOOL")
+  X(BOOL, "bool", 8, 0, -1, 0, 1.0, 1.0, 1.0, false, false, false, true, "BOOL") \
+  X(E2M1, "e2m1", 4, 2, 1, 1, 6.0, 1.0, 0.5, false, false, true, true, "F4") \
+  X(E8M0, "e8m0", 8, 8, 0, 127, 0x1p127, 0x1p-127, 0x1p-127, false, true, false, true, "F8_E8M0")
 
 #define MG_DTYPE_ENUMERATOR(e, ...) e,
 enum class DType : std::uint8_t { MG_DTYPES(MG_DTYPE_ENUMERATOR) };
@@ -111,17 +115,23 @@ inline std::size_t dtype_bytes(DType dtype, std::int64_t elements) {
     return static_cast<std::size_t>(elements) * static_cast<std::size_t>(bits / 8);
   return packed_bytes(dtype, elements);
 }
-std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32", "e4m3", "e5m2", "i64", "u8", "bool"
+// The fewest consecutive elements that fill whole bytes: 1 for every dtype of 8 bits or more, 2 for
+// E2M1. Work cut into pieces (threads, chunks, blocks of a file) cuts at multiples of it.
+std::int64_t packed_group(DType dtype);
+std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f64", "i32", "e4m3", ..., "e2m1", "e8m0"
 bool is_floating(DType dtype);
 bool is_low_precision(DType dtype);  // f16 or bf16: the 16-bit compute dtypes, rounded on every store
-bool is_fp8(DType dtype);  // e4m3 or e5m2: storage only
+bool is_fp8(DType dtype);  // e4m3 or e5m2: the FP8 GEMM's operands, storage only
+// A floating format stored as codes that core/fp8.h encodes and decodes, never computed in: e4m3, e5m2,
+// e2m1 and e8m0 (every storage-only floating row).
+bool is_coded(DType dtype);
 bool is_integer(DType dtype);  // i32, i64, u8 or bool
-double dtype_eps(DType dtype);  // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52, 2^-3, 2^-2; error for i32
+double dtype_eps(DType dtype);  // 1 ulp at 1.0: 2^-23, 2^-10, 2^-7, 2^-52, 2^-3, 2^-2, 2^-1, 1; error for i32
 double dtype_max(DType dtype);  // largest finite value: 65504 for f16, 448 for e4m3, 2^31-1 for i32
 double dtype_min_normal(DType dtype);  // 2^-14 for f16, 2^-126 for bf16 and f32; error for i32
 double dtype_min_subnormal(DType dtype);  // 2^-24 for f16, 2^-133 for bf16; error for i32
 // The dtype's name in the safetensors format: "F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2",
-// "I64", "U8", "BOOL".
+// "I64", "U8", "BOOL", "F4", "F8_E8M0".
 std::string_view dtype_file_name(DType dtype);
 // Every dtype, in enum order (for parsing names and for tests that sweep them).
 std::span<const DType> all_dtypes();

@@ -61,6 +61,10 @@ using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
     throw Error(fmt::format("{}: {} tensors hold FP8 codes, for storage and the FP8 GEMM only; convert to f32 or "
                             "bf16 first (x.to(DType::F32))",
                             op, dtype));
+  if (is_coded(dtype))
+    throw Error(fmt::format("{}: {} tensors hold codes ({} bits each), for storage and block-scaled quantization "
+                            "only; convert to f32 or bf16 first (x.to(DType::F32))",
+                            op, dtype, dtype_info(dtype).bits));
   throw Error(fmt::format("{}: {} tensors are for storage (what PyTorch saves: labels, indices, images, masks), not "
                           "computed in; convert first: x.to(DType::I32) for indices, x.to(DType::F32) for values",
                           op, dtype));
@@ -92,15 +96,16 @@ decltype(auto) visit_floating(DType dtype, const char* op, Fn&& fn) {
   throw Error(fmt::format("{}: needs a floating-point tensor, got {}", op, dtype));
 }
 
-// Calls fn(T{}) with the host C++ type of any dtype but FP8 (whose codes are bytes decoded by
-// core/fp8.h): the storage-only integers included. For conversion and reading, not for kernels; a
+// Calls fn(T{}) with the host C++ type of any dtype but the coded ones (FP8, E2M1, E8M0, whose codes
+// are decoded by core/fp8.h): the storage-only integers included. For conversion and reading, not for kernels; a
 // storage-only row with a host type adds its line here (test_dtype converts every dtype).
 template <class Fn>
 decltype(auto) visit_host_type(DType dtype, const char* op, Fn&& fn) {
   if (dtype == DType::I64) return fn(std::int64_t{});
   if (dtype == DType::U8) return fn(std::uint8_t{});
   if (dtype == DType::BOOL) return fn(bool{});
-  if (is_fp8(dtype)) throw Error(fmt::format("{}: {} codes have no host type; decode them with core/fp8.h", op, dtype));
+  if (is_coded(dtype))
+    throw Error(fmt::format("{}: {} codes have no host type; decode them with core/fp8.h", op, dtype));
   return visit_dtype(dtype, op, std::forward<Fn>(fn));
 }
 

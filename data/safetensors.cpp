@@ -42,6 +42,17 @@ std::optional<DType> dtype_from_file_name(const std::string& name) {
   return std::nullopt;
 }
 
+// A packed dtype ("F4", two elements a byte) is packed along the last dimension: PyTorch holds it as
+// float4_e2m1fn_x2 of half the last size, and safetensors refuses a slice that would end inside a
+// byte. So the last size must be a multiple of the elements a byte packs, on saving and on loading.
+void check_packed_rows(const std::string& where, const Shape& shape, DType dtype) {
+  const std::int64_t group = packed_group(dtype);
+  MG_CHECK(group == 1 || (!shape.empty() && shape.back() % group == 0),
+           "{} is {} of shape {}: {} packs {} elements a byte along the last dimension, so that dimension must be a "
+           "multiple of {} (a scalar cannot be stored); pad it or convert to another dtype (x.to(DType::BF16))",
+           where, dtype_file_name(dtype), shape, dtype, group, group);
+}
+
 // ---- writing ------------------------------------------------------------------------------------
 
 // The header text, padded with spaces to a multiple of 8 so that the data buffer starts 8-aligned.
@@ -68,6 +79,8 @@ std::string make_header(const std::string& path, const StateDict& tensors,
              path, name);
     MG_CHECK(tensor.device().is_cpu(), "data::save_safetensors: {}: tensor '{}' is on {}; copy it to the CPU first",
              path, name, tensor.device());
+    check_packed_rows(fmt::format("data::save_safetensors: {}: tensor '{}'", path, name), tensor.shape(),
+                      tensor.dtype());
     const std::uint64_t end = offset + tensor.nbytes();
     header[name] = {{"dtype", dtype_file_name(tensor.dtype())},
                     {"shape", tensor.shape()},
@@ -232,6 +245,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   std::int64_t nbits = 0;
   MG_CHECK(!__builtin_mul_overflow(numel, static_cast<std::int64_t>(dtype_info(entry.dtype).bits), &nbits),
            "{} has shape {} of {}, whose size in bytes overflows 64 bits", where, quoted(shape), quoted(dtype));
+  check_packed_rows(where, entry.shape, entry.dtype);
   const auto nbytes = static_cast<std::int64_t>(dtype_bytes(entry.dtype, numel));
 
   const json& offsets = value["data_offsets"];

@@ -12,9 +12,11 @@
 //   bytes [8 + N, end)  the data buffer: each tensor's elements, row-major and little-endian, at its
 //                         data_offsets [begin, end), counted from the start of this buffer
 //
-// The dtypes mixgrad holds are F32, F16, BF16, F64, I32, F8_E4M3 and F8_E5M2 (the names the format
-// uses; FP8 tensors are their codes, byte for byte); a file with any other (I64, BOOL, F8_E8M0, ...) is
-// refused, naming the tensor.
+// The dtypes mixgrad holds are every row of MG_DTYPES (core/dtype.h), by the names the format uses:
+// F32, F16, BF16, F64, I32, F8_E4M3, F8_E5M2, I64, U8, BOOL, F4 and F8_E8M0. Coded tensors are their
+// codes, byte for byte; F4 (E2M1) packs two elements a byte, element 2k in the low nibble, and the
+// header's shape counts elements, so its last dimension must be even (PyTorch's float4_e2m1fn_x2
+// holds half of it). A file with any other dtype (I16, F6_E2M3, ...) is refused, naming the tensor.
 //
 //   data::save_safetensors("mlp.safetensors", state, {{"recipe", "mixed_float16"}});
 //   data::SafetensorsFile file = data::load_safetensors("mlp.safetensors");

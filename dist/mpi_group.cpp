@@ -64,6 +64,8 @@ MPI_Datatype mpi_type(DType dtype) {
       return MPI_INT64_T;
     case DType::E4M3:
     case DType::E5M2:
+    case DType::E2M1:
+    case DType::E8M0:
     case DType::U8:
     case DType::BOOL:
       return MPI_UINT8_T;  // broadcast only (ProcessGroup::check_tensor)
@@ -77,12 +79,14 @@ MPI_Op mpi_op(DType dtype, ReduceOp op) {
   return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;  // Mean: the sum, divided when it is done
 }
 
+// The count of mpi_type's elements: a packed dtype (E2M1, two a byte) goes as its bytes.
 int element_count(const Tensor& tensor, const char* collective) {
-  MG_CHECK(tensor.numel() <= INT32_MAX,
+  const std::int64_t count = tensor.numel() / packed_group(tensor.dtype());
+  MG_CHECK(count <= INT32_MAX,
            "dist::{}: {} has {} elements; MPI counts are int, so send at most 2^31 - 1 "
            "at a time",
-           collective, tensor.shape(), tensor.numel());
-  return static_cast<int>(tensor.numel());
+           collective, tensor.shape(), count);
+  return static_cast<int>(count);
 }
 
 // A nonblocking all-reduce. It keeps the tensor (and so its storage) alive until waited for, and

@@ -40,6 +40,8 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclInt64;
     case DType::E4M3:
     case DType::E5M2:
+    case DType::E2M1:
+    case DType::E8M0:
     case DType::U8:
     case DType::BOOL:
       return ncclUint8;  // broadcast only (ProcessGroup::check_tensor)
@@ -97,8 +99,10 @@ class NcclGroup : public ProcessGroup {
     check_tensor("broadcast", tensor, ReduceOp::Sum);
     MG_CHECK(root >= 0 && root < size_, "dist::broadcast: root {} is not a rank of this group of {}", root, size_);
     cuda::DeviceGuard guard(device_.index);
-    check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()),
-                             nccl_type(tensor.dtype()), root, comm_, cuda::stream(device_.index)),
+    // A packed dtype (E2M1, two a byte) goes as its bytes, ncclUint8's elements.
+    const auto count = static_cast<std::size_t>(tensor.numel() / packed_group(tensor.dtype()));
+    check_nccl(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), count, nccl_type(tensor.dtype()), root, comm_,
+                             cuda::stream(device_.index)),
                "ncclBroadcast");
     tensor.impl().storage->bump_version();
   }

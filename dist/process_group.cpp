@@ -35,10 +35,10 @@ void ProcessGroup::check_tensor(const char* collective, const Tensor& tensor, Re
            "dist::{}: {} of a {} tensor {} is not supported; the max is kept for f32, f64 and i32 flags (cast "
            "to f32 first)",
            collective, op_name(op), tensor.dtype(), tensor.shape());
-  MG_CHECK(!is_fp8(tensor.dtype()) || std::string_view(collective) == "broadcast",
-           "dist::{}: a {} tensor {} holds FP8 codes, which cannot be summed as they lie; reduce the f32 or "
-           "bf16 values and quantise the result",
-           collective, tensor.dtype(), tensor.shape());
+  MG_CHECK(!is_coded(tensor.dtype()) || std::string_view(collective) == "broadcast",
+           "dist::{}: the {} tensor {} holds codes ({} bits each), which cannot be summed as they lie; "
+           "reduce the f32 or bf16 values and quantise the result",
+           collective, tensor.dtype(), tensor.shape(), dtype_info(tensor.dtype()).bits);
   MG_CHECK((tensor.dtype() != DType::U8 && tensor.dtype() != DType::BOOL) ||
                std::string_view(collective) == "broadcast",
            "dist::{}: a {} tensor {} would wrap or stop being 0 and 1 when summed; broadcast it, or reduce it as "

@@ -18,6 +18,7 @@
 #include "kernels/reduce.h"
 #include "kernels/route.h"
 #include "kernels/softmax.h"
+#include "kernels/stochastic_round.h"
 #ifdef MG_WITH_CUDA
 #include "kernels/cuda/allocator.h"
 #endif
@@ -120,7 +121,14 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
 
 void cast(const Tensor& x, Tensor& out) { MG_ROUTE(out, cast, x, out); }
 
-void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) { MG_ROUTE(out, permute, x, perm, out); }
+void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
+  // Bytes move, not elements: a packed dtype's pair of elements cannot be parted.
+  MG_CHECK(packed_group(x.dtype()) == 1,
+           "kernels::permute: the {} tensor {} packs {} elements a byte, which a permutation would part; convert it "
+           "first (x.to(DType::BF16)), permute, and convert back",
+           x.dtype(), x.shape(), packed_group(x.dtype()));
+  MG_ROUTE(out, permute, x, perm, out);
+}
 
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
                     std::int64_t length) {
@@ -255,6 +263,20 @@ void adagrad(Tensor& param, const Tensor& grad, Tensor& sum, Tensor& step, const
 
 void dropout_mask(std::uint64_t seed, std::uint64_t first_block, double p, Tensor& keep) {
   MG_ROUTE(keep, dropout_mask, seed, first_block, p, keep);
+}
+
+void stochastic_round(const Tensor& x, Tensor& out, const stochastic::RoundingStream& stream) {
+  MG_CHECK(x.defined() && out.defined(), "kernel stochastic_round: x and out must be defined tensors");
+  MG_CHECK(x.dtype() == DType::F32,
+           "kernel stochastic_round: x must be f32, got {} {}; convert it first (x.to(DType::F32))", x.shape(),
+           x.dtype());
+  MG_CHECK(stochastic::rounds_to(out.dtype()),
+           "kernel stochastic_round: out is {}, but stochastic rounding writes f16, bf16, e4m3, e5m2 or e2m1",
+           out.dtype());
+  MG_CHECK(x.shape() == out.shape() && x.device() == out.device(),
+           "kernel stochastic_round: x {} on {} and out {} on {} must have one shape and device", x.shape(), x.device(),
+           out.shape(), out.device());
+  MG_ROUTE(out, stochastic_round, x, out, stream);
 }
 
 void update_scale(Tensor& scale, Tensor& growth_tracker, Tensor& overflow_streak, const Tensor& found_inf,

@@ -19,6 +19,8 @@
 // eps leaves room for the last, tree-shaped levels of the GPU's reduction.
 #pragma once
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -74,6 +76,27 @@ inline double max_ignoring_nan(const Tensor& t) {
 
 inline void check_exact(const Tensor& on_gpu, const Tensor& expected) {
   check_close(on_gpu.to(Device::cpu()), expected, 0.0, 0.0);
+}
+
+// The same bits, a NaN for a NaN: codes (FP8, E2M1, E8M0) byte for byte; f16/bf16/f32 values with the
+// sign of zero, where only a NaN's payload may differ (each backend's conversions write NaNs of their own).
+inline void check_same_bits(const Tensor& on_gpu, const Tensor& expected) {
+  const Tensor got = on_gpu.to(Device::cpu());
+  REQUIRE(got.dtype() == expected.dtype());
+  REQUIRE(got.shape() == expected.shape());
+  if (is_coded(got.dtype())) {
+    CHECK(std::memcmp(got.data_ptr(), expected.data_ptr(), expected.nbytes()) == 0);
+    return;
+  }
+  const std::vector<double> g = got.to_vector<double>(), e = expected.to_vector<double>();
+  std::size_t differ = 0, first = 0;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    const bool same = std::isnan(e[i]) ? std::isnan(g[i]) : g[i] == e[i] && std::signbit(g[i]) == std::signbit(e[i]);
+    if (!same && differ++ == 0) first = i;
+  }
+  INFO(differ << " elements differ; the first, " << first << ": " << (differ ? g[first] : 0.0) << " on the GPU, "
+              << (differ ? e[first] : 0.0) << " on the CPU");
+  CHECK(differ == 0);
 }
 
 // |gpu - cpu| <= (eps(stored) + f32_eps * eps32) |cpu| + atol, where `stored` is the dtype the value was

@@ -46,16 +46,20 @@ TEST_CASE("dtype: sizes, names, eps and max") {
   CHECK_THROWS_AS(dtype_eps(DType::I32), Error);
 }
 
-// A value of `dtype` (converted from f64, rounded to nearest even) as its bits, in the low bytes.
+// A value of `dtype` (converted from f64, rounded to nearest even) as its bits, in the low bits. A packed
+// dtype (E2M1) converts whole bytes: the value twice, and the first element's bits kept.
 static std::uint64_t bits_of(double value, DType dtype) {
+  const double values[2] = {value, value};
   std::uint64_t bits = 0;
-  convert(&value, DType::F64, &bits, dtype, 1);
-  return bits;
+  convert(values, DType::F64, &bits, dtype, packed_group(dtype));
+  const int width = dtype_info(dtype).bits;
+  return width >= 64 ? bits : bits & ((std::uint64_t{1} << width) - 1);
 }
+
 static double value_of(std::uint64_t bits, DType dtype) {
-  double value = 0.0;
-  convert(&bits, dtype, &value, DType::F64, 1);
-  return value;
+  double values[2] = {};
+  convert(&bits, dtype, values, DType::F64, packed_group(dtype));
+  return values[0];
 }
 
 TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
@@ -63,10 +67,12 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
     CAPTURE(dtype);
     const DTypeInfo d = dtype_info(dtype);
     CHECK(dtype_name(dtype) == d.name);
-    CHECK(dtype_bytes(dtype, 3) == 3 * static_cast<std::size_t>(d.bits) / 8);
-    // Every row converts to and from f32 (a host type, or FP8's codec) and prints.
-    const Tensor small = from_vector({0, 1}, {2}).to(dtype);
-    CHECK(small.to(DType::F32).to_vector<double>() == std::vector<double>{0, 1});
+    CHECK(dtype_bytes(dtype, 4) == 4 * static_cast<std::size_t>(d.bits) / 8);
+    // Every row converts to and from f32 (a host type, or the codec of core/fp8.h) and prints; E8M0,
+    // powers of two alone, has no 0.
+    const std::vector<double> two = dtype == DType::E8M0 ? std::vector<double>{0.5, 1} : std::vector<double>{0, 1};
+    const Tensor small = from_vector(two, {2}).to(dtype);
+    CHECK(small.to(DType::F32).to_vector<double>() == two);
     CHECK(to_string(small).ends_with(fmt::format("dtype={})", dtype)));
     if (!is_floating(dtype)) {
       CHECK(nonfinite_from(dtype) == 0);  // an integer is always finite
@@ -76,14 +82,22 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
     // The extremes survive a round trip; halfway below the smallest subnormal rounds to zero (a tie,
     // to the even 0); the smallest normal is 2^mantissa smallest subnormals.
     for (const double v : {d.max, -d.max, d.min_normal, d.min_subnormal})
-      CHECK(value_of(bits_of(v, dtype), dtype) == v);
-    if (dtype != DType::F64) CHECK(value_of(bits_of(d.min_subnormal / 2, dtype), dtype) == 0.0);
+      if (d.has_sign || v > 0) CHECK(value_of(bits_of(v, dtype), dtype) == v);
+    // Halfway below the smallest subnormal rounds to zero, where there is a zero (E8M0 has none).
+    if (dtype != DType::F64 && d.mantissa_bits > 0) CHECK(value_of(bits_of(d.min_subnormal / 2, dtype), dtype) == 0.0);
     CHECK(d.min_normal == std::ldexp(d.min_subnormal, d.mantissa_bits));
     CHECK(dtype_eps(dtype) == std::ldexp(1.0, -d.mantissa_bits));
     // The inf and NaN patterns NonfiniteTrace compares with: max below them, NaN (and inf) at or above.
+    // A format with neither (E2M1) has nothing non-finite: every pattern is a value, NaN becomes one.
     const std::uint64_t mask = magnitude_mask(dtype), from = nonfinite_from(dtype);
+    if (!d.has_inf && !d.has_nan) {
+      CHECK(from == 0);
+      CHECK_FALSE(std::isnan(value_of(bits_of(std::nan(""), dtype), dtype)));
+      CHECK(value_of(bits_of(INFINITY, dtype), dtype) == d.max);  // saturates
+      continue;
+    }
     CHECK((bits_of(d.max, dtype) & mask) < from);
-    CHECK((bits_of(-d.max, dtype) & mask) < from);
+    if (d.has_sign) CHECK((bits_of(-d.max, dtype) & mask) < from);
     CHECK((bits_of(std::nan(""), dtype) & mask) >= from);
     if (d.has_inf) CHECK((bits_of(INFINITY, dtype) & mask) == from);
     CHECK(std::isnan(value_of(magnitude_mask(dtype), dtype)) == d.has_nan);  // all ones: NaN where there is one
@@ -92,11 +106,21 @@ TEST_CASE("dtype: every row of MG_DTYPES is what its format does") {
   CHECK(nonfinite_from(DType::E5M2) == 0x7Cu);
   CHECK(nonfinite_from(DType::F16) == 0x7C00u);
   CHECK(magnitude_mask(DType::F64) == 0x7FFFFFFFFFFFFFFFu);
-  CHECK(dtype_names() == "f32, f16, bf16, f64, i32, e4m3, e5m2, i64, u8 and bool");
-  CHECK(dtype_names(true) == R"("F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2", "I64", "U8" and "BOOL")");
+  CHECK(dtype_names() == "f32, f16, bf16, f64, i32, e4m3, e5m2, i64, u8, bool, e2m1 and e8m0");
+  CHECK(dtype_names(true) ==
+        R"("F32", "F16", "BF16", "F64", "I32", "F8_E4M3", "F8_E5M2", "I64", "U8", "BOOL", "F4" and "F8_E8M0")");
   CHECK(is_fp8(DType::E4M3));
   CHECK(is_fp8(DType::E5M2));
   CHECK_FALSE(is_fp8(DType::F16));
+  CHECK_FALSE(is_fp8(DType::E8M0));  // a scale, not an FP8 GEMM operand
+  CHECK(is_coded(DType::E2M1));
+  CHECK(is_coded(DType::E8M0));
+  CHECK_FALSE(is_coded(DType::U8));
+  CHECK(packed_group(DType::E2M1) == 2);
+  CHECK(packed_group(DType::E8M0) == 1);
+  CHECK(dtype_bytes(DType::E2M1, 6) == 3);
+  testing::check_error([] { dtype_bytes(DType::E2M1, 3); }, "end inside a byte");
+  testing::check_error([] { dtype_size(DType::E2M1); }, "packs 2 elements a byte");
   CHECK(dtype_min_normal(DType::BF16) == 0x1p-126);
   CHECK(dtype_min_subnormal(DType::F16) == 0x1p-24);
   testing::check_error([] { dtype_bytes(DType::F16, -1); }, "negative count");

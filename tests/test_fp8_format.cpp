@@ -8,14 +8,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/fp8.h"
+#include "tests/hex_fixture.h"
 #include "tests/temp_dir.h"
 
 using mg::DType;
@@ -23,22 +22,8 @@ using mg::fp8::Overflow;
 
 namespace {
 
-// The rows of a fixture: the hex fields of every line that is not a comment.
 std::vector<std::vector<std::uint32_t>> read_fixture(const std::string& name, std::size_t fields) {
-  const std::string path = std::string(MG_SOURCE_DIR) + "/tests/fixtures/fp8/" + name;
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path << " (written by scripts/make-fp8-fixtures)");
-  std::vector<std::vector<std::uint32_t>> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::vector<std::uint32_t> row;
-    for (std::uint32_t value; words >> std::hex >> value;) row.push_back(value);
-    REQUIRE_MESSAGE(row.size() == fields, name << ": bad line '" << line << "'");
-    rows.push_back(row);
-  }
-  return rows;
+  return mg::testing::read_hex_fixture("fp8", name, fields, "scripts/make-fp8-fixtures");
 }
 
 std::string hex(std::uint32_t value, int digits) {

@@ -51,7 +51,7 @@ TEST_CASE("i64, u8 and bool: rows of MG_DTYPES, storage only") {
   }
   CHECK_FALSE(is_integer(DType::E4M3));
   CHECK(dtype_max(DType::U8) == 255);
-  CHECK(dtype_names().ends_with("i64, u8 and bool"));
+  CHECK(dtype_names().find("i64, u8, bool") != std::string::npos);
   // No kernel computes in them: an error naming the op, saying what to convert to.
   check_error([] { visit_dtype(DType::I64, "mg::some_kernel", [](auto) {}); },
               "mg::some_kernel: i64 tensors are for storage");

@@ -163,9 +163,10 @@ TEST_CASE("a corrupt header is refused with a message naming the file, the tenso
   check_bad_entry(tmp, R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "crc": 1})", 8,
                   {"tensor 't' has an unknown field 'crc'"});
   check_bad_entry(tmp, R"({"dtype": "F32", "data_offsets": [0, 8]})", 8, {"tensor 't' has no 'shape' field"});
-  check_bad_entry(tmp, R"({"dtype": "I16", "shape": [1], "data_offsets": [0, 2]})", 2,
-                  {"tensor 't' has dtype \"I16\", which mixgrad cannot hold",
-                   "\"F8_E4M3\", \"F8_E5M2\", \"I64\", \"U8\" and \"BOOL\""});  // every dtype it holds, from the table
+  check_bad_entry(
+      tmp, R"({"dtype": "I16", "shape": [1], "data_offsets": [0, 2]})", 2,
+      {"tensor 't' has dtype \"I16\", which mixgrad cannot hold",
+       "\"F8_E5M2\", \"I64\", \"U8\", \"BOOL\", \"F4\" and \"F8_E8M0\""});  // every dtype it holds, from the table
   check_bad_entry(tmp, R"({"dtype": 4, "shape": [1], "data_offsets": [0, 4]})", 4, {"has dtype 4,"});
   check_bad_entry(tmp, R"({"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]})", 8,
                   {"tensor 't' has shape [-2]: every size must be a non-negative integer"});

@@ -47,7 +47,7 @@ StateDict copy_of(const StateDict& state) {
 std::string first_non_finite(const StateDict& state, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     const Tensor& value = state.at(name);
-    if (!is_floating(value.dtype()) || is_fp8(value.dtype())) continue;
+    if (!is_floating(value.dtype()) || is_coded(value.dtype())) continue;
     const Tensor wide = value.to(DType::F64);
     const double* x = wide.data<double>();
     for (std::int64_t i = 0; i < wide.numel(); ++i)

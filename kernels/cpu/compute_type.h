@@ -21,6 +21,7 @@
 // pass (pooling's forward): not zeroed, since every element is written.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -42,12 +43,14 @@ C* values_at(const Tensor& t, std::int64_t start, std::int64_t n, C* buffer) {
 }
 
 // convert() of n elements, cut into chunks for the thread pool: each element converts alone, so the
-// chunks change nothing in the result.
+// chunks change nothing in the result. Chunks are cut in groups that fill whole bytes (E2M1's pairs).
 constexpr std::int64_t kConvertGrain = 32 * 1024;
 inline void convert_parallel(const void* src, DType from, void* dst, DType to, std::int64_t n) {
-  parallel_for(n, kConvertGrain, [&](std::int64_t begin, std::int64_t end) {
-    convert(static_cast<const char*>(src) + dtype_bytes(from, begin), from,
-            static_cast<char*>(dst) + dtype_bytes(to, begin), to, end - begin);
+  const std::int64_t group = std::max(packed_group(from), packed_group(to));
+  (void)dtype_bytes(from, n), (void)dtype_bytes(to, n);  // a packed count that ends inside a byte: an error
+  parallel_for(n / group, kConvertGrain / group, [&](std::int64_t begin, std::int64_t end) {
+    convert(static_cast<const char*>(src) + dtype_bytes(from, begin * group), from,
+            static_cast<char*>(dst) + dtype_bytes(to, begin * group), to, (end - begin) * group);
   });
 }
 

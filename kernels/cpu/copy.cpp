@@ -79,17 +79,19 @@ void permute(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
 void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std::int64_t dst_start, int dim,
                     std::int64_t length) {
   const auto d = static_cast<std::size_t>(dim);
-  const std::size_t element = dtype_size(src.dtype());
+  const DType dtype = src.dtype();
   const std::int64_t outer = product(src.shape(), 0, d);
   const std::int64_t inner = product(src.shape(), d + 1, src.shape().size());
   const std::int64_t src_dim = src.shape()[d], dst_dim = dst.shape()[d];
   const auto* from = static_cast<const char*>(src.data_ptr());
   auto* to = static_cast<char*>(dst.data_ptr());
-  const auto block = static_cast<std::size_t>(length * inner) * element;
+  // Offsets in elements, made bytes by dtype_bytes: a block of a packed dtype (E2M1) that would start
+  // or end inside a byte is an error there.
+  const std::size_t block = dtype_bytes(dtype, length * inner);
   if (block == 0) return;
   for (std::int64_t o = 0; o < outer; ++o) {
-    std::memcpy(to + static_cast<std::size_t>((o * dst_dim + dst_start) * inner) * element,
-                from + static_cast<std::size_t>((o * src_dim + src_start) * inner) * element, block);
+    std::memcpy(to + dtype_bytes(dtype, (o * dst_dim + dst_start) * inner),
+                from + dtype_bytes(dtype, (o * src_dim + src_start) * inner), block);
   }
 }
 

@@ -9,9 +9,11 @@
 // copy_along_dim needs no kernel: a block of `length` rows along `dim` is, for each of the `outer`
 // slices before it, one contiguous run of bytes, so the whole copy is one cudaMemcpy2DAsync (one
 // cudaMemcpyAsync when the runs touch, and one per run for pitches beyond the 2-D copy's limit).
-// Tests: build/tests/test_cuda_ops. Benchmark: build/bench/cuda_memory (cast).
+// Casts to and from codes (FP8, E2M1, E8M0) decode and encode with core/fp8.h, the CPU's codec.
+// Tests: build/tests/test_cuda_ops, test_cuda_fp4 (codes). Benchmark: build/bench/cuda_memory (cast).
 #include <algorithm>
 
+#include "core/fp8.h"
 #include "kernels/copy.h"
 #include "kernels/cuda/common.cuh"
 
@@ -36,6 +38,51 @@ __global__ void cast_kernel(const From* x, To* out, std::int64_t n, bool vectori
     done = packs * kPack;
   }
   for (std::int64_t i = done + first_index(); i < n; i += grid_stride()) out[i] = convert<To>(x[i]);
+}
+
+// A cast that reads or writes codes (core/fp8.h: FP8, E2M1, E8M0), element by element through f32 as
+// the CPU's convert() does, with the format's own overflow rule (Overflow::NonFinite); `from` and `to`
+// name the coded side's format. A thread takes `group` elements (2 where E2M1 packs them in a byte).
+// Code is the type of a coded side: its bytes; Value a float side's device type.
+struct Code {
+  std::uint8_t bits;
+};
+
+template <class From>
+__device__ float cast_source(const From* x, std::int64_t i, DType from) {
+  if constexpr (std::is_same_v<From, Code>)
+    return fp8::decode(fp8::load_code(reinterpret_cast<const std::uint8_t*>(x), i, from), from);
+  else
+    return to_float(x[i]);
+}
+
+template <class From, class To>
+__global__ void coded_cast_kernel(const From* x, To* out, DType from, DType to, std::int64_t n, int group) {
+  constexpr fp8::Overflow kRule = fp8::Overflow::NonFinite;
+  for (std::int64_t g = first_index(); g < n / group; g += grid_stride()) {
+    const std::int64_t i = g * group;
+    if constexpr (!std::is_same_v<To, Code>) {
+      for (int j = 0; j < group; ++j) out[i + j] = from_float<To>(cast_source(x, i + j, from));
+    } else if (to == DType::E2M1) {
+      reinterpret_cast<std::uint8_t*>(out)[g] = fp8::pack_codes(fp8::encode(cast_source(x, i, from), to, kRule),
+                                                                fp8::encode(cast_source(x, i + 1, from), to, kRule));
+    } else {
+      for (int j = 0; j < group; ++j) out[i + j].bits = fp8::encode(cast_source(x, i + j, from), to, kRule);
+    }
+  }
+}
+
+// Calls fn(T{}) with the type of one side of a coded cast: Code, or f32, f16 and bf16's device types
+// (what a coded value is made from or read into; a GPU has no f64, and integers go through f32 first).
+template <class Fn>
+void visit_coded_side(DType dtype, Fn&& fn) {
+  if (is_coded(dtype)) return fn(Code{});
+  if (dtype == DType::F32) return fn(float{});
+  if (dtype == DType::F16) return fn(__half{});
+  if (dtype == DType::BF16) return fn(bf16{});
+  throw Error(fmt::format("CUDA kernel cast: {} to or from codes runs through f32, f16 or bf16 on a GPU; cast the {} "
+                          "tensor to f32 first (x.to(DType::F32))",
+                          dtype, dtype));
 }
 
 // out[i] = x[sum_d index_d(i) * source_stride[d]], with index_d(i) i's coordinates in out's shape.
@@ -97,6 +144,19 @@ void cast(const Tensor& x, Tensor& out) {
   const std::int64_t n = x.numel();
   if (n == 0) return;
   mg::cuda::DeviceGuard guard(out.device().index);
+  if (is_coded(x.dtype()) || is_coded(out.dtype())) {
+    const int group = static_cast<int>(std::max(packed_group(x.dtype()), packed_group(out.dtype())));
+    visit_coded_side(x.dtype(), [&](auto from_zero) {
+      using From = decltype(from_zero);
+      visit_coded_side(out.dtype(), [&](auto to_zero) {
+        using To = decltype(to_zero);
+        MG_LAUNCH((coded_cast_kernel<From, To>), blocks_for(n / group, kThreads), kThreads, 0, stream_of(out))
+        (device_ptr<const From>(x), device_ptr<To>(out), x.dtype(), out.dtype(), n, group);
+      });
+    });
+    MG_CUDA_LAUNCHED();
+    return;
+  }
   visit_cast_type(x.dtype(), [&](auto from_zero) {
     using From = decltype(from_zero);
     visit_cast_type(out.dtype(), [&](auto to_zero) {
@@ -142,14 +202,15 @@ void copy_along_dim(const Tensor& src, std::int64_t src_start, Tensor& dst, std:
   std::int64_t outer = 1, inner = 1;
   for (std::size_t i = 0; i < d; ++i) outer *= src.shape()[i];
   for (std::size_t i = d + 1; i < src.shape().size(); ++i) inner *= src.shape()[i];
-  const std::size_t element = dtype_size(src.dtype());
-  const std::size_t width = static_cast<std::size_t>(length * inner) * element;
+  // Byte counts from element counts (dtype_bytes refuses a packed block that ends inside a byte).
+  const DType dtype = src.dtype();
+  const std::size_t width = dtype_bytes(dtype, length * inner);
   if (width == 0 || outer == 0) return;
   // One row per outer slice: `width` bytes at the start offset, rows a whole slice of each tensor apart.
-  const std::size_t src_pitch = static_cast<std::size_t>(src.shape()[d] * inner) * element;
-  const std::size_t dst_pitch = static_cast<std::size_t>(dst.shape()[d] * inner) * element;
-  const auto* from = static_cast<const char*>(src.data_ptr()) + static_cast<std::size_t>(src_start * inner) * element;
-  auto* to = static_cast<char*>(dst.data_ptr()) + static_cast<std::size_t>(dst_start * inner) * element;
+  const std::size_t src_pitch = dtype_bytes(dtype, src.shape()[d] * inner);
+  const std::size_t dst_pitch = dtype_bytes(dtype, dst.shape()[d] * inner);
+  const auto* from = static_cast<const char*>(src.data_ptr()) + dtype_bytes(dtype, src_start * inner);
+  auto* to = static_cast<char*>(dst.data_ptr()) + dtype_bytes(dtype, dst_start * inner);
   mg::cuda::DeviceGuard guard(dst.device().index);
   const cudaStream_t stream = stream_of(dst);
   if (outer == 1 || (src_pitch == width && dst_pitch == width)) {  // one contiguous run
