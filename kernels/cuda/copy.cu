@@ -43,7 +43,7 @@ __global__ void cast_kernel(const From* x, To* out, std::int64_t n, bool vectori
 // A cast that reads or writes codes (core/fp8.h: FP8, E2M1, E8M0), element by element through f32 as
 // the CPU's convert() does, with the format's own overflow rule (Overflow::NonFinite); `from` and `to`
 // name the coded side's format. A thread takes `group` elements (2 where E2M1 packs them in a byte).
-// Code is the type of a coded side: its bytes; Value a float side's device type.
+// Code is the type of a coded side (its bytes); the other side is f32, f16 or bf16's device type.
 struct Code {
   std::uint8_t bits;
 };
