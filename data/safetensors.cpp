@@ -3,10 +3,10 @@
 // size before it makes a single tensor. The layout is drawn in data/safetensors.h.
 #include "data/safetensors.h"
 #include "core/test_pause.h"
+#include "data/replace_file.h"
 #include "data/untrusted_json.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,61 +99,11 @@ std::string make_header(const std::string& path, const StateDict& tensors,
   return text;
 }
 
-void write_all(int fd, const void* data, std::size_t size, const std::string& temp_path) {
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, bytes, size);
-    if (written < 0 && errno == EINTR) continue;
-    MG_CHECK(written > 0, "data::save_safetensors: writing {} failed: {}; is the disk full?", temp_path,
-             written < 0 ? std::strerror(errno) : "no bytes written");
-    bytes += written;
-    size -= static_cast<std::size_t>(written);
-  }
-}
-
-// After the rename, the directory entry itself must reach the disk for the new file to survive a
-// power cut. The checkpoint is complete by then, so a directory that cannot be synced (some file
-// systems refuse) is not worth failing the save over.
-void sync_directory_of(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::filesystem::path directory = parent.empty() ? std::filesystem::path(".") : parent;
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// A save killed mid-way (SIGKILL, a power cut) leaves its temporary file "NAME.tmp.PID.N" behind;
-// the file at NAME is whole, old or new. The next save to NAME removes the leftovers of processes
-// that no longer exist. One whose process is alive may be a save in progress and is left alone.
-void remove_leftovers_of(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp.";
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(parent, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!name.starts_with(prefix)) continue;
-    // What follows the prefix must be "PID.N", both decimal.
-    const std::string rest = name.substr(prefix.size());
-    const std::size_t dot = rest.find('.');
-    auto decimal = [](std::string_view digits) {
-      return !digits.empty() && digits.size() < 10 &&
-             std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    if (dot == std::string::npos || !decimal(rest.substr(0, dot)) || !decimal(rest.substr(dot + 1))) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dot)));
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    std::error_code ignored;  // another save may be removing it at the same moment
-    fs::remove(entry.path(), ignored);
-  }
-}
-
 }  // namespace
 
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  constexpr std::string_view kSave = "data::save_safetensors";
   const std::string header = make_header(path, tensors, metadata);
 
   // A name no other save can be using, even another thread of this process saving to the same path;
@@ -169,14 +119,14 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
            temp_path, std::strerror(errno));
   try {
     const std::uint64_t header_length = header.size();  // little-endian, as the static_assert ensures
-    write_all(fd, &header_length, sizeof header_length, temp_path);
-    write_all(fd, header.data(), header.size(), temp_path);
+    write_all(fd, &header_length, sizeof header_length, temp_path, kSave);
+    write_all(fd, header.data(), header.size(), temp_path, kSave);
     // A test may stop the process halfway through the file (core/test_pause.h), to kill it there.
     std::size_t written = 0;
     for (const auto& [name, tensor] : tensors) {
       if (written++ == tensors.size() / 2)
         test_pause_point("safetensors-write", static_cast<std::int64_t>(save_number + 1));
-      write_all(fd, tensor.data_ptr(), tensor.nbytes(), temp_path);
+      write_all(fd, tensor.data_ptr(), tensor.nbytes(), temp_path, kSave);
     }
     MG_CHECK(::fsync(fd) == 0, "data::save_safetensors: flushing {} to the disk failed: {}", temp_path,
              std::strerror(errno));

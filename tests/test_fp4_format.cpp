@@ -36,11 +36,6 @@ std::uint8_t e8m0(float x, Overflow overflow = Overflow::NonFinite) {
   return mg::fp8::encode(x, DType::E8M0, overflow);
 }
 
-std::vector<std::uint8_t> bytes_of(const mg::Tensor& t) {
-  const auto* p = static_cast<const std::uint8_t*>(t.data_ptr());
-  return {p, p + t.nbytes()};
-}
-
 }  // namespace
 
 TEST_CASE("fp4: every code decodes to ml_dtypes' value, bit for bit") {
@@ -146,7 +141,7 @@ TEST_CASE("fp4 dtypes: tensors convert, print, slice on whole bytes, and refuse 
   const mg::Tensor q = x.to(DType::E2M1);
   CHECK(q.dtype() == DType::E2M1);
   CHECK(q.nbytes() == 3);
-  CHECK(bytes_of(q) == std::vector<std::uint8_t>{0x21, 0x7F, 0x40});
+  CHECK(q.host_bytes("test") == std::vector<std::uint8_t>{0x21, 0x7F, 0x40});
   CHECK(q.to(DType::F32).to_vector<double>() == std::vector<double>{0.5, 1, -6, 6, 0, 2});
   CHECK(q.to(DType::BF16).to(DType::F64).to_vector<double>() == std::vector<double>{0.5, 1, -6, 6, 0, 2});
   CHECK(q.to(DType::E4M3).to(DType::F32).to_vector<double>() == std::vector<double>{0.5, 1, -6, 6, 0, 2});
@@ -172,7 +167,7 @@ TEST_CASE("fp4 dtypes: tensors convert, print, slice on whole bytes, and refuse 
   // Codes are not computed in; E8M0 tensors hold scales.
   mg::testing::check_error([&] { (void)mg::add(q, q); }, "hold codes (4 bits each)");
   const mg::Tensor scales = mg::from_vector({1.0, 0.25, 3.0}, {3}).to(DType::E8M0);
-  CHECK(bytes_of(scales) == std::vector<std::uint8_t>{127, 125, 129});
+  CHECK(scales.host_bytes("test") == std::vector<std::uint8_t>{127, 125, 129});
   CHECK(scales.to(DType::F32).to_vector<double>() == std::vector<double>{1, 0.25, 4});
   mg::testing::check_error([&] { (void)mg::exp(scales); }, "hold codes (8 bits each)");
 }

@@ -1,8 +1,6 @@
 // CPU stochastic rounding (kernels/stochastic_round.h): each element rounds alone with its own Philox
 // word, so chunks of the thread pool change nothing; E2M1's chunks are whole bytes (pairs).
 // Tests: build/tests/test_stochastic_round.
-#include <cstring>
-
 #include "core/scalar_types.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/stochastic_round.h"
