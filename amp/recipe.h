@@ -7,7 +7,9 @@
 //   float16_master   f16         f16       f32          dynamic      the paper's recipe, literally (Apex O2):
 //                                                                    the optimizer's master_weights
 //   float16_pure     f16         f16       -            -            ablation only: updates rounded into f16
-//   bfloat16_pure    bf16        bf16      -            -            ablation only: updates rounded into bf16
+//   bfloat16_pure    bf16        bf16      -            -            updates rounded into bf16: lost to nearest,
+//                                                                    kept stochastically or with Kahan's
+//                                                                    compensation (optim::UpdateRounding)
 //   fp8_delayed      f32         bf16+FP8  (the params) -            Linear GEMMs in FP8, per-tensor delayed scaling
 //   fp8_current      f32         bf16+FP8  (the params) -            ... per-tensor current scaling
 //   fp8_block        f32         bf16+FP8  (the params) -            ... DeepSeek-V3's 1x128 / 128x128 blocks
@@ -19,7 +21,9 @@
 // recipe.prepare(model) before training: it gives each Linear its delayed-scaling state.
 //
 // The pure recipes exist to reproduce the paper's Figure 2a: without a master copy, an update
-// smaller than half a weight's ulp is lost. Nobody should train with them.
+// smaller than half a weight's ulp is lost. Nobody should train with them as they are; bfloat16_pure
+// with {.update_rounding = Stochastic or Kahan} in the optimizer's options (mixgrad train
+// --update-rounding) is Zamirai et al.'s answer, which keeps 4 bytes a parameter fewer than a master.
 //
 //   amp::Recipe recipe = amp::Recipe::parse("float16_master");
 //   recipe.cast_parameters(parameters);                         // f16 storage for *_master/*_pure

@@ -47,13 +47,17 @@ struct RoundingStream {
 // seed (whose counters' upper words are 0) even at step 0 of tensor 0.
 constexpr std::uint32_t kStreamTag = 0x53520000u;
 
-MG_HOST_DEVICE inline std::uint32_t rounding_word(const RoundingStream& stream, std::uint64_t element) {
-  const std::uint64_t block = element / 4;
+// The words of elements 4 * block .. 4 * block + 3: one Philox call makes four (a loop over elements
+// takes each block once).
+MG_HOST_DEVICE inline philox::Block rounding_words(const RoundingStream& stream, std::uint64_t block) {
   const philox::Block counter{
       {static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream.tensor, stream.step}};
   return philox::rounds(counter, static_cast<std::uint32_t>(stream.seed),
-                        static_cast<std::uint32_t>(stream.seed >> 32) ^ kStreamTag)
-      .word[element % 4];
+                        static_cast<std::uint32_t>(stream.seed >> 32) ^ kStreamTag);
+}
+
+MG_HOST_DEVICE inline std::uint32_t rounding_word(const RoundingStream& stream, std::uint64_t element) {
+  return rounding_words(stream, element / 4).word[element % 4];
 }
 
 // The formats rounded to: the low-precision compute dtypes and the signed coded ones.

@@ -38,7 +38,7 @@ CudaBackend register_cuda_backend() {
 namespace {
 
 // The optional FusedStep arguments of the optimizer kernels: inv_scale and found_inf are one f32
-// element each and the model copy matches the parameter, all on the parameter's device.
+// element each, the model copy and Kahan's compensation match the parameter, all on its device.
 void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& fused) {
   for (const auto& [flag, name] :
        {std::pair{fused.scaling.inv_scale, "inv_scale"}, std::pair{fused.scaling.found_inf, "found_inf"}}) {
@@ -52,6 +52,14 @@ void check_fused_step(const char* kernel, const Tensor& param, const FusedStep& 
              "kernel {}: the model copy must be a floating tensor of the parameter's shape {} on {}, with storage "
              "of its own",
              kernel, param.shape(), param.device());
+  }
+  if (fused.rounding == UpdateRounding::Kahan && is_low_precision(param.dtype())) {
+    const Tensor* c = fused.compensation;
+    MG_CHECK(c && c->defined() && c->shape() == param.shape() && c->dtype() == param.dtype() &&
+                 c->device() == param.device() && !c->shares_storage_with(param),
+             "kernel {}: Kahan rounding needs a compensation tensor of the parameter's shape {}, dtype {} and "
+             "device {}, with storage of its own",
+             kernel, param.shape(), param.dtype(), param.device());
   }
 }
 

@@ -21,7 +21,7 @@
 //         product and the sum apart: at most 1 ulp of f64 apart, far below the f32 rounding of clr).
 // The formulas are written once, in kernels/optim_functors.h, for the CPU loop and the CUDA kernel.
 // Shapes: param, grad and state tensors have one shape; grad and state are in any floating dtype
-// (on a GPU, the state has the parameter's dtype, as every optimizer creates it).
+// (on a GPU, the state has the parameter's dtype, or f32: Adam's state_dtype).
 //
 // FusedStep, what a fused update reads besides them (each part optional; optim::Optimizer::step
 // passes all three for an f16 parameter with an f32 master under a GradScaler): the StepScaling the
@@ -35,6 +35,17 @@
 //               pass).
 // With an f32 parameter the result is bit for bit unscale into an f32 gradient, the update, then the
 // cast.
+// And how the updated value is written back into an f16/bf16 parameter (the pure recipes, which keep
+// no f32 master; an f32 or f64 parameter stores its result as it is, whatever the rounding):
+//   Nearest     round to nearest even: an update below half an ulp is lost (the paper's Figure 2a);
+//   Stochastic  stochastic::stochastic_round with word rounding_word(stream, i) for element i: an
+//               update a tenth of an ulp moves the weight one ulp a tenth of the time, unbiased
+//               (torchao's bf16_stochastic_round; Zamirai et al. 2020);
+//   Kahan       compensated summation (Zamirai et al.): `compensation` (the parameter's shape and
+//               dtype) keeps what the last rounding lost, and the next update adds it back:
+//                 y = (updated - old) + c;  stored = round(old + y);  c = round(y - (stored - old))
+//               (kahan_store in kernels/optim_functors.h, shared by both backends).
+// The lost-update count compares the stored value with the old one in every mode.
 //
 // Counting on a GPU: the kernels add their counts to a per-device counter on the device instead of
 // `count`, so that nothing waits. clear_update_count(device, found_inf) zeroes it (queued, no wait)
@@ -47,6 +58,7 @@
 
 #include <cstdint>
 
+#include "core/stochastic_round.h"
 #include "core/tensor.h"
 #include "kernels/backends.h"
 
@@ -64,9 +76,15 @@ struct StepScaling {
   const Tensor* found_inf = nullptr;  // one f32 element; != 0 skips the update; null: never skip
 };
 
+// How an f16/bf16 parameter stores its updated value (above).
+enum class UpdateRounding { Nearest, Stochastic, Kahan };
+
 struct FusedStep {
   StepScaling scaling;
   Tensor* model_copy = nullptr;  // receives the updated parameter, rounded; null: none
+  UpdateRounding rounding = UpdateRounding::Nearest;
+  stochastic::RoundingStream stream = {};  // Stochastic: the words of this parameter at this step
+  Tensor* compensation = nullptr;  // Kahan: the parameter's shape and dtype, on its device
 };
 
 struct SgdHyper {

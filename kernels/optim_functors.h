@@ -225,4 +225,16 @@ struct AdagradUpdate {
   }
 };
 
+// The Kahan-compensated store of an updated value (kernels/optim.h, UpdateRounding::Kahan): `old` is
+// the stored value before the update, `updated` the update's f32 result, `compensation` what earlier
+// roundings lost (read and written back), `round` rounds an f32 to the parameter's dtype and returns
+// it as an f32. Four f32 additions, none fused with anything, so both backends agree bit for bit.
+template <class Round>
+MG_HOST_DEVICE inline float kahan_store(float old, float updated, float& compensation, const Round& round) {
+  const float y = exact::add(exact::sub(updated, old), compensation);  // this update and the debt
+  const float stored = round(exact::add(old, y));
+  compensation = round(exact::sub(y, exact::sub(stored, old)));  // what rounding dropped
+  return stored;
+}
+
 }  // namespace mg::kernels

@@ -10,7 +10,7 @@ Adagrad::Adagrad(std::vector<Tensor> parameters, AdagradOptions options)
     : Adagrad(std::vector<ParamGroup>{{.parameters = std::move(parameters)}}, options) {}
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, "optim::Adagrad"),
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, store_options(options), "optim::Adagrad"),
       options_(options) {
   MG_CHECK(std::isfinite(options.lr_decay) && options.lr_decay >= 0.0,
            "optim::Adagrad: lr_decay must be finite and >= 0, got {}", options.lr_decay);

@@ -26,6 +26,9 @@ struct AdagradOptions {
   double initial_accumulator_value = 0.0;  // the sum of squared gradients before the first update
   double eps = 1e-10;  // added to sqrt(sum): a zero gradient into a zero sum changes nothing
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
+  // How an f16/bf16 parameter without a master stores its update, and the stochastic words' seed.
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;
 };
 
 class Adagrad : public Optimizer {

@@ -11,12 +11,15 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
     : Adam(std::move(groups), options, false, "optim::Adam") {}
 
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay, std::string name)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, std::move(name)),
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, store_options(options), std::move(name)),
       options_(options),
       decoupled_weight_decay_(decoupled_weight_decay) {
   MG_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0 && options.beta2 >= 0.0 && options.beta2 < 1.0,
            "{}: betas must be in [0, 1), got ({}, {})", this->name(), options.beta1, options.beta2);
   MG_CHECK(options.eps >= 0.0, "{}: eps must be >= 0, got {}", this->name(), options.eps);
+  MG_CHECK(!options.state_dtype || *options.state_dtype == DType::F32 || is_low_precision(*options.state_dtype),
+           "{}: state_dtype must be f32, f16 or bf16 (the moments' dtype), got {}", this->name(),
+           options.state_dtype.value_or(DType::F32));
   moments_.resize(Optimizer::parameters().size());
 }
 
@@ -31,7 +34,7 @@ void Adam::update(std::size_t index, Tensor& target, const Tensor& grad, double 
                   kernels::UpdateCount& count, const kernels::FusedStep& fused) {
   Moments m = moments_[index];  // committed only once the kernel has been given it
   if (!m.exp_avg.defined()) {
-    TensorOptions like{.dtype = target.dtype(), .device = target.device()};
+    TensorOptions like{.dtype = state_dtype(index), .device = target.device()};
     m.exp_avg = zeros(target.shape(), like);
     m.exp_avg_sq = zeros(target.shape(), like);
     m.step = zeros({}, {.dtype = DType::I32, .device = target.device()});
@@ -44,6 +47,10 @@ void Adam::update(std::size_t index, Tensor& target, const Tensor& grad, double 
                            .decoupled_weight_decay = decoupled_weight_decay_};
   kernels::adam(target, grad, m.exp_avg, m.exp_avg_sq, m.step, hyper, count, fused);
   moments_[index] = m;
+}
+
+DType Adam::state_dtype(std::size_t index) const {
+  return options_.state_dtype.value_or(Optimizer::state_dtype(index));
 }
 
 std::vector<Optimizer::StateEntry> Adam::state_entries() const {

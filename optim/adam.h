@@ -1,10 +1,13 @@
 // Adam, as torch.optim.Adam (formula in kernels/optim.h): weight decay is L2, added to the
 // gradient before the moments see it. AdamW (optim/adamw.h) is the same update with decoupled
-// weight decay. The moments have the dtype of what is updated (the parameter's, f32 under a master);
+// weight decay. The moments have the dtype of what is updated (the parameter's, f32 under a master)
+// unless {.state_dtype} sets theirs (bfloat16_pure's f32 moments beside bf16 weights);
 // each parameter counts its own steps for the bias correction (a parameter that had no gradient for
 // a step has taken one step fewer), in an i32 beside its moments on its device, which the kernel
 // reads and advances (kernels/optim.h): a step skipped on a GPU does not count, and nobody waits.
 #pragma once
+
+#include <optional>
 
 #include "optim/optimizer.h"
 
@@ -17,6 +20,12 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;  // L2: g += weight_decay * p
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
+  // How an f16/bf16 parameter without a master stores its update, and the stochastic words' seed.
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;
+  // The moments' dtype (f32, f16 or bf16); none: what is updated (the parameter's, f32 under a
+  // master). bf16 weights with f32 moments: 12 bytes a parameter with its gradient, against 8 all bf16.
+  std::optional<DType> state_dtype = std::nullopt;
 };
 
 class Adam : public Optimizer {
@@ -38,6 +47,7 @@ class Adam : public Optimizer {
   // "exp_avg", "exp_avg_sq" (the first and second moments) and "step" (the parameter's own count).
   std::vector<StateEntry> state_entries() const override;
   StateDict parameter_state(std::size_t index) const override;
+  DType state_dtype(std::size_t index) const override;  // options().state_dtype, where set
   void load_parameter_state(std::size_t index, const StateDict& state) override;
 
  private:

@@ -10,7 +10,10 @@ AdamOptions as_adam(const AdamWOptions& o) {
           .beta2 = o.beta2,
           .eps = o.eps,
           .weight_decay = o.weight_decay,
-          .master_weights = o.master_weights};
+          .master_weights = o.master_weights,
+          .update_rounding = o.update_rounding,
+          .rounding_seed = o.rounding_seed,
+          .state_dtype = o.state_dtype};
 }
 
 }  // namespace

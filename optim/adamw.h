@@ -18,6 +18,12 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;  // decoupled: p *= 1 - lr * weight_decay
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
+  // How an f16/bf16 parameter without a master stores its update, and the stochastic words' seed.
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;
+  // The moments' dtype (f32, f16 or bf16); none: what is updated (the parameter's, f32 under a
+  // master). bf16 weights with f32 moments: 12 bytes a parameter with its gradient, against 8 all bf16.
+  std::optional<DType> state_dtype = std::nullopt;
 };
 
 // The update, its state and its state_dict are Adam's (options().weight_decay is the decoupled one).

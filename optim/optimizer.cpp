@@ -17,9 +17,30 @@
 
 namespace mg::optim {
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, bool master_weights,
+UpdateRounding parse_update_rounding(std::string_view name) {
+  for (UpdateRounding r : {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Kahan})
+    if (name == update_rounding_name(r)) return r;
+  throw Error(fmt::format("unknown update rounding '{}'; choose one of nearest, stochastic, kahan", name));
+}
+
+const char* update_rounding_name(UpdateRounding rounding) {
+  switch (rounding) {
+    case UpdateRounding::Nearest:
+      return "nearest";
+    case UpdateRounding::Stochastic:
+      return "stochastic";
+    case UpdateRounding::Kahan:
+      return "kahan";
+  }
+  return "?";
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const StoreOptions& store,
                      std::string name)
-    : name_(std::move(name)), master_weights_(master_weights) {
+    : name_(std::move(name)),
+      master_weights_(store.master_weights),
+      rounding_(store.update_rounding),
+      rounding_seed_(store.rounding_seed) {
   check_lr(lr, "the learning rate");
   MG_CHECK(std::isfinite(weight_decay) && weight_decay >= 0.0, "{}: weight_decay must be finite and >= 0, got {}",
            name_, weight_decay);
@@ -52,6 +73,19 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
     groups_.push_back(resolved);
   }
   MG_CHECK(!parameters_.empty(), "{}: got no parameters to optimize", name_);
+  if (rounding_ != UpdateRounding::Nearest) {
+    const char* rounding = update_rounding_name(rounding_);
+    MG_CHECK(!master_weights_,
+             "{}: update_rounding {} rounds updates into f16/bf16 parameters, but with master_weights the f32 "
+             "masters take them unrounded; choose one (bfloat16_pure, or a recipe with masters)",
+             name_, rounding);
+    MG_CHECK(std::any_of(parameters_.begin(), parameters_.end(),
+                         [](const Tensor& p) { return is_low_precision(p.dtype()); }),
+             "{}: update_rounding {} applies to f16/bf16 parameters, and all {} here are {}; store them in bf16 "
+             "first (amp::Recipe::cast_parameters with bfloat16_pure)",
+             name_, rounding, parameters_.size(), parameters_.front().dtype());
+  }
+  compensations_.resize(parameters_.size());
   // The masters start as the parameters' values, exactly (f16 and bf16 widen to f32 without rounding).
   masters_.resize(parameters_.size());
   converted_.resize(parameters_.size());
@@ -71,6 +105,9 @@ void Optimizer::step(const StepScaling& scaling) {
   // A GPU counts on the device (last_update() reads it, if asked); a skipped step keeps the counts.
   kernels::clear_update_count(device, scaling.found_inf);
   kernels::UpdateCount count;
+  // Stochastic words are drawn for (seed, step, parameter, element): the steps taken so far.
+  const auto step_number = rounding_ == UpdateRounding::Stochastic ? static_cast<std::uint32_t>(step_count())
+                                                                   : std::uint32_t{0};
   for (const Group& group : groups_) {
     const double rate = group.lr * factor;
     for (std::size_t i = group.begin; i < group.end; ++i) {
@@ -79,7 +116,16 @@ void Optimizer::step(const StepScaling& scaling) {
       const Tensor grad = step_gradient(i);
       Tensor& master = masters_[i];
       Tensor& target = master.defined() ? master : p;  // the f32 master is what the optimizer updates
-      const kernels::FusedStep fused{.scaling = scaling, .model_copy = master.defined() ? &p : nullptr};
+      kernels::FusedStep fused{.scaling = scaling, .model_copy = master.defined() ? &p : nullptr};
+      if (is_low_precision(target.dtype())) {  // a parameter without master: rounded as asked
+        fused.rounding = rounding_;
+        fused.stream = {.seed = rounding_seed_, .step = step_number, .tensor = static_cast<std::uint32_t>(i)};
+        if (rounding_ == UpdateRounding::Kahan) {
+          if (!compensations_[i].defined())
+            compensations_[i] = zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
+          fused.compensation = &compensations_[i];
+        }
+      }
       update(i, target, grad, rate, group.weight_decay, count, fused);
       target.impl().storage->bump_version();
       if (master.defined()) p.impl().storage->bump_version();
@@ -230,6 +276,8 @@ std::size_t Optimizer::master_bytes() const {
 std::size_t Optimizer::state_bytes() const {
   std::size_t bytes = 0;
   for (const Tensor& t : state()) bytes += t.nbytes();
+  for (const Tensor& c : compensations_)
+    if (c.defined()) bytes += c.nbytes();
   return bytes;
 }
 

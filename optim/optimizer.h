@@ -16,6 +16,17 @@
 //
 //   optim::SGD sgd(model.parameters(), {.lr = 0.1, .master_weights = true});   // the float16_master recipe
 //
+// Without a master, an f16/bf16 parameter takes the update rounded as {.update_rounding} says
+// (kernels/optim.h): Nearest (the default, PyTorch's: updates below half an ulp are lost),
+// Stochastic (unbiased: element e of parameter i at step t rounds with the Philox word of
+// (rounding_seed, t, i, e), so a resumed run rounds as the uninterrupted one would), or Kahan (a
+// compensation buffer of the parameter's dtype, "state.3.compensation", carries what each rounding
+// lost into the next update: 2 more bytes a bf16 parameter). Zamirai et al., "Revisiting BFloat16
+// Training" (2020): either recovers f32-master accuracy without the 4-byte master.
+//
+//   optim::AdamW adamw(parameters, {.lr = 1e-3, .update_rounding = optim::UpdateRounding::Stochastic,
+//                                   .rounding_seed = 7});   // bfloat16_pure --update-rounding stochastic
+//
 // With amp::GradScaler, scaler.step(optimizer) calls step({.inv_scale, .found_inf}): the kernels read
 // the gradient times 1/S and skip the update on the device when found_inf is set, so a GPU step
 // makes the host wait for nothing (below: what is counted lazily, and what then waits).
@@ -39,6 +50,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/state_dict.h"
@@ -68,12 +80,34 @@ struct Group {
 // parameters' device, or null. The struct the fused kernels take too (kernels/optim.h).
 using kernels::StepScaling;
 
+// How an f16/bf16 parameter without a master stores its update (above; kernels/optim.h).
+using kernels::UpdateRounding;
+// "nearest", "stochastic", "kahan"; any other name is an mg::Error that lists them.
+UpdateRounding parse_update_rounding(std::string_view name);
+const char* update_rounding_name(UpdateRounding rounding);
+
+// What the optimizers' options share about how an update is stored.
+struct StoreOptions {
+  bool master_weights = false;
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;
+};
+
+// The StoreOptions of an optimizer's options (SgdOptions, AdamOptions, ...).
+template <class Options>
+StoreOptions store_options(const Options& options) {
+  return {options.master_weights, options.update_rounding, options.rounding_seed};
+}
+
 class Optimizer {
  public:
   // groups: every parameter is a distinct floating leaf that requires grad, in exactly one group;
   // parameters() lists them group after group. lr and weight_decay: the defaults of the groups.
-  // master_weights: keep an f32 master of every f16/bf16 parameter. name: for messages ("optim::SGD").
-  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, bool master_weights, std::string name);
+  // store: f32 masters of every f16/bf16 parameter, or how those parameters round their updates
+  // (not both: a rounding other than Nearest with master_weights is an mg::Error, as is one over
+  // parameters none of which is f16/bf16). name: for messages ("optim::SGD").
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const StoreOptions& store,
+            std::string name);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -110,6 +144,10 @@ class Optimizer {
   // gradients() or scale_gradients_ made it), or an undefined tensor for a parameter without one.
   const Tensor& master(std::size_t index) const { return masters_[index]; }
   std::size_t master_bytes() const;
+  UpdateRounding update_rounding() const { return rounding_; }
+  // Kahan's compensation of parameter `index` (its shape and dtype), or an undefined tensor before
+  // its first update or without Kahan rounding.
+  const Tensor& compensation(std::size_t index) const { return compensations_[index]; }
 
   // The gradients the next step() reads, as they are: each parameter's .grad, or for a parameter
   // with a master, its master's f32 .grad where gradients() or scale_gradients_ made it from the
@@ -130,13 +168,14 @@ class Optimizer {
   // counts: a host wait, made only when asked.
   kernels::UpdateCount last_update() const;
   // Momentum buffers, moments: every tensor of optimizer state (empty until the first step), the
-  // masters excepted (master_bytes()).
+  // masters and Kahan's compensations excepted (master_bytes(), compensation()).
   virtual std::vector<Tensor> state() const = 0;
-  std::size_t state_bytes() const;
+  std::size_t state_bytes() const;  // state() and the compensations
 
   // A snapshot (copies) of the step count, every group's lr and weight_decay ("group.0.lr") and
-  // every parameter's state ("state.3.momentum_buffer", "state.3.master"); parameters without
-  // state have no entries.
+  // every parameter's state ("state.3.momentum_buffer", "state.3.master", "state.3.compensation");
+  // parameters without state have no entries. (update_rounding and rounding_seed are options, not
+  // state: build the resumed optimizer with the same ones.)
   StateDict state_dict() const;
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes
   // and dtypes, in the same groups, with masters where this one keeps them. Everything is checked
@@ -154,8 +193,11 @@ class Optimizer {
                       kernels::UpdateCount& count, const kernels::FusedStep& fused) = 0;
 
   // ---- per-parameter state, for state_dict: each optimizer names its entries
-  // A tensor of the parameter's shape in the dtype of what step() updates (f32 under a master), or an integer.
+  // A tensor of the parameter's shape in state_dtype(index), or an integer.
   enum class StateKind { LikeParameter, Count };
+  // The dtype of parameter `index`'s LikeParameter state: what step() updates (the parameter's, f32
+  // under a master), unless the optimizer's options say otherwise (Adam's state_dtype).
+  virtual DType state_dtype(std::size_t index) const;
   struct StateEntry {
     std::string name;  // "exp_avg": saved as "state.<index>.exp_avg"
     StateKind kind;
@@ -181,6 +223,7 @@ class Optimizer {
   // The checks of load_state_dict, each throwing before anything changes (optimizer.cpp says the order).
   struct LoadedParameter {
     Tensor master;  // undefined without a master
+    Tensor compensation;  // undefined: none saved
     StateDict state;  // empty: no state yet
   };
   void check_keys(const StateDict& state, const std::string& owner) const;
@@ -191,7 +234,10 @@ class Optimizer {
   std::vector<Group> groups_;
   std::string name_;
   bool master_weights_;
+  UpdateRounding rounding_;
+  std::uint64_t rounding_seed_;
   std::vector<Tensor> masters_;  // one per parameter: f32, or undefined
+  std::vector<Tensor> compensations_;  // one per parameter: Kahan's, or undefined
   // The .grad (and its data version) each master's .grad was made from: held, so that its identity
   // stays unique. step() uses the master's .grad only while the parameter's .grad is still this one,
   // unchanged (a backward that accumulated into it, or a new one, is converted again).

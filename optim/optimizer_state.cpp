@@ -43,6 +43,7 @@ StateDict Optimizer::state_dict() const {
   }
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (masters_[i].defined()) state[fmt::format("state.{}.master", i)] = masters_[i].detach().clone();
+    if (compensations_[i].defined()) state[fmt::format("state.{}.compensation", i)] = compensations_[i].clone();
     for (const auto& [field, value] : parameter_state(i))
       state[fmt::format("state.{}.{}", i, field)] = value.detach().clone();  // a snapshot, not the live buffer
   }
@@ -88,6 +89,8 @@ void Optimizer::load_state_dict(const StateDict& state_in) {
   groups_ = std::move(groups);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     load_parameter_state(i, loaded[i].state);
+    compensations_[i] = loaded[i].compensation.defined() ? copy_state(compensations_[i], loaded[i].compensation)
+                                                         : Tensor();
     if (!masters_[i].defined()) continue;
     masters_[i].copy_(loaded[i].master);
     kernels::cast(masters_[i], parameters_[i]);
@@ -119,6 +122,15 @@ void Optimizer::check_keys(const StateDict& state, const std::string& owner) con
                  "{}: entry '{}' is an f32 master, but parameter {} ({}) has "
                  "none here; build the optimizer with master_weights = true over the same f16/bf16 parameters",
                  owner, key, parameter->index, parameters_[parameter->index].dtype());
+        continue;
+      }
+      if (parameter->field == "compensation") {
+        MG_CHECK(rounding_ == UpdateRounding::Kahan && is_low_precision(parameters_[parameter->index].dtype()),
+                 "{}: entry '{}' is Kahan's compensation, but parameter {} ({}) keeps none here (update_rounding "
+                 "{}{}); build {} with UpdateRounding::Kahan (mixgrad train: --update-rounding kahan) to continue "
+                 "that run",
+                 owner, key, parameter->index, parameters_[parameter->index].dtype(), update_rounding_name(rounding_),
+                 masters_[parameter->index].defined() ? ", with an f32 master" : "", name_);
         continue;
       }
       MG_CHECK(std::find(entry_names.begin(), entry_names.end(), parameter->field) != entry_names.end(),
@@ -173,8 +185,15 @@ Optimizer::LoadedParameter Optimizer::loaded_parameter(const StateDict& state, s
     loaded.master = it->second.to(p.device());
     saved.erase(it);
   }
+  if (auto it = saved.find("compensation"); it != saved.end()) {  // check_keys: only under Kahan
+    MG_CHECK(it->second.shape() == p.shape() && it->second.dtype() == p.dtype(),
+             "{}: entry 'state.{}.compensation' must be {} {} (parameter {}'s dtype and shape), got {} {}", owner, i,
+             p.dtype(), p.shape(), i, it->second.dtype(), it->second.shape());
+    loaded.compensation = it->second.to(p.device());
+    saved.erase(it);
+  }
   if (saved.empty()) return loaded;
-  const DType dtype = masters_[i].defined() ? DType::F32 : p.dtype();
+  const DType dtype = state_dtype(i);
   for (const StateEntry& entry : state_entries()) {
     auto it = saved.find(entry.name);
     MG_CHECK(it != saved.end(), "{}: parameter {} has state but no entry 'state.{}.{}'", owner, i, i, entry.name);
@@ -191,11 +210,15 @@ Optimizer::LoadedParameter Optimizer::loaded_parameter(const StateDict& state, s
              "{}: entry 'state.{}.{}' is {} {}, but parameter {} is {} {}{}; load the state into a model of the "
              "same shapes and dtypes",
              owner, i, entry.name, value.shape(), value.dtype(), i, p.shape(), dtype,
-             masters_[i].defined() ? " (its f32 master's state)" : "");
+             dtype != p.dtype() ? " (the dtype of its state here)" : "");
     it->second = value.to(p.device());  // a checkpoint's state is read to the CPU; it lives with its parameter
   }
   loaded.state = std::move(saved);
   return loaded;
+}
+
+DType Optimizer::state_dtype(std::size_t index) const {
+  return masters_[index].defined() ? DType::F32 : parameters_[index].dtype();
 }
 
 Tensor Optimizer::copy_state(const Tensor& existing, const Tensor& saved) {

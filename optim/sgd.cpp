@@ -10,7 +10,7 @@ SGD::SGD(std::vector<Tensor> parameters, SgdOptions options)
     : SGD(std::vector<ParamGroup>{{.parameters = std::move(parameters)}}, options) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, options.master_weights, "optim::SGD"),
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, store_options(options), "optim::SGD"),
       options_(options) {
   MG_CHECK(options.momentum >= 0.0 && options.dampening >= 0.0,
            "optim::SGD: momentum ({}) and dampening ({}) must "

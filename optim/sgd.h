@@ -16,6 +16,9 @@ struct SgdOptions {
   double weight_decay = 0.0;  // L2: added to the gradient (d = g + weight_decay * p)
   bool nesterov = false;  // needs momentum > 0 and dampening == 0
   bool master_weights = false;  // an f32 master of every f16/bf16 parameter (optim/optimizer.h)
+  // How an f16/bf16 parameter without a master stores its update, and the stochastic words' seed.
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;
 };
 
 class SGD : public Optimizer {

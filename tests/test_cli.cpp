@@ -53,6 +53,10 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --steps 1 --resume /nonexistent.safetensors", "--resume"},
       {"train --steps 1 --save /nonexistent-dir/x.safetensors", "does not exist"},
       {"train --steps 1 --tf32", "--tf32 changes only the f32 GEMMs of a GPU"},
+      {"train --steps 1 --update-rounding kahan",
+       "--update-rounding kahan rounds updates into 16-bit weights, which only float16_pure and bfloat16_pure"},
+      {"train --steps 1 --precision float16_master --update-rounding stochastic", "updates f32 master weights"},
+      {"train --steps 1 --update-rounding up", "--update-rounding: up not in"},
       {"train --steps 1 --stop-signals TERM,KILL", "SIGKILL cannot be caught"},
       {"train --steps 1 --stop-signals TERM,PWR", "unknown signal 'PWR'"},
       {"train --steps 1 --keep 3", "--keep requires --save-every"},
@@ -162,8 +166,9 @@ TEST_CASE("a run writes its CSV log, its JSON summary and the closing line") {
 // state) to N steps, a save, and N more steps in a new process that resumes.
 TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process") {
   TempDir tmp;
-  for (const char* flags :
-       {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam"}) {
+  for (const char* flags : {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam",
+                            "--precision bfloat16_pure --optimizer adam --update-rounding stochastic",
+                            "--precision bfloat16_pure --optimizer sgd --update-rounding kahan"}) {
     INFO(flags);
     const std::string base = kSmallRun + " " + flags;
     REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {} --summary {}", tmp / "straight.safetensors",

@@ -6,7 +6,8 @@
 // CPU cases run everywhere: update_scale by hand-computed values; the fused master pass against
 // the unfused sequence (unscale into f32, update, cast), bit for bit; a set found_inf changes no bit.
 // GPU cases (in builds with the CUDA backend) skip with a message when no device is visible. How often
-// a step makes the host wait: test_cuda_host_waits.cpp; Adam's and Adagrad's step counts on the CPU:
+// a step makes the host wait: test_cuda_host_waits.cpp; the stochastic and Kahan update roundings on the
+// CPU: test_update_rounding.cpp; Adam's and Adagrad's step counts on the CPU:
 // test_optim.cpp, test_optim_adagrad.cpp.
 // Add an optimizer configuration: one line in update_cases() (tests/optim_update_cases.h); every GPU
 // and fused case runs it.
@@ -334,6 +335,36 @@ TEST_CASE("fused master (GPU): the CPU's fused pass bit for bit; a set found_inf
       CHECK(count.nonzero == 0);
     }
   }
+}
+
+TEST_CASE("stochastic and Kahan update rounding, f32 state (GPU): the CPU's bits, compensation included") {
+  if (!have_gpu()) return;
+  const std::vector<UpdateCase> cases = update_cases();
+  for (const UpdateCase& c : {cases[1], cases[2], cases[6]})  // small-lr sgd, momentum, adamw
+    for (DType dtype : {DType::F16, DType::BF16})
+      for (kernels::UpdateRounding rounding : {kernels::UpdateRounding::Stochastic, kernels::UpdateRounding::Kahan})
+        for (std::int64_t numel : {std::int64_t{7}, std::int64_t{4099}}) {
+          const DType state_dtype = numel == 7 && c.states > 0 ? DType::F32 : dtype;  // Adam's state_dtype
+          INFO(c.name << ", " << dtype_name(dtype) << ", rounding " << static_cast<int>(rounding) << ", " << numel
+                      << ", state " << dtype_name(state_dtype));
+          Tensor p_cpu = uniform_in({numel}, dtype, 5, 0.5, 1.5), p_gpu = gpu(p_cpu);
+          Tensor c_cpu = zeros({numel}, {.dtype = dtype}), c_gpu = gpu(c_cpu);
+          std::vector<Tensor> s_cpu = fresh_state(c.states, p_cpu.to(state_dtype)), s_gpu;
+          for (const Tensor& s : s_cpu) s_gpu.push_back(gpu(s));
+          UpdateCount count_cpu, count_gpu;
+          for (int step = 0; step < 3; ++step) {
+            const Tensor g_cpu = uniform_in({numel}, dtype, 70 + step, -1.0, 1.0), g_gpu = gpu(g_cpu);
+            const stochastic::RoundingStream stream{.seed = 9, .step = static_cast<std::uint32_t>(step), .tensor = 2};
+            const bool kahan = rounding == kernels::UpdateRounding::Kahan;
+            c.run(false, step, p_cpu, g_cpu, s_cpu, count_cpu,
+                  {.rounding = rounding, .stream = stream, .compensation = kahan ? &c_cpu : nullptr});
+            c.run(true, step, p_gpu, g_gpu, s_gpu, count_gpu,
+                  {.rounding = rounding, .stream = stream, .compensation = kahan ? &c_gpu : nullptr});
+            check_identical(p_gpu, p_cpu, "parameter");
+            check_identical(c_gpu, c_cpu, "compensation");
+            for (int k = 0; k < c.states; ++k) check_identical(s_gpu[k], s_cpu[k], "state");
+          }
+        }
 }
 
 #endif  // MG_WITH_CUDA

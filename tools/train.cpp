@@ -152,6 +152,10 @@ void print_header(const TrainOptions& o, train::Trainer& trainer, const TrainSum
              device.is_cpu()
                  ? fmt::format("{} thread(s), f32 GEMM by {}", mg::num_threads(), kernels::cpu::gemm_backend())
                  : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
+  if (o.update_rounding != "nearest")
+    fmt::print("mixgrad train: each weight update rounded into {} {}\n", trainer.recipe().parameter_dtype,
+               o.update_rounding == "kahan" ? "with Kahan's compensation (one more 16-bit value a weight)"
+                                            : fmt::format("stochastically (words from --seed {})", o.seed));
   if (const train::DataParallel* replicas = trainer.data_parallel())
     fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
                "averaged in {} bucket(s) of {} ({} KiB per step)\n",
@@ -245,7 +249,11 @@ TrainSummary train(const TrainOptions& o) {
   kernels::set_allow_tf32(o.tf32);  // read by every GEMM queued from here on (kernels/gemm.h)
   // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
   train::Trainer trainer(task.model, {.recipe = amp::Recipe::parse(o.precision),
-                                      .optimizer = {.name = o.optimizer, .lr = *o.lr, .momentum = o.momentum},
+                                      .optimizer = {.name = o.optimizer,
+                                                    .lr = *o.lr,
+                                                    .momentum = o.momentum,
+                                                    .update_rounding = optim::parse_update_rounding(o.update_rounding),
+                                                    .rounding_seed = o.seed},
                                       .device = train_device(o),
                                       .monitor = {.error_on_collapse = true},
                                       .process_group = group,

@@ -72,6 +72,12 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
   c.add_option("--momentum", o.momentum, "SGD momentum, in [0, 0.999]")
       ->check(finite_number_in(0, 0.999, "a momentum in [0, 0.999]"))
       ->capture_default_str();
+  c.add_option("--update-rounding", o.update_rounding,
+               "How float16_pure and bfloat16_pure store each weight update, having no f32 master: nearest "
+               "(updates below half an ulp are lost), stochastic (unbiased; words from --seed) or kahan (a "
+               "16-bit compensation buffer, 2 bytes a parameter)")
+      ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))
+      ->capture_default_str();
   c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")
       ->check(seed_value())
       ->capture_default_str();
@@ -137,11 +143,11 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
 
 std::string describe(const TrainOptions& o) {
   return fmt::format("--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
-                     "--context {} --optimizer {} --lr {} --momentum {} --seed {} --subset {} --text-file '{}' "
-                     "--resume '{}' --bucket-kb {} --allreduce-dtype {}",
+                     "--context {} --optimizer {} --lr {} --momentum {} --update-rounding {} --seed {} --subset {} "
+                     "--text-file '{}' --resume '{}' --bucket-kb {} --allreduce-dtype {}",
                      o.data, o.model, o.precision, o.device, o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer,
-                     o.lr.value_or(0), o.momentum, o.seed, o.subset, o.text_file, o.resume, o.bucket_kb,
-                     o.allreduce_dtype);
+                     o.lr.value_or(0), o.momentum, o.update_rounding, o.seed, o.subset, o.text_file, o.resume,
+                     o.bucket_kb, o.allreduce_dtype);
 }
 
 void finalize(TrainOptions& o) {
@@ -153,6 +159,15 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
   MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
                                           "multiplies in f32); add --device cuda, or drop --tf32");
+  if (o.update_rounding != "nearest") {
+    const amp::Recipe recipe = amp::Recipe::parse(o.precision);
+    MG_CHECK(!recipe.master_weights && is_low_precision(recipe.parameter_dtype),
+             "mixgrad train: --update-rounding {} rounds updates into 16-bit weights, which only float16_pure and "
+             "bfloat16_pure train without f32 copies; --precision {} updates {}. Add --precision bfloat16_pure, or "
+             "drop --update-rounding",
+             o.update_rounding, o.precision,
+             recipe.master_weights ? "f32 master weights" : fmt::format("{} weights", recipe.parameter_dtype));
+  }
   if (o.threads > 0) mg::set_num_threads(static_cast<int>(o.threads));
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");

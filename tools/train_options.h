@@ -37,6 +37,7 @@ struct TrainOptions {
   std::string optimizer = "sgd";  // sgd | adam | adamw | adagrad
   std::optional<double> lr;  // unset: kTrainSgdLr for sgd, the optimizer's own default otherwise
   double momentum = 0.9;  // sgd only
+  std::string update_rounding = "nearest";  // nearest | stochastic | kahan: the pure recipes' updates
   std::uint64_t seed = 0;
   std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all
   std::string text_file;  // text: a plain-text file instead of the King James Bible

@@ -33,21 +33,33 @@ double default_lr(const std::string& optimizer) {
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> parameters,
                                                  bool master_weights) {
   const double lr = spec.lr ? *spec.lr : default_lr(spec.name);
+  const optim::UpdateRounding rounding = spec.update_rounding;
+  const std::uint64_t seed = spec.rounding_seed;
   std::unique_ptr<optim::Optimizer> optimizer;
   if (spec.name == "sgd")
-    optimizer = std::make_unique<optim::SGD>(std::move(parameters),
-                                             optim::SgdOptions{.lr = lr,
-                                                               .momentum = spec.momentum,
-                                                               .master_weights = master_weights});
+    optimizer = std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = lr,
+                                                                                      .momentum = spec.momentum,
+                                                                                      .master_weights = master_weights,
+                                                                                      .update_rounding = rounding,
+                                                                                      .rounding_seed = seed});
   else if (spec.name == "adam")
     optimizer = std::make_unique<optim::Adam>(std::move(parameters),
-                                              optim::AdamOptions{.lr = lr, .master_weights = master_weights});
+                                              optim::AdamOptions{.lr = lr,
+                                                                 .master_weights = master_weights,
+                                                                 .update_rounding = rounding,
+                                                                 .rounding_seed = seed});
   else if (spec.name == "adamw")
     optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
-                                               optim::AdamWOptions{.lr = lr, .master_weights = master_weights});
+                                               optim::AdamWOptions{.lr = lr,
+                                                                   .master_weights = master_weights,
+                                                                   .update_rounding = rounding,
+                                                                   .rounding_seed = seed});
   else if (spec.name == "adagrad")
     optimizer = std::make_unique<optim::Adagrad>(std::move(parameters),
-                                                 optim::AdagradOptions{.lr = lr, .master_weights = master_weights});
+                                                 optim::AdagradOptions{.lr = lr,
+                                                                       .master_weights = master_weights,
+                                                                       .update_rounding = rounding,
+                                                                       .rounding_seed = seed});
   else
     unknown_optimizer(spec.name);
   if (spec.schedule) optimizer->set_schedule(spec.schedule);

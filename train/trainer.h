@@ -61,6 +61,9 @@ struct OptimizerSpec {
   std::string name = "sgd";  // "sgd", "adam", "adamw" or "adagrad" (their defaults otherwise: optim/)
   std::optional<double> lr{};  // empty: the optimizer's own default (default_lr)
   double momentum = 0.0;  // SGD's
+  // How f16/bf16 parameters without masters (the pure recipes) store updates (optim/optimizer.h).
+  optim::UpdateRounding update_rounding = optim::UpdateRounding::Nearest;
+  std::uint64_t rounding_seed = 0;  // the stochastic rounding's words
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
 };
 

@@ -5,7 +5,8 @@
 // lost-update count compares the stored parameter with the old one wherever the computed change
 // was non-zero. FusedStep: the gradient is scaled as it is read, a set found_inf returns before
 // anything is written (Adam's and Adagrad's step counts included), and the model copy is converted
-// from each stored chunk of the parameter.
+// from each stored chunk of the parameter. An f16/bf16 parameter's chunk is rounded as
+// fused.rounding says (round_for_store) before it is stored.
 // Elements are independent, so the thread pool takes chunks of each parameter.
 // Tests: build/tests/test_optim, build/tests/test_optim_adagrad, build/tests/test_cuda_amp.
 #include <algorithm>
@@ -27,6 +28,36 @@ constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread 
 // Whether the GradScaler found an inf or NaN for this step: then the update writes nothing.
 bool skipped(const FusedStep& fused) {
   return fused.scaling.found_inf && *fused.scaling.found_inf->data<float>() != 0.0f;
+}
+
+// An f32 value rounded to nearest into an f16 or bf16 and back.
+float round_nearest(float x, DType dtype) {
+  return dtype == DType::F16 ? static_cast<float>(half(x)) : static_cast<float>(bfloat16(x));
+}
+
+// Elements [start, start + n) of an f16/bf16 parameter, `updated` from `old` in f32, made values of
+// its dtype as fused.rounding says (kernels/optim.h), so that the convert that stores them is exact.
+// Nearest leaves them to that convert.
+template <class C>
+void round_for_store(const FusedStep& fused, DType dtype, std::int64_t start, std::int64_t n, const C* old,
+                     C* updated) {
+  if (fused.rounding == UpdateRounding::Stochastic) {
+    philox::Block words{};  // element e's word is words.word[e % 4] of block e / 4: one call per 4 elements
+    std::uint64_t block = ~std::uint64_t{0};
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto element = static_cast<std::uint64_t>(start + i);
+      if (element / 4 != block) words = stochastic::rounding_words(fused.stream, block = element / 4);
+      updated[i] = C(stochastic::stochastic_round(static_cast<float>(updated[i]), dtype, words.word[element % 4]));
+    }
+  } else if (fused.rounding == UpdateRounding::Kahan) {
+    Tensor& compensation = *fused.compensation;  // in the parameter's dtype
+    float debt[kChunk];
+    convert(bytes_at(compensation, start), compensation.dtype(), debt, DType::F32, n);
+    const auto round = [dtype](float x) { return round_nearest(x, dtype); };
+    for (std::int64_t i = 0; i < n; ++i)
+      updated[i] = C(kahan_store(static_cast<float>(old[i]), static_cast<float>(updated[i]), debt[i], round));
+    convert(debt, DType::F32, bytes_at(compensation, start), compensation.dtype(), n);  // exact
+  }
 }
 
 // Runs update(p, g * inv_scale, state) for every element; `state` points at the values of the state
@@ -69,6 +100,7 @@ void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> sta
       } else {
         std::copy(p, p + n, old);
         for (std::int64_t i = 0; i < n; ++i) changed[i] = update_one(i);
+        round_for_store(fused, param.dtype(), start, n, old, p);
         convert(p, c, bytes_at(param, start), param.dtype(), n);
         // What the parameter holds now is p rounded to f16/bf16.
         convert(bytes_at(param, start), param.dtype(), stored, c, n);

@@ -5,14 +5,16 @@
 // The math is the functors of kernels/optim_functors.h, the same ones the CPU loop calls, in f32
 // with the same rounding of every intermediate, so a GPU update equals the CPU's bit for bit (the
 // lost-update counts included). Parameter, gradient and state are read in their dtypes (the state
-// in the parameter's), widened to f32, updated, and rounded once on store.
+// in the parameter's, or f32), widened to f32, updated, and rounded once on store.
 //
 // Launch geometry: a grid-stride loop over packs of 4 elements, kThreads threads a block, as many
 // blocks as the GPU holds at once (grid_for: one wave, never a partial last one), fewer for small
 // tensors; one vector load per tensor and pack when every pointer is aligned to a pack, then the
 // tail (or everything, when some pointer is not aligned) element by element.
 // FusedStep: each block first reads found_inf (written by the check or another kernel before it on
-// the stream) and returns at once when it is set; every thread reads inv_scale; the model copy is
+// the stream) and returns at once when it is set; every thread reads inv_scale; an f16/bf16
+// parameter's value is rounded as fused.rounding says (rounded_store: nearest, stochastic with element
+// i's Philox word, or Kahan with its compensation read and written beside it); the model copy is
 // written from the stored parameter in the same pass.
 // Adam's and Adagrad's step counts: every thread reads the count (i32 [1]) and builds the constants
 // of the next update itself (AdamUpdate::at_step: the bias corrections; AdagradUpdate::at_step: the
@@ -40,14 +42,18 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The tensors of one update: S state tensors in the parameter's element type P, the gradient in G.
-template <class P, class G, int S>
+// The tensors of one update: the parameter in P, the gradient in G, S state tensors in T (P's, or f32
+// beside an f16/bf16 parameter: Adam's state_dtype).
+template <class P, class G, class T, int S>
 struct UpdateTensors {
   P* param;
   const G* grad;
-  P* state[S > 0 ? S : 1];
+  T* state[S > 0 ? S : 1];
   void* model_copy;  // null, or the model's copy of the parameter in model_dtype
   DType model_dtype;
+  UpdateRounding rounding;  // how an f16/bf16 parameter stores its update (kernels/optim.h)
+  stochastic::RoundingStream stream;  // Stochastic's words
+  P* compensation;  // Kahan's, in the parameter's dtype; null otherwise
   std::int64_t numel;
   bool vectorized;  // every pointer aligned to a pack of its element type
 };
@@ -56,14 +62,33 @@ struct Counts {
   unsigned nonzero = 0, lost = 0;
 };
 
-// One element: updates p (f32) and state[0..S) for the gradient g (scaled by inv_scale), counts
+// Element i's updated value, `updated` from `before`, rounded into P as t.rounding says: the same
+// values as the CPU's round_for_store (the same stochastic_round and kahan_store).
+template <class P, class G, class T, int S>
+__device__ __forceinline__ P rounded_store(const UpdateTensors<P, G, T, S>& t, std::int64_t i, float before,
+                                           float updated) {
+  if constexpr (std::is_same_v<P, __half> || std::is_same_v<P, bf16>) {
+    constexpr DType dtype = std::is_same_v<P, __half> ? DType::F16 : DType::BF16;
+    if (t.rounding == UpdateRounding::Stochastic)
+      return from_float<P>(stochastic::stochastic_round(updated, dtype, stochastic::rounding_word(t.stream, i)));
+    if (t.rounding == UpdateRounding::Kahan) {
+      float debt = to_float(t.compensation[i]);
+      const float stored = kahan_store(before, updated, debt, [](float x) { return to_float(from_float<P>(x)); });
+      t.compensation[i] = from_float<P>(debt);
+      return from_float<P>(stored);
+    }
+  }
+  return from_float<P>(updated);
+}
+
+// One element, i: updates p (f32) and state[0..S) for the gradient g (scaled by inv_scale), counts
 // the update, and returns p rounded to P.
-template <class P, class Update>
-__device__ __forceinline__ P update_element(const Update& update, float& p, float g, float* state, float inv_scale,
-                                            Counts& counts) {
+template <class P, class G, class T, int S, class Update>
+__device__ __forceinline__ P update_element(const UpdateTensors<P, G, T, S>& t, std::int64_t i, const Update& update,
+                                            float& p, float g, float* state, float inv_scale, Counts& counts) {
   const float before = p;
   const bool changed = update(p, __fmul_rn(g, inv_scale), state);
-  const P stored = from_float<P>(p);
+  const P stored = rounded_store(t, i, before, p);
   counts.nonzero += changed;
   counts.lost += changed && to_float(stored) == before;
   return stored;
@@ -98,10 +123,10 @@ __device__ __forceinline__ Update prepared(const Update& update, const std::int3
     return update;
 }
 
-template <class P, class G, int S, class Update>
+template <class P, class G, class T, int S, class Update>
 __global__ void __launch_bounds__(kThreads)
-    update_kernel(UpdateTensors<P, G, S> t, Update update_at_step, const std::int32_t* step, const float* inv_scale_ptr,
-                  const float* found_inf, unsigned long long* counters) {
+    update_kernel(UpdateTensors<P, G, T, S> t, Update update_at_step, const std::int32_t* step,
+                  const float* inv_scale_ptr, const float* found_inf, unsigned long long* counters) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;  // a skipped step: the whole grid leaves
   const Update update = prepared(update_at_step, step);
   const float inv_scale = inv_scale_ptr != nullptr ? *inv_scale_ptr : 1.0f;
@@ -112,17 +137,18 @@ __global__ void __launch_bounds__(kThreads)
     for (std::int64_t k = first_index(); k < packs; k += grid_stride()) {
       const Pack<P> p_in = reinterpret_cast<const Pack<P>*>(t.param)[k];
       const Pack<G> g_in = reinterpret_cast<const Pack<G>*>(t.grad)[k];
-      Pack<P> s_in[S > 0 ? S : 1], p_out, s_out[S > 0 ? S : 1];
-      for (int m = 0; m < S; ++m) s_in[m] = reinterpret_cast<const Pack<P>*>(t.state[m])[k];
+      Pack<T> s_in[S > 0 ? S : 1], s_out[S > 0 ? S : 1];
+      Pack<P> p_out;
+      for (int m = 0; m < S; ++m) s_in[m] = reinterpret_cast<const Pack<T>*>(t.state[m])[k];
 #pragma unroll
       for (int j = 0; j < kPack; ++j) {
         float p = to_float(p_in.v[j]), state[S > 0 ? S : 1];
         for (int m = 0; m < S; ++m) state[m] = to_float(s_in[m].v[j]);
-        p_out.v[j] = update_element<P>(update, p, to_float(g_in.v[j]), state, inv_scale, counts);
-        for (int m = 0; m < S; ++m) s_out[m].v[j] = from_float<P>(state[m]);
+        p_out.v[j] = update_element(t, k * kPack + j, update, p, to_float(g_in.v[j]), state, inv_scale, counts);
+        for (int m = 0; m < S; ++m) s_out[m].v[j] = from_float<T>(state[m]);
       }
       reinterpret_cast<Pack<P>*>(t.param)[k] = p_out;
-      for (int m = 0; m < S; ++m) reinterpret_cast<Pack<P>*>(t.state[m])[k] = s_out[m];
+      for (int m = 0; m < S; ++m) reinterpret_cast<Pack<T>*>(t.state[m])[k] = s_out[m];
       if (t.model_copy) {
         visit_floating_on_device(t.model_dtype, [&](auto model_type) {
           using M = decltype(model_type);
@@ -137,9 +163,9 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t i = done + first_index(); i < t.numel; i += grid_stride()) {
     float p = to_float(t.param[i]), state[S > 0 ? S : 1];
     for (int m = 0; m < S; ++m) state[m] = to_float(t.state[m][i]);
-    const P stored = update_element<P>(update, p, to_float(t.grad[i]), state, inv_scale, counts);
+    const P stored = update_element(t, i, update, p, to_float(t.grad[i]), state, inv_scale, counts);
     t.param[i] = stored;
-    for (int m = 0; m < S; ++m) t.state[m][i] = from_float<P>(state[m]);
+    for (int m = 0; m < S; ++m) t.state[m][i] = from_float<T>(state[m]);
     if (t.model_copy) {
       visit_floating_on_device(t.model_dtype, [&](auto model_type) {
         using M = decltype(model_type);
@@ -165,14 +191,14 @@ __global__ void advance_step_kernel(std::int32_t* step, const float* found_inf) 
 // there is no last, partial wave (an Adam kernel uses ~40 registers a thread, so an H100 SM holds 6
 // blocks of 256, and a fixed grid of 132 * 32 blocks would run 5.3 waves: 11% of the time idle).
 // Queried once per kernel, on the device current at its first launch.
-template <class P, class G, int S, class Update>
+template <class P, class G, class T, int S, class Update>
 unsigned grid_for(std::int64_t packs) {
   static const std::int64_t resident = [] {
     int device = 0, multiprocessors = 0, blocks_per_multiprocessor = 0;
     MG_CUDA_CHECK(cudaGetDevice(&device));
     MG_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
     MG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_multiprocessor,
-                                                                update_kernel<P, G, S, Update>, kThreads, 0));
+                                                                update_kernel<P, G, T, S, Update>, kThreads, 0));
     return std::int64_t{multiprocessors} * blocks_per_multiprocessor;
   }();
   const std::int64_t wanted = (packs + kThreads - 1) / kThreads;
@@ -195,19 +221,35 @@ unsigned long long* update_counters(int device_index) {
   return device_counters;
 }
 
+// The state's element type T: the parameter's P, or f32 (Adam's state_dtype beside an f16/bf16
+// parameter); calls fn(T{}).
+template <int S, class Fn>
+void visit_state_type(const char* kernel, const Tensor& param, std::array<Tensor*, S> state, Fn&& fn) {
+  if constexpr (S == 0) {
+    visit_device_floating(param.dtype(), kernel, fn);
+  } else {
+    const DType state_dtype = state[0]->dtype();
+    for (Tensor* s : state)
+      MG_CHECK(s->dtype() == state_dtype && (state_dtype == param.dtype() || state_dtype == DType::F32),
+               "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a GPU the state has the "
+               "parameter's dtype or f32",
+               kernel, s->dtype(), param.dtype());
+    if (state_dtype == param.dtype())
+      visit_device_floating(param.dtype(), kernel, fn);
+    else
+      fn(float{});
+  }
+}
+
 // Checks the dtypes, then launches update_kernel for (param, grad, state) with the f32 functor;
 // `step`: Adam's or Adagrad's count (null for SGD).
 template <int S, class Update>
 void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::array<Tensor*, S> state, Tensor* step,
                    const FusedStep& fused, const Update& update) {
-  for (Tensor* s : state)
-    MG_CHECK(s->dtype() == param.dtype(),
-             "CUDA kernel {}: the optimizer state is {} but the parameter is {}; on a "
-             "GPU the state has the parameter's dtype (as every optimizer creates it)",
-             kernel, s->dtype(), param.dtype());
   Tensor* model_copy = fused.model_copy;
   if (model_copy) visit_device_floating(model_copy->dtype(), kernel, [](auto) {});
   const std::int64_t numel = param.numel();
+  const bool kahan = fused.rounding == UpdateRounding::Kahan && is_low_precision(param.dtype());
   mg::cuda::DeviceGuard guard(param.device().index);
   unsigned long long* counters = update_counters(param.device().index);
   const float* found_inf = fused.scaling.found_inf ? device_ptr<const float>(*fused.scaling.found_inf) : nullptr;
@@ -215,24 +257,31 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
     using P = decltype(param_type);
     visit_device_floating(grad.dtype(), kernel, [&](auto grad_type) {
       using G = decltype(grad_type);
-      UpdateTensors<P, G, S> t{.param = device_ptr<P>(param),
-                               .grad = device_ptr<const G>(grad),
-                               .state = {},
-                               .model_copy = model_copy ? model_copy->data_ptr() : nullptr,
-                               .model_dtype = model_copy ? model_copy->dtype() : DType::F32,
-                               .numel = numel,
-                               .vectorized = aligned(param.data_ptr(), sizeof(Pack<P>)) &&
-                                             aligned(grad.data_ptr(), sizeof(Pack<G>))};
-      for (int m = 0; m < S; ++m) {
-        t.state[m] = device_ptr<P>(*state[m]);
-        t.vectorized = t.vectorized && aligned(t.state[m], sizeof(Pack<P>));
-      }
-      if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
-      const unsigned blocks = grid_for<P, G, S, Update>((numel + kPack - 1) / kPack);
-      MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))
-      (t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
-       fused.scaling.inv_scale ? device_ptr<const float>(*fused.scaling.inv_scale) : nullptr, found_inf, counters);
-      MG_CUDA_LAUNCHED();
+      visit_state_type<S>(kernel, param, state, [&](auto state_type) {
+        using T = decltype(state_type);
+        UpdateTensors<P, G, T, S> t{.param = device_ptr<P>(param),
+                                    .grad = device_ptr<const G>(grad),
+                                    .state = {},
+                                    .model_copy = model_copy ? model_copy->data_ptr() : nullptr,
+                                    .model_dtype = model_copy ? model_copy->dtype() : DType::F32,
+                                    .rounding = fused.rounding,
+                                    .stream = fused.stream,
+                                    .compensation = kahan ? device_ptr<P>(*fused.compensation) : nullptr,
+                                    .numel = numel,
+                                    .vectorized = aligned(param.data_ptr(), sizeof(Pack<P>)) &&
+                                                  aligned(grad.data_ptr(), sizeof(Pack<G>))};
+        for (int m = 0; m < S; ++m) {
+          t.state[m] = device_ptr<T>(*state[m]);
+          t.vectorized = t.vectorized && aligned(t.state[m], sizeof(Pack<T>));
+        }
+        if (model_copy) t.vectorized = t.vectorized && aligned(t.model_copy, kPack * dtype_size(model_copy->dtype()));
+        if (kahan) t.vectorized = t.vectorized && aligned(t.compensation, sizeof(Pack<P>));
+        const unsigned blocks = grid_for<P, G, T, S, Update>((numel + kPack - 1) / kPack);
+        MG_LAUNCH(update_kernel, blocks, kThreads, 0, stream_of(param))
+        (t, update, step ? device_ptr<const std::int32_t>(*step) : nullptr,
+         fused.scaling.inv_scale ? device_ptr<const float>(*fused.scaling.inv_scale) : nullptr, found_inf, counters);
+        MG_CUDA_LAUNCHED();
+      });
     });
   });
   if (step) {
