@@ -62,15 +62,22 @@ struct Counts {
   unsigned nonzero = 0, lost = 0;
 };
 
+// Whether a parameter of type P stores its updates stochastically (an f32 one never rounds).
+template <class P>
+__device__ __forceinline__ bool stochastic_store(UpdateRounding rounding) {
+  return (std::is_same_v<P, __half> || std::is_same_v<P, bf16>)&&rounding == UpdateRounding::Stochastic;
+}
+
 // Element i's updated value, `updated` from `before`, rounded into P as t.rounding says: the same
-// values as the CPU's round_for_store (the same stochastic_round and kahan_store).
+// values as the CPU's round_for_store (the same stochastic_round and kahan_store). `random` is element
+// i's word, rounding_word(t.stream, i), where the rounding is stochastic.
 template <class P, class G, class T, int S>
 __device__ __forceinline__ P rounded_store(const UpdateTensors<P, G, T, S>& t, std::int64_t i, float before,
-                                           float updated) {
+                                           float updated, std::uint32_t random) {
   if constexpr (std::is_same_v<P, __half> || std::is_same_v<P, bf16>) {
     constexpr DType dtype = std::is_same_v<P, __half> ? DType::F16 : DType::BF16;
     if (t.rounding == UpdateRounding::Stochastic)
-      return from_float<P>(stochastic::stochastic_round(updated, dtype, stochastic::rounding_word(t.stream, i)));
+      return from_float<P>(stochastic::stochastic_round(updated, dtype, random));
     if (t.rounding == UpdateRounding::Kahan) {
       float debt = to_float(t.compensation[i]);
       const float stored = kahan_store(before, updated, debt, [](float x) { return to_float(from_float<P>(x)); });
@@ -82,13 +89,14 @@ __device__ __forceinline__ P rounded_store(const UpdateTensors<P, G, T, S>& t, s
 }
 
 // One element, i: updates p (f32) and state[0..S) for the gradient g (scaled by inv_scale), counts
-// the update, and returns p rounded to P.
+// the update, and returns p rounded to P (with the word `random` where that is stochastic).
 template <class P, class G, class T, int S, class Update>
-__device__ __forceinline__ P update_element(const UpdateTensors<P, G, T, S>& t, std::int64_t i, const Update& update,
-                                            float& p, float g, float* state, float inv_scale, Counts& counts) {
+__device__ __forceinline__ P update_element(const UpdateTensors<P, G, T, S>& t, std::int64_t i, std::uint32_t random,
+                                            const Update& update, float& p, float g, float* state, float inv_scale,
+                                            Counts& counts) {
   const float before = p;
   const bool changed = update(p, __fmul_rn(g, inv_scale), state);
-  const P stored = rounded_store(t, i, before, p);
+  const P stored = rounded_store(t, i, before, p, random);
   counts.nonzero += changed;
   counts.lost += changed && to_float(stored) == before;
   return stored;
@@ -140,11 +148,16 @@ __global__ void __launch_bounds__(kThreads)
       Pack<T> s_in[S > 0 ? S : 1], s_out[S > 0 ? S : 1];
       Pack<P> p_out;
       for (int m = 0; m < S; ++m) s_in[m] = reinterpret_cast<const Pack<T>*>(t.state[m])[k];
+      // A pack is one Philox block: elements 4k..4k+3 take its four words (rounding_words).
+      static_assert(kPack == 4);
+      const philox::Block words = stochastic_store<P>(t.rounding) ? stochastic::rounding_words(t.stream, k)
+                                                                  : philox::Block{};
 #pragma unroll
       for (int j = 0; j < kPack; ++j) {
         float p = to_float(p_in.v[j]), state[S > 0 ? S : 1];
         for (int m = 0; m < S; ++m) state[m] = to_float(s_in[m].v[j]);
-        p_out.v[j] = update_element(t, k * kPack + j, update, p, to_float(g_in.v[j]), state, inv_scale, counts);
+        p_out.v[j] = update_element(t, k * kPack + j, words.word[j], update, p, to_float(g_in.v[j]), state, inv_scale,
+                                    counts);
         for (int m = 0; m < S; ++m) s_out[m].v[j] = from_float<T>(state[m]);
       }
       reinterpret_cast<Pack<P>*>(t.param)[k] = p_out;
@@ -163,7 +176,8 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t i = done + first_index(); i < t.numel; i += grid_stride()) {
     float p = to_float(t.param[i]), state[S > 0 ? S : 1];
     for (int m = 0; m < S; ++m) state[m] = to_float(t.state[m][i]);
-    const P stored = update_element(t, i, update, p, to_float(t.grad[i]), state, inv_scale, counts);
+    const std::uint32_t random = stochastic_store<P>(t.rounding) ? stochastic::rounding_word(t.stream, i) : 0u;
+    const P stored = update_element(t, i, random, update, p, to_float(t.grad[i]), state, inv_scale, counts);
     t.param[i] = stored;
     for (int m = 0; m < S; ++m) t.state[m][i] = from_float<T>(state[m]);
     if (t.model_copy) {
@@ -222,11 +236,12 @@ unsigned long long* update_counters(int device_index) {
 }
 
 // The state's element type T: the parameter's P, or f32 (Adam's state_dtype beside an f16/bf16
-// parameter); calls fn(T{}).
-template <int S, class Fn>
+// parameter); calls fn(T{}). (Only these two: a kernel for every pair of types would triple the
+// update kernels the library carries.)
+template <class P, int S, class Fn>
 void visit_state_type(const char* kernel, const Tensor& param, std::array<Tensor*, S> state, Fn&& fn) {
   if constexpr (S == 0) {
-    visit_device_floating(param.dtype(), kernel, fn);
+    fn(P{});
   } else {
     const DType state_dtype = state[0]->dtype();
     for (Tensor* s : state)
@@ -235,7 +250,7 @@ void visit_state_type(const char* kernel, const Tensor& param, std::array<Tensor
                "parameter's dtype or f32",
                kernel, s->dtype(), param.dtype());
     if (state_dtype == param.dtype())
-      visit_device_floating(param.dtype(), kernel, fn);
+      fn(P{});
     else
       fn(float{});
   }
@@ -257,7 +272,7 @@ void launch_update(const char* kernel, Tensor& param, const Tensor& grad, std::a
     using P = decltype(param_type);
     visit_device_floating(grad.dtype(), kernel, [&](auto grad_type) {
       using G = decltype(grad_type);
-      visit_state_type<S>(kernel, param, state, [&](auto state_type) {
+      visit_state_type<P, S>(kernel, param, state, [&](auto state_type) {
         using T = decltype(state_type);
         UpdateTensors<P, G, T, S> t{.param = device_ptr<P>(param),
                                     .grad = device_ptr<const G>(grad),
