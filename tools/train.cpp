@@ -152,10 +152,11 @@ void print_header(const TrainOptions& o, train::Trainer& trainer, const TrainSum
              device.is_cpu()
                  ? fmt::format("{} thread(s), f32 GEMM by {}", mg::num_threads(), kernels::cpu::gemm_backend())
                  : fmt::format("kernels of kernels/cuda/, f32 GEMMs in {}", o.tf32 ? "TF32" : "f32"));
-  if (o.update_rounding != "nearest")
+  if (const optim::UpdateRounding rounding = trainer.optimizer().update_rounding();
+      rounding != optim::UpdateRounding::Nearest)
     fmt::print("mixgrad train: each weight update rounded into {} {}\n", trainer.recipe().parameter_dtype,
-               o.update_rounding == "kahan" ? "with Kahan's compensation (one more 16-bit value a weight)"
-                                            : fmt::format("stochastically (words from --seed {})", o.seed));
+               rounding == optim::UpdateRounding::Kahan ? "with Kahan's compensation (one more 16-bit value a weight)"
+                                                        : fmt::format("stochastically (words from --seed {})", o.seed));
   if (const train::DataParallel* replicas = trainer.data_parallel())
     fmt::print("mixgrad train: data-parallel over {} ranks ({}), {} rows of each batch per rank; gradients "
                "averaged in {} bucket(s) of {} ({} KiB per step)\n",

@@ -159,7 +159,7 @@ void finalize(TrainOptions& o) {
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
   MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
                                           "multiplies in f32); add --device cuda, or drop --tf32");
-  if (o.update_rounding != "nearest") {
+  if (optim::parse_update_rounding(o.update_rounding) != optim::UpdateRounding::Nearest) {
     const amp::Recipe recipe = amp::Recipe::parse(o.precision);
     MG_CHECK(!recipe.master_weights && is_low_precision(recipe.parameter_dtype),
              "mixgrad train: --update-rounding {} rounds updates into 16-bit weights, which only float16_pure and "
