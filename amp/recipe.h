@@ -14,11 +14,17 @@
 //   fp8_current      f32         bf16+FP8  (the params) -            ... per-tensor current scaling
 //   fp8_block        f32         bf16+FP8  (the params) -            ... DeepSeek-V3's 1x128 / 128x128 blocks
 //   mxfp8            f32         bf16+FP8  (the params) -            ... OCP MX: blocks of 32, E8M0 scales, E4M3 only
+//   nvfp4            f32         bf16+FP4  (the params) -            Linear GEMMs in NVFP4 (E4M3 scales per 16, f32
+//                                                                    per tensor), but the last Linear in bf16
+//   mxfp4            f32         bf16+FP4  (the params) -            ... in MXFP4 (E8M0 scales per 32)
 //
 // The FP8 recipes (autograd/fp8.h) run every nn::Linear's three GEMMs in FP8 (E4M3 forward, E5M2
 // gradients; mxfp8: E4M3 both ways) and everything else as mixed_bfloat16. Their per-tensor or per-block
-// scales do for the gradients what loss scaling does for f16, so they need no scaler. Call
-// recipe.prepare(model) before training: it gives each Linear its delayed-scaling state.
+// scales do for the gradients what loss scaling does for f16, so they need no scaler. The FP4 recipes
+// (autograd/fp4.h) do the same in 4 bits, with a Hadamard transform and stochastic rounding on the weight
+// gradient; their Fp8Options switch each ingredient off for ablations (recipe.fp8->hadamard, ...). Call
+// recipe.prepare(model) before training: it gives each Linear its delayed-scaling or FP4 state and marks
+// the last bf16_last_layers Linears to stay in bf16 (an error if none would be left in FP4).
 //
 // The pure recipes exist to reproduce the paper's Figure 2a: without a master copy, an update
 // smaller than half a weight's ulp is lost. Nobody should train with them as they are; bfloat16_pure

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "autograd/fp4.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "core/convert.h"
@@ -29,6 +30,9 @@ kernels::Fp8Blocks blocks_for(Fp8Role role, bool reduce_rows, Fp8Scaling scaling
       return reduce_rows ? kernels::Fp8Blocks{128, 1} : kernels::Fp8Blocks{1, 128};
     case Fp8Scaling::Mx:  // OCP MX: 32 consecutive elements along the reduction
       return reduce_rows ? kernels::Fp8Blocks{32, 1} : kernels::Fp8Blocks{1, 32};
+    case Fp8Scaling::Nvfp4:
+    case Fp8Scaling::Mxfp4:  // autograd/fp4.cpp's, never asked for here
+      break;
   }
   return {0, 0};
 }
@@ -80,7 +84,24 @@ struct SavedFp8 {
 
 }  // namespace
 
+namespace {
+
+// The FP4 recipes' line: "NVFP4 (E4M3 scales per 16 and one f32 per tensor, 16x16 weight blocks, ...)".
+std::string describe_fp4(const Fp8Options& o) {
+  static constexpr const char* kHadamard[] = {"random Hadamard", "deterministic Hadamard", "no Hadamard"};
+  std::string text = o.scaling == Fp8Scaling::Nvfp4
+                         ? fmt::format("NVFP4 (E4M3 scales per 16 and one f32 per tensor, {} weight blocks",
+                                       o.weight_blocks_2d ? "16x16" : "1x16")
+                         : std::string("MXFP4 (E8M0 scales per 32");
+  text += fmt::format(", {} on dW, {} gradients", kHadamard[static_cast<int>(o.hadamard)],
+                      o.stochastic_gradients ? "stochastically rounded" : "nearest-rounded");
+  return text + fmt::format(", the last {} Linear layer(s) in bf16, seed {})", o.bf16_last_layers, o.seed);
+}
+
+}  // namespace
+
 std::string Fp8Options::describe() const {
+  if (is_fp4(scaling)) return describe_fp4(*this);
   static constexpr const char* kNames[] = {"current", "delayed", "block", "mx"};
   std::string text = fmt::format("{} ({} forward, {} backward", kNames[static_cast<int>(scaling)],
                                  forward_format == DType::E4M3 ? "E4M3" : "E5M2",
@@ -91,6 +112,7 @@ std::string Fp8Options::describe() const {
   if (scaling == Fp8Scaling::Mx) text += mx_rule == MxScaleRule::Floor ? ", spec's floor" : ", exponent rounded up";
   if (margin != 0) text += fmt::format(", margin {}", margin);
   if (power_of_two) text += ", power-of-two scales";
+  if (bf16_last_layers > 0) text += fmt::format(", the last {} Linear layer(s) in bf16", bf16_last_layers);
   if (accumulator.limited)
     text += fmt::format(", {}-bit accumulator promoted every {}", accumulator.mantissa_bits, accumulator.promote_every);
   return text + ")";
@@ -107,6 +129,9 @@ float fp8_scale_for(float amax, DType format, const Fp8Options& options, float p
 
 kernels::Fp8Quantized fp8_quantize_copies(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options,
                                           Fp8History* history, kernels::Fp8Copies copies) {
+  MG_CHECK(!is_fp4(options.scaling),
+           "mg::fp8_quantize_copies: the options' scaling is FP4's; FP4 operands are mg::fp4_quantize_operand's "
+           "(autograd/fp4.h)");
   const kernels::Fp8Blocks blocks = blocks_for(role, reduce_rows, options.scaling);
   const kernels::Fp8ScaleRule rule = scale_rule(format_for(role, options), options);
   // The scales are made where x is (kernels::fp8_quantize_fitted): a GPU's amax never goes to the host.
@@ -137,17 +162,65 @@ const Fp8Options* detail::exchange_fp8_region(const Fp8Options* options) {
 
 const Fp8Options* fp8_autocast_options() { return current_region; }
 
-// Forward: y = x W^T + b, one FP8 GEMM with the bias in its epilogue, rounded once into bf16.
-// On a GPU (sm_89 or later) every tensor is on x's device, the history on the CPU or there too; the
-// scales are made on the device (fp8_quantize_copies), so a step waits for the host only when the
-// history is on another device. Backward, with x viewed as [rows, in] and dy as [rows, out]:
+namespace {
+
+// An operand of one of a Linear's GEMMs in the recipe's format: FP8 codes and scales, or FP4's
+// (autograd/fp4.h). Every GEMM reads both operands K-major.
+struct Operand {
+  kernels::Fp8Tensor fp8 = {};
+  kernels::Fp4Tensor fp4 = {};
+};
+
+// The copy of x that a GEMM reducing it along its rows (reduce_rows: x^T's codes) or columns reads.
+Operand quantize(const Tensor& x, Fp8Role role, bool reduce_rows, const Fp8Options& options, Fp8History* history,
+                 const Fp4Stream& stream) {
+  if (is_fp4(options.scaling)) return {.fp4 = fp4_quantize_operand(x, role, reduce_rows, options, stream)};
+  const kernels::Fp8Quantized q = fp8_quantize_copies(x, role, reduce_rows, options, history,
+                                                      reduce_rows ? kernels::Fp8Copies::ColumnWise
+                                                                  : kernels::Fp8Copies::RowWise);
+  return {.fp8 = reduce_rows ? q.columnwise : q.rowwise};
+}
+
+// c [m, n] = a [m, k] . b [n, k]^T (+ bias), rounded once into `out`.
+Tensor gemm(const Operand& a, const Operand& b, std::int64_t m, std::int64_t n, DType out, const Fp8Options& options,
+            const Tensor& bias = {}) {
+  if (is_fp4(options.scaling)) return fp4_matmul(a.fp4, b.fp4, out, bias);
+  Tensor c = Tensor::empty({m, n}, {.dtype = out, .device = a.fp8.codes.device()});
+  kernels::fp8_gemm(a.fp8, b.fp8, c, {.m = m, .n = n, .k = a.fp8.codes.size(1), .transpose_b = true},
+                    options.accumulator, {.bias = bias});
+  return c;
+}
+
+// This forward's stochastic-rounding stream: the layer's step, advanced once a forward that will have a
+// backward (state->step lives where the layer's buffers do; a GPU's is read back, a few bytes).
+Fp4Stream fp4_stream(const Fp8Options& options, Fp4State* state, bool recording) {
+  Fp4Stream stream{.seed = options.seed};
+  if (state == nullptr) return stream;
+  stream.layer = state->layer;
+  if (!state->step.defined() || !recording) return stream;
+  NoGradGuard no_grad;
+  Tensor host = state->step.to(Device::cpu()).to(DType::I32);
+  auto* count = host.data<std::int32_t>();
+  stream.step = static_cast<std::uint32_t>(count[0]);
+  count[0] = static_cast<std::int32_t>(stream.step + 1u);
+  state->step.copy_(host);
+  return stream;
+}
+
+}  // namespace
+
+// Forward: y = x W^T + b, one low-precision GEMM with the bias in its epilogue, rounded once into bf16.
+// On a GPU (sm_89 or later for FP8) every tensor is on x's device, the history on the CPU or there too;
+// the scales are made on the device (fp8_quantize_copies, kernels::fp4_quantize), so a step waits for the
+// host only when the history is on another device. Backward, with x viewed as [rows, in] and dy as
+// [rows, out]:
 //   dx = dy W        dy quantised along its columns (out), W along its rows (out): W^T's codes
 //   dW = dy^T x      dy and x quantised along their rows (the batch): dy^T's and x^T's codes
 //   db = dy summed over the rows, in f32
 // Every GEMM reads both operands K-major (transpose_b, never transpose_a; kernels/fp8.h says why): an
 // operand reduced along its rows is a column-wise copy, written by the quantisation itself.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8Options& options,
-                  Fp8History* history) {
+                  Fp8History* history, Fp4State* fp4) {
   MG_CHECK(x.defined() && weight.defined(), "{}: the input or the weight is undefined", kOp);
   MG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
            "{}: needs x [..., in] and weight [out, in]; got {} and {}", kOp, x.shape(), weight.shape());
@@ -155,41 +228,51 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
            weight.size(0), bias.shape());
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
+  bool recording = false;
   for (const Tensor& t : inputs) {
     MG_CHECK(t.dtype() == DType::F32 || is_low_precision(t.dtype()),
              "{}: x, weight and bias must be f32, f16 or bf16 (FP8 codes are made inside), got {}", kOp, t.dtype());
     MG_CHECK(t.device() == x.device(), "{}: x, weight and bias must be on one device; x is on {}, got a tensor on {}",
              kOp, x.device(), t.device());
+    recording = recording || (grad_enabled() && t.requires_grad());
   }
   if (options.scaling == Fp8Scaling::Delayed) check_history(history);
+  const Fp4Stream stream = is_fp4(options.scaling) ? fp4_stream(options, fp4, recording) : Fp4Stream{};
 
   const std::int64_t out = weight.size(0), in = weight.size(1), rows = x.numel() / std::max<std::int64_t>(in, 1);
   const bool per_tensor = options.scaling == Fp8Scaling::Current || options.scaling == Fp8Scaling::Delayed;
   // Per-tensor scales: one quantisation of x and W serves both passes, the forward reading the
   // row-wise codes and the backward the column-wise ones (the only ones saved: 1 byte an element, as
-  // the memory report counts them). Block and MX: the backward quantises again along its own
-  // reduction, from the values saved here.
-  const kernels::Fp8Copies forward_copies = per_tensor ? kernels::Fp8Copies::Both : kernels::Fp8Copies::RowWise;
-  Tensor y;
-  kernels::Fp8Quantized xq, wq;
-  Tensor x2;
+  // the memory report counts them). Blocks (FP8's and FP4's): the backward quantises again along its
+  // own reduction, from the values saved here.
+  Tensor y, x2;
+  Operand xq, wq;
+  kernels::Fp8Tensor xt, wt;  // per tensor: x^T's and W^T's codes, the backward's
   {
     NoGradGuard no_grad;  // the reshapes are views, not steps of the tape: record() below adds the one node
     x2 = reshape(x, {rows, in});
-    xq = fp8_quantize_copies(x2, Fp8Role::Input, false, options, history, forward_copies);
-    wq = fp8_quantize_copies(weight, Fp8Role::Weight, false, options, history, forward_copies);
-    y = Tensor::empty({rows, out}, {.dtype = DType::BF16, .device = x.device()});
-    kernels::fp8_gemm(xq.rowwise, wq.rowwise, y, {.m = rows, .n = out, .k = in, .transpose_b = true},
-                      options.accumulator, {.bias = bias});
+    if (per_tensor) {
+      const kernels::Fp8Quantized xb = fp8_quantize_copies(x2, Fp8Role::Input, false, options, history,
+                                                           kernels::Fp8Copies::Both);
+      const kernels::Fp8Quantized wb = fp8_quantize_copies(weight, Fp8Role::Weight, false, options, history,
+                                                           kernels::Fp8Copies::Both);
+      xq.fp8 = xb.rowwise;
+      wq.fp8 = wb.rowwise;
+      xt = xb.columnwise;
+      wt = wb.columnwise;
+    } else {
+      xq = quantize(x2, Fp8Role::Input, false, options, history, stream);
+      wq = quantize(weight, Fp8Role::Weight, false, options, history, stream);
+    }
     Shape y_shape = x.shape();
     y_shape.back() = out;
-    y = reshape(y, y_shape);
+    y = reshape(gemm(xq, wq, rows, out, DType::BF16, options, bias), y_shape);
   }
-  std::optional<SavedFp8> saved_xt, saved_wt;  // per tensor: x^T's and W^T's codes
+  std::optional<SavedFp8> saved_xt, saved_wt;
   std::optional<Saved> saved_x, saved_w;
   if (per_tensor) {
-    saved_xt.emplace(xq.columnwise);
-    saved_wt.emplace(wq.columnwise);
+    saved_xt.emplace(xt);
+    saved_wt.emplace(wt);
   } else {
     saved_x.emplace(x2);
     saved_w.emplace(weight);
@@ -197,37 +280,31 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const DType x_dtype = x.dtype(), w_dtype = weight.dtype(), b_dtype = bias.defined() ? bias.dtype() : DType::F32;
   const Shape x_shape = x.shape();
   record(kOp, inputs, y,
-         [saved_xt, saved_wt, saved_x, saved_w, options, history, rows, in, out, x_dtype, w_dtype, b_dtype, x_shape,
-          per_tensor](const Tensor& g, const auto& needs) {
-           using kernels::Fp8Copies;
+         [saved_xt, saved_wt, saved_x, saved_w, options, history, stream, rows, in, out, x_dtype, w_dtype, b_dtype,
+          x_shape, per_tensor](const Tensor& g, const auto& needs) {
            const Tensor dy = reshape(g, {rows, out});
            Grads grads(needs.size());
            // dy [rows, out] and, for dW, dy^T [out, rows]: one quantisation with per-tensor scales, two
            // (along out, then along the rows) with blocks.
-           const kernels::Fp8Quantized dyq = fp8_quantize_copies(dy, Fp8Role::GradOutput, false, options, history,
-                                                                 per_tensor ? Fp8Copies::Both : Fp8Copies::RowWise);
-           const kernels::Fp8Tensor dy_t = per_tensor ? dyq.columnwise
-                                                      : fp8_quantize_copies(dy, Fp8Role::GradOutput, true, options,
-                                                                            history, Fp8Copies::ColumnWise)
-                                                            .columnwise;
+           Operand dyq, dy_t;
+           if (per_tensor) {
+             const kernels::Fp8Quantized both = fp8_quantize_copies(dy, Fp8Role::GradOutput, false, options, history,
+                                                                    kernels::Fp8Copies::Both);
+             dyq.fp8 = both.rowwise;
+             dy_t.fp8 = both.columnwise;
+           } else {
+             dyq = quantize(dy, Fp8Role::GradOutput, false, options, history, stream);
+             if (needs[1]) dy_t = quantize(dy, Fp8Role::GradOutput, true, options, history, stream);
+           }
            if (needs[0]) {  // dx [rows, in] = dy [rows, out] . (W^T [in, out])^T
-             const kernels::Fp8Tensor w_t = per_tensor ? saved_wt->get()
-                                                       : fp8_quantize_copies(saved_w->get(), Fp8Role::Weight, true,
-                                                                             options, nullptr, Fp8Copies::ColumnWise)
-                                                             .columnwise;
-             Tensor dx = Tensor::empty({rows, in}, {.dtype = x_dtype, .device = g.device()});
-             kernels::fp8_gemm(dyq.rowwise, w_t, dx, {.m = rows, .n = in, .k = out, .transpose_b = true},
-                               options.accumulator);
-             grads[0] = reshape(dx, x_shape);
+             const Operand w_t = per_tensor ? Operand{.fp8 = saved_wt->get()}
+                                            : quantize(saved_w->get(), Fp8Role::Weight, true, options, nullptr, stream);
+             grads[0] = reshape(gemm(dyq, w_t, rows, in, x_dtype, options), x_shape);
            }
            if (needs[1]) {  // dW [out, in] = dy^T [out, rows] . (x^T [in, rows])^T
-             const kernels::Fp8Tensor x_t = per_tensor ? saved_xt->get()
-                                                       : fp8_quantize_copies(saved_x->get(), Fp8Role::Input, true,
-                                                                             options, nullptr, Fp8Copies::ColumnWise)
-                                                             .columnwise;
-             Tensor dw = Tensor::empty({out, in}, {.dtype = w_dtype, .device = g.device()});
-             kernels::fp8_gemm(dy_t, x_t, dw, {.m = out, .n = in, .k = rows, .transpose_b = true}, options.accumulator);
-             grads[1] = dw;
+             const Operand x_t = per_tensor ? Operand{.fp8 = saved_xt->get()}
+                                            : quantize(saved_x->get(), Fp8Role::Input, true, options, nullptr, stream);
+             grads[1] = gemm(dy_t, x_t, out, in, w_dtype, options);
            }
            if (needs.size() == 3 && needs[2]) grads[2] = sum_to(dy.to(DType::F32), {out}).to(b_dtype);
            return grads;

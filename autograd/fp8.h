@@ -8,6 +8,9 @@
 //   Block     fp8_max / amax(block)                       activations and gradients 1 x 128,   DeepSeek-V3, section 3.3
 //                                                         weights 128 x 128
 //   Mx        2^-(floor(log2 amax(block)) - emax)         32 along the reduction, E8M0 scale   OCP MX v1.0, section 6.3
+//   Nvfp4     E2M1 codes: an E4M3 scale per block and      16 along the reduction; weights      NVIDIA (arXiv 2509.25149)
+//             an f32 scale per tensor (autograd/fp4.h)     16 x 16
+//   Mxfp4     E2M1 codes: an E8M0 scale per block          32 along the reduction               OCP MX; Tseng et al. 2025
 //
 // A scale multiplies values before they are rounded (kernels/fp8.h): x ~= decode(codes) / scale. Each
 // GEMM quantises its operands along its own reduction dimension: in y = x W^T the reduction runs along
@@ -41,7 +44,12 @@
 
 namespace mg {
 
-enum class Fp8Scaling : std::uint8_t { Current, Delayed, Block, Mx };
+// Nvfp4 and Mxfp4 are the FP4 recipes' (autograd/fp4.h): the same three GEMMs, their operands in FP4.
+enum class Fp8Scaling : std::uint8_t { Current, Delayed, Block, Mx, Nvfp4, Mxfp4 };
+constexpr bool is_fp4(Fp8Scaling scaling) { return scaling == Fp8Scaling::Nvfp4 || scaling == Fp8Scaling::Mxfp4; }
+// FP4's Hadamard transform on the weight gradient's operands (autograd/fp4.h): random signs from the
+// options' seed (NVFP4's and Tseng et al.'s), all signs +1, or none.
+enum class HadamardMode : std::uint8_t { Random, Deterministic, Off };
 enum class AmaxAlgorithm : std::uint8_t { Max, MostRecent };
 enum class MxScaleRule : std::uint8_t { Floor, RoundUp };  // Floor: the OCP spec; RoundUp: Transformer Engine
 
@@ -55,7 +63,23 @@ struct Fp8Options {
   AmaxAlgorithm amax_algorithm = AmaxAlgorithm::Max;  // Delayed: the history's max, or its newest entry
   MxScaleRule mx_rule = MxScaleRule::Floor;
   kernels::Fp8Accumulator accumulator = {};  // F32 unless .limited (kernels/fp8.h)
+  // How many of a model's Linear layers, counted from its last, stay in bf16 (amp::Recipe::prepare
+  // marks them): the NVFP4 recipe keeps the head (1); 0 puts every Linear in the low-precision format.
+  int bf16_last_layers = 0;
+  // FP4 only (Nvfp4, Mxfp4; autograd/fp4.h), each ingredient a switch for ablations:
+  HadamardMode hadamard = HadamardMode::Random;  // on both operands of the weight-gradient GEMM
+  bool stochastic_gradients = true;  // dy rounded stochastically; every other operand to nearest
+  bool weight_blocks_2d = true;  // NVFP4: 16 x 16 weight blocks, so that W and W^T quantise alike
+  std::uint64_t seed = 0;  // the Hadamard signs and the stochastic rounding's stream
   std::string describe() const;  // "delayed (E4M3 forward, E5M2 backward, history 16, max)"
+};
+
+// A Linear's FP4 state: its index among the model's Linears (amp::Recipe::prepare numbers them) and
+// how many training forwards it has run, step (i32 [1], a buffer of the Linear, so that a checkpoint
+// resumes the stream). A backward's stochastic rounding draws from (seed, step, 4 * layer + which copy).
+struct Fp4State {
+  Tensor step;
+  std::uint32_t layer = 0;
 };
 
 // The three tensors of a Linear's GEMMs, in the order their histories are kept.
@@ -102,7 +126,9 @@ const Fp8Options* exchange_fp8_region(const Fp8Options* options);
 // chosen by `options`; x [..., in], weight [out, in] (f32 or bf16), bias [out] or undefined. y is bf16
 // (the autocast dtype of the FP8 recipes); the gradients reach x in x's dtype and the weight and bias
 // in theirs. history: the layer's Fp8History, required by Delayed scaling.
+// With FP4 scaling (Nvfp4, Mxfp4) the GEMMs run in FP4 instead (autograd/fp4.h), and fp4, the layer's
+// Fp4State, keys stochastic rounding (without it: layer 0, step 0 on every call).
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8Options& options,
-                  Fp8History* history = nullptr);
+                  Fp8History* history = nullptr, Fp4State* fp4 = nullptr);
 
 }  // namespace mg

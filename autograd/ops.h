@@ -249,6 +249,26 @@ void move_storage_(const Tensor& leaf, Device device);
 // like any other but gets no gradient: its gradient row is 0.
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx = std::nullopt);
 
+// ---- the Hadamard transform (autograd/hadamard.cpp)
+// Each run of `block` consecutive elements v along the last dimension becomes v M, with
+//   M = diag(s) H / sqrt(block),  H the Sylvester Hadamard matrix (entries +-1, H H = block I),
+// s the signs: all +1 (deterministic), or +-1 drawn from `seed` (random; Philox, the same on every
+// device). M is orthogonal (M M^T = I): norms are kept, and the inverse transform is M^T (inverse =
+// true); with all signs +1, M is symmetric and the transform is its own inverse. FP4 training applies
+// it to both operands of the weight-gradient GEMM, whose product it leaves unchanged ((A M)(B M)^T =
+// A B^T) while spreading an outlier over its block (autograd/fp4.cpp). block: a power of two, 1 to 256,
+// dividing x's last dimension (pad first: mg::cat with zeros). Computed in f32 (autocast off) and
+// returned in x's dtype; differentiable (its backward is the inverse transform).
+struct HadamardOptions {
+  std::int64_t block = 16;
+  bool random_signs = false;
+  std::uint64_t seed = 0;
+  bool inverse = false;
+};
+Tensor hadamard(const Tensor& x, const HadamardOptions& options = {});
+// M itself (or M^T for inverse), f32 [block, block] on the CPU.
+Tensor hadamard_matrix(const HadamardOptions& options = {});
+
 // ---- recurrences (autograd/lstm.cpp)
 // The LSTM recurrence over a whole sequence as one op, as cuDNN fuses it: for t = 0 .. T-1
 //   gates = gates_x[t] + h W_hh^T + b_hh;   i, f, g, o = sigmoid, sigmoid, tanh, sigmoid of its

@@ -1,6 +1,6 @@
 // MG_ROUTE(out, fn, args...): the backend of `out`'s device runs kernel `fn` (kernels/backends.h).
-// The one router of the kernel layer: kernels/dispatch.cpp's entry points and the FP8 family's
-// (kernels/fp8.cpp) call it after their argument checks. Only those two files include it.
+// The one router of the kernel layer: kernels/dispatch.cpp's entry points and the FP8 and FP4 families'
+// (kernels/fp8.cpp, kernels/fp4.cpp) call it after their argument checks. Only those files include it.
 #pragma once
 
 #include "core/error.h"

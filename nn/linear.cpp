@@ -20,8 +20,9 @@ Tensor Linear::forward(const Tensor& x) {
   MG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(1),
            "nn::Linear({}, {}): expects input [..., {}], got {}", weight.size(1), weight.size(0), weight.size(1),
            x.defined() ? x.shape() : Shape{});
-  if (const Fp8Options* fp8 = fp8_autocast_options())
-    return fp8_linear(x, weight, bias, *fp8, fp8_history.scale.defined() ? &fp8_history : nullptr);
+  if (const Fp8Options* fp8 = fp8_autocast_options(); fp8 != nullptr && !keep_bf16)
+    return fp8_linear(x, weight, bias, *fp8, fp8_history.scale.defined() ? &fp8_history : nullptr,
+                      fp4_state.step.defined() ? &fp4_state : nullptr);
   return linear(x, weight, bias);
 }
 
@@ -35,6 +36,11 @@ void Linear::enable_fp8(int amax_history_len) {
   const Fp8History fresh = Fp8History::fresh(amax_history_len);
   fp8_history.amax_history = register_buffer("fp8_amax_history", fresh.amax_history, /*keep_f32=*/true);
   fp8_history.scale = register_buffer("fp8_scale", fresh.scale, /*keep_f32=*/true);
+}
+
+void Linear::enable_fp4(std::uint32_t layer) {
+  fp4_state.layer = layer;
+  if (!fp4_state.step.defined()) fp4_state.step = register_buffer("fp4_step", zeros({1}, {.dtype = DType::I32}));
 }
 
 std::string Linear::type_name() const {

@@ -8,7 +8,7 @@
 using namespace mg;
 using namespace mg::testing;
 
-TEST_CASE("recipes: parse knows the six recipes and their fields") {
+TEST_CASE("recipes: parse knows every recipe and its fields") {
   using enum amp::LossScaling;
   struct Expected {
     const char* name;
@@ -28,6 +28,8 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
       {"fp8_current", DType::F32, DType::BF16, false, None},
       {"fp8_block", DType::F32, DType::BF16, false, None},
       {"mxfp8", DType::F32, DType::BF16, false, None},
+      {"nvfp4", DType::F32, DType::BF16, false, None},
+      {"mxfp4", DType::F32, DType::BF16, false, None},
   };
   REQUIRE(amp::Recipe::names().size() == table.size());
   for (std::size_t i = 0; i < table.size(); ++i) {
@@ -44,8 +46,10 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
     Autocast region = r.autocast();
     CHECK(autocast_enabled() == e.autocast.has_value());
     if (e.autocast) CHECK(autocast_dtype() == *e.autocast);
-    // The FP8 recipes open an FP8 region beside autocast (autograd/fp8.h), with their scaling.
-    CHECK((fp8_autocast_options() != nullptr) == (std::string(e.name).find("fp8") != std::string::npos));
+    // The FP8 and FP4 recipes open an FP8 region beside autocast (autograd/fp8.h), with their scaling.
+    const std::string name = e.name;
+    CHECK((fp8_autocast_options() != nullptr) ==
+          (name.find("fp8") != std::string::npos || name.find("fp4") != std::string::npos));
     CHECK(r.fp8.has_value() == (fp8_autocast_options() != nullptr));
   }
   CHECK(fp8_autocast_options() == nullptr);
@@ -53,6 +57,8 @@ TEST_CASE("recipes: parse knows the six recipes and their fields") {
   CHECK(amp::Recipe::parse("fp8_delayed").fp8->backward_format == DType::E5M2);  // the hybrid
   CHECK(amp::Recipe::parse("fp8_block").fp8->backward_format == DType::E4M3);  // DeepSeek-V3
   CHECK(amp::Recipe::parse("mxfp8").fp8->scaling == Fp8Scaling::Mx);
+  CHECK(amp::Recipe::parse("nvfp4").fp8->scaling == Fp8Scaling::Nvfp4);
+  CHECK(amp::Recipe::parse("mxfp4").fp8->scaling == Fp8Scaling::Mxfp4);
   CHECK_FALSE(autocast_enabled());
   try {
     amp::Recipe::parse("fp16");

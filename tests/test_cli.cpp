@@ -57,6 +57,13 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
        "--update-rounding kahan rounds updates into 16-bit weights, which only float16_pure and bfloat16_pure"},
       {"train --steps 1 --precision float16_master --update-rounding stochastic", "updates f32 master weights"},
       {"train --steps 1 --update-rounding up", "--update-rounding: up not in"},
+      {"train --steps 1 --precision fp8_current --fp4-hadamard off", "--fp4-hadamard off changes an ingredient"},
+      {"train --steps 1 --precision mxfp4 --fp4-weight-blocks 1d", "MXFP4's weights always have 1x32 blocks"},
+      {"train --steps 1 --fp4-gradient-rounding up", "--fp4-gradient-rounding: up not in"},
+      {"train --steps 1 --bf16-last-layers 1", "--bf16-last-layers keeps Linear layers out of FP8 or FP4"},
+      {"train --steps 1 --precision nvfp4 --bf16-last-layers 3", "none would run in FP4"},
+      {"train --steps 1 --data text --model lstm --precision nvfp4", "the char LSTM's only Linear is its head"},
+      {"train --steps 1 --state-dtype f32", "--state-dtype f32 sets the dtype of Adam's moments"},
       {"train --steps 1 --stop-signals TERM,KILL", "SIGKILL cannot be caught"},
       {"train --steps 1 --stop-signals TERM,PWR", "unknown signal 'PWR'"},
       {"train --steps 1 --keep 3", "--keep requires --save-every"},
@@ -168,7 +175,9 @@ TEST_CASE("resume is exact: 2N steps equal N + save + load + N in a new process"
   TempDir tmp;
   for (const char* flags : {"--precision float16_master --optimizer sgd", "--precision mixed_float16 --optimizer adam",
                             "--precision bfloat16_pure --optimizer adam --update-rounding stochastic",
-                            "--precision bfloat16_pure --optimizer sgd --update-rounding kahan"}) {
+                            "--precision bfloat16_pure --optimizer sgd --update-rounding kahan",
+                            "--precision bfloat16_pure --optimizer adam --state-dtype f32 --update-rounding kahan",
+                            "--precision nvfp4 --optimizer adam", "--precision mxfp4 --optimizer sgd"}) {
     INFO(flags);
     const std::string base = kSmallRun + " " + flags;
     REQUIRE(mixgrad(base + fmt::format(" --steps 10 --save {} --summary {}", tmp / "straight.safetensors",

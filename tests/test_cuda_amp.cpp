@@ -357,9 +357,9 @@ TEST_CASE("stochastic and Kahan update rounding, f32 state (GPU): the CPU's bits
             const stochastic::RoundingStream stream{.seed = 9, .step = static_cast<std::uint32_t>(step), .tensor = 2};
             const bool kahan = rounding == kernels::UpdateRounding::Kahan;
             c.run(false, step, p_cpu, g_cpu, s_cpu, count_cpu,
-                  {.rounding = rounding, .stream = stream, .compensation = kahan ? &c_cpu : nullptr});
+                  {.scaling = {}, .rounding = rounding, .stream = stream, .compensation = kahan ? &c_cpu : nullptr});
             c.run(true, step, p_gpu, g_gpu, s_gpu, count_gpu,
-                  {.rounding = rounding, .stream = stream, .compensation = kahan ? &c_gpu : nullptr});
+                  {.scaling = {}, .rounding = rounding, .stream = stream, .compensation = kahan ? &c_gpu : nullptr});
             check_identical(p_gpu, p_cpu, "parameter");
             check_identical(c_gpu, c_cpu, "compensation");
             for (int k = 0; k < c.states; ++k) check_identical(s_gpu[k], s_cpu[k], "state");

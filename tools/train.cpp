@@ -249,17 +249,19 @@ TrainSummary train(const TrainOptions& o) {
   Task task = o.data == "text" ? text_task(o, {rank, ranks}) : image_task(o, {rank, ranks});
   kernels::set_allow_tf32(o.tf32);  // read by every GEMM queued from here on (kernels/gemm.h)
   // A scale that keeps collapsing (every step skipped, 100 in a row) ends the run with an error.
-  train::Trainer trainer(task.model, {.recipe = amp::Recipe::parse(o.precision),
-                                      .optimizer = {.name = o.optimizer,
-                                                    .lr = *o.lr,
-                                                    .momentum = o.momentum,
-                                                    .update_rounding = optim::parse_update_rounding(o.update_rounding),
-                                                    .rounding_seed = o.seed},
-                                      .device = train_device(o),
-                                      .monitor = {.error_on_collapse = true},
-                                      .process_group = group,
-                                      .data_parallel = {.bucket_bytes = o.bucket_kb * 1024,
-                                                        .wire_dtype = wire_dtype(o.allreduce_dtype)}});
+  train::Trainer trainer(
+      task.model,
+      {.recipe = recipe_for(o),
+       .optimizer = {.name = o.optimizer,
+                     .lr = *o.lr,
+                     .momentum = o.momentum,
+                     .update_rounding = optim::parse_update_rounding(o.update_rounding),
+                     .rounding_seed = o.seed,
+                     .state_dtype = o.state_dtype == "f32" ? std::optional<DType>(DType::F32) : std::nullopt},
+       .device = train_device(o),
+       .monitor = {.error_on_collapse = true},
+       .process_group = group,
+       .data_parallel = {.bucket_bytes = o.bucket_kb * 1024, .wire_dtype = wire_dtype(o.allreduce_dtype)}});
   const Device device = trainer.device();
   const std::int64_t total = o.steps > 0 ? o.steps : o.epochs * task.batches_per_epoch;
   const Identity identity{{"data", o.data}, {"model", o.model}, {"precision", o.precision}, {"optimizer", o.optimizer}};

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <tuple>
 
 #include "amp/recipe.h"
 #include "core/error.h"
@@ -78,6 +79,29 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "16-bit compensation buffer, 2 bytes a parameter)")
       ->check(CLI::IsMember({"nearest", "stochastic", "kahan"}))
       ->capture_default_str();
+  c.add_option("--state-dtype", o.state_dtype,
+               "Adam's and AdamW's moments: in the parameter's dtype (bf16 under bfloat16_pure), or f32 (12 bytes a "
+               "bf16 parameter instead of 8)")
+      ->check(CLI::IsMember({"parameter", "f32"}))
+      ->capture_default_str();
+  c.add_option("--fp4-hadamard", o.fp4_hadamard,
+               "nvfp4 and mxfp4: the 16x16 Hadamard transform on both operands of the weight-gradient GEMM, with "
+               "random signs (from --seed), all signs +1, or off")
+      ->check(CLI::IsMember({"random", "deterministic", "off"}))
+      ->capture_default_str();
+  c.add_option("--fp4-gradient-rounding", o.fp4_gradient_rounding,
+               "nvfp4 and mxfp4: how the output gradient is rounded to FP4 (stochastically, from --seed, or to "
+               "nearest; every other operand is rounded to nearest)")
+      ->check(CLI::IsMember({"stochastic", "nearest"}))
+      ->capture_default_str();
+  c.add_option("--fp4-weight-blocks", o.fp4_weight_blocks,
+               "nvfp4: one scale per 16x16 weight block (2d: W and W^T quantise alike) or per 1x16 (1d)")
+      ->check(CLI::IsMember({"2d", "1d"}))
+      ->capture_default_str();
+  c.add_option("--bf16-last-layers", o.bf16_last_layers,
+               "FP8 and FP4 recipes: how many Linear layers, counted from the model's last, stay in bf16 (default: "
+               "the recipe's, 1 for nvfp4 and mxfp4, the head; 0 for the FP8 recipes)")
+      ->check(whole_number_in(0));
   c.add_option("--seed", o.seed, "Seed of the initialization, the shuffling and dropout")
       ->check(seed_value())
       ->capture_default_str();
@@ -144,10 +168,25 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
 std::string describe(const TrainOptions& o) {
   return fmt::format("--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
                      "--context {} --optimizer {} --lr {} --momentum {} --update-rounding {} --seed {} --subset {} "
-                     "--text-file '{}' --resume '{}' --bucket-kb {} --allreduce-dtype {}",
+                     "--text-file '{}' --resume '{}' --bucket-kb {} --allreduce-dtype {} --state-dtype {} "
+                     "--fp4-hadamard {} --fp4-gradient-rounding {} --fp4-weight-blocks {} --bf16-last-layers {}",
                      o.data, o.model, o.precision, o.device, o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer,
                      o.lr.value_or(0), o.momentum, o.update_rounding, o.seed, o.subset, o.text_file, o.resume,
-                     o.bucket_kb, o.allreduce_dtype);
+                     o.bucket_kb, o.allreduce_dtype, o.state_dtype, o.fp4_hadamard, o.fp4_gradient_rounding,
+                     o.fp4_weight_blocks, o.bf16_last_layers.value_or(-1));
+}
+
+amp::Recipe recipe_for(const TrainOptions& o) {
+  amp::Recipe recipe = amp::Recipe::parse(o.precision);
+  if (!recipe.fp8) return recipe;
+  recipe.fp8->seed = o.seed;
+  if (o.bf16_last_layers) recipe.fp8->bf16_last_layers = static_cast<int>(*o.bf16_last_layers);
+  recipe.fp8->hadamard = o.fp4_hadamard == "random"          ? HadamardMode::Random
+                         : o.fp4_hadamard == "deterministic" ? HadamardMode::Deterministic
+                                                             : HadamardMode::Off;
+  recipe.fp8->stochastic_gradients = o.fp4_gradient_rounding == "stochastic";
+  recipe.fp8->weight_blocks_2d = o.fp4_weight_blocks == "2d";
+  return recipe;
 }
 
 void finalize(TrainOptions& o) {
@@ -168,6 +207,34 @@ void finalize(TrainOptions& o) {
              o.update_rounding, o.precision,
              recipe.master_weights ? "f32 master weights" : fmt::format("{} weights", recipe.parameter_dtype));
   }
+  const amp::Recipe recipe = amp::Recipe::parse(o.precision);
+  const bool fp4 = recipe.fp8 && is_fp4(recipe.fp8->scaling);
+  for (const auto& [flag, value, fallback] :
+       {std::tuple<const char*, const std::string&, const char*>{"--fp4-hadamard", o.fp4_hadamard, "random"},
+        {"--fp4-gradient-rounding", o.fp4_gradient_rounding, "stochastic"},
+        {"--fp4-weight-blocks", o.fp4_weight_blocks, "2d"}})
+    MG_CHECK(fp4 || value == fallback,
+             "mixgrad train: {} {} changes an ingredient of the FP4 recipes, and --precision {} has none; add "
+             "--precision nvfp4 or mxfp4, or drop {}",
+             flag, value, o.precision, flag);
+  MG_CHECK(o.fp4_weight_blocks == "2d" || recipe.name != "mxfp4",
+           "mixgrad train: --fp4-weight-blocks 1d is NVFP4's switch; MXFP4's weights always have 1x32 blocks. Drop it, "
+           "or use --precision nvfp4");
+  // The char LSTM's only nn::Linear is its head (its recurrence is one op of its own): the FP4 recipes keep
+  // the head in bf16, so nothing would run in FP4 (amp::Recipe::prepare refuses it too, after loading).
+  MG_CHECK(!fp4 || o.model != "lstm" || o.bf16_last_layers.value_or(1) == 0,
+           "mixgrad train: --precision {} runs the GEMMs of nn::Linear layers in FP4 but the last, and the char LSTM's "
+           "only Linear is its head (its recurrence runs as one op in bf16): nothing would run in FP4. Use --model "
+           "gpt, or add --bf16-last-layers 0 to put the head in FP4",
+           o.precision);
+  MG_CHECK(!o.bf16_last_layers || recipe.fp8,
+           "mixgrad train: --bf16-last-layers keeps Linear layers out of FP8 or FP4, and --precision {} runs none in "
+           "them; add an FP8 or FP4 --precision, or drop it",
+           o.precision);
+  MG_CHECK(o.state_dtype == "parameter" || o.optimizer == "adam" || o.optimizer == "adamw",
+           "mixgrad train: --state-dtype {} sets the dtype of Adam's moments, and --optimizer {} has none; add "
+           "--optimizer adam or adamw, or drop --state-dtype",
+           o.state_dtype, o.optimizer);
   if (o.threads > 0) mg::set_num_threads(static_cast<int>(o.threads));
   if (o.device == "cuda") {
     check_device_available(Device::cuda(), "mixgrad train --device cuda");

@@ -10,6 +10,10 @@ namespace CLI {
 class App;
 }
 
+namespace mg::amp {
+struct Recipe;
+}
+
 namespace mg::tools {
 
 // mixgrad train's SGD learning rate when --lr is not given: 0.05, five times optim::SgdOptions' 0.01,
@@ -38,6 +42,12 @@ struct TrainOptions {
   std::optional<double> lr;  // unset: kTrainSgdLr for sgd, the optimizer's own default otherwise
   double momentum = 0.9;  // sgd only
   std::string update_rounding = "nearest";  // nearest | stochastic | kahan: the pure recipes' updates
+  std::string state_dtype = "parameter";  // parameter | f32: adam's and adamw's moments
+  // The FP4 recipes' ingredients (nvfp4, mxfp4; autograd/fp4.h), each a switch for ablations.
+  std::string fp4_hadamard = "random";  // random | deterministic | off: on the weight gradient's operands
+  std::string fp4_gradient_rounding = "stochastic";  // stochastic | nearest: dy's
+  std::string fp4_weight_blocks = "2d";  // 2d | 1d: NVFP4's 16x16 weight blocks, or 1x16
+  std::optional<std::int64_t> bf16_last_layers;  // unset: the recipe's (the head)
   std::uint64_t seed = 0;
   std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all
   std::string text_file;  // text: a plain-text file instead of the King James Bible
@@ -68,6 +78,8 @@ void add_train_flags(CLI::App& command, TrainOptions& options);
 // The checks that span several flags (a model that fits the data, --epochs or --steps, files
 // that must exist); fills the defaults that depend on other flags. Throws mg::Error.
 void finalize(TrainOptions& options);
+// The recipe of --precision with the flags that adjust it (the FP4 switches, --seed for its streams).
+amp::Recipe recipe_for(const TrainOptions& options);
 // Every flag that shapes a run, with its value, in one line: the ranks of a data-parallel job check
 // that they were all given the same (dist::check_same_on_every_rank).
 std::string describe(const TrainOptions& options);

@@ -49,11 +49,13 @@ void load_fp32_(nn::Module& fp32_model, const nn::Module& trained, const optim::
       if (const Tensor& master = optimizer.master(i); master.defined()) state[parameters[i].first] = master;
   for (auto& [name, value] : state)
     if (is_floating(value.dtype())) value = value.to(DType::F32);
-  // An f32 copy runs no FP8: the FP8 recipes' delayed-scaling state (nn::Linear::enable_fp8's buffers)
-  // stays behind unless the copy holds it too.
+  // An f32 copy runs no FP8 or FP4: the FP8 recipes' delayed-scaling state and the FP4 recipes' step
+  // counts (nn::Linear::enable_fp8's and enable_fp4's buffers) stay behind unless the copy holds them too.
   const StateDict target = fp32_model.state_dict();
   std::erase_if(state, [&](const auto& entry) {
-    return entry.first.find("fp8_") != std::string::npos && !target.contains(entry.first);
+    const bool low_precision_state = entry.first.find("fp8_") != std::string::npos ||
+                                     entry.first.find("fp4_") != std::string::npos;
+    return low_precision_state && !target.contains(entry.first);
   });
   fp32_model.load_state_dict(state);
 }

@@ -35,6 +35,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
   const double lr = spec.lr ? *spec.lr : default_lr(spec.name);
   const optim::UpdateRounding rounding = spec.update_rounding;
   const std::uint64_t seed = spec.rounding_seed;
+  MG_CHECK(!spec.state_dtype || spec.name == "adam" || spec.name == "adamw",
+           "train::make_optimizer: a state dtype ({}) is an option of adam and adamw (their moments), not of {}",
+           spec.state_dtype.value_or(DType::F32), spec.name);
   std::unique_ptr<optim::Optimizer> optimizer;
   if (spec.name == "sgd")
     optimizer = std::make_unique<optim::SGD>(std::move(parameters), optim::SgdOptions{.lr = lr,
@@ -47,13 +50,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
                                               optim::AdamOptions{.lr = lr,
                                                                  .master_weights = master_weights,
                                                                  .update_rounding = rounding,
-                                                                 .rounding_seed = seed});
+                                                                 .rounding_seed = seed,
+                                                                 .state_dtype = spec.state_dtype});
   else if (spec.name == "adamw")
     optimizer = std::make_unique<optim::AdamW>(std::move(parameters),
                                                optim::AdamWOptions{.lr = lr,
                                                                    .master_weights = master_weights,
                                                                    .update_rounding = rounding,
-                                                                   .rounding_seed = seed});
+                                                                   .rounding_seed = seed,
+                                                                   .state_dtype = spec.state_dtype});
   else if (spec.name == "adagrad")
     optimizer = std::make_unique<optim::Adagrad>(std::move(parameters),
                                                  optim::AdagradOptions{.lr = lr,

@@ -64,6 +64,9 @@ struct OptimizerSpec {
   // How f16/bf16 parameters without masters (the pure recipes) store updates (optim/optimizer.h).
   optim::UpdateRounding update_rounding = optim::UpdateRounding::Nearest;
   std::uint64_t rounding_seed = 0;  // the stochastic rounding's words
+  // Adam's and AdamW's moments (optim/adam.h): the parameter's dtype when empty; f32 beside bf16 weights
+  // is Zamirai et al.'s bfloat16_pure. Refused for sgd and adagrad.
+  std::optional<DType> state_dtype{};
   optim::Schedule schedule = {};  // a factor of the step count; empty: constant
 };
 

@@ -66,20 +66,22 @@ E2Options e2_options(Preset preset, Device device, std::uint64_t seed) {
                                    device, seed);
 }
 
+RunConfig e2_run_config(const E2Options& o, std::shared_ptr<const ImageData> data, const Variant& v) {
+  return RunConfig{.variant = v,
+                   .make_model = mlp_784_256_256_10,
+                   .data = std::move(data),
+                   .steps = o.steps,
+                   .batch = o.batch,
+                   .lr = o.lr,
+                   .log_every = o.log_every,
+                   .eval_every = o.eval_every,
+                   .seed = o.seed,
+                   .device = o.device};
+}
+
 E2Result run_e2(const E2Options& o, std::shared_ptr<const ImageData> data, const Progress& progress) {
   E2Result result{.options = o};
-  auto config = [&](const Variant& v) {
-    return RunConfig{.variant = v,
-                     .make_model = mlp_784_256_256_10,
-                     .data = data,
-                     .steps = o.steps,
-                     .batch = o.batch,
-                     .lr = o.lr,
-                     .log_every = o.log_every,
-                     .eval_every = o.eval_every,
-                     .seed = o.seed,
-                     .device = o.device};
-  };
+  auto config = [&](const Variant& v) { return e2_run_config(o, data, v); };
   for (const Variant& v : variants(o.variant_ids)) {
     const RunResult& constant = result.constant_lr.emplace_back(run(config(v)));
     tell(progress, "E2 constant lr {:g}: {} test accuracy {}, lost updates {} ({:.1f} s)", o.lr, legend(v),

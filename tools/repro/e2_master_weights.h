@@ -37,6 +37,9 @@ struct E2Result {
   std::vector<RunResult> decaying_lr{};
 };
 
+// The run of variant `v` at the constant rate (E14 trains more variants the same way).
+RunConfig e2_run_config(const E2Options& options, std::shared_ptr<const ImageData> data, const Variant& v);
+
 // Trains every variant under both schedules. `progress` (may be empty) gets one line per run.
 E2Result run_e2(const E2Options& options, std::shared_ptr<const ImageData> data, const Progress& progress = {});
 

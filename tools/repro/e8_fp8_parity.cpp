@@ -24,8 +24,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double RunResult::*metric_of(const E8Model& m) { return m.text ? &RunResult::final_bpc : &RunResult::final_accuracy; }
-
 // "86.27%" or "2.143": a model's score as its table shows it.
 std::string score_cell(const E8Model& m, double value) { return m.text ? number(value, 4) : percent(value); }
 
@@ -48,9 +46,9 @@ double mean_metric(const std::vector<RunResult>& runs, double RunResult::*metric
 // The parity margin of a model: for accuracy E1's (0.5 points, one standard error, the baseline's
 // spread over seeds), for bits/char the larger of bpc_margin and the spread.
 double margin_for(const E8Model& m, const E8Options& o, const std::vector<RunResult>& baseline) {
-  const double spread = fp32_seed_spread(baseline, metric_of(m));
+  const double spread = fp32_seed_spread(baseline, e8_metric(m));
   if (m.text) return std::max(o.bpc_margin, spread);
-  const double error = accuracy_standard_error(mean_metric(baseline, metric_of(m)), o.images.test_examples);
+  const double error = accuracy_standard_error(mean_metric(baseline, e8_metric(m)), o.images.test_examples);
   return std::max({0.005, error, spread});
 }
 
@@ -69,7 +67,7 @@ std::string delayed_note(const E8Model& m, const std::vector<RunResult>& baselin
   const std::vector<RunResult>*delayed = e8_runs_of(m, "V8"), *current = e8_runs_of(m, "V9");
   if (!delayed || !current) return "";
   auto outside = [&](const std::vector<RunResult>& runs) {
-    return !(std::fabs(paired_difference(runs, baseline, metric_of(m)).mean) <= margin);
+    return !(std::fabs(paired_difference(runs, baseline, e8_metric(m)).mean) <= margin);
   };
   if (!outside(*delayed) || outside(*current)) return "";
   return fmt::format(" fp8_delayed and fp8_current differ only in where the per-tensor scale comes from: delayed "
@@ -88,7 +86,7 @@ std::string verdict_for(const E8Model& m, const E8Options& o) {
   for (std::size_t i = 0; i < m.runs.size(); ++i) {
     const Variant& v = m.runs[i].front().variant;
     if (v.id == "V5") continue;
-    const PairedDifference d = paired_difference(m.runs[i], *baseline, metric_of(m));
+    const PairedDifference d = paired_difference(m.runs[i], *baseline, e8_metric(m));
     // A diverged run's score is NaN: never at parity.
     std::string& list = std::fabs(d.mean) <= margin ? within : outside;
     list += fmt::format("{}{} ({})", list.empty() ? "" : ", ", v.name, difference_cell(m, d));
@@ -99,7 +97,7 @@ std::string verdict_for(const E8Model& m, const E8Options& o) {
   std::string text = fmt::format(
       "{}: mixed_bfloat16 reached {}; parity margin {} {}. Within it: {}. Outside it: {}. Training-loss gap to "
       "mixed_bfloat16 over the first and the last quarter of the run (nats): {}. ",
-      m.name, score_cell(m, mean_metric(*baseline, metric_of(m))), number(unit * margin, 3),
+      m.name, score_cell(m, mean_metric(*baseline, e8_metric(m))), number(unit * margin, 3),
       m.text ? "bits/char" : "points", within.empty() ? "none" : within, outside.empty() ? "none" : outside, gaps);
   text += outside.empty()  ? "**Reproduced:** every FP8 recipe matches the 16-bit baseline."
           : within.empty() ? "**Not reproduced:** no FP8 recipe matched the 16-bit baseline."
@@ -131,6 +129,22 @@ RunConfig e8_run_config(const E8Options& o, const std::string& model, std::share
   RunConfig c = e5_run_config(language, std::move(text), v, "adam", model == "tiny GPT");
   c.record_activation_gradients = c.record_weight_gradients = false;  // E5's records: not needed here
   return c;
+}
+
+double RunResult::*e8_metric(const E8Model& m) { return m.text ? &RunResult::final_bpc : &RunResult::final_accuracy; }
+
+std::vector<RunGroup> e8_run_groups(const E8Result& r) {
+  std::vector<RunGroup> groups;
+  for (const E8Model& m : r.models)
+    for (std::size_t seed = 0; seed < r.options.seed_offsets.size(); ++seed) {
+      RunGroup group{.series = fmt::format("{} seed {}", m.name, r.options.seed + r.options.seed_offsets[seed]),
+                     .runs = {},
+                     .steps = seed == 0};
+      for (const std::vector<RunResult>& runs : m.runs)
+        if (seed < runs.size()) group.runs.push_back(&runs[seed]);
+      groups.push_back(group);
+    }
+  return groups;
 }
 
 const std::vector<RunResult>* e8_runs_of(const E8Model& m, const std::string& id) {
@@ -190,22 +204,48 @@ E8Options e8_options(Preset preset, Device /*the runs stay on the CPU*/, std::ui
   return o;
 }
 
+namespace {
+
+// Did `reuse` run the model in the same configuration as `o` (its variants aside)?
+bool same_runs(const E8Options& o, const E8Options& r) {
+  const E1Options &a = o.images, &b = r.images;
+  const E5Options &l = o.language, &k = r.language;
+  return o.seed == r.seed && o.seed_offsets == r.seed_offsets && a.train_examples == b.train_examples &&
+         a.test_examples == b.test_examples && a.mlp_steps == b.mlp_steps && a.cnn_steps == b.cnn_steps &&
+         a.batch == b.batch && a.lr == b.lr && a.log_every == b.log_every && a.eval_every == b.eval_every &&
+         l.steps == k.steps && l.gpt_steps == k.gpt_steps && l.batch == k.batch && l.context == k.context &&
+         l.train_chars == k.train_chars;
+}
+
+}  // namespace
+
 E8Result run_e8(const E8Options& o, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const Progress& progress) {
+                const Progress& progress, const E8Result* reuse, std::string_view tag) {
   MG_CHECK(!o.seed_offsets.empty() && !o.variant_ids.empty(), "repro E8: needs at least one seed and one variant");
   E8Result result{.options = o};
   std::vector<E8Model> models;
-  if (images) models.push_back({.name = "MLP"}), models.push_back({.name = "CNN"});
-  if (text) models.push_back({.name = "char LSTM", .text = true});
+  if (images) models.push_back({.name = "MLP"});
+  if (images && o.cnn) models.push_back({.name = "CNN"});
+  if (text && o.lstm) models.push_back({.name = "char LSTM", .text = true});
   if (text && o.gpt) models.push_back({.name = "tiny GPT", .text = true});
+  const bool reusable = reuse != nullptr && same_runs(o, reuse->options);
   for (E8Model& m : models) {
+    const E8Model* earlier = nullptr;
+    if (reusable)
+      for (const E8Model& candidate : reuse->models)
+        if (candidate.name == m.name) earlier = &candidate;
     for (const Variant& v : variants(o.variant_ids)) {
+      if (const std::vector<RunResult>* taken = earlier ? e8_runs_of(*earlier, v.id) : nullptr) {
+        m.runs.push_back(*taken);
+        tell(progress, "{} {}: {}, taken from an earlier experiment of this call", tag, m.name, legend(v));
+        continue;
+      }
       std::vector<RunResult> runs;
       for (std::uint64_t offset : o.seed_offsets) {
         runs.push_back(run(e8_run_config(o, m.name, images, text, v, o.seed + offset)));
         const RunResult& r = runs.back();
-        tell(progress, "E8 {}: {} seed {} {} {}{} ({:.1f} s)", m.name, legend(v), o.seed + offset,
-             m.text ? "validation bits/char" : "test accuracy", score_cell(m, r.*metric_of(m)),
+        tell(progress, "{} {}: {} seed {} {} {}{} ({:.1f} s)", tag, m.name, legend(v), o.seed + offset,
+             m.text ? "validation bits/char" : "test accuracy", score_cell(m, r.*e8_metric(m)),
              r.diverged ? ", diverged" : "", r.seconds);
       }
       m.runs.push_back(std::move(runs));
@@ -253,12 +293,12 @@ void add_rows(const E8Model& m, const E8Options& o, Table& table) {
   const double margin = baseline ? margin_for(m, o, *baseline) : kNaN;
   for (const std::vector<RunResult>& runs : m.runs) {
     const bool is_baseline = &runs == baseline;
-    const PairedDifference d = baseline ? paired_difference(runs, *baseline, metric_of(m)) : PairedDifference{};
+    const PairedDifference d = baseline ? paired_difference(runs, *baseline, e8_metric(m)) : PairedDifference{};
     const bool compared = baseline && !is_baseline;
     const double early = compared ? mean_gap_over_seeds(runs, *baseline, early_loss_gap) : kNaN;
     const double late = compared ? mean_gap_over_seeds(runs, *baseline, late_loss_gap) : kNaN;
     const double baseline_loss = baseline ? mean_metric(*baseline, &RunResult::final_loss) : kNaN;
-    table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, mean_metric(runs, metric_of(m))),
+    table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, mean_metric(runs, e8_metric(m))),
                           compared ? difference_cell(m, d) : "-",
                           compared ? (std::fabs(d.mean) <= margin ? "yes" : "**no**") : "-",
                           compared ? fmt::format("{:+.4f}", early) : "-",
@@ -285,17 +325,7 @@ void add_plots(const E8Model& m, Section& s) {
 
 Section e8_section(const E8Result& r, Report& report) {
   Section s = kE8Fp8Parity.section();
-  std::vector<RunGroup> groups;
-  for (const E8Model& m : r.models)
-    for (std::size_t seed = 0; seed < r.options.seed_offsets.size(); ++seed) {
-      RunGroup group{.series = fmt::format("{} seed {}", m.name, r.options.seed + r.options.seed_offsets[seed]),
-                     .runs = {},
-                     .steps = seed == 0};
-      for (const std::vector<RunResult>& runs : m.runs)
-        if (seed < runs.size()) group.runs.push_back(&runs[seed]);
-      groups.push_back(group);
-    }
-  s.csv_files = write_run_csvs(report, "E8", "e8", groups);
+  s.csv_files = write_run_csvs(report, "E8", "e8", e8_run_groups(r));
   s.setup = setup_text(r);
   Table table{.caption = "Each model's final score (mean over the seeds), its paired difference from mixed_bfloat16 "
                          "(points of accuracy or bits/char; [95% interval] with two seeds or more), whether that is "

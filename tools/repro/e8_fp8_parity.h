@@ -17,11 +17,13 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tools/repro/e1_parity.h"
 #include "tools/repro/e5_language_model.h"
 #include "tools/repro/experiment.h"
+#include "tools/repro/run_tables.h"
 
 namespace mg::tools::repro {
 
@@ -30,6 +32,7 @@ struct E8Options {
   // The char LSTM, E5's model and data, shorter and with Adam (Adagrad's 600 steps cost too much here);
   // the tiny GPT's options too, when `gpt`.
   E5Options language{.steps = 150, .log_every = 10, .eval_every = 50, .optimizers = {"adam"}, .adam_lr = 1e-2};
+  bool cnn = true, lstm = true;  // the CNN (with images) and the char LSTM (with text): E12 and E13 leave them out
   bool gpt = false;  // the tiny GPT too
   std::vector<std::string> variant_ids{"V5", "V8", "V9", "V10", "V11"};  // V5 first: the baseline
   std::vector<std::uint64_t> seed_offsets{0};  // every variant runs with seed + each of these
@@ -53,6 +56,12 @@ struct E8Result {
   std::vector<E8Model> models{};  // MLP, CNN, char LSTM, and the tiny GPT when options.gpt
 };
 
+// What a model is scored by: test accuracy, or validation bits/char for text.
+double RunResult::*e8_metric(const E8Model& model);
+
+// The CSV groups of a result: one per model and seed, the first seed's with its steps (E8, E12).
+std::vector<RunGroup> e8_run_groups(const E8Result& result);
+
 // The runs of variant `id` over the seeds, or nullptr.
 const std::vector<RunResult>* e8_runs_of(const E8Model& model, const std::string& id);
 
@@ -71,8 +80,10 @@ RunConfig e8_run_config(const E8Options& options, const std::string& model, std:
 // one curve per variant, into `plot` (its name, titles): the paper's Figure 1 as a difference.
 Plot loss_gap_plot(Plot plot, const std::vector<RunResult>& runs, const RunResult& baseline);
 
+// Runs of a model, variant and seeds that `reuse` holds (E8's, for E12; E12's, for E13) are taken from it
+// when it ran the same options but variants; `tag` begins each progress line.
 E8Result run_e8(const E8Options& options, std::shared_ptr<const ImageData> images, std::shared_ptr<const TextData> text,
-                const Progress& progress = {});
+                const Progress& progress = {}, const E8Result* reuse = nullptr, std::string_view tag = "E8");
 
 // Writes e8_runs.csv and e8_steps.csv, and returns the section.
 Section e8_section(const E8Result& result, Report& report);

@@ -334,7 +334,7 @@ void Report::add_made_earlier(Section section, const std::map<std::string, std::
 }
 
 std::string Report::write(const std::string& preamble) const {
-  std::string md = "# Mixed Precision Training and FP8 training, reproduced with mixgrad\n\n" + preamble + "\n\n";
+  std::string md = "# Mixed Precision Training, FP8 and FP4 training, reproduced with mixgrad\n\n" + preamble + "\n\n";
   if (!have_gnuplot_)
     md += "> **No plots:** gnuplot was not found when this report was made. The `.gp` scripts and `.dat` files are "
           "here; install the Debian package `gnuplot-nox` and run `gnuplot NAME.gp` in this folder to draw them.\n\n";

@@ -23,6 +23,9 @@
 #include "tools/repro/e9_granularity.h"
 #include "tools/repro/e10_fp8_accumulation.h"
 #include "tools/repro/e11_gradient_formats.h"
+#include "tools/repro/e12_fp4_parity.h"
+#include "tools/repro/e13_fp4_ingredients.h"
+#include "tools/repro/e14_master_or_rounding.h"
 #include "tools/repro/manifest.h"
 #include "tools/repro/stopping.h"
 #include "train/stop_signals.h"
@@ -138,12 +141,18 @@ std::string preamble(const ReproOptions& o, double seconds, const std::string& m
       "({}).{}{} Papers: "
       "E1-E7 Micikevicius et al., *Mixed Precision Training*, ICLR 2018 (arXiv 1710.03740); E8-E11 Micikevicius et "
       "al., *FP8 Formats for Deep Learning*, 2022 (arXiv 2209.05433), the DeepSeek-V3 technical report (arXiv "
-      "2412.19437, §3.3) and the OCP Microscaling Formats (MX) v1.0 specification. Variants: V0 fp32, V1 "
+      "2412.19437, §3.3) and the OCP Microscaling Formats (MX) v1.0 specification; E12-E13 NVIDIA, *Pretraining Large "
+      "Language Models with NVFP4*, 2025 (arXiv 2509.25149), with Tseng et al., *Training LLMs with MXFP4*, 2025 "
+      "(arXiv 2502.20586); E14 Zamirai et al., *Revisiting BFloat16 Training*, 2020 (arXiv 2010.06192). Variants: V0 "
+      "fp32, V1 "
       "float16_pure, V2 float16_master without loss scaling, V3 float16_master with a static scale S, V4 "
       "float16_master with the dynamic GradScaler, V5 mixed_bfloat16, V6 bfloat16_pure, V7 V4 with its GEMMs "
       "accumulating in f16; V8 fp8_delayed, V9 fp8_current, V10 fp8_block, V11 mxfp8 (every Linear's GEMMs in "
       "FP8, the rest as V5), V12 V8 with E4M3 gradients, V13 V8 with the 13-bit Hopper accumulator model, V14 V13 "
-      "promoted to f32 every 128 products, V15 V11 with its scale exponents rounded up (tools/repro/variants.h). "
+      "promoted to f32 every 128 products, V15 V11 with its scale exponents rounded up; V16 nvfp4, V17 mxfp4 (every "
+      "Linear's GEMMs but the head's in FP4), V18-V22 V16 without the Hadamard transform, with a deterministic one, "
+      "with gradients rounded to nearest, with 1x16 weight blocks, with the head in FP4 too; V23 and V24 V6 with "
+      "stochastically rounded and Kahan-compensated updates (tools/repro/variants.h). "
       "Every run of an experiment starts from the same weights and sees the same batches; only the precision "
       "differs. Test accuracy, test loss and validation bits/char are measured in fp32 for every variant (an f32 "
       "copy of the model holding its f32 master weights, or its weights widened, run without autocast), as the "
@@ -167,7 +176,9 @@ std::vector<Experiment> experiments() {
        [](Context& c, Report& report) {
          const E2Options o = e2_options(c.preset, c.device, c.seed);
          auto images = c.fashion_mnist(o.train_examples, o.test_examples);
-         return e2_section(run_e2(o, images, c.progress_sink()), report);
+         auto result = std::make_shared<const E2Result>(run_e2(o, images, c.progress_sink()));
+         c.keep<E2Result>("E2", result);  // E14 takes its V5 and V6 runs
+         return e2_section(*result, report);
        }},
       {kE3Histograms,
        [](Context& c, Report& report) {
@@ -232,6 +243,33 @@ std::vector<Experiment> experiments() {
          auto text = c.kjv(o.language.train_chars, o.language.validation_chars);
          return e11_section(run_e11(o, images, text, c.progress_sink()), report);
        }},
+      {kE12Fp4Parity,
+       [](Context& c, Report& report) {
+         const E12Options o = e12_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.training.images.train_examples, o.training.images.test_examples);
+         auto text = o.training.gpt ? c.kjv(o.training.language.train_chars, o.training.language.validation_chars)
+                                    : nullptr;
+         const auto e8 = c.kept<E8Result>("E8");  // its V5 and V9 runs
+         auto result = std::make_shared<const E12Result>(run_e12(o, images, text, e8.get(), c.progress_sink()));
+         c.keep<E12Result>("E12", result);  // E13 takes its V5 and V16 runs
+         return e12_section(*result, report);
+       }},
+      {kE13Fp4Ingredients,
+       [](Context& c, Report& report) {
+         const E13Options o = e13_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.training.images.train_examples, o.training.images.test_examples);
+         auto text = o.training.gpt ? c.kjv(o.training.language.train_chars, o.training.language.validation_chars)
+                                    : nullptr;
+         const auto e12 = c.kept<E12Result>("E12");
+         return e13_section(run_e13(o, images, text, e12.get(), c.progress_sink()), report);
+       }},
+      {kE14MasterOrRounding,
+       [](Context& c, Report& report) {
+         const E14Options o = e14_options(c.preset, c.device, c.seed);
+         auto images = c.fashion_mnist(o.runs.train_examples, o.runs.test_examples);
+         const auto e2 = c.kept<E2Result>("E2");
+         return e14_section(run_e14(o, images, e2.get(), c.progress_sink()), report);
+       }},
   };
 }
 
@@ -240,13 +278,14 @@ void add_repro_flags(CLI::App& c, ReproOptions& o) {
   for (const Experiment& e : experiments()) ids.emplace_back(e.id);
   c.add_option("--experiment", o.experiment,
                "Which experiments: E1..E7 (Mixed Precision Training), E8..E11 (FP8: parity, scaling granularity, "
-               "accumulation, gradient formats; see tools/README.md), several separated by commas (E4,E5; they run "
-               "in E1..E11's order), or all")
+               "accumulation, gradient formats; see tools/README.md), E12..E14 (FP4 parity, FP4's ingredients, "
+               "master weights or stochastic rounding), several separated by commas (E4,E5; they run in E1..E14's "
+               "order), or all")
       ->check(CLI::Validator(
           [ids](std::string& text) -> std::string {
             if (text == "all") return "";
             for (const std::string& id : asked_ids(text)) {
-              if (id == "all") return "all stands alone: give it, or E1..E11 separated by commas (E4,E5)";
+              if (id == "all") return "all stands alone: give it, or E1..E14 separated by commas (E4,E5)";
               if (std::find(ids.begin(), ids.end(), id) == ids.end())
                 return fmt::format("{} is not an experiment: give E1..E11, several separated by commas (E4,E5), "
                                    "or all",

@@ -150,10 +150,14 @@ std::size_t memory_baseline(Device device) {
 // them in the variant's dtype. E4's loss multiplier comes with its inverse in the learning rate.
 train::Trainer make_trainer(const RunConfig& c) {
   Generator init(c.seed);
-  return train::Trainer(c.make_model(init), {.recipe = c.variant.recipe,
+  amp::Recipe recipe = c.variant.recipe;
+  if (recipe.fp8) recipe.fp8->seed = c.seed;  // FP4's Hadamard signs and stochastic rounding
+  return train::Trainer(c.make_model(init), {.recipe = recipe,
                                              .optimizer = {.name = c.optimizer,
                                                            .lr = c.lr / c.loss_multiplier,
                                                            .momentum = c.momentum,
+                                                           .update_rounding = c.variant.update_rounding,
+                                                           .rounding_seed = c.seed,
                                                            .schedule = c.schedule},
                                              .device = c.device,
                                              .loss_multiplier = c.loss_multiplier,

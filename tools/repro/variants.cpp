@@ -17,6 +17,12 @@ void gradients_in_e4m3(Fp8Options& o) { o.backward_format = DType::E4M3; }
 void limited_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 0}; }
 void promoted_accumulator(Fp8Options& o) { o.accumulator = {.limited = true, .promote_every = 128}; }
 void mx_exponent_rounded_up(Fp8Options& o) { o.mx_rule = MxScaleRule::RoundUp; }
+// V18..V22: one ingredient of nvfp4 each.
+void no_hadamard(Fp8Options& o) { o.hadamard = HadamardMode::Off; }
+void fixed_hadamard(Fp8Options& o) { o.hadamard = HadamardMode::Deterministic; }
+void nearest_gradients(Fp8Options& o) { o.stochastic_gradients = false; }
+void weight_blocks_1d(Fp8Options& o) { o.weight_blocks_2d = false; }
+void every_linear(Fp8Options& o) { o.bf16_last_layers = 0; }
 
 // The variants, as the table in variants.h has them. V3's name and description end with its S.
 struct Row {
@@ -25,6 +31,7 @@ struct Row {
   kernels::Accumulation accumulation;
   std::string_view description;
   void (*fp8_change)(Fp8Options&) = nullptr;  // applied to the recipe's FP8 options
+  optim::UpdateRounding rounding = optim::UpdateRounding::Nearest;  // V23, V24
 };
 constexpr Row kRows[] = {
     {"V0", "fp32", "fp32", None, F32, "f32 everywhere: the control"},
@@ -57,6 +64,24 @@ constexpr Row kRows[] = {
     {"V15", "mxfp8_round_up", "mxfp8", None, F32,
      "V11 with each block's shared exponent rounded up (Transformer Engine's rule) instead of the spec's floor",
      mx_exponent_rounded_up},
+    {"V16", "nvfp4", "nvfp4", None, F32,
+     "V5 with every Linear's GEMMs but the last in NVFP4: E2M1 values, an E4M3 scale per 16 and an f32 scale per "
+     "tensor, 16x16 weight blocks, a random Hadamard transform and stochastic rounding on the weight gradient"},
+    {"V17", "mxfp4", "mxfp4", None, F32,
+     "V5 with every Linear's GEMMs but the last in MXFP4: E2M1 values with a power-of-two scale per 32, the same "
+     "transform and stochastic gradients"},
+    {"V18", "nvfp4_no_hadamard", "nvfp4", None, F32, "V16 without the Hadamard transform", no_hadamard},
+    {"V19", "nvfp4_fixed_hadamard", "nvfp4", None, F32, "V16 with the Hadamard transform's signs all +1",
+     fixed_hadamard},
+    {"V20", "nvfp4_nearest", "nvfp4", None, F32, "V16 with its gradients rounded to nearest, not stochastically",
+     nearest_gradients},
+    {"V21", "nvfp4_1d_weights", "nvfp4", None, F32, "V16 with 1x16 weight blocks instead of 16x16", weight_blocks_1d},
+    {"V22", "nvfp4_every_linear", "nvfp4", None, F32, "V16 with every Linear in FP4, the head too", every_linear},
+    {"V23", "bfloat16_pure_sr", "bfloat16_pure", None, F32,
+     "V6 with each update rounded stochastically into the bf16 weight", nullptr, optim::UpdateRounding::Stochastic},
+    {"V24", "bfloat16_pure_kahan", "bfloat16_pure", None, F32,
+     "V6 with Kahan's compensation of each update (a bf16 buffer of what rounding dropped)", nullptr,
+     optim::UpdateRounding::Kahan},
 };
 
 }  // namespace
@@ -80,7 +105,8 @@ Variant variant(std::string_view id, double static_scale) {
               .recipe = amp::Recipe::parse(row.recipe),
               .scaler = {},
               .monitor = {},
-              .accumulation = row.accumulation};
+              .accumulation = row.accumulation,
+              .update_rounding = row.rounding};
     v.recipe.loss_scaling = row.scaling;
     if (row.fp8_change) row.fp8_change(*v.recipe.fp8);
     if (row.scaling == Static) {

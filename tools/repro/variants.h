@@ -1,4 +1,4 @@
-// The precision variants, V0..V15: the rows of every table `mixgrad repro` writes.
+// The precision variants, V0..V24: the rows of every table `mixgrad repro` writes.
 //
 //   id  name                 recipe (amp/recipe.h)       loss scaling
 //   V0  fp32                 fp32                        -              the control
@@ -22,6 +22,15 @@
 //   V15 mxfp8_round_up       mxfp8                       -              V11 with each block's exponent rounded up
 //                                                                       (Transformer Engine's rule, never saturates:
 //                                                                       E9), not the spec's floor
+//   V16 nvfp4                nvfp4                       -              Linear GEMMs in NVFP4 (E12), the head in bf16
+//   V17 mxfp4                mxfp4                       -              ... in MXFP4 (E12)
+//   V18 nvfp4_no_hadamard    nvfp4                       -              V16 without the Hadamard transform (E13)
+//   V19 nvfp4_fixed_hadamard nvfp4                       -              V16 with all the transform's signs +1 (E13)
+//   V20 nvfp4_nearest        nvfp4                       -              V16 with its gradients rounded to nearest (E13)
+//   V21 nvfp4_1d_weights     nvfp4                       -              V16 with 1x16 weight blocks, not 16x16 (E13)
+//   V22 nvfp4_every_linear   nvfp4                       -              V16 with the head in FP4 too (E13)
+//   V23 bfloat16_pure_sr     bfloat16_pure               -              V6 with stochastically rounded updates (E14)
+//   V24 bfloat16_pure_kahan  bfloat16_pure               -              V6 with Kahan-compensated updates (E14)
 //
 // V2, V3 and V4 share one recipe (f16 weights with an f32 master copy) and differ only in the loss
 // scaling, so an experiment that compares them isolates the scaling: that is why V4 is
@@ -31,7 +40,9 @@
 // V8..V11 are the four FP8 recipes as amp/recipe.h defines them (E8..E11 compare them with V5, the
 // 16-bit recipe they are built on); V12..V15 change one field of V8's or V11's Fp8Options each (the
 // gradients' format, the GEMM's accumulator, MX's scale rule: autograd/fp8.h, kernels/fp8.h), so that
-// E9, E10 and E11 isolate it.
+// E9, E10 and E11 isolate it. V16 and V17 are the FP4 recipes (E12); V18..V22 change one ingredient of
+// V16's options each (autograd/fp4.h), for E13; V23 and V24 change how V6's optimizer stores an update
+// (optim::UpdateRounding), for E14.
 #pragma once
 
 #include <string>
@@ -42,11 +53,12 @@
 #include "amp/recipe.h"
 #include "amp/scale_monitor.h"
 #include "kernels/gemm.h"
+#include "kernels/optim.h"
 
 namespace mg::tools::repro {
 
 struct Variant {
-  std::string id{};  // "V0" .. "V15"
+  std::string id{};  // "V0" .. "V24"
   std::string name;  // short, for tables, CSVs and plot legends ("float16_master_S1024")
   std::string description{};  // one line: what is stored in which precision and how the loss is scaled
   amp::Recipe recipe;  // parameters, autocast, master copy, loss-scaling mode (and S for V3), FP8 options
@@ -54,6 +66,8 @@ struct Variant {
   amp::ScaleMonitorOptions monitor;  // the run's record of the scale (no collapse alarm: see variants.cpp)
   // How the f16 GEMMs of its training steps accumulate (kernels/gemm.h): F16 for V7 only.
   kernels::Accumulation accumulation = kernels::Accumulation::F32;
+  // How the optimizer stores an update into f16/bf16 weights without masters: V23 and V24 only.
+  optim::UpdateRounding update_rounding = optim::UpdateRounding::Nearest;
 };
 
 // The variant with this id. static_scale is S of V3 (ignored by the others); it must be > 0.
@@ -63,7 +77,7 @@ Variant variant(std::string_view id, double static_scale = 1024.0);
 // Several at once, in the given order: variants({"V0", "V2"}).
 std::vector<Variant> variants(const std::vector<std::string>& ids, double static_scale = 1024.0);
 
-// Every id, V0..V15.
+// Every id, V0..V24.
 const std::vector<std::string>& variant_ids();
 
 }  // namespace mg::tools::repro

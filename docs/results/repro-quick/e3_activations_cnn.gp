@@ -33,10 +33,10 @@ set object 1 rect from -40, graph 0 to -24, graph 1 behind fc rgb "#d62728" fs t
 set label 1 "lost in f16 (< 2^-24)" at -32, graph 0.965 center font 'sans,9' noenhanced
 set object 2 rect from -24, graph 0 to -14, graph 1 behind fc rgb "#ff7f0e" fs transparent solid 0.18 noborder
 set label 2 "f16 subnormal" at -19, graph 0.92 center font 'sans,9' noenhanced
-set object 3 rect from -14, graph 0 to 16, graph 1 behind fc rgb "#2ca02c" fs transparent solid 0.18 noborder
-set label 3 "f16 normal" at 1, graph 0.965 center font 'sans,9' noenhanced
-set object 4 rect from 16, graph 0 to 18, graph 1 behind fc rgb "#7f7f7f" fs transparent solid 0.18 noborder
-set label 4 "inf" at 17, graph 0.92 center font 'sans,9' noenhanced
+set object 3 rect from -14, graph 0 to 15.9992954, graph 1 behind fc rgb "#2ca02c" fs transparent solid 0.18 noborder
+set label 3 "f16 normal" at 0.999647694, graph 0.965 center font 'sans,9' noenhanced
+set object 4 rect from 15.9992954, graph 0 to 18, graph 1 behind fc rgb "#7f7f7f" fs transparent solid 0.18 noborder
+set label 4 "inf" at 16.9996477, graph 0.92 center font 'sans,9' noenhanced
 plot "e3_activations_cnn.dat" index 0 using 1:2 with histeps ls 1 title "9 Linear [64, 10]", \
      "e3_activations_cnn.dat" index 1 using 1:2 with histeps ls 2 title "8 ReLU [64, 64]", \
      "e3_activations_cnn.dat" index 2 using 1:2 with histeps ls 3 title "7 Linear [64, 64]", \

@@ -26,7 +26,7 @@ set style line 16 lc rgb "#6699CC" dt (8,8) lw 2 pt 1 ps 1.3
 set style line 17 lc rgb "#CC6677" dt (1,2,8,2) lw 2 pt 3 ps 1.3
 set xrange [-0.6:6.6]
 set xtics ("V0 fp32" 0, "V1 float16_pure" 1, "V2 float16_master" 2, "V3 float16_master_S1024" 3, "V4 float16_dynamic" 4, "V5 mixed_bfloat16" 5, "V6 bfloat16_pure" 6) noenhanced rotate by 30 right
-set yrange [0:1.12577699]
+set yrange [0:1.04354666]
 set boxwidth 0.72
 set style fill solid 0.5 border rgb "black"
 plot "e6_speed.dat" index 0 using ($1+0):2 with boxes ls 1 dt 1 title "CNN"

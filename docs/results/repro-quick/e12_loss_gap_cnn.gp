@@ -1,0 +1,38 @@
+# Made by `mixgrad repro`; run `gnuplot e12_loss_gap_cnn.gp` in this folder to redraw.
+set terminal pngcairo size 900,600 enhanced font 'sans,11'
+set encoding utf8
+set output "e12_loss_gap_cnn.png"
+set title "E12 CNN: training loss minus mixed_bfloat16's" noenhanced
+set xlabel "step" noenhanced
+set ylabel "loss gap (nats)" noenhanced
+set key below center horizontal reverse Left noenhanced samplen 4 height 1
+set grid
+set style line 1 lc rgb "#000000" dt 1 lw 2 pt 6 ps 1.3
+set style line 2 lc rgb "#E69F00" dt 2 lw 2 pt 4 ps 1.3
+set style line 3 lc rgb "#0072B2" dt 3 lw 2 pt 8 ps 1.3
+set style line 4 lc rgb "#009E73" dt 4 lw 2 pt 12 ps 1.3
+set style line 5 lc rgb "#CC79A7" dt 5 lw 2 pt 10 ps 1.3
+set style line 6 lc rgb "#D55E00" dt (14,6) lw 2 pt 2 ps 1.3
+set style line 7 lc rgb "#56B4E9" dt (4,4,12,4) lw 2 pt 1 ps 1.3
+set style line 8 lc rgb "#882255" dt (8,3,2,3) lw 2 pt 3 ps 1.3
+set style line 9 lc rgb "#7F7F7F" dt (2,6) lw 2 pt 14 ps 1.3
+set style line 10 lc rgb "#332288" dt (10,4) lw 2 pt 5 ps 1.3
+set style line 11 lc rgb "#117733" dt (2,3) lw 2 pt 9 ps 1.3
+set style line 12 lc rgb "#AA4499" dt (12,3,3,3) lw 2 pt 11 ps 1.3
+set style line 13 lc rgb "#44AA99" dt (6,2) lw 2 pt 13 ps 1.3
+set style line 14 lc rgb "#999933" dt (3,3,3,9) lw 2 pt 15 ps 1.3
+set style line 15 lc rgb "#661100" dt (16,4,4,4) lw 2 pt 7 ps 1.3
+set style line 16 lc rgb "#6699CC" dt (8,8) lw 2 pt 1 ps 1.3
+set style line 17 lc rgb "#CC6677" dt (1,2,8,2) lw 2 pt 3 ps 1.3
+set autoscale xfix
+set offsets graph 0.02, graph 0.02, 0, 0
+set yrange [-0.419244067:0.107844697]
+plot "e12_loss_gap_cnn.dat" index 0 using 1:2 with lines ls 11 notitle, \
+     "e12_loss_gap_cnn.dat" index 0 every 4::0 using 1:2 with points ls 11 notitle, \
+     keyentry with linespoints ls 11 title "V9 fp8_current", \
+     "e12_loss_gap_cnn.dat" index 1 using 1:2 with lines ls 1 notitle, \
+     "e12_loss_gap_cnn.dat" index 1 every 4::1 using 1:2 with points ls 1 notitle, \
+     keyentry with linespoints ls 1 title "V16 nvfp4", \
+     "e12_loss_gap_cnn.dat" index 2 using 1:2 with lines ls 2 notitle, \
+     "e12_loss_gap_cnn.dat" index 2 every 4::2 using 1:2 with points ls 2 notitle, \
+     keyentry with linespoints ls 2 title "V17 mxfp4"

@@ -1,0 +1,55 @@
+// FP4 kernels: a 2-D tensor quantised into NVFP4 or MXFP4 (kernels/fp4_scale.h says how) and decoded
+// for a GEMM.
+//
+// An FP4 operand (Fp4Tensor) is E2M1 codes, two a byte; one scale code a block (E4M3 for NVFP4, E8M0 for
+// MXFP4); and one f32 factor for the tensor, which the GEMM applies after summing:
+//
+//   x[r, c] ~= decode(codes[r, c]) * decode(scales[block of (r, c)]) * tensor_factor
+//
+// Blocks are kernels/fp8.h's Fp8Blocks: {1, 16} (NVFP4's 16 consecutive values), {16, 16} (NVFP4's 2-D
+// weight blocks, so that W and W^T quantise alike), {1, 32} (MX); a last block along a dimension may be
+// short.
+//
+// No CPU and no Hopper GPU multiplies FP4 (only Blackwell's Tensor Cores do), so a GEMM decodes: each
+// element's decode(code) * decode(scale) is exactly a bf16 value (kernels/fp4_scale.h), the bf16 GEMM
+// multiplies exactly those products and sums them in f32, and the tensors' factors multiply the sum.
+// That is what an FP4 Tensor Core computes; the FP4 GEMM itself is autograd/fp4.cpp's (fp4_matmul).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/backends.h"
+#include "kernels/fp4_scale.h"
+#include "kernels/fp8.h"
+
+namespace mg::kernels {
+
+struct Fp4Tensor {
+  Tensor codes;  // E2M1 [rows, cols]
+  Tensor scales;  // E4M3 (NVFP4) or E8M0 (MXFP4), fp8_scale_shape(codes' shape, blocks)
+  Tensor tensor_factor;  // f32 [1]: 1 / S_enc, or MXFP4's 1 (4/3 after stochastic rounding)
+  Fp8Blocks blocks;
+  Fp4Format format = Fp4Format::Nv;
+};
+
+// Quantises x (2-D, f32, f16 or bf16) as `rule` says, on x's device, nothing read back to the host: the
+// tensor's amax and each block's (kernels/fp8.h's fp8_block_amax), the block scales, then the codes: a
+// pair of elements (one byte) at a time, each element with its own block's scale, so any shape packs.
+Fp4Tensor fp4_quantize(const Tensor& x, Fp8Blocks blocks, const Fp4Rule& rule);
+
+// decode(code) * decode(scale) for every element (fp4_decode_value), without the tensor's factor, as
+// `dtype` (bf16, exact; or f32), on the codes' device.
+Tensor fp4_decode(const Fp4Tensor& x, DType dtype = DType::BF16);
+
+// The backends' kernels (the entry points above check and allocate).
+MG_BACKENDS(
+    // scales[b] = fp4_block_scale(block_amax[b], tensor_amax[0]); tensor_factor[0] likewise.
+    void fp4_scales(const Tensor& block_amax, const Tensor& tensor_amax, const Fp4Rule& rule, Tensor& scales,
+                    Tensor& tensor_factor);
+    // codes[i] = fp4_encode_value(x[i], the factor of i's block, rule, i).
+    void fp4_encode(const Tensor& x, const Tensor& scales, const Tensor& tensor_amax, Fp8Blocks blocks,
+                    const Fp4Rule& rule, Tensor& codes);
+    void fp4_decode(const Fp4Tensor& x, Tensor& out);)
+
+}  // namespace mg::kernels
