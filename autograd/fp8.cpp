@@ -284,8 +284,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
           x_shape, per_tensor](const Tensor& g, const auto& needs) {
            const Tensor dy = reshape(g, {rows, out});
            Grads grads(needs.size());
-           // dy [rows, out] and, for dW, dy^T [out, rows]: one quantisation with per-tensor scales, two
-           // (along out, then along the rows) with blocks.
+           // dy [rows, out] for dx and dy^T [out, rows] for dW: one quantisation with per-tensor scales
+           // (and the history's one entry), two with blocks, each made only when its gradient is wanted.
            Operand dyq, dy_t;
            if (per_tensor) {
              const kernels::Fp8Quantized both = fp8_quantize_copies(dy, Fp8Role::GradOutput, false, options, history,
@@ -293,7 +293,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
              dyq.fp8 = both.rowwise;
              dy_t.fp8 = both.columnwise;
            } else {
-             dyq = quantize(dy, Fp8Role::GradOutput, false, options, history, stream);
+             if (needs[0]) dyq = quantize(dy, Fp8Role::GradOutput, false, options, history, stream);
              if (needs[1]) dy_t = quantize(dy, Fp8Role::GradOutput, true, options, history, stream);
            }
            if (needs[0]) {  // dx [rows, in] = dy [rows, out] . (W^T [in, out])^T

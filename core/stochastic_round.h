@@ -56,8 +56,12 @@ MG_HOST_DEVICE inline philox::Block rounding_words(const RoundingStream& stream,
                         static_cast<std::uint32_t>(stream.seed >> 32) ^ kStreamTag);
 }
 
+// (The word is picked by comparisons, not by indexing the block with element % 4: a GPU keeps an array
+// indexed at run time in local memory, and nvcc did so in kernels/cuda/fp4.cu's encode kernel.)
 MG_HOST_DEVICE inline std::uint32_t rounding_word(const RoundingStream& stream, std::uint64_t element) {
-  return rounding_words(stream, element / 4).word[element % 4];
+  const philox::Block words = rounding_words(stream, element / 4);
+  const std::uint64_t j = element % 4;
+  return j == 0 ? words.word[0] : j == 1 ? words.word[1] : j == 2 ? words.word[2] : words.word[3];
 }
 
 // The formats rounded to: the low-precision compute dtypes and the signed coded ones.

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/tensor.h"
 #include "kernels/backends.h"
 #include "kernels/fp4_scale.h"
@@ -31,6 +32,20 @@ struct Fp4Tensor {
   Tensor tensor_factor;  // f32 [1]: 1 / S_enc, or MXFP4's 1 (4/3 after stochastic rounding)
   Fp8Blocks blocks;
   Fp4Format format = Fp4Format::Nv;
+};
+
+// Element i's block in the scale grid of a [rows, cols] tensor (row-major): the one rule both backends'
+// loops use, a pair of elements (one byte of codes) at a time, each element with its own block.
+struct Fp4BlockIndex {
+  std::int64_t cols, block_rows, block_cols, scale_cols;
+  Fp4BlockIndex(const Shape& shape, Fp8Blocks blocks)
+      : cols(shape[1]),
+        block_rows(blocks.rows > 0 ? blocks.rows : (shape[0] > 1 ? shape[0] : 1)),
+        block_cols(blocks.cols > 0 ? blocks.cols : (shape[1] > 1 ? shape[1] : 1)),
+        scale_cols(fp8_block_count(shape[1], blocks.cols)) {}
+  MG_HOST_DEVICE std::int64_t operator()(std::int64_t i) const {
+    return i / cols / block_rows * scale_cols + i % cols / block_cols;
+  }
 };
 
 // Quantises x (2-D, f32, f16 or bf16) as `rule` says, on x's device, nothing read back to the host: the

@@ -17,17 +17,6 @@ namespace {
 
 constexpr std::int64_t kGrainPairs = 8 * 1024;
 
-// Element i's block index in the scale grid of a [rows, cols] tensor.
-struct BlockOf {
-  std::int64_t cols, block_rows, block_cols, scale_cols;
-  BlockOf(const Shape& shape, Fp8Blocks blocks)
-      : cols(shape[1]),
-        block_rows(blocks.rows > 0 ? blocks.rows : std::max<std::int64_t>(shape[0], 1)),
-        block_cols(blocks.cols > 0 ? blocks.cols : std::max<std::int64_t>(shape[1], 1)),
-        scale_cols(fp8_block_count(shape[1], blocks.cols)) {}
-  std::int64_t operator()(std::int64_t i) const { return i / cols / block_rows * scale_cols + i % cols / block_cols; }
-};
-
 }  // namespace
 
 void fp4_scales(const Tensor& block_amax, const Tensor& tensor_amax, const Fp4Rule& rule, Tensor& scales,
@@ -41,7 +30,7 @@ void fp4_scales(const Tensor& block_amax, const Tensor& tensor_amax, const Fp4Ru
 
 void fp4_encode(const Tensor& x, const Tensor& scales, const Tensor& tensor_amax, Fp8Blocks blocks, const Fp4Rule& rule,
                 Tensor& codes) {
-  const BlockOf block_of(x.shape(), blocks);
+  const Fp4BlockIndex block_of(x.shape(), blocks);
   const std::int64_t n = x.numel();
   const auto* s = static_cast<const std::uint8_t*>(scales.data_ptr());
   const float amax = tensor_amax.data<float>()[0];
@@ -60,7 +49,7 @@ void fp4_encode(const Tensor& x, const Tensor& scales, const Tensor& tensor_amax
 }
 
 void fp4_decode(const Fp4Tensor& x, Tensor& out) {
-  const BlockOf block_of(x.codes.shape(), x.blocks);
+  const Fp4BlockIndex block_of(x.codes.shape(), x.blocks);
   const auto* codes = static_cast<const std::uint8_t*>(x.codes.data_ptr());
   const auto* s = static_cast<const std::uint8_t*>(x.scales.data_ptr());
   visit_floating(out.dtype(), "fp4_decode", [&](auto zero) {

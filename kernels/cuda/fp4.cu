@@ -13,19 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Element i's block index in the scale grid (kernels/cpu/fp4.cpp's BlockOf).
-struct BlockOf {
-  std::int64_t cols, block_rows, block_cols, scale_cols;
-  __device__ std::int64_t operator()(std::int64_t i) const {
-    return i / cols / block_rows * scale_cols + i % cols / block_cols;
-  }
-};
-
-BlockOf block_of(const Shape& shape, Fp8Blocks blocks) {
-  return {shape[1], blocks.rows > 0 ? blocks.rows : std::max<std::int64_t>(shape[0], 1),
-          blocks.cols > 0 ? blocks.cols : std::max<std::int64_t>(shape[1], 1), fp8_block_count(shape[1], blocks.cols)};
-}
-
 __global__ void scales_kernel(const float* block_amax, const float* tensor_amax, std::int64_t n, Fp4Rule rule,
                               std::uint8_t* scales, float* tensor_factor) {
   const float amax = tensor_amax[0];
@@ -36,7 +23,7 @@ __global__ void scales_kernel(const float* block_amax, const float* tensor_amax,
 
 template <class In>
 __global__ void encode_kernel(const In* x, const std::uint8_t* scales, const float* tensor_amax, std::int64_t n,
-                              BlockOf block_of, Fp4Rule rule, std::uint8_t* codes) {
+                              Fp4BlockIndex block_of, Fp4Rule rule, std::uint8_t* codes) {
   const float amax = tensor_amax[0];
   auto code = [&](std::int64_t i) {
     if (i >= n) return std::uint8_t{0};  // the high nibble of an odd tensor's last byte
@@ -48,8 +35,8 @@ __global__ void encode_kernel(const In* x, const std::uint8_t* scales, const flo
 }
 
 template <class Out>
-__global__ void decode_kernel(const std::uint8_t* codes, const std::uint8_t* scales, std::int64_t n, BlockOf block_of,
-                              Fp4Format format, Out* out) {
+__global__ void decode_kernel(const std::uint8_t* codes, const std::uint8_t* scales, std::int64_t n,
+                              Fp4BlockIndex block_of, Fp4Format format, Out* out) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride())
     out[i] = from_float<Out>(fp4_decode_value(fp8::load_code(codes, i, DType::E2M1), scales[block_of(i)], format));
 }
@@ -74,7 +61,7 @@ void fp4_encode(const Tensor& x, const Tensor& scales, const Tensor& tensor_amax
     using In = decltype(in);
     MG_LAUNCH((encode_kernel<In>), blocks_for((n + 1) / 2, kThreads), kThreads, 0, stream_of(codes))
     (device_ptr<In>(x), device_ptr<std::uint8_t>(scales), device_ptr<float>(tensor_amax), n,
-     block_of(x.shape(), blocks), rule, device_ptr<std::uint8_t>(codes));
+     Fp4BlockIndex(x.shape(), blocks), rule, device_ptr<std::uint8_t>(codes));
     MG_CUDA_LAUNCHED();
   });
 }
@@ -86,7 +73,7 @@ void fp4_decode(const Fp4Tensor& x, Tensor& out) {
   visit_device_floating(out.dtype(), "fp4_decode", [&](auto zero) {
     using Out = decltype(zero);
     MG_LAUNCH((decode_kernel<Out>), blocks_for(n, kThreads), kThreads, 0, stream_of(out))
-    (device_ptr<std::uint8_t>(x.codes), device_ptr<std::uint8_t>(x.scales), n, block_of(x.codes.shape(), x.blocks),
+    (device_ptr<std::uint8_t>(x.codes), device_ptr<std::uint8_t>(x.scales), n, Fp4BlockIndex(x.codes.shape(), x.blocks),
      x.format, device_ptr<Out>(out));
     MG_CUDA_LAUNCHED();
   });

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <limits>
 
 #include "tools/repro/run_tables.h"
 
@@ -21,32 +20,10 @@ constexpr Heading kE12Fp4Parity{
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double mean_of(const std::vector<RunResult>& runs, double RunResult::*metric) {
-  double sum = 0;
-  for (const RunResult& run : runs) sum += run.*metric;
-  return runs.empty() ? kNaN : sum / static_cast<double>(runs.size());
-}
-
-double mean_late_gap(const std::vector<RunResult>& runs, const std::vector<RunResult>& baseline) {
-  double sum = 0;
-  std::size_t n = 0;
-  for (std::size_t s = 0; s < runs.size() && s < baseline.size(); ++s, ++n) sum += late_loss_gap(runs[s], baseline[s]);
-  return n ? sum / static_cast<double>(n) : kNaN;
-}
-
 // "86.27%" or "2.143"; a difference in points or bits/char.
 std::string score_cell(const E8Model& m, double value) { return m.text ? number(value, 4) : percent(value); }
 std::string difference_cell(const E8Model& m, double d) {
   return m.text ? fmt::format("{:+.4f}", d) : fmt::format("{:+.2f}", 100 * d);
-}
-
-// The margin of E8: accuracy E1's (0.5 points, a standard error, the baseline's spread), bits/char 0.02.
-double margin_for(const E8Model& m, const E8Options& o, const std::vector<RunResult>& baseline) {
-  const double spread = fp32_seed_spread(baseline, e8_metric(m));
-  if (m.text) return std::max(o.bpc_margin, spread);
-  return std::max({0.005, accuracy_standard_error(mean_of(baseline, e8_metric(m)), o.images.test_examples), spread});
 }
 
 // One model's verdict: does NVFP4 track FP8, and does it beat MXFP4?
@@ -54,17 +31,18 @@ std::string verdict_for(const E8Model& m, const E8Options& o) {
   const std::vector<RunResult>*base = e8_runs_of(m, "V5"), *fp8 = e8_runs_of(m, "V9");
   const std::vector<RunResult>*nv = e8_runs_of(m, "V16"), *mx = e8_runs_of(m, "V17");
   if (!base || !fp8 || !nv || !mx) return fmt::format("{}: V5, V9, V16 and V17 are needed for a verdict.", m.name);
-  const double margin = margin_for(m, o, *base);
+  const double margin = e8_parity_margin(m, o, *base);
   const double d_fp8 = paired_difference(*fp8, *base, e8_metric(m)).mean;
   const double d_nv = paired_difference(*nv, *base, e8_metric(m)).mean;
   const double d_mx = paired_difference(*mx, *base, e8_metric(m)).mean;
-  const double g_fp8 = mean_late_gap(*fp8, *base), g_nv = mean_late_gap(*nv, *base), g_mx = mean_late_gap(*mx, *base);
+  const double g_fp8 = e8_mean_gap(*fp8, *base, late_loss_gap), g_nv = e8_mean_gap(*nv, *base, late_loss_gap),
+               g_mx = e8_mean_gap(*mx, *base, late_loss_gap);
   const bool tracks = std::fabs(d_nv - d_fp8) <= margin;
   const bool beats = g_nv < g_mx;
   std::string text = fmt::format(
       "{}: against mixed_bfloat16 ({}), fp8_current {}, nvfp4 {}, mxfp4 {} ({}; margin {}); training-loss gap over "
       "the last quarter of the run: fp8_current {:+.4f}, nvfp4 {:+.4f}, mxfp4 {:+.4f} nats. ",
-      m.name, score_cell(m, mean_of(*base, e8_metric(m))), difference_cell(m, d_fp8), difference_cell(m, d_nv),
+      m.name, score_cell(m, e8_mean_score(*base, e8_metric(m))), difference_cell(m, d_fp8), difference_cell(m, d_nv),
       difference_cell(m, d_mx), m.text ? "bits/char" : "points", m.text ? number(margin, 3) : number(100 * margin, 3),
       g_fp8, g_nv, g_mx);
   text += tracks && beats ? "**Reproduced:** NVFP4 tracks FP8 and its loss stays below MXFP4's."
@@ -119,9 +97,9 @@ Section e12_section(const E12Result& r, Report& report) {
     for (const std::vector<RunResult>& runs : m.runs) {
       first.push_back(runs.front());
       const bool compared = base && &runs != base;
-      table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, mean_of(runs, e8_metric(m))),
+      table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, e8_mean_score(runs, e8_metric(m))),
                             compared ? difference_cell(m, paired_difference(runs, *base, e8_metric(m)).mean) : "-",
-                            compared ? fmt::format("{:+.4f}", mean_late_gap(runs, *base)) : "-"});
+                            compared ? fmt::format("{:+.4f}", e8_mean_gap(runs, *base, late_loss_gap)) : "-"});
     }
     const std::string tag = model_kind(m.name).name;
     if (base)

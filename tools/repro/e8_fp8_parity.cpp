@@ -37,30 +37,6 @@ std::string difference_cell(const E8Model& m, const PairedDifference& d) {
   return cell;
 }
 
-double mean_metric(const std::vector<RunResult>& runs, double RunResult::*metric) {
-  double sum = 0;
-  for (const RunResult& run : runs) sum += run.*metric;
-  return runs.empty() ? kNaN : sum / static_cast<double>(runs.size());
-}
-
-// The parity margin of a model: for accuracy E1's (0.5 points, one standard error, the baseline's
-// spread over seeds), for bits/char the larger of bpc_margin and the spread.
-double margin_for(const E8Model& m, const E8Options& o, const std::vector<RunResult>& baseline) {
-  const double spread = fp32_seed_spread(baseline, e8_metric(m));
-  if (m.text) return std::max(o.bpc_margin, spread);
-  const double error = accuracy_standard_error(mean_metric(baseline, e8_metric(m)), o.images.test_examples);
-  return std::max({0.005, error, spread});
-}
-
-// The mean over the seeds of a loss gap (early_loss_gap or late_loss_gap) of a variant's runs to the baseline's.
-double mean_gap_over_seeds(const std::vector<RunResult>& runs, const std::vector<RunResult>& baseline,
-                           double (*gap)(const RunResult&, const RunResult&)) {
-  double sum = 0;
-  std::size_t n = 0;
-  for (std::size_t s = 0; s < runs.size() && s < baseline.size(); ++s, ++n) sum += gap(runs[s], baseline[s]);
-  return n ? sum / static_cast<double>(n) : kNaN;
-}
-
 // When fp8_delayed misses the margin and fp8_current keeps it: the two differ only in where the
 // per-tensor scale comes from, and at the first step delayed scaling has no history to take it from.
 std::string delayed_note(const E8Model& m, const std::vector<RunResult>& baseline, double margin) {
@@ -74,14 +50,14 @@ std::string delayed_note(const E8Model& m, const std::vector<RunResult>& baselin
                      "scaling has no amax history before its first step and quantises that step with scale 1 (as "
                      "Transformer Engine does), and its loss gap stands at {:+.4f} over the first quarter of the run "
                      "already.",
-                     mean_gap_over_seeds(*delayed, baseline, early_loss_gap));
+                     e8_mean_gap(*delayed, baseline, early_loss_gap));
 }
 
 // One model's verdict: which recipes are within the margin, and the loss gaps beside it.
 std::string verdict_for(const E8Model& m, const E8Options& o) {
   const std::vector<RunResult>* baseline = e8_runs_of(m, "V5");
   if (!baseline || m.runs.size() < 2) return m.name + ": V5 and an FP8 variant are needed for a verdict.";
-  const double margin = margin_for(m, o, *baseline), unit = m.text ? 1.0 : 100.0;
+  const double margin = e8_parity_margin(m, o, *baseline), unit = m.text ? 1.0 : 100.0;
   std::string within, outside, gaps;
   for (std::size_t i = 0; i < m.runs.size(); ++i) {
     const Variant& v = m.runs[i].front().variant;
@@ -91,13 +67,13 @@ std::string verdict_for(const E8Model& m, const E8Options& o) {
     std::string& list = std::fabs(d.mean) <= margin ? within : outside;
     list += fmt::format("{}{} ({})", list.empty() ? "" : ", ", v.name, difference_cell(m, d));
     gaps += fmt::format("{}{} {:+.4f} then {:+.4f}", gaps.empty() ? "" : ", ", v.name,
-                        mean_gap_over_seeds(m.runs[i], *baseline, early_loss_gap),
-                        mean_gap_over_seeds(m.runs[i], *baseline, late_loss_gap));
+                        e8_mean_gap(m.runs[i], *baseline, early_loss_gap),
+                        e8_mean_gap(m.runs[i], *baseline, late_loss_gap));
   }
   std::string text = fmt::format(
       "{}: mixed_bfloat16 reached {}; parity margin {} {}. Within it: {}. Outside it: {}. Training-loss gap to "
       "mixed_bfloat16 over the first and the last quarter of the run (nats): {}. ",
-      m.name, score_cell(m, mean_metric(*baseline, e8_metric(m))), number(unit * margin, 3),
+      m.name, score_cell(m, e8_mean_score(*baseline, e8_metric(m))), number(unit * margin, 3),
       m.text ? "bits/char" : "points", within.empty() ? "none" : within, outside.empty() ? "none" : outside, gaps);
   text += outside.empty()  ? "**Reproduced:** every FP8 recipe matches the 16-bit baseline."
           : within.empty() ? "**Not reproduced:** no FP8 recipe matched the 16-bit baseline."
@@ -132,6 +108,27 @@ RunConfig e8_run_config(const E8Options& o, const std::string& model, std::share
 }
 
 double RunResult::*e8_metric(const E8Model& m) { return m.text ? &RunResult::final_bpc : &RunResult::final_accuracy; }
+
+double e8_mean_score(const std::vector<RunResult>& runs, double RunResult::*metric) {
+  double sum = 0;
+  for (const RunResult& run : runs) sum += run.*metric;
+  return runs.empty() ? kNaN : sum / static_cast<double>(runs.size());
+}
+
+double e8_parity_margin(const E8Model& m, const E8Options& o, const std::vector<RunResult>& baseline) {
+  const double spread = fp32_seed_spread(baseline, e8_metric(m));
+  if (m.text) return std::max(o.bpc_margin, spread);
+  const double error = accuracy_standard_error(e8_mean_score(baseline, e8_metric(m)), o.images.test_examples);
+  return std::max({0.005, error, spread});
+}
+
+double e8_mean_gap(const std::vector<RunResult>& runs, const std::vector<RunResult>& baseline,
+                   double (*gap)(const RunResult&, const RunResult&)) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (std::size_t s = 0; s < runs.size() && s < baseline.size(); ++s, ++n) sum += gap(runs[s], baseline[s]);
+  return n ? sum / static_cast<double>(n) : kNaN;
+}
 
 std::vector<RunGroup> e8_run_groups(const E8Result& r) {
   std::vector<RunGroup> groups;
@@ -290,15 +287,15 @@ std::string setup_text(const E8Result& r) {
 // The table's rows of one model: each variant's score, its difference from V5 and its loss gap.
 void add_rows(const E8Model& m, const E8Options& o, Table& table) {
   const std::vector<RunResult>* baseline = e8_runs_of(m, "V5");
-  const double margin = baseline ? margin_for(m, o, *baseline) : kNaN;
+  const double margin = baseline ? e8_parity_margin(m, o, *baseline) : kNaN;
   for (const std::vector<RunResult>& runs : m.runs) {
     const bool is_baseline = &runs == baseline;
     const PairedDifference d = baseline ? paired_difference(runs, *baseline, e8_metric(m)) : PairedDifference{};
     const bool compared = baseline && !is_baseline;
-    const double early = compared ? mean_gap_over_seeds(runs, *baseline, early_loss_gap) : kNaN;
-    const double late = compared ? mean_gap_over_seeds(runs, *baseline, late_loss_gap) : kNaN;
-    const double baseline_loss = baseline ? mean_metric(*baseline, &RunResult::final_loss) : kNaN;
-    table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, mean_metric(runs, e8_metric(m))),
+    const double early = compared ? e8_mean_gap(runs, *baseline, early_loss_gap) : kNaN;
+    const double late = compared ? e8_mean_gap(runs, *baseline, late_loss_gap) : kNaN;
+    const double baseline_loss = baseline ? e8_mean_score(*baseline, &RunResult::final_loss) : kNaN;
+    table.rows.push_back({m.name, legend(runs.front().variant), score_cell(m, e8_mean_score(runs, e8_metric(m))),
                           compared ? difference_cell(m, d) : "-",
                           compared ? (std::fabs(d.mean) <= margin ? "yes" : "**no**") : "-",
                           compared ? fmt::format("{:+.4f}", early) : "-",

@@ -59,6 +59,15 @@ struct E8Result {
 // What a model is scored by: test accuracy, or validation bits/char for text.
 double RunResult::*e8_metric(const E8Model& model);
 
+// The mean of a score over a variant's runs (one per seed); NaN for none.
+double e8_mean_score(const std::vector<RunResult>& runs, double RunResult::*metric);
+// The parity margin of a model: for accuracy E1's (0.5 points, one standard error, the baseline's spread
+// over seeds), for bits/char the larger of bpc_margin and the spread.
+double e8_parity_margin(const E8Model& model, const E8Options& options, const std::vector<RunResult>& baseline);
+// The mean over the seeds of a loss gap (early_loss_gap or late_loss_gap) of a variant's runs to the baseline's.
+double e8_mean_gap(const std::vector<RunResult>& runs, const std::vector<RunResult>& baseline,
+                   double (*gap)(const RunResult&, const RunResult&));
+
 // The CSV groups of a result: one per model and seed, the first seed's with its steps (E8, E12).
 std::vector<RunGroup> e8_run_groups(const E8Result& result);
 
