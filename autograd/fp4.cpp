@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/autocast.h"
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/factory.h"
-#include "kernels/gemm.h"
+#include "kernels/fp4.h"
 
 namespace mg {
 
@@ -70,14 +69,11 @@ Tensor fp4_matmul(const kernels::Fp4Tensor& a, const kernels::Fp4Tensor& b, DTyp
            a.codes.defined() ? fmt::format("{}", a.codes.shape()) : std::string("undefined"),
            b.codes.defined() ? fmt::format("{}", b.codes.shape()) : std::string("undefined"));
   NoGradGuard no_grad;
-  const Autocast off(DType::F16, /*enabled=*/false);  // f32 math after the bf16 GEMM, whatever region calls it
-  const std::int64_t m = a.codes.size(0), n = b.codes.size(0), k = a.codes.size(1);
-  const Tensor a_values = kernels::fp4_decode(a), b_values = kernels::fp4_decode(b);  // exact bf16
-  Tensor sum = Tensor::empty({m, n}, {.dtype = DType::F32, .device = a.codes.device()});
-  kernels::gemm(a_values, b_values, sum, {.m = m, .n = n, .k = k, .transpose_b = true});
-  Tensor c = mul(sum, mul(a.tensor_factor, b.tensor_factor));  // the per-tensor scales, in the epilogue
-  if (bias.defined()) c = add(c, bias.to(DType::F32));
-  return c.to(out);
+  Tensor c = Tensor::empty({a.codes.size(0), b.codes.size(0)}, {.dtype = out, .device = a.codes.device()});
+  // Decoded exactly into bf16 as the GEMM reads them, summed in f32, then the tensors' factors and the
+  // bias, rounded once (kernels/fp4.h).
+  kernels::fp4_gemm(a, b, c, {.bias = bias.defined() ? bias.to(DType::F32) : Tensor()});
+  return c;
 }
 
 }  // namespace mg

@@ -21,9 +21,10 @@
 //   of them must end on a whole byte.
 // - Stochastic rounding (stochastic_gradients) of dy and dy^T only, from the stream (seed, step of the
 //   layer, 4 * layer + 0 for dy, + 1 for dy^T); everything else to nearest.
-// - The GEMM (fp4_matmul): both operands decoded into bf16, exactly (kernels/fp4.h), the bf16 GEMM with
-//   f32 accumulation, then the two tensors' factors and the bias on the f32 sum, rounded once into the
-//   output's dtype. An FP4 Tensor Core computes the same; no CPU and no Hopper GPU has one.
+// - The GEMM (fp4_matmul, kernels::fp4_gemm): both operands decoded into bf16, exactly (kernels/fp4.h;
+//   on the CPU inside the bf16 GEMM's packing), products summed in f32, then the two tensors' factors
+//   and the bias on the f32 sum, rounded once into the output's dtype. An FP4 Tensor Core computes the
+//   same; no CPU and no Hopper GPU has one.
 //
 // What stays in higher precision, as the NVFP4 paper keeps it: every op that is not a Linear (autocast's
 // bf16 and f32 lists), the optimizer (f32 parameters and state), and the last bf16_last_layers Linears

@@ -24,7 +24,12 @@
 // rung 4 (QGMMA, kernels/cuda/gemm_fp8_wgmma.cu): fp8-wg-lt per tensor beside cuBLASLt's FP8 GEMM,
 // fp8-wg-blocks-lt with DeepSeek-V3's blocks beside cuBLASLt's per-tensor FP8 GEMM of the same values
 // (its per-tensor codes: the peer does less work, so the ratio is a floor). The "-lt" modes run the
-// shapes whose m, n and k are multiples of 16, as cuBLASLt's FP8 GEMM needs.
+// shapes whose m, n and k are multiples of 16, as cuBLASLt's FP8 GEMM needs. nvfp4 and mxfp4:
+// kernels::fp4_gemm of NVFP4 (1 x 16 blocks on A, 16 x 16 on B) and MXFP4 (1 x 32) codes into bf16, NT
+// shapes, beside cuBLAS's f16 GEMM like fp8: Hopper has no FP4 Tensor Core, so rung 3 decodes the codes
+// into bf16 in registers on their way into shared memory (kernels/cuda/fp4.cu, gemm_mma.cu);
+// nvfp4-decoded runs the same GEMM by a separate decode pass of each operand, the bf16 GEMM and an
+// epilogue pass (kernels::cuda::fp4_gemm_decoded), the way the fused copies replace.
 // Shapes: square 1024 to 8192 (NN, and 4096 in the other layouts), then the GEMMs of a training step
 // of the example models at batch 128: the MLP 784-256-256-10 (forward x W^T is NT; backward dX = dY W
 // is NN, dW = dY^T X is TN) and the CNN of nn/models.cpp on 28x28 images (im2col GEMMs of the two
@@ -58,6 +63,7 @@
 #include "bench/machine.h"
 #include "bench/timing.h"
 #include "kernels/cuda/gemm_common.cuh"
+#include "kernels/fp4.h"
 #include "kernels/fp8.h"
 #include "mixgrad.h"
 
@@ -248,7 +254,10 @@ int main(int argc, char** argv) try {
                                    {"fp8-blocks", mg::DType::F16, false},
                                    {"fp8-mx", mg::DType::F16, false},
                                    {"fp8-wg-lt", mg::DType::F16, false},
-                                   {"fp8-wg-blocks-lt", mg::DType::F16, false}};
+                                   {"fp8-wg-blocks-lt", mg::DType::F16, false},
+                                   {"nvfp4", mg::DType::F16, false},
+                                   {"mxfp4", mg::DType::F16, false},
+                                   {"nvfp4-decoded", mg::DType::F16, false}};
   for (const Mode& mode : modes) {
     mg::kernels::set_allow_tf32(mode.tf32);
     const mg::kernels::cuda::GemmRungGuard rung(mode.rung);
@@ -256,6 +265,10 @@ int main(int argc, char** argv) try {
     // output, and for TF32 the two libraries' own roundings of the operands.
     // FP8: E4M3's 3 mantissa bits on both operands.
     const bool fp8 = mode.name.starts_with("fp8");
+    // FP4 (kernels::fp4_gemm): NVFP4 with 1 x 16 blocks on A and 16 x 16 on B, MXFP4 with 1 x 32 on both.
+    const bool fp4 = mode.name.find("fp4") != std::string::npos, nvfp4 = mode.name.starts_with("nvfp4");
+    const bool decoded = mode.name.ends_with("-decoded");
+    const mg::kernels::Fp4Rule fp4_rule{.format = nvfp4 ? mg::kernels::Fp4Format::Nv : mg::kernels::Fp4Format::Mx};
     // The scales' blocks and rule of each FP8 mode: per tensor, DeepSeek-V3's, MX's.
     using Rule = mg::kernels::Fp8ScaleRule;
     const bool blocks = mode.name.find("blocks") != std::string::npos, mx = mode.name == "fp8-mx";
@@ -267,14 +280,15 @@ int main(int argc, char** argv) try {
                                                    : mg::kernels::Fp8Blocks{};
     const mg::kernels::Fp8Blocks b_blocks = blocks ? mg::kernels::Fp8Blocks{128, 128} : a_blocks;
     const Rule rule{.kind = blocks ? Rule::Kind::Block : mx ? Rule::Kind::Mx : Rule::Kind::PerTensor};
-    const double allowed = fp8 ? 0x1p-3
+    const double allowed = fp4   ? 0x1p-1  // E2M1's one mantissa bit on both operands
+                           : fp8 ? 0x1p-3
                            : mode.dtype == mg::DType::BF16
                                ? 0x1p-5
                                : (mode.dtype == mg::DType::F16 || mode.tf32 ? 0x1p-8 : 0x1p-16);
     for (const Case& c : cases()) {
       if (!selected(mode.name + " " + c.name, argc, argv)) continue;
       if (mode.rung != GemmRung::Auto && mode.rung != GemmRung::Wgmma && !c.name.starts_with("square")) continue;
-      if (fp8 && (c.shape.transpose_a || !c.shape.transpose_b)) continue;
+      if ((fp8 || fp4) && (c.shape.transpose_a || !c.shape.transpose_b)) continue;
       // cuBLASLt's FP8 GEMM (and rung 4, which the "-wg" modes are for) wants m, n and k multiples of 16.
       if (lt_peer && (c.shape.m % 16 != 0 || c.shape.n % 16 != 0 || c.shape.k % 16 != 0)) continue;
       const GemmShape& s = c.shape;
@@ -291,9 +305,23 @@ int main(int argc, char** argv) try {
       const mg::kernels::Fp8Tensor qb =
           fp8 ? mg::kernels::fp8_quantize_fitted(b, b_blocks, rule, mg::kernels::Fp8Copies::RowWise).rowwise
               : mg::kernels::Fp8Tensor{};
-      if (fp8) ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
+      const mg::kernels::Fp4Tensor fa = fp4 ? mg::kernels::fp4_quantize(a,
+                                                                        nvfp4 ? mg::kernels::Fp8Blocks{1, 16}
+                                                                              : mg::kernels::Fp8Blocks{1, 32},
+                                                                        fp4_rule)
+                                            : mg::kernels::Fp4Tensor{};
+      const mg::kernels::Fp4Tensor fb = fp4 ? mg::kernels::fp4_quantize(b,
+                                                                        nvfp4 ? mg::kernels::Fp8Blocks{16, 16}
+                                                                              : mg::kernels::Fp8Blocks{1, 32},
+                                                                        fp4_rule)
+                                            : mg::kernels::Fp4Tensor{};
+      if (fp8 || fp4) ours = mg::Tensor::empty({s.m, s.n}, {.dtype = mg::DType::BF16, .device = mg::Device::cuda()});
       const auto run_ours = [&] {
-        if (fp8)
+        if (fp4 && decoded)
+          mg::kernels::cuda::fp4_gemm_decoded(fa, fb, ours);
+        else if (fp4)
+          mg::kernels::fp4_gemm(fa, fb, ours);
+        else if (fp8)
           mg::kernels::fp8_gemm(qa, qb, ours, s, accumulator);
         else
           mg::kernels::cuda::gemm(a, b, ours, s);
@@ -324,8 +352,10 @@ int main(int argc, char** argv) try {
       const double ours_tflops = flop / (ours_ms * 1e9), theirs_tflops = flop / (theirs_ms * 1e9);
       fmt::print("{:<10} {:<18} {:>24} {:<52} {:>10.2e} {:>9.2f} {:>9.2f} {:>6.0f}%  {}\n", mode.name, c.name,
                  fmt::format("{} x {} x {}", s.m, s.n, s.k),
-                 fp8 ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, accumulator, mg::DType::BF16)
-                     : mg::kernels::cuda::gemm_kernel_name(a, b, s),
+                 decoded ? std::string("decode pass + the bf16 gemm")
+                 : fp4   ? mg::kernels::cuda::fp4_gemm_kernel_name(fa, fb)
+                 : fp8   ? mg::kernels::cuda::fp8_gemm_kernel_name(qa, qb, s, accumulator, mg::DType::BF16)
+                         : mg::kernels::cuda::gemm_kernel_name(a, b, s),
                  error, ours_tflops, theirs_tflops, 100.0 * ours_tflops / theirs_tflops,
                  error <= allowed ? "" : "MISMATCH");
       std::fflush(stdout);

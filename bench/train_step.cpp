@@ -9,6 +9,7 @@
 //   build/bench/train_step                     mixgrad only (always built)
 //   build/bench/train_step_vs_torch            with libtorch (built when CMake finds Torch)
 //   ... --steps 100 mlp:128 cnn:64             more timed steps; chosen models and batches
+//   ... --recipes mixed_bfloat16,fp8_block,nvfp4   mixgrad's recipes to run (any of amp::Recipe's)
 //   build/bench/train_step --device cuda       on the GPU (builds with the CUDA backend)
 //
 // The variants of one model are interleaved in every repetition so that a noisy machine slows them
@@ -173,17 +174,21 @@ struct Variant {
   std::optional<MixgradStep::Memory> memory;  // mixgrad's: where that peak comes from
 };
 
-void run(const std::string& model, std::int64_t batch, int steps, Device device) {
+void run(const std::string& model, std::int64_t batch, int steps, Device device,
+         const std::vector<std::string>& chosen_recipes) {
   std::vector<Variant> variants;
   auto add = [&variants](std::string name, std::function<std::size_t()> step) {
     variants.emplace_back();
     variants.back().name = std::move(name);
     variants.back().step = std::move(step);
   };
-  std::vector<std::string> recipes{"fp32", "mixed_float16", "mixed_bfloat16"};
+  std::vector<std::string> recipes = chosen_recipes.empty()
+                                         ? std::vector<std::string>{"fp32", "mixed_float16", "mixed_bfloat16"}
+                                         : chosen_recipes;
   // On the GPU the GEMM-bound MLP also under two FP8 recipes (every Linear's GEMMs in FP8, with the F32
   // accumulator: rung 3 of the FP8 GEMM where it takes them, rung 1 for the 10-wide head).
-  if (device.is_cuda() && model == "wide") recipes.insert(recipes.end(), {"fp8_delayed", "fp8_block"});
+  if (device.is_cuda() && model == "wide" && chosen_recipes.empty())
+    recipes.insert(recipes.end(), {"fp8_delayed", "fp8_block"});
   for (const std::string& recipe : recipes) {
     // Its memory, measured before the next variant's tensors exist: the bytes held before it was
     // made are the earlier variants', and stay as they are while it steps.
@@ -231,10 +236,11 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
                ours ? fmt::format("{:.2f} MiB", v.saved_bytes / 1048576.0) : "-",
                ours ? fmt::format("{:.1f}", v.peak_bytes / 1048576.0) : "-");
   }
+  // Each recipe against the first (fp32 by default).
   const double fp32 = bench::median(variants[0].ms);
   for (std::size_t i = 1; i < variants.size() && variants[i].name.starts_with("mixgrad"); ++i)
-    fmt::print("  {} / fp32 (mixgrad): {:.3f}x time, {:.3f}x saved activations, {:.3f}x peak memory\n",
-               variants[i].name.substr(8), bench::median(variants[i].ms) / fp32,
+    fmt::print("  {} / {} (mixgrad): {:.3f}x time, {:.3f}x saved activations, {:.3f}x peak memory\n",
+               variants[i].name.substr(8), variants[0].name.substr(8), bench::median(variants[i].ms) / fp32,
                static_cast<double>(variants[i].saved_bytes) / static_cast<double>(variants[0].saved_bytes),
                static_cast<double>(variants[i].peak_bytes) / static_cast<double>(variants[0].peak_bytes));
   fmt::print("  memory of one step, MiB (the allocator's bytes held; peaks are the highest held within each phase)\n");
@@ -252,8 +258,8 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device)
     const auto found = std::ranges::find(variants, name, &Variant::name);
     return found == variants.end() ? 0.0 : bench::median(found->ms);
   };
-  if (median_of("libtorch fp32") > 0.0) {
-    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", fp32 / median_of("libtorch fp32"));
+  if (median_of("libtorch fp32") > 0.0 && median_of("mixgrad fp32") > 0.0) {
+    fmt::print("  mixgrad fp32 / libtorch fp32: {:.3f}x\n", median_of("mixgrad fp32") / median_of("libtorch fp32"));
     fmt::print("  mixgrad mixed_bfloat16 / libtorch bf16 autocast: {:.3f}x\n",
                median_of("mixgrad mixed_bfloat16") / median_of("libtorch bf16 autocast"));
     fmt::print("  libtorch bf16 autocast / libtorch fp32: {:.3f}x\n",
@@ -282,6 +288,7 @@ int main(int argc, char** argv) try {
   int threads = mg::num_threads();  // MG_NUM_THREADS, else every core this process may use
   Device device = Device::cpu();
   std::vector<std::pair<std::string, std::int64_t>> cases;
+  std::vector<std::string> recipes;  // --recipes: mixgrad's variants (default fp32, mixed_float16, mixed_bfloat16)
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -289,6 +296,13 @@ int main(int argc, char** argv) try {
     } else if (arg == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
       mg::set_num_threads(threads);  // an mg::Error for a count below 1
+    } else if (arg == "--recipes" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (std::size_t start = 0; start <= list.size();) {  // an mg::Error from parse names the recipes
+        const std::size_t comma = std::min(list.find(',', start), list.size());
+        recipes.emplace_back(mg::amp::Recipe::parse(list.substr(start, comma - start)).name);
+        start = comma + 1;
+      }
     } else if (arg == "--device" && i + 1 < argc) {
       device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
     } else if (const auto colon = arg.find(':');
@@ -299,7 +313,8 @@ int main(int argc, char** argv) try {
     } else {
       fmt::print(
           stderr,
-          "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [mlp:B | cnn:B | conv:B | wide:B | lstm:B | gpt:B ...]\n",
+          "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [--recipes R1,R2,...] [mlp:B | cnn:B | conv:B | "
+          "wide:B | lstm:B | gpt:B ...]\n",
           argv[0]);
       return 2;
     }
@@ -310,7 +325,7 @@ int main(int argc, char** argv) try {
     check_device_available(device, "bench/train_step --device cuda");
     cases.emplace_back("wide", 8192);
     cases.emplace_back("cnn", 512);  // activation-bound: the peak-memory ratio under AMP
-    for (const auto& [model, batch] : cases) run(model, batch, steps, device);
+    for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes);
     return 0;
   }
   fmt::print("Training step, SGD with momentum 0.9, {} thread(s) (mg::num_threads).\n", mg::num_threads());
@@ -320,7 +335,7 @@ int main(int argc, char** argv) try {
   fmt::print("peer: none in this binary (train_step_vs_torch, built when CMake finds libtorch, runs it beside "
              "mixgrad; see docs/results/cpu-bench.md)\n");
 #endif
-  for (const auto& [model, batch] : cases) run(model, batch, steps, device);
+  for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes);
   return 0;
 } catch (const mg::Error& error) {
   fmt::print(stderr, "error: {}\n", error.what());

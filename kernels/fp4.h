@@ -13,16 +13,21 @@
 // No CPU and no Hopper GPU multiplies FP4 (only Blackwell's Tensor Cores do), so a GEMM decodes: each
 // element's decode(code) * decode(scale) is exactly a bf16 value (kernels/fp4_scale.h), the bf16 GEMM
 // multiplies exactly those products and sums them in f32, and the tensors' factors multiply the sum.
-// That is what an FP4 Tensor Core computes; the FP4 GEMM itself is autograd/fp4.cpp's (fp4_matmul).
+// That is what an FP4 Tensor Core computes (fp4_gemm below; autograd/fp4.cpp's fp4_matmul calls it).
+// The CPU decodes inside the packing of its blocked bf16 GEMM (kernels/cpu/gemm_fp4.cpp), a GPU inside
+// the copies of its rung 3 (kernels/cuda/fp4.cu, gemm_mma.cu): no decoded operand is ever written.
+// Benchmarks: build/bench/fp8_gemm (CPU), build/bench/cuda_gemm (GPU).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/host_device.h"
 #include "core/tensor.h"
 #include "kernels/backends.h"
 #include "kernels/fp4_scale.h"
 #include "kernels/fp8.h"
+#include "kernels/gemm.h"
 
 namespace mg::kernels {
 
@@ -46,6 +51,12 @@ struct Fp4BlockIndex {
   MG_HOST_DEVICE std::int64_t operator()(std::int64_t i) const {
     return i / cols / block_rows * scale_cols + i % cols / block_cols;
   }
+  // One past the last element of i's run in its block: the elements from i up to the block's last
+  // column or the row's end, whichever comes first (a CPU loop finds each run's scale once).
+  std::int64_t run_end(std::int64_t i) const {
+    const std::int64_t column = i % cols, last = column / block_cols * block_cols + block_cols;
+    return i - column + (last < cols ? last : cols);
+  }
 };
 
 // Quantises x (2-D, f32, f16 or bf16) as `rule` says, on x's device, nothing read back to the host: the
@@ -56,6 +67,24 @@ Fp4Tensor fp4_quantize(const Tensor& x, Fp8Blocks blocks, const Fp4Rule& rule);
 // decode(code) * decode(scale) for every element (fp4_decode_value), without the tensor's factor, as
 // `dtype` (bf16, exact; or f32), on the codes' device.
 Tensor fp4_decode(const Fp4Tensor& x, DType dtype = DType::BF16);
+
+// C = act(decode(a) decode(b)^T * a.tensor_factor * b.tensor_factor + bias): a [m, k] and b [n, k], both
+// with k along their rows (the layout mg::fp4_quantize_operand makes), C [m, n] f32, f16 or bf16 on
+// their device. The products of the decoded values are exact and summed in f32 (kernels/gemm.h's
+// contract); the factors multiply the sum, then the bias (f32 or C's dtype, [n]) is added and the
+// activation applied in f32, and the result is rounded once into C.
+MG_KERNELS(void fp4_gemm(const Fp4Tensor& a, const Fp4Tensor& b, Tensor& c, const GemmEpilogue& epilogue = {});)
+
+// What the CUDA backend alone has (kernels/cuda/fp4.cu, in builds with MG_WITH_CUDA).
+namespace cuda {
+// fp4_gemm by a separate pass: both operands decoded into bf16 tensors, the bf16 GEMM into f32, then
+// the factors, bias and activation. What fp4_gemm runs where rung 3's decoding copies do not take the
+// operands (an odd k, blocks along k not a multiple of 8); the benchmark's and the tests' reference.
+void fp4_gemm_decoded(const Fp4Tensor& a, const Fp4Tensor& b, Tensor& c, const GemmEpilogue& epilogue = {});
+// The kernel fp4_gemm runs for these operands: "fp4 mma 128x128x64, decoded in registers" (rung 3 with
+// Copy::Fp4), or "decode pass + the bf16 gemm".
+std::string fp4_gemm_kernel_name(const Fp4Tensor& a, const Fp4Tensor& b);
+}  // namespace cuda
 
 // The backends' kernels (the entry points above check and allocate).
 MG_BACKENDS(

@@ -87,12 +87,26 @@ MG_HOST_DEVICE inline float fp4_tensor_factor(float tensor_amax, const Fp4Rule& 
   return rule.stochastic ? 1.0f / kMxfp4StochasticShrink : 1.0f;
 }
 
-// Element i's E2M1 code: x * factor rounded to nearest (saturating at +-6), or stochastically.
-MG_HOST_DEVICE inline std::uint8_t fp4_encode_value(float x, float factor, const Fp4Rule& rule, std::uint64_t i) {
+// fp8::encode(x, E2M1, Saturate), by comparisons: E2M1's magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are codes
+// 0..7, so a magnitude's code is the number of midpoints it passes, each strict where its tie goes down
+// to the even code (0.25, 1.25, 2.5, 5) and inclusive where it goes up (0.75, 1.75, 3.5); past 6 it
+// saturates; a NaN gives the other sign's 0, as ml_dtypes does. (The general encode takes a branch
+// for E2M1's subnormal 0.5 and costs several times as much; tests/test_fp4_quantize compares both.)
+MG_HOST_DEVICE inline std::uint8_t e2m1_nearest(float x) {
+  const std::uint32_t bits = fp8::detail::float_bits(x);
+  const std::uint8_t sign = (bits >> 31) != 0 ? 0x8 : 0x0;
+  const float a = fp8::detail::bits_float(bits & 0x7FFFFFFFu);
+  if (!(a == a)) return sign ^ 0x8;  // NaN
+  return sign | static_cast<std::uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                                          (a >= 3.5f) + (a > 5.0f));
+}
+
+// An element's E2M1 code: x * factor rounded to nearest (saturating at +-6), or stochastically with
+// `random`, the element's rounding_word (rule.stream, its index); unused when rounding to nearest.
+MG_HOST_DEVICE inline std::uint8_t fp4_encode_value(float x, float factor, const Fp4Rule& rule, std::uint32_t random) {
   float scaled = x * factor;
-  if (rule.stochastic)
-    scaled = stochastic::stochastic_round(scaled, DType::E2M1, stochastic::rounding_word(rule.stream, i));
-  return fp8::encode(scaled, DType::E2M1, fp8::Overflow::Saturate);
+  if (rule.stochastic) scaled = stochastic::stochastic_round(scaled, DType::E2M1, random);
+  return e2m1_nearest(scaled);  // exact for a stochastically rounded value: it is an E2M1 value already
 }
 
 // What the GEMM reads for one element: decode(code) * decode(scale_b), an exact bf16 for NVFP4 (at most
@@ -101,10 +115,13 @@ MG_HOST_DEVICE inline std::uint8_t fp4_encode_value(float x, float factor, const
 // block exponent is at most 125), and a magnitude below 2^-126 (a block whose exponent is below -124)
 // is 0, as bf16 dot-product hardware (vdpbf16ps) reads a subnormal: written as 0 here, so that both
 // devices and every kernel agree.
-MG_HOST_DEVICE inline float fp4_decode_value(std::uint8_t code, std::uint8_t scale, Fp4Format format) {
-  const float value = fp8::decode(code, DType::E2M1) * fp4_scale_value(scale, format);
+MG_HOST_DEVICE inline float fp4_decode_scaled(std::uint8_t code, float scale_value) {
+  const float value = fp8::decode(code, DType::E2M1) * scale_value;
   if (value != 0.0f && value > -1.1754943508e-38f && value < 1.1754943508e-38f) return value < 0.0f ? -0.0f : 0.0f;
   return value;
+}
+MG_HOST_DEVICE inline float fp4_decode_value(std::uint8_t code, std::uint8_t scale, Fp4Format format) {
+  return fp4_decode_scaled(code, fp4_scale_value(scale, format));  // a GPU decoding a block finds its scale once
 }
 
 }  // namespace mg::kernels

@@ -170,6 +170,13 @@ mg_planted_bug(fp8_mma_first_chunk_scales FILE kernels/cuda/gemm_fp8_mma.cu COMP
   FIND "const float* scale_a = sa.scale_inv + g / sa.block_k;"
   REPLACE "const float* scale_a = sa.scale_inv;  // planted: the first chunk's")
 
+# Rung 3's FP4 copies (gemm_mma.cu's Fp4Chunks) decoding every chunk of a row with its first block's
+# scale: fp4_gemm's values against the CPU's.
+mg_planted_bug(fp4_mma_first_block_scale FILE kernels/cuda/gemm_mma.cu COMPILE kernels/cuda/gemm_mma.cu
+  SUITE test_cuda_fp4_quantize CASES "*fp4_gemm*" CATCHES "${wrong_values}"
+  FIND "s.scales[x / s.block_rows * s.scale_cols + k / s.block_cols]"
+  REPLACE "s.scales[x / s.block_rows * s.scale_cols]  /* planted: the row's first block */")
+
 # Rung 3's carried accumulator never promoted (a Limited accumulator promoted every 64 or 128 products
 # summed as if never): on an emulated Ada the 13-bit running sums lose what promotion keeps.
 mg_planted_bug(fp8_mma_carried_never_promoted FILE kernels/cuda/gemm_fp8_mma.cu COMPILE kernels/cuda/gemm_fp8_mma.cu

@@ -1,6 +1,7 @@
 // FP4 on a GPU (kernels/cuda/fp4.cu) against the CPU's (kernels/cpu/fp4.cpp): the same codes, scales and
 // tensor factors byte for byte for NVFP4 and MXFP4, to nearest and stochastically, ragged shapes and 2-D
-// blocks, with zeros and a NaN in the data; the same decoded values; and the nvfp4 and mxfp4 recipes
+// blocks, with zeros and a NaN in the data; the same decoded values; fp4_gemm (a decode pass and the bf16
+// rungs) near the CPU's (decoded in packing); and the nvfp4 and mxfp4 recipes
 // training the MLP a few steps on the device, near the CPU's run. The CPU-side properties: test_fp4_quantize,
 // test_fp4_linear.
 #include "tests/testing.h"
@@ -51,6 +52,45 @@ TEST_CASE("cuda fp4: the CPU's codes, scales and factors for both formats and ro
         check_same_bits(kernels::fp4_decode(gpu), kernels::fp4_decode(cpu));
         check_same_bits(kernels::fp4_decode(gpu, DType::F32), kernels::fp4_decode(cpu, DType::F32));
       }
+    }
+  }
+}
+
+TEST_CASE("cuda fp4_gemm: the CPU's result, up to the order of the f32 sums") {
+  if (!have_gpu()) return;
+  const std::int64_t m = 37, n = 45, k = 290;
+  Generator generator(21);
+  const Tensor x = randn({m, k}, generator), w = randn({n, k}, generator), bias = randn({n}, generator);
+  for (const auto format : {kernels::Fp4Format::Nv, kernels::Fp4Format::Mx}) {
+    const kernels::Fp8Blocks blocks = format == kernels::Fp4Format::Nv ? kernels::Fp8Blocks{1, 16}
+                                                                       : kernels::Fp8Blocks{1, 32};
+    const kernels::Fp4Tensor a = kernels::fp4_quantize(x, blocks, {.format = format});
+    const kernels::Fp4Tensor b = kernels::fp4_quantize(w, blocks, {.format = format});
+    const kernels::Fp4Tensor a_gpu{gpu(a.codes), gpu(a.scales), gpu(a.tensor_factor), a.blocks, a.format};
+    const kernels::Fp4Tensor b_gpu{gpu(b.codes), gpu(b.scales), gpu(b.tensor_factor), b.blocks, b.format};
+    // Each element's bound: two f32 sums of k exact products in different orders, 2 (k + 4) * 2^-24 *
+    // sum |a_k b_k| * the factors, plus bf16's rounding of the result.
+    const std::vector<double> av = kernels::fp4_decode(a, DType::F32).to_vector<double>();
+    const std::vector<double> bv = kernels::fp4_decode(b, DType::F32).to_vector<double>();
+    const double factors = a.tensor_factor.item() * b.tensor_factor.item();
+    for (const DType out : {DType::F32, DType::BF16}) {
+      CAPTURE(out);
+      Tensor c_cpu = Tensor::empty({m, n}, {.dtype = out}), c_gpu = gpu(c_cpu);
+      kernels::fp4_gemm(a, b, c_cpu, {.bias = bias, .activation = kernels::Activation::Relu});
+      kernels::fp4_gemm(a_gpu, b_gpu, c_gpu, {.bias = gpu(bias), .activation = kernels::Activation::Relu});
+      const std::vector<double> got = c_gpu.to(Device::cpu()).to_vector<double>(), want = c_cpu.to_vector<double>();
+      int bad = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double magnitude = 0.0;
+          for (std::int64_t p = 0; p < k; ++p)
+            magnitude += std::fabs(av[static_cast<std::size_t>(i * k + p)] * bv[static_cast<std::size_t>(j * k + p)]);
+          const double expected = want[static_cast<std::size_t>(i * n + j)];
+          const double bound = 2.0 * static_cast<double>(k + 4) * 0x1p-24 * magnitude * factors +
+                               (out == DType::BF16 ? 0x1p-7 * std::fabs(expected) : 0.0) + 1e-30;
+          bad += std::fabs(got[static_cast<std::size_t>(i * n + j)] - expected) > bound;
+        }
+      CHECK(bad == 0);
     }
   }
 }

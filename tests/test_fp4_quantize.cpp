@@ -65,9 +65,12 @@ Reference reference(const std::vector<float>& x, std::int64_t rows, std::int64_t
     for (std::int64_t c = 0; c < cols; ++c) {
       const std::int64_t i = r * cols + c;
       const std::uint8_t scale = out.scales[static_cast<std::size_t>(r / br * grid_cols + c / bc)];
-      out.codes.push_back(kernels::fp4_encode_value(x[static_cast<std::size_t>(i)],
-                                                    kernels::fp4_encode_factor(scale, amax, rule), rule,
-                                                    static_cast<std::uint64_t>(i)));
+      // The general encode and the element's own Philox word: not the kernels' comparisons and cache.
+      float scaled = x[static_cast<std::size_t>(i)] * kernels::fp4_encode_factor(scale, amax, rule);
+      if (rule.stochastic)
+        scaled = stochastic::stochastic_round(scaled, DType::E2M1,
+                                              stochastic::rounding_word(rule.stream, static_cast<std::uint64_t>(i)));
+      out.codes.push_back(fp8::encode(scaled, DType::E2M1, fp8::Overflow::Saturate));
     }
   return out;
 }
@@ -177,6 +180,24 @@ TEST_CASE("fp4_quantize: every code and scale is the per-element rule's, for rag
       }
     }
   }
+}
+
+TEST_CASE("e2m1_nearest: the general encode's E2M1 rounding, saturating, for every bf16 value and at every tie") {
+  const auto same = [](float x) {
+    return kernels::e2m1_nearest(x) == fp8::encode(x, DType::E2M1, fp8::Overflow::Saturate);
+  };
+  int differ = 0;
+  for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) differ += !same(fp8::detail::bits_float(bits << 16));
+  // The midpoints, their neighbours one f32 ulp either side, and values the bf16 sweep skips.
+  for (const float tie : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f})
+    for (const float x : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 10.0f)}) differ += !same(x) + !same(-x);
+  Generator generator(3);
+  for (const double v : mul(randn({100000}, generator), 3.0).to_vector<double>())
+    differ += !same(static_cast<float>(v));
+  CHECK(differ == 0);
+  CHECK(kernels::e2m1_nearest(std::numeric_limits<float>::quiet_NaN()) == 0x8);  // +NaN: -0, as ml_dtypes
+  CHECK(kernels::e2m1_nearest(-std::numeric_limits<float>::infinity()) == 0xF);  // saturates at -6
+  CHECK(kernels::e2m1_nearest(0.75f) == 0x2);  // the tie between 0.5 and 1 goes to 1, the even code
 }
 
 TEST_CASE("nvfp4: 16x16 weight blocks give W and W^T the same codes") {

@@ -339,6 +339,18 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
   });
 }
 
+void packed_gemm_parallel(const PackedGemm& gemm, std::int64_t m, std::int64_t n) {
+  if (m == 0 || n == 0) return;
+  const GemmShape shape{.m = m, .n = n, .k = gemm.k};
+  const PackedPlan plan = plan_packed(*gemm.kernel, shape);
+  parallel_for(plan.parts, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t part = begin; part < end; ++part) {
+      const Tile tile = plan.tile(shape, part);
+      packed_gemm_tile(gemm, tile.row0, tile.row1, tile.col0, tile.col1);
+    }
+  });
+}
+
 const MicroKernel* gemm_microkernel(DType dtype) {
   const GemmChoice& choice = gemm_choice();
   const std::optional<MicroKernelId> id = dtype == DType::F16    ? choice.f16

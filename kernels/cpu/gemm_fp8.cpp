@@ -1,14 +1,15 @@
 // The FP8 GEMM on the CPU (kernels/fp8.h): codes decoded inside packing, chunks of k with constant
-// scales summed on a microkernel (F32 accumulator) or by the scalar model of Hopper's accumulator
-// (Limited), each chunk added to an f32 sum times its two scales. Tests: build/tests/test_fp8_gemm.
+// scales summed on a microkernel (F32 accumulator: the blocked GEMM of kernels/cpu/gemm_packed.h) or
+// by the scalar model of Hopper's accumulator (Limited), each chunk added to an f32 sum times its two
+// scales. Tests: build/tests/test_fp8_gemm. Benchmark: build/bench/fp8_gemm.
 //
 // Why a microkernel fits: every E4M3 and E5M2 value is exactly a bf16 value, so packing turns each code
-// into its bf16 bits (a 256-entry table) and vdpbf16ps multiplies them at bf16 speed; the products of
-// two FP8 values (at most 4 + 4 significant bits) are exact in f32, and each is added with one f32
-// rounding, exactly as the F32 contract says. A CPU without AVX512_BF16 decodes to f32 for its FMA
-// kernel: the same products, the same sums in another order of rounding (microkernel.h).
+// into its bf16 bits (a 256-entry table, kernels/cpu/gemm_pack_codes.cpp) and vdpbf16ps multiplies them
+// at bf16 speed; the products of two FP8 values (at most 4 + 4 significant bits) are exact in f32, and
+// each is added with one f32 rounding, exactly as the F32 contract says. A CPU without AVX512_BF16
+// decodes to f32 for its FMA kernel: the same products, the same sums in another order of rounding
+// (microkernel.h).
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <vector>
 
@@ -21,14 +22,13 @@
 
 namespace mg::kernels::cpu {
 
-namespace {
-
-// The microkernel of the F32 accumulator: the bf16 dot product where the CPU has it, else the best FMA.
-const MicroKernel& fp8_microkernel() {
+const MicroKernel& code_gemm_microkernel() {
   for (MicroKernelId id : {MicroKernelId::Avx512Bf16Dot, MicroKernelId::Avx512Fma, MicroKernelId::Avx2Fma})
     if (const MicroKernel* kernel = microkernel(id)) return *kernel;
   return *microkernel(MicroKernelId::ModelFma);
 }
+
+namespace {
 
 // One operand as the GEMM walks it: element (line, k) of op(A) (line = row i) or op(B) (line = column j),
 // with the scale of its block. `transposed` is the GemmShape flag that says how the codes are stored.
@@ -55,9 +55,20 @@ struct CodeOperand {
     scale_stride_k = k_major ? scale_cols : 1;
   }
   std::uint8_t code(std::int64_t line, std::int64_t k) const { return codes[line * line_stride + k * k_stride]; }
-  float scale(std::int64_t line, std::int64_t k) const {
-    return scale_inv[line / block_lines * scale_stride_line + k / block_k * scale_stride_k];
+  // The same operand for the packed GEMM (kernels/cpu/gemm_packed.h): its codes and its scale grid.
+  GemmOperand packed() const {
+    return {.data = codes, .dtype = format, .line_stride = line_stride, .k_stride = k_stride};
   }
+  BlockGrid grid() const {
+    return {.data = scale_inv,
+            .block_lines = block_lines,
+            .block_k = block_k,
+            .line_stride = scale_stride_line,
+            .k_stride = scale_stride_k};
+  }
+  // Whether one scale covers all `lines` x k.
+  bool one_scale(std::int64_t lines, std::int64_t k) const { return block_lines >= lines && block_k >= k; }
+  float scale(std::int64_t line, std::int64_t k) const { return scale_inv[grid().at(line, k)]; }
 };
 
 // k cut into chunks of constant scales: [begin(c), end(c)).
@@ -67,62 +78,6 @@ struct KChunks {
   std::int64_t begin(std::int64_t c) const { return c * length; }
   std::int64_t end(std::int64_t c) const { return std::min(k, (c + 1) * length); }
 };
-
-// Every micro-panel of one operand, decoded for the kernel: panel p (lines [p * width, p * width + width))
-// holds, chunk after chunk, `steps` entries of `width` values (Fma: one k per step, f32) or pairs
-// (Bf16Dot: k, k + 1 per step, bf16 bits, the even k low); zeros past the lines and past a chunk's end.
-struct PackedOperand {
-  std::vector<std::uint32_t>& entries;  // f32 bits or bf16 pairs: both 4 bytes; the calling thread's buffer
-  std::vector<std::int64_t> chunk_offset{};  // steps before each chunk
-  std::int64_t steps_per_panel = 0;
-  int width = 0;
-  const std::uint32_t* panel(std::int64_t p, std::int64_t c) const {
-    return entries.data() + (p * steps_per_panel + chunk_offset[static_cast<std::size_t>(c)]) * width;
-  }
-};
-
-// Each thread's packed operands, reused from one GEMM to the next so that their pages are touched once
-// (a fresh page costs ~10 us: at a Linear's sizes a fresh buffer per call cost half the GEMM's time).
-thread_local std::vector<std::uint32_t> packed_a, packed_b;
-
-PackedOperand pack(const CodeOperand& x, std::int64_t lines, const KChunks& chunks, int width, bool pairs,
-                   std::vector<std::uint32_t>& buffer) {
-  std::array<std::uint32_t, 256> table;  // code -> its f32 bits, or its bf16 bits (f32's top half)
-  for (int code = 0; code < 256; ++code) {
-    const float value = fp8::decode(static_cast<std::uint8_t>(code), x.format);
-    table[static_cast<std::size_t>(code)] = fp8::detail::float_bits(value) >> (pairs ? 16 : 0);
-  }
-  PackedOperand out{.entries = buffer};
-  out.width = width;
-  for (std::int64_t c = 0; c < chunks.count(); ++c) {
-    out.chunk_offset.push_back(out.steps_per_panel);
-    const std::int64_t length = chunks.end(c) - chunks.begin(c);
-    out.steps_per_panel += pairs ? (length + 1) / 2 : length;
-  }
-  const std::int64_t panels = (lines + width - 1) / width;
-  const auto size = static_cast<std::size_t>(panels * out.steps_per_panel * width);
-  if (out.entries.size() < size) out.entries.resize(size);
-  std::fill(out.entries.begin(), out.entries.begin() + static_cast<std::ptrdiff_t>(size), 0u);
-  parallel_for(panels, 4, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t p = begin; p < end; ++p) {
-      for (std::int64_t c = 0; c < chunks.count(); ++c) {
-        std::uint32_t* panel = const_cast<std::uint32_t*>(out.panel(p, c));
-        for (std::int64_t l = 0; l < std::min<std::int64_t>(width, lines - p * width); ++l) {
-          const std::int64_t line = p * width + l;
-          for (std::int64_t k = chunks.begin(c); k < chunks.end(c); ++k) {
-            const std::int64_t step = k - chunks.begin(c);
-            const std::uint32_t value = table[x.code(line, k)];
-            if (pairs)
-              panel[step / 2 * width + l] |= step % 2 ? value << 16 : value;
-            else
-              panel[step * width + l] = value;
-          }
-        }
-      }
-    }
-  });
-  return out;
-}
 
 }  // namespace
 
@@ -168,7 +123,7 @@ void store_row(float* row, std::int64_t cols, std::int64_t j0, const GemmEpilogu
 
 }  // namespace
 
-std::string fp8_gemm_kernel_name() { return std::string(fp8_microkernel().name); }
+std::string fp8_gemm_kernel_name() { return std::string(code_gemm_microkernel().name); }
 
 void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape& s, const Fp8Accumulator& accumulator,
               const GemmEpilogue& epilogue) {
@@ -207,40 +162,23 @@ void fp8_gemm(const Fp8Tensor& a, const Fp8Tensor& b, Tensor& c, const GemmShape
     return;
   }
 
-  const MicroKernel& kernel = fp8_microkernel();
-  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
-  const PackedOperand pa = pack(oa, s.m, chunks, kernel.mr, pairs, packed_a),
-                      pb = pack(ob, s.n, chunks, kernel.nr, pairs, packed_b);
-  const std::int64_t row_panels = (s.m + kernel.mr - 1) / kernel.mr, col_panels = (s.n + kernel.nr - 1) / kernel.nr;
-  const std::int64_t grain = std::max<std::int64_t>(1,
-                                                    (1 << 20) / std::max<std::int64_t>(1, kernel.mr * kernel.nr * s.k));
-  parallel_for(row_panels * col_panels, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> partial(static_cast<std::size_t>(kernel.mr * kernel.nr)), sum(partial.size());
-    std::vector<float> scale_a(static_cast<std::size_t>(kernel.mr)), scale_b(static_cast<std::size_t>(kernel.nr));
-    for (std::int64_t t = begin; t < end; ++t) {
-      const std::int64_t pi = t / col_panels, pj = t % col_panels, i0 = pi * kernel.mr, j0 = pj * kernel.nr;
-      const std::int64_t rows = std::min<std::int64_t>(kernel.mr, s.m - i0),
-                         cols = std::min<std::int64_t>(kernel.nr, s.n - j0);
-      std::fill(sum.begin(), sum.end(), 0.0f);
-      for (std::int64_t ch = 0; ch < chunks.count(); ++ch) {
-        const std::int64_t steps = (ch + 1 < chunks.count() ? pa.chunk_offset[static_cast<std::size_t>(ch + 1)]
-                                                            : pa.steps_per_panel) -
-                                   pa.chunk_offset[static_cast<std::size_t>(ch)];
-        kernel.run(steps, pa.panel(pi, ch), pb.panel(pj, ch), partial.data(), kernel.nr, false);
-        const std::int64_t k0 = chunks.begin(ch);
-        for (std::int64_t r = 0; r < rows; ++r) scale_a[static_cast<std::size_t>(r)] = oa.scale(i0 + r, k0);
-        for (std::int64_t col = 0; col < cols; ++col) scale_b[static_cast<std::size_t>(col)] = ob.scale(j0 + col, k0);
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t col = 0; col < cols; ++col) {
-            const std::size_t at = static_cast<std::size_t>(r * kernel.nr + col);
-            sum[at] = std::fma(partial[at],
-                               scale_a[static_cast<std::size_t>(r)] * scale_b[static_cast<std::size_t>(col)], sum[at]);
-          }
-      }
-      for (std::int64_t r = 0; r < rows; ++r)
-        store_row(sum.data() + r * kernel.nr, cols, j0, epilogue, bias, c, (i0 + r) * s.n + j0);
-    }
-  });
+  // The packed GEMM decodes the codes as it packs them; one scale per operand multiplies the sum once
+  // (alpha), else every chunk's sum is scaled into the running sum (PackedGemm::k_chunk).
+  const bool per_tensor = oa.one_scale(s.m, s.k) && ob.one_scale(s.n, s.k);
+  const PackedGemm gemm{.kernel = &code_gemm_microkernel(),
+                        .a = oa.packed(),
+                        .b = ob.packed(),
+                        .k = s.k,
+                        .c = c.data_ptr(),
+                        .c_dtype = c.dtype(),
+                        .ldc = s.n,
+                        .bias = bias,
+                        .activation = epilogue.activation,
+                        .k_chunk = per_tensor ? 0 : chunks.length,
+                        .a_scales = oa.grid(),
+                        .b_scales = ob.grid(),
+                        .alpha = per_tensor ? oa.scale_inv[0] * ob.scale_inv[0] : 1.0f};
+  packed_gemm_parallel(gemm, s.m, s.n);
 }
 
 }  // namespace mg::kernels::cpu

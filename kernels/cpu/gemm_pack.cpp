@@ -211,6 +211,8 @@ std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::
 
 void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
               float* out, PackBuffers& buffers) {
+  if (is_code_operand(x))
+    return pack_f32(decode_codes(x, line0, lines, k0, kc, buffers), 0, lines, 0, kc, width, out, buffers);
   std::vector<float>& line_buffer = buffers.line;
   if (x.window || x.k_run > 0) {  // gather the bits, then widen them in place, one k at a time
     if (x.dtype == DType::F32) return gather(x, line0, lines, k0, kc, width, out, line_buffer);
@@ -245,6 +247,8 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
 
 void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
                      int width, std::uint32_t* out, PackBuffers& buffers) {
+  if (is_code_operand(x))
+    return pack_bf16_pairs(decode_codes(x, line0, lines, k0, kc, buffers), 0, lines, 0, kc, width, out, buffers);
   assert(x.dtype == DType::BF16);
   if (x.window || x.k_run > 0) {  // gather the bits, then interleave pairs of k
     std::uint16_t* raw = reserve(buffers.raw, (kc + 1) * width);

@@ -7,7 +7,8 @@
 //
 // Lines past `lines` and a missing last k of a pair are zero. Layouts contiguous along the lines are
 // copied a run at a time; layouts contiguous along k are transposed 8 x 8 in AVX2 registers; window
-// and runs operands (convolution) are gathered by row runs of the image. The implementation:
+// and runs operands (convolution) are gathered by row runs of the image; FP8 and FP4 operands are
+// decoded into bf16 lines first (gemm_pack_codes.cpp). The implementation:
 // kernels/cpu/gemm_pack.cpp. Tests: build/tests/test_gemm_packed (every layout, edge and operand kind).
 #pragma once
 
@@ -22,7 +23,17 @@ namespace mg::kernels::cpu {
 struct PackBuffers {
   std::vector<float> line;  // one line of an operand, widened
   std::vector<std::uint16_t> raw, raw_line;  // gathered f16/bf16 bits of a window or runs operand
+  std::vector<std::uint16_t> decoded;  // an FP8 or FP4 operand's lines, decoded into bf16
 };
+
+// Whether x holds FP8 or FP4 codes (gemm_packed.h), which pack_f32 and pack_bf16_pairs decode first.
+bool is_code_operand(const GemmOperand& x);
+// `lines` lines of such an x from line0, over k in [k0, k0 + kc), decoded into bf16 (exact: FP8 values
+// as they are, E2M1 values times their block's scale, fp4_decode_value) in buffers.decoded; returns the
+// bf16 operand [lines, kc] over them, which the packers above lay out as they would any bf16 operand.
+// kernels/cpu/gemm_pack_codes.cpp.
+GemmOperand decode_codes(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
+                         PackBuffers& buffers);
 
 // `lines` lines of x from line0, over k in [k0, k0 + kc), as one FMA micro-panel of `width` lines.
 void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 #include <vector>
 #if defined(__F16C__)
@@ -54,7 +55,7 @@ void narrow_run(const float* src, DType dtype, std::byte* dst, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = src[i];
   } else if (dtype == DType::BF16) {
     auto* out = reinterpret_cast<std::uint16_t*>(dst);
-    for (std::int64_t i = 0; i < n; ++i) out[i] = detail::f32_to_bf16_bits(src[i]);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = mg::detail::f32_to_bf16_bits(src[i]);
   } else {
 #if defined(__F16C__)
     std::int64_t i = 0;
@@ -75,14 +76,15 @@ void store_rows(const float* tile, std::int64_t width, int rows, int cols, const
                 std::int64_t j, Activation activation) {
   alignas(64) float row[32];
   const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
+  const float alpha = g.alpha;
   for (int r = 0; r < rows; ++r) {
     const float* sums = tile + r * width;
     if (g.bias && g.bias_per_row)
-      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[i + r]);
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] * alpha + g.bias[i + r]);
     else if (g.bias)
-      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] + g.bias[j + col]);
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] * alpha + g.bias[j + col]);
     else
-      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col]);
+      for (int col = 0; col < cols; ++col) row[col] = activation(sums[col] * alpha);
     narrow_run(row, g.c_dtype, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, cols);
   }
 }
@@ -91,7 +93,7 @@ void store_result(const float* tile, std::int64_t width, int rows, int cols, con
                   std::int64_t j) {
   switch (g.activation) {
     case Activation::None:
-      if (!g.bias) {  // nothing to apply: round straight from the tile
+      if (!g.bias && g.alpha == 1.0f) {  // nothing to apply: round straight from the tile
         const std::int64_t c_size = static_cast<std::int64_t>(dtype_size(g.c_dtype));
         for (int r = 0; r < rows; ++r)
           narrow_run(tile + r * width, g.c_dtype, static_cast<std::byte*>(g.c) + ((i + r) * g.ldc + j) * c_size, cols);
@@ -128,6 +130,33 @@ const std::byte* pack_block(const GemmOperand& x, bool pairs, std::int64_t line0
   return pairs ? reinterpret_cast<const std::byte*>(words) : reinterpret_cast<const std::byte*>(f32);
 }
 
+// One chunk of FP8 products (PackedGemm::k_chunk), its sum in `chunk`, scaled into the running sum
+// `sums` (both rows x cols of row stride `width`): the scales of row i + r and column j + c for the
+// chunk starting at k0, added with one fma (to 0 for the first chunk: `first`).
+void add_scaled_chunk(const float* chunk, float* sums, int rows, int cols, int width, bool first, const PackedGemm& g,
+                      std::int64_t i, std::int64_t j, std::int64_t k0) {
+  // The scales of a run of lines, one division for the run: a tile's lines share a block, or a few.
+  const auto scales_of = [k0](const BlockGrid& grid, std::int64_t line0, int count, float* out) {
+    const auto* data = static_cast<const float*>(grid.data) + k0 / grid.block_k * grid.k_stride;
+    std::int64_t block = line0 / grid.block_lines, left = grid.block_lines - line0 % grid.block_lines;
+    for (int l = 0; l < count; ++l, --left) {
+      if (left == 0) ++block, left = grid.block_lines;
+      out[l] = data[block * grid.line_stride];
+    }
+  };
+  alignas(64) float a_scale[32], b_scale[32];
+  scales_of(g.a_scales, i, rows, a_scale);
+  scales_of(g.b_scales, j, cols, b_scale);
+  for (int r = 0; r < rows; ++r) {
+    const float* in = chunk + r * width;
+    float* out = sums + r * width;
+    if (first)
+      for (int c = 0; c < cols; ++c) out[c] = in[c] * (a_scale[r] * b_scale[c]);  // fma(x, s, 0), exactly
+    else
+      for (int c = 0; c < cols; ++c) out[c] = std::fma(in[c], a_scale[r] * b_scale[c], out[c]);
+  }
+}
+
 }  // namespace
 
 void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1) {
@@ -139,7 +168,14 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
   // a last one of 16 that would pay a block's overheads for 2% of the work); likewise the rows.
   const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma,
                      k_blocks = std::max<std::int64_t>(1, (g.k + max_k - 1) / max_k);
-  const std::int64_t block_k = std::max<std::int64_t>(2, ((g.k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
+  // FP8 chunks of k with their own scales: a block of k holds whole chunks (as many as fit in KC), each
+  // summed by its own kernel call; an odd chunk of pairs is a block of its own (padded like a last one).
+  const bool chunked = g.k_chunk > 0;
+  const std::int64_t chunks_per_block = chunked && !(pairs && g.k_chunk % 2)
+                                            ? std::max<std::int64_t>(1, max_k / g.k_chunk)
+                                            : 1;
+  const std::int64_t block_k = chunked ? g.k_chunk * chunks_per_block
+                                       : std::max<std::int64_t>(2, ((g.k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
   // Rows in whole micro-panels: 128 rows are 72 + 56 (one partial panel), not 64 + 64 (two).
   const std::int64_t row_panels = (row1 - row0 + mr - 1) / mr, max_panels = std::max<std::int64_t>(1, kBlockRows / mr);
   const std::int64_t row_blocks = std::max<std::int64_t>(1, (row_panels + max_panels - 1) / max_panels);
@@ -149,7 +185,7 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
   // Between blocks of k, C's f32 sums live in C itself when it is f32, else in this thread's buffer.
   const bool c_holds_sums = g.c_dtype == DType::F32;
   // An f32 C with no epilogue is also the kernel's output: the last block stores straight into it.
-  const bool direct = c_holds_sums && !g.bias && g.activation == Activation::None;
+  const bool direct = c_holds_sums && !g.bias && g.activation == Activation::None && g.alpha == 1.0f && !chunked;
   // Its rows are padded by 16 floats: rows 4 KiB apart would share one set of the L1 cache.
   const std::int64_t partial_ld = block_cols + 16;
   float* partial = g.k > block_k && !c_holds_sums ? reserve(s.partial, (row1 - row0) * partial_ld) : nullptr;
@@ -178,6 +214,24 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
             const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - i));
             const std::byte* a_micro = a_block + i / mr * a_panel * kPanelEntry;
             const auto [sums, ld] = sum_at(ic + i, jc + j);
+            if (chunked) {  // each chunk of the block summed alone, scaled into the running sum (in L1)
+              alignas(64) float running[kMaxTile];
+              if (!first)
+                for (int r = 0; r < rows; ++r)
+                  std::memcpy(running + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
+              for (std::int64_t q = 0; q < kc; q += g.k_chunk) {
+                const std::int64_t length = std::min(g.k_chunk, kc - q), at = pairs ? q / 2 : q;
+                kernel.run(pairs ? (length + 1) / 2 : length, a_micro + at * mr * kPanelEntry,
+                           b_micro + at * nr * kPanelEntry, tile, nr, false);
+                add_scaled_chunk(tile, running, rows, cols, nr, first && q == 0, g, ic + i, jc + j, pc + q);
+              }
+              if (last)
+                store_result(running, nr, rows, cols, g, ic + i, jc + j);
+              else
+                for (int r = 0; r < rows; ++r)
+                  std::memcpy(sums + r * ld, running + r * nr, sizeof(float) * static_cast<std::size_t>(cols));
+              continue;
+            }
             if (rows == mr && cols == nr && sums) {  // a whole tile: the kernel adds into the sums in place
               kernel.run(steps, a_micro, b_micro, sums, ld, !first);
               if (last && !direct) store_result(sums, ld, rows, cols, g, ic + i, jc + j);

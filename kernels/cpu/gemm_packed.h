@@ -21,7 +21,7 @@
 // C's dtype: one pass over C. Every element of C is a chain of f32 operations in k order that no
 // blocking changes (microkernel.h), so the results are the same bits on any thread count.
 //
-// Tests: build/tests/test_gemm_packed. Benchmark: build/bench/matmul.
+// Tests: build/tests/test_gemm_packed. Benchmark: build/bench/matmul (FP8 and FP4: build/bench/fp8_gemm).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,13 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/microkernel.h"
+#include "kernels/fp4_scale.h"
 #include "kernels/gemm.h"
 #include "kernels/window.h"
+
+namespace mg::kernels {
+struct Fp4Tensor;  // kernels/fp4.h
+}  // namespace mg::kernels
 
 namespace mg::kernels::cpu {
 
@@ -45,14 +50,32 @@ namespace mg::kernels::cpu {
 //             pad_w + kw], 0 in the padding. With positions_along_k the lines are taps and k runs over
 //             the positions of every image; else the lines are the positions of image `image` and k the taps.
 // Packing gathers windows straight from the image: no im2col matrix is ever written.
+//
+// An FP8 or FP4 operand (dtype E4M3, E5M2 or E2M1) is strided over its codes (E2M1: two a byte, the
+// strides count elements) and decoded as it is packed (gemm_pack.h): every FP8 value and every E2M1
+// value times its E4M3 or E8M0 block scale is exactly a bf16 value (kernels/fp4_scale.h), so the bf16
+// microkernel multiplies exactly what an FP8 or FP4 Tensor Core would. FP8 values are packed unscaled
+// (their scales multiply each chunk's sum: PackedGemm::k_chunk); E2M1 values with their block's scale.
+
+// Where the scale of element (line, k) of a blocked operand is: data[at(line, k)].
+struct BlockGrid {
+  const void* data = nullptr;  // f32 (an FP8 operand's scale_inv) or scale codes (an FP4 operand's)
+  std::int64_t block_lines = 1, block_k = 1, line_stride = 0, k_stride = 0;
+  std::int64_t at(std::int64_t line, std::int64_t k) const {
+    return line / block_lines * line_stride + k / block_k * k_stride;
+  }
+};
+
 struct GemmOperand {
   const void* data = nullptr;
-  DType dtype = DType::F32;  // f32, f16 or bf16 (bf16 only, for a Bf16Dot kernel)
+  DType dtype = DType::F32;  // f32, f16 or bf16 (bf16 only, for a Bf16Dot kernel); E4M3, E5M2, E2M1 codes
   std::int64_t line_stride = 0, k_stride = 0;
   std::int64_t k_run = 0, k_run_stride = 0;  // runs (k_run > 0)
   const Window2d* window = nullptr;  // window (non-null)
   bool positions_along_k = false;
   std::int64_t image = 0;
+  BlockGrid fp4_scales = {};  // E2M1: the block scale codes, E4M3 (Fp4Format::Nv) or E8M0 (Fp4Format::Mx)
+  Fp4Format fp4_format = Fp4Format::Nv;
 };
 
 // One rectangle of C = act(op(A) op(B) + bias): rows [row0, row1), columns [col0, col1).
@@ -66,6 +89,12 @@ struct PackedGemm {
   const float* bias = nullptr;  // n values (one per column), or m with bias_per_row; or nullptr
   bool bias_per_row = false;  // a convolution's [O, OH * OW] output: one bias per output channel
   Activation activation = Activation::None;
+  // The scales of FP8 operands (kernels/fp8.h), where they change along k or across lines: C's f32 sum
+  // is, chunk after chunk of k_chunk steps of k, sum = fma(the chunk's sum, a_scale * b_scale, sum),
+  // with a_scale of (row, chunk) and b_scale of (column, chunk) from these f32 grids. 0: no chunks.
+  std::int64_t k_chunk = 0;
+  BlockGrid a_scales = {}, b_scales = {};
+  float alpha = 1.0f;  // multiplies the sum before the bias: operands' per-tensor scales (FP8, FP4)
 };
 
 // The whole GEMM of kernels/gemm.h (every product of the batch, the epilogue) on that microkernel,
@@ -85,5 +114,17 @@ const MicroKernel* convolution_microkernel(DType dtype);
 // Computes rows [row0, row1) x columns [col0, col1) of C on the calling thread.
 void packed_gemm_tile(const PackedGemm& gemm, std::int64_t row0, std::int64_t row1, std::int64_t col0,
                       std::int64_t col1);
+
+// The microkernel of the FP8 and FP4 GEMMs: the bf16 dot product where the CPU has it (every FP8 value,
+// and every FP4 value times its block scale, is a bf16 value), else the best FMA kernel (on f32 panels).
+const MicroKernel& code_gemm_microkernel();
+
+// An FP4 operand [lines, k] (k along its rows) as the packed GEMM walks it: its codes and its grid of
+// scale codes (kernels/cpu/gemm_fp4.cpp).
+GemmOperand fp4_gemm_operand(const Fp4Tensor& x);
+
+// All m x n of one product on the thread pool, in gemm_packed's tiles (a function of the shape alone:
+// the same bits on any thread count). The FP8 and FP4 GEMMs (kernels/cpu/gemm_fp8.cpp, gemm_fp4.cpp).
+void packed_gemm_parallel(const PackedGemm& gemm, std::int64_t m, std::int64_t n);
 
 }  // namespace mg::kernels::cpu

@@ -39,7 +39,11 @@
 // fragments); at substep 0 of step s + 1 it refills the stage of step s, which every warp finished
 // reading before that barrier.
 //
-// Tests: build/tests/test_cuda_gemm (every rung), test_mma_layout (layouts, conflicts, sectors),
+// FP4 (launch_fp4, Copy::Fp4): the codes of both operands decoded into bf16 in registers between the
+// global load and the shared store, a chunk of 8 values with its block's scale at a time, then this
+// rung's bf16 mainline; the tensors' factors multiply the sums in the epilogue.
+//
+// Tests: build/tests/test_cuda_gemm (every rung), test_cuda_fp4_quantize (FP4), test_mma_layout (layouts, conflicts, sectors),
 // test_cuda_mma (the instructions). Benchmark: build/bench/cuda_gemm. The compiler's output:
 // scripts/check-sass (HMMA : LDSM : LDGSTS : BAR per k step, no generic LD, no spills).
 #include <cstring>
@@ -65,6 +69,47 @@ struct GlobalOperand {
   __device__ std::int64_t index(int x, int k) const {
     return kKMajor ? static_cast<std::int64_t>(x) * extent_k + k : static_cast<std::int64_t>(k) * extent_x + x;
   }
+  // The 16 bytes of elements along k from (x, k) (Copy::Registers): loaded one by one, zeros outside.
+  __device__ __forceinline__ uint4 chunk(int x, int k) const {
+    In values[16 / sizeof(In)];
+#pragma unroll
+    for (int e = 0; e < 16 / static_cast<int>(sizeof(In)); ++e)
+      values[e] = x < extent_x && k + e < extent_k ? data[index(x, k + e)] : In{};
+    uint4 bits;
+    std::memcpy(&bits, values, sizeof bits);
+    return bits;
+  }
+};
+
+// An FP4 operand as Copy::Fp4 reads it: chunk(x, k) is the 8 values along k from (x, k), each code
+// times its block's scale (fp4_decode_value: exact in bf16), as bf16 bits; zeros outside the matrix.
+// A chunk has one scale (block_cols is a multiple of 8) and its codes are 4 bytes: one 32-bit load
+// where extent_k is a multiple of 8 (every chunk then whole and 4-byte aligned), else byte by byte.
+struct Fp4Chunks {
+  Fp4Source source;
+  __device__ __forceinline__ uint4 chunk(int x, int k) const {
+    const Fp4Source& s = source;
+    std::uint32_t words[4] = {0u, 0u, 0u, 0u};
+    if (x < s.extent_x && k < s.extent_k) {
+      const std::int64_t first = static_cast<std::int64_t>(x) * s.extent_k + k;  // even: extent_k is
+      const float scale = fp4_scale_value(s.scales[x / s.block_rows * s.scale_cols + k / s.block_cols], s.format);
+      const int count = min(8, s.extent_k - k);
+      std::uint32_t codes = 0;
+      if (s.extent_k % 8 == 0) {
+        codes = *reinterpret_cast<const std::uint32_t*>(s.codes + first / 2);
+      } else {
+#pragma unroll
+        for (int byte = 0; byte < 4; ++byte)
+          if (2 * byte < count) codes |= std::uint32_t{s.codes[first / 2 + byte]} << (8 * byte);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (e < count)  // past the end: 0, even under a NaN scale
+          words[e / 2] |= (fp8::detail::float_bits(fp4_decode_scaled((codes >> (4 * e)) & 0xFu, scale)) >> 16)
+                          << (16 * (e % 2));
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+  }
 };
 
 // Queues the cp.async copies of one operand's tile for the step at k0: the tile has the global
@@ -88,25 +133,16 @@ __device__ __forceinline__ void copy_async_tile(unsigned char* tile, int first, 
   }
 }
 
-// The same through registers, for any alignment: the tile is K-major whatever the global layout, each
-// chunk its 8 elements along k, loaded one by one (zeros outside the matrix) and stored at once.
-template <class Tile, int kThreads, class In, bool kKMajor>
-__device__ __forceinline__ void copy_registers_tile(unsigned char* tile, int first, const GlobalOperand<In, kKMajor>& g,
-                                                    int x, int k) {
-  static_assert(Tile::kKMajor && Tile::kChunkElements * sizeof(In) == 16);
+// The same through registers, for any alignment (a GlobalOperand) or FP4 codes (Fp4Chunks): the tile is
+// K-major whatever the global layout, each chunk its 8 elements along k, made in registers (zeros
+// outside the matrix) and stored at once.
+template <class Tile, int kThreads, class Source>
+__device__ __forceinline__ void copy_registers_tile(unsigned char* tile, int first, const Source& g, int x, int k) {
+  static_assert(Tile::kKMajor && Tile::kChunkElements * 2 == 16);  // f16/bf16 tiles
   constexpr int kApartX = Tile::template kCopyApartX<kThreads>;
 #pragma unroll 2
-  for (int i = 0; i < Tile::kCopies / kThreads; ++i) {
-    In chunk[Tile::kChunkElements];
-#pragma unroll
-    for (int e = 0; e < Tile::kChunkElements; ++e) {
-      const int row = x + i * kApartX, column = k + e;
-      chunk[e] = row < g.extent_x && column < g.extent_k ? g.data[g.index(row, column)] : In{};
-    }
-    uint4 bits;
-    std::memcpy(&bits, chunk, sizeof bits);
-    store_shared_16(tile + first + i * Tile::template kCopyStep<kThreads>, bits);
-  }
+  for (int i = 0; i < Tile::kCopies / kThreads; ++i)
+    store_shared_16(tile + first + i * Tile::template kCopyStep<kThreads>, g.chunk(x + i * kApartX, k));
 }
 
 // A lane's fragments for one substep: A of its warp's 4 m16 rows, B of its 4 pairs of n8 columns.
@@ -118,14 +154,15 @@ struct Fragments {
 // ---- the kernel ----------------------------------------------------------------------------------
 
 template <class Cfg, class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit, Copy kCopy>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_kernel(GemmArgs<In, Out> args) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
+    gemm_mma_kernel(GemmArgs<In, Out> args, Fp4Operands fp4) {
   constexpr int kBytes = sizeof(In);
   constexpr bool kTf32 = std::is_same_v<In, float>;
   static_assert(!kTf32 || kCopy == Copy::Async, "TF32 copies through cp.async only");
   // Global layouts: A is K-major when not transposed ([m][k]), B when transposed ([n][k]).
   constexpr bool kGlobalKMajorA = !kTransposeA, kGlobalKMajorB = kTransposeB;
-  constexpr bool kKMajorA = kCopy == Copy::Registers || kGlobalKMajorA;
-  constexpr bool kKMajorB = kCopy == Copy::Registers || kGlobalKMajorB;
+  constexpr bool kKMajorA = kCopy != Copy::Async || kGlobalKMajorA;
+  constexpr bool kKMajorB = kCopy != Copy::Async || kGlobalKMajorB;
   using TileA = OperandTile<kBytes, Cfg::kTileM, kKMajorA>;
   using TileB = OperandTile<kBytes, Cfg::kTileN, kKMajorB>;
   constexpr int kStep = TileA::kStep;
@@ -154,9 +191,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_ker
     if constexpr (kCopy == Copy::Async) {
       copy_async_tile<TileA, Cfg::kThreads>(stage_a(stage), copy_a_offset, a, row0 + copy_a.x, k0 + copy_a.k);
       copy_async_tile<TileB, Cfg::kThreads>(stage_b(stage), copy_b_offset, b, col0 + copy_b.x, k0 + copy_b.k);
-    } else {
+    } else if constexpr (kCopy == Copy::Registers) {
       copy_registers_tile<TileA, Cfg::kThreads>(stage_a(stage), copy_a_offset, a, row0 + copy_a.x, k0 + copy_a.k);
       copy_registers_tile<TileB, Cfg::kThreads>(stage_b(stage), copy_b_offset, b, col0 + copy_b.x, k0 + copy_b.k);
+    } else {  // FP4 codes, decoded on the way
+      copy_registers_tile<TileA, Cfg::kThreads>(stage_a(stage), copy_a_offset, Fp4Chunks{fp4.a}, row0 + copy_a.x,
+                                                k0 + copy_a.k);
+      copy_registers_tile<TileB, Cfg::kThreads>(stage_b(stage), copy_b_offset, Fp4Chunks{fp4.b}, col0 + copy_b.x,
+                                                k0 + copy_b.k);
     }
   };
 
@@ -269,15 +311,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm) gemm_mma_ker
   if constexpr (kSplit)
     store_through_staging(staging, sum, lane, row0 + corner.row, col0 + corner.column, m, n, args.partial_of(block),
                           [](float value, int) { return value; });
-  else
+  else if constexpr (kCopy == Copy::Fp4) {  // the tensors' factors first, as the CPU's fp4_gemm applies them
+    const float factor = fp4.a.factor[0] * fp4.b.factor[0];
+    store_through_staging(staging, sum, lane, row0 + corner.row, col0 + corner.column, m, n, args.c_of(block.entry),
+                          [&](float value, int column) {
+                            return from_float<Out>(args.finish(value * factor, column));
+                          });
+  } else {
     store_through_staging(staging, sum, lane, row0 + corner.row, col0 + corner.column, m, n, args.c_of(block.entry),
                           [&](float value, int column) { return from_float<Out>(args.finish(value, column)); });
+  }
 }
 
 // ---- host side -----------------------------------------------------------------------------------
 
 template <class Cfg, class In, class Out, bool kTransposeA, bool kTransposeB, bool kSplit, Copy kCopy>
-void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
+void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream, const Fp4Operands& fp4 = {}) {
   // Named for the emulator's messages, which quote the launch's first argument.
   constexpr auto mma_gemm = gemm_mma_kernel<Cfg, In, Out, kTransposeA, kTransposeB, kSplit, kCopy>;
   // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device (gemm_wmma.cuh).
@@ -298,7 +347,7 @@ void launch_variant(const GemmArgs<In, Out>& args, cudaStream_t stream) {
            args.slices, args.batch);
   MG_LAUNCH(mma_gemm, dim3(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(z)), Cfg::kThreads, Cfg::kSharedBytes,
             stream)
-  (args);
+  (args, fp4);
   MG_CUDA_LAUNCHED();
 }
 
@@ -329,6 +378,16 @@ void launch(Tile tile, Copy copy, const GemmArgs<In, Out>& args, const GemmShape
               "cp.async only)");
 }
 
+template <class Out>
+void launch_fp4(const GemmArgs<bf16, Out>& args, const Fp4Operands& operands, cudaStream_t stream) {
+  MG_CHECK(args.batch == 1 && !args.partial, "CUDA kernel fp4 gemm: one product, k unsplit");
+  // Both operands K-major (NT): the layout flags only name the variant; Fp4Chunks reads the codes.
+  launch_variant<Medium, bf16, Out, false, true, false, Copy::Fp4>(args, stream, operands);
+}
+
+template void launch_fp4(const GemmArgs<bf16, bf16>&, const Fp4Operands&, cudaStream_t);
+template void launch_fp4(const GemmArgs<bf16, __half>&, const Fp4Operands&, cudaStream_t);
+template void launch_fp4(const GemmArgs<bf16, float>&, const Fp4Operands&, cudaStream_t);
 template void launch(Tile, Copy, const GemmArgs<__half, __half>&, const GemmShape&, cudaStream_t);
 template void launch(Tile, Copy, const GemmArgs<__half, float>&, const GemmShape&, cudaStream_t);
 template void launch(Tile, Copy, const GemmArgs<bf16, bf16>&, const GemmShape&, cudaStream_t);
