@@ -43,8 +43,8 @@
 // global load and the shared store, a chunk of 8 values with its block's scale at a time, then this
 // rung's bf16 mainline; the tensors' factors multiply the sums in the epilogue.
 //
-// Tests: build/tests/test_cuda_gemm (every rung), test_cuda_fp4_quantize (FP4), test_mma_layout (layouts, conflicts, sectors),
-// test_cuda_mma (the instructions). Benchmark: build/bench/cuda_gemm. The compiler's output:
+// Tests: build/tests/test_cuda_gemm (every rung), test_cuda_fp4_quantize (FP4), test_mma_layout
+// (layouts, conflicts, sectors), test_cuda_mma (the instructions). Benchmark: build/bench/cuda_gemm. The compiler's output:
 // scripts/check-sass (HMMA : LDSM : LDGSTS : BAR per k step, no generic LD, no spills).
 #include <cstring>
 #include <type_traits>
@@ -91,7 +91,7 @@ struct Fp4Chunks {
     const Fp4Source& s = source;
     std::uint32_t words[4] = {0u, 0u, 0u, 0u};
     if (x < s.extent_x && k < s.extent_k) {
-      const std::int64_t first = static_cast<std::int64_t>(x) * s.extent_k + k;  // even: extent_k is
+      const std::int64_t first = static_cast<std::int64_t>(x) * s.extent_k + k;  // even, as extent_k and k are
       const float scale = fp4_scale_value(s.scales[x / s.block_rows * s.scale_cols + k / s.block_cols], s.format);
       const int count = min(8, s.extent_k - k);
       std::uint32_t codes = 0;
