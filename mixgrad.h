@@ -47,4 +47,5 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/evaluation.h"
+#include "train/op_profile.h"
 #include "train/trainer.h"

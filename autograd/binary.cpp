@@ -43,6 +43,7 @@ Tensor grad_for(const std::vector<bool>& needs_grad, std::size_t i, const Shape&
 // (PyTorch's rule). The functor is symmetric: b's share is the same formula with a and b swapped.
 // Saves both inputs.
 Tensor pick_larger_or_smaller(Op op, BinaryOp kind, TernaryOp grad_kind, const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(op);
   auto [a, b] = autocast_inputs(op, a_in, b_in);
   Tensor out = binary_forward(kind, op, a, b);
   record(op, {a, b}, out, [a = Saved(a), b = Saved(b), grad_kind](const Tensor& g, const auto& needs) {
@@ -55,6 +56,7 @@ Tensor pick_larger_or_smaller(Op op, BinaryOp kind, TernaryOp grad_kind, const T
 }  // namespace
 
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(Op::Add);
   auto [a, b] = autocast_inputs(Op::Add, a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Add, Op::Add, a, b);
   record(Op::Add, {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
@@ -64,6 +66,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(Op::Sub);
   auto [a, b] = autocast_inputs(Op::Sub, a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Sub, Op::Sub, a, b);
   record(Op::Sub, {a, b}, out, [a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, const auto& needs) {
@@ -74,6 +77,7 @@ Tensor sub(const Tensor& a_in, const Tensor& b_in) {
 
 // d(a*b) = b da + a db: saves both inputs.
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(Op::Mul);
   auto [a, b] = autocast_inputs(Op::Mul, a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Mul, Op::Mul, a, b);
   record(Op::Mul, {a, b}, out, [a = Saved(a), b = Saved(b)](const Tensor& g, const auto& needs) {
@@ -85,6 +89,7 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 
 // d(a/b) = da / b - (a/b) db / b: saves b and the output.
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(Op::Div);
   auto [a, b] = autocast_inputs(Op::Div, a_in, b_in);
   Tensor out = binary_forward(BinaryOp::Div, Op::Div, a, b);
   record(Op::Div, {a, b}, out,
@@ -98,6 +103,7 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
 
 // d(b^e) = e b^(e-1) db + b^e log(b) de: saves both inputs.
 Tensor pow(const Tensor& base_in, const Tensor& exponent_in) {
+  const OpSpan span(Op::Pow);
   auto [base, exponent] = autocast_inputs(Op::Pow, base_in, exponent_in);
   Tensor out = binary_forward(BinaryOp::Pow, Op::Pow, base, exponent);
   record(Op::Pow, {base, exponent}, out,
@@ -120,6 +126,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 // The gradient flows to a where the mask selects a, to b elsewhere.
 Tensor where(const Tensor& mask_in, const Tensor& a_in, const Tensor& b_in) {
+  const OpSpan span(Op::Where);
   auto [a, b] = autocast_inputs(Op::Where, a_in, b_in);  // the mask selects: it is never autocast
   constexpr Op op = Op::Where;
   // A bool mask (PyTorch's, from a comparison or a file) is read as i32, 0 or 1: the kernel's own.

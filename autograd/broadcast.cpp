@@ -13,6 +13,7 @@ namespace mg {
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   constexpr Op op = Op::BroadcastTo;
+  const OpSpan span(op);
   check::floating(op, x);
   check_shape(shape, qualified_name(op));
   MG_CHECK(broadcast_shapes(x.shape(), shape, qualified_name(op)) == shape, "{}: shape {} cannot be broadcast to {}",
@@ -28,6 +29,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 // a batch of 512 is not rounded 512 times.
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   constexpr Op op = Op::SumTo;
+  const OpSpan span(op);
   check::floating(op, x);
   MG_CHECK(shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), qualified_name(op)) == x.shape(),
            "{}: shape {} cannot be summed to {}: it must broadcast to the tensor's shape", op, x.shape(), shape);

@@ -8,7 +8,8 @@ namespace mg {
 
 Tensor cast(const Tensor& x, DType dtype) {
   MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Cast);
-  if (x.dtype() == dtype) return x;
+  if (x.dtype() == dtype) return x;  // no op, no span
+  const OpSpan span(Op::Cast);
   MG_CHECK(dtype != DType::F64 || x.device().is_cpu(), "{}: f64 lives on the CPU only; the tensor is on {}", Op::Cast,
            x.device());
   Tensor out = Tensor::empty(x.shape(), {.dtype = dtype, .device = x.device()});
@@ -24,6 +25,7 @@ Tensor to_device(const Tensor& x, Device device) {
   constexpr Op op = Op::ToDevice;
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   if (x.device() == device) return x;
+  const OpSpan span(op);
   MG_CHECK(x.dtype() != DType::F64,
            "{}: f64 lives on the CPU only (the reference precision); cast the {} tensor "
            "to f32 first to move it to {}",

@@ -40,6 +40,8 @@
     "x W^T + b, one GEMM with the bias in its epilogue: the bias is cast too, so the output stays low precision") \
   X(LstmRecurrence, lstm_recurrence, LowerPrecision, \
     "the recurrent GEMM h W_hh^T of every step; gates and state are f32 inside. Unlike PyTorch's LSTM (f16 out) it returns h and c in f32, the dtype of nn::LSTM's f32 state: a cell state carried over hundreds of steps stays f32 between steps, as cuDNN keeps it inside, and each f16 GEMM casts its own operand") \
+  X(ScaledDotProductAttention, scaled_dot_product_attention, LowerPrecision, \
+    "two GEMMs, q k^T and P v; the fused kernel keeps the scores, their softmax and its sums in f32 inside and rounds the output once (the unfused path casts the scores to f32 for softmax, softmax's row)") \
   X(Conv2d, conv2d, LowerPrecision, \
     "a GEMM over image patches, like matmul (nn::Conv2d); the bias, and each pixel's window gradients, add up in f32 before the one rounding") \
   /* f32: range, long sums, cancellation */ \

@@ -97,6 +97,7 @@ Tensor convolution_implicit(const Tensor& x, const Tensor& weight, const Tensor&
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
   constexpr Op op = Op::Conv2d;
+  const OpSpan span(op);
   MG_CHECK(weight_in.defined() && weight_in.dim() == 4,
            "{}: the weight must be [out_channels, in_channels, kernel_h, kernel_w], got {}", op,
            weight_in.defined() ? weight_in.shape() : Shape{});

@@ -14,6 +14,7 @@ namespace mg {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& generator) {
   constexpr Op op = Op::Dropout;
+  const OpSpan span(op);
   check::floating(op, x);
   MG_CHECK(p >= 0 && p <= 1, "{}: the drop probability must be in [0, 1], got {}", op, p);
   if (!training || p == 0) return x;

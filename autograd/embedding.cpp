@@ -12,6 +12,7 @@ namespace mg {
 
 Tensor embedding(const Tensor& weight_in, const Tensor& indices_in, std::optional<std::int64_t> padding_idx) {
   constexpr Op op = Op::Embedding;
+  const OpSpan span(op);
   const Tensor weight = autocast_input(op, weight_in);
   check::same_device(op, {weight, indices_in});
   check::floating(op, weight);

@@ -63,6 +63,7 @@ kernels::Fp4Tensor fp4_quantize_operand(const Tensor& x, Fp8Role role, bool redu
 }
 
 Tensor fp4_matmul(const kernels::Fp4Tensor& a, const kernels::Fp4Tensor& b, DType out, const Tensor& bias) {
+  const OpSpan span("fp4_matmul");
   MG_CHECK(a.codes.defined() && b.codes.defined() && a.codes.dim() == 2 && b.codes.dim() == 2 &&
                a.codes.size(1) == b.codes.size(1),
            "mg::fp4_matmul: needs a [m, k] and b [n, k] (both K-major), got {} and {}",

@@ -221,6 +221,7 @@ Fp4Stream fp4_stream(const Fp8Options& options, Fp4State* state, bool recording)
 // operand reduced along its rows is a column-wise copy, written by the quantisation itself.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8Options& options,
                   Fp8History* history, Fp4State* fp4) {
+  const OpSpan span(kOp);
   MG_CHECK(x.defined() && weight.defined(), "{}: the input or the weight is undefined", kOp);
   MG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
            "{}: needs x [..., in] and weight [out, in]; got {} and {}", kOp, x.shape(), weight.shape());

@@ -47,6 +47,7 @@ Tensor hadamard_matrix(const HadamardOptions& options) {
 }
 
 Tensor hadamard(const Tensor& x, const HadamardOptions& options) {
+  const OpSpan span(kOp);
   check_block(options.block);
   MG_CHECK(x.defined() && x.dim() >= 1 && is_floating(x.dtype()),
            "{}: needs a floating tensor with at least one dimension, got {}", kOp,

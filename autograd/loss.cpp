@@ -60,6 +60,7 @@ Tensor smoothed_cross_entropy(const Tensor& logits_in, const Tensor& labels, Cro
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, CrossEntropyOptions options) {
   constexpr Op op = Op::CrossEntropy;
+  const OpSpan span(op);
   MG_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
            "{}: label_smoothing must be in [0, 1], got {}", op, options.label_smoothing);
   if (options.label_smoothing > 0.0) return smoothed_cross_entropy(logits_in, labels_in, options);
@@ -119,6 +120,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, CrossEntr
 // 90000 without overflowing; the result is rounded once back to the inputs' dtype.
 Tensor mse_loss(const Tensor& prediction_in, const Tensor& target_in, Reduction reduction) {
   constexpr Op op = Op::MseLoss;
+  const OpSpan span(op);
   auto [prediction, target] = autocast_inputs(op, prediction_in, target_in);
   check::same_device(op, {prediction, target});  // checked here so that errors name mse_loss
   check::floating(op, prediction);
@@ -146,6 +148,7 @@ using ElementGrads = Grads (*)(const Tensor& x, const Tensor& t, const std::vect
 
 Tensor binary_loss(Op op, const Tensor& x_in, const Tensor& t_in, Reduction reduction, ElementLoss element_loss,
                    ElementGrads element_grads) {
+  const OpSpan span(op);
   auto [x_cast, t_cast] = autocast_inputs(op, x_in, t_in);
   check::same_device(op, {x_cast, t_cast});
   check::floating(op, x_cast);

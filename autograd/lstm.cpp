@@ -41,6 +41,7 @@ Tensor step(const Tensor& t, std::int64_t index, std::int64_t rows, std::int64_t
 Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, const Tensor& bias_hh, const Tensor& h0,
                        const Tensor& c0) {
   constexpr Op op = Op::LstmRecurrence;
+  const OpSpan span(op);
   for (const Tensor* t : {&gates_x_in, &weight_hh_in, &bias_hh, &h0, &c0}) check::floating(op, *t);
   check::same_device(op, {gates_x_in, weight_hh_in, bias_hh, h0, c0});
   MG_CHECK(weight_hh_in.dim() == 2 && weight_hh_in.size(0) == 4 * weight_hh_in.size(1),

@@ -55,6 +55,7 @@ Tensor broadcast_batches(const Tensor& a, const Tensor& b, MatmulOptions options
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
   constexpr Op op = Op::MatMul;
+  const OpSpan span(op);
   auto [a, b] = autocast_inputs(op, a_in, b_in);  // under autocast: f16/bf16 copies
   check::same_device(op, {a, b});
   check::floating(op, a);
@@ -132,6 +133,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions options) {
 //   db = dy summed over the rows                  (in f32, rounded once: mg::sum_to)
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   constexpr Op op = Op::Linear;
+  const OpSpan span(op);
   MG_CHECK(x_in.defined() && weight_in.defined(), "{}: the input or the weight is undefined", op);
   MG_CHECK(weight_in.dim() == 2 && x_in.dim() >= 1 && x_in.size(-1) == weight_in.size(1),
            "{}: needs x [..., in] (any leading dims, or none) and weight [out, in]; got {} and {}", op, x_in.shape(),

@@ -20,6 +20,7 @@ DType statistics_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType
 
 Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
   constexpr Op op = Op::LayerNorm;
+  const OpSpan span(op);
   check::floating(op, x_in);
   MG_CHECK(x_in.dim() >= 1 && x_in.size(-1) > 0, "{}: needs a last dim to normalize over, got shape {}", op,
            x_in.shape());
@@ -45,6 +46,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_in,
                   const Tensor& bias_in, BatchNormOptions options) {
   constexpr Op op = Op::BatchNorm;
+  const OpSpan span(op);
   check::floating(op, x_in);
   MG_CHECK(x_in.dim() >= 2, "{}: needs [batch, channels] or [batch, channels, ...], got {}", op, x_in.shape());
   const std::int64_t batch = x_in.size(0), channels = x_in.size(1),

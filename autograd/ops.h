@@ -202,6 +202,23 @@ Tensor std(const Tensor& x, const std::vector<std::int64_t>& dims = {}, Variance
 Tensor softmax(const Tensor& x, std::int64_t dim);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);
 
+// ---- attention (autograd/attention.cpp)
+struct AttentionOptions {
+  bool causal = false;  // query t sees keys s <= t only (PyTorch's is_causal: the top-left triangle)
+  double dropout = 0.0;  // in [0, 1): each weight dropped with this probability (pass 0 to evaluate)
+  std::optional<double> scale = std::nullopt;  // multiplies q k^T; unset: 1 / sqrt(head_dim)
+  bool fused = true;  // false: the unfused ops (matmul, mul, where, softmax, dropout, matmul), the reference
+  Generator* generator = nullptr;  // dropout's; null: default_generator()
+};
+// softmax(scale q k^T) v, with q [..., q_len, head_dim], k [..., kv_len, head_dim], v [..., kv_len,
+// value_dim] (the same leading dims: [batch * heads] or [batch, heads]), out [..., q_len, value_dim]
+// in q's dtype. One op on the tape (PyTorch's F.scaled_dot_product_attention): on the CPU one fused
+// kernel each way, FlashAttention-2's, that never makes the [q_len, kv_len] scores (their softmax is
+// f32 inside, the output rounded once; it saves q, k, v, the output and a log-sum-exp per row);
+// on a GPU, for now, the unfused ops. Dropout drops the weights mg::dropout would drop from the same
+// generator position, so the fused and unfused ops agree with it too. Autocast: lower precision.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions options = {});
+
 enum class Reduction { Mean, Sum, None };
 struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;  // Mean divides by the rows whose label is not ignored

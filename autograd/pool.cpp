@@ -22,6 +22,7 @@ kernels::Window2d pool_window(Op op, const Tensor& x, const Pool2dOptions& optio
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x_in, Pool2dOptions options) {
+  const OpSpan span(Op::MaxPool2d);
   const Tensor x = autocast_input(Op::MaxPool2d, x_in);
   const kernels::Window2d w = pool_window(Op::MaxPool2d, x, options);
   const Shape out_shape{w.batch, w.channels, w.out_h(), w.out_w()};
@@ -37,6 +38,7 @@ Tensor max_pool2d(const Tensor& x_in, Pool2dOptions options) {
 }
 
 Tensor avg_pool2d(const Tensor& x_in, Pool2dOptions options) {
+  const OpSpan span(Op::AvgPool2d);
   const Tensor x = autocast_input(Op::AvgPool2d, x_in);
   const kernels::Window2d w = pool_window(Op::AvgPool2d, x, options);
   Tensor y = Tensor::empty({w.batch, w.channels, w.out_h(), w.out_w()}, check::like(x));

@@ -36,6 +36,7 @@ Plan plan_dim(const Tensor& x, std::int64_t dim, bool keepdim, Op op) {
 }
 
 Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, Op op) {
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   kernels::reduce(kind, x, plan.view, out);
@@ -50,6 +51,7 @@ Tensor sum_or_mean(const Tensor& x_in, const Plan& plan, ReduceOp kind, Op op) {
 
 // The gradient of a max goes to the position of the first maximum (saved as i32 indices).
 ValuesIndices max_along(const Tensor& x_in, const Plan& plan, Op op) {
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   Tensor out = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
@@ -65,6 +67,7 @@ ValuesIndices max_along(const Tensor& x_in, const Plan& plan, Op op) {
 // The max of every element. Its gradient is shared evenly by the elements equal to it (by the NaNs,
 // when it is NaN), as PyTorch's x.max() shares it: saves x and the max.
 Tensor max_of_all(const Tensor& x_in) {
+  const OpSpan span(Op::Max);
   const Tensor x = autocast_input(Op::Max, x_in);
   Tensor out = Tensor::empty({}, check::like(x));
   kernels::reduce(ReduceOp::Max, x, plan_all(x).view, out);
@@ -77,6 +80,7 @@ Tensor max_of_all(const Tensor& x_in) {
 }
 
 Tensor argmax_along(const Tensor& x, const Plan& plan) {
+  const OpSpan span(Op::Argmax);
   Tensor values = Tensor::empty(plan.out_shape, check::like(x));
   Tensor indices = Tensor::empty(plan.out_shape, {.dtype = DType::I32, .device = x.device()});
   kernels::reduce(ReduceOp::Max, x, plan.view, values, &indices);

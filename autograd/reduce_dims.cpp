@@ -168,6 +168,7 @@ Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim
 
 Tensor logsumexp(const Tensor& x_in, const std::vector<std::int64_t>& dims, bool keepdim) {
   constexpr Op op = Op::LogSumExp;
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   check::floating(op, x);
   const std::vector<std::size_t> reduced = reduced_dims(x, dims, op);
@@ -196,6 +197,7 @@ Tensor logsumexp(const Tensor& x_in, const std::vector<std::int64_t>& dims, bool
 
 Tensor var(const Tensor& x_in, const std::vector<std::int64_t>& dims, VarianceOptions options) {
   constexpr Op op = Op::Var;
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   check::floating(op, x);
   const std::vector<std::size_t> reduced = reduced_dims(x, dims, op);
@@ -211,6 +213,7 @@ Tensor var(const Tensor& x_in, const std::vector<std::int64_t>& dims, VarianceOp
 // with the deviations recomputed from the saved input (so only x and the small std are kept).
 Tensor std(const Tensor& x_in, const std::vector<std::int64_t>& dims, VarianceOptions options) {
   constexpr Op op = Op::Std;
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   check::floating(op, x);
   const std::vector<std::size_t> reduced = reduced_dims(x, dims, op);

@@ -47,6 +47,7 @@ Shape infer_shape(const Tensor& x, Shape shape) {
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  const OpSpan span(Op::Reshape);
   MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Reshape);
   Tensor out = view_of(x, infer_shape(x, shape), 0);
   record(Op::Reshape, {x}, out,
@@ -56,6 +57,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   constexpr Op op = Op::Permute;
+  const OpSpan span(op);
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   MG_CHECK(dims.size() == x.shape().size(), "{}: {} dims given for a tensor with shape {}", op, dims.size(), x.shape());
   std::vector<int> perm(dims.size());
@@ -89,6 +91,7 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
 
 Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
   constexpr Op op = Op::Cat;
+  const OpSpan span(op);
   const bool autocast = autocast_enabled();
   std::vector<Tensor> cast_tensors;  // a copy of the list only under autocast
   if (autocast) {
@@ -133,6 +136,7 @@ Tensor cat(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
   constexpr Op op = Op::Stack;
+  const OpSpan span(op);
   MG_CHECK(!tensors_in.empty(), "{}: needs at least one tensor", op);
   const bool autocast = autocast_enabled();
   std::vector<Tensor> cast_tensors;
@@ -163,6 +167,7 @@ Tensor stack(const std::vector<Tensor>& tensors_in, std::int64_t dim) {
 
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t end) {
   constexpr Op op = Op::Slice;
+  const OpSpan span(op);
   MG_CHECK(x.defined(), "{}: the tensor is undefined", op);
   MG_CHECK(x.dim() > 0, "{}: a scalar has no dims to slice", op);
   const int d = normalize_dim(dim, x.shape().size(), qualified_name(op));
@@ -190,6 +195,7 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t begin, std::int64_t
 }
 
 Tensor clone(const Tensor& x) {
+  const OpSpan span(Op::Clone);
   MG_CHECK(x.defined(), "{}: the tensor is undefined", Op::Clone);
   Tensor out = Tensor::empty(x.shape(), check::like(x));
   kernels::cast(x, out);  // same dtype: a plain copy

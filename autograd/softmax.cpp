@@ -12,6 +12,7 @@ namespace {
 
 Tensor softmax_op(const Tensor& x_in, std::int64_t dim, bool log) {
   const Op op = log ? Op::LogSoftmax : Op::Softmax;
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   check::floating(op, x);
   const auto d = static_cast<std::size_t>(normalize_dim(dim, x.shape().size(), qualified_name(op)));

@@ -123,6 +123,19 @@ void hand_over(std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>>& lea
   for (GradReadyHook* hook : ready_hooks) hook->ready(leaf);
 }
 
+// The observers' span of one node's backward function (OpObserver::begin/end, backward = true).
+struct BackwardSpan {
+  explicit BackwardSpan(const Node& node) : op(node.op) {
+    for (OpObserver* observer : observers) observer->begin(op, *node.scope, true);
+  }
+  ~BackwardSpan() {
+    for (auto it = observers.rbegin(); it != observers.rend(); ++it) (*it)->end(op, true);
+  }
+  BackwardSpan(const BackwardSpan&) = delete;
+  BackwardSpan& operator=(const BackwardSpan&) = delete;
+  const char* op;
+};
+
 std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& root, const Tensor& seed,
                                                                   bool keep_tape) {
   std::unordered_map<std::uint64_t, Tensor> pending;  // gradients of non-leaf tensors, by id
@@ -148,15 +161,18 @@ std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>> walk(const Tensor& 
              "{{.keep_tape = true}} to the first backward to run twice",
              node->op);
     Grads grads;
-    try {
-      grads = node->backward(grad_output, needs_grad);
-    } catch (const Error& error) {
-      throw Error(fmt::format("backward of {}: {}", node->op, error.what()));
+    {
+      const BackwardSpan span(*node);
+      try {
+        grads = node->backward(grad_output, needs_grad);
+      } catch (const Error& error) {
+        throw Error(fmt::format("backward of {}: {}", node->op, error.what()));
+      }
+      if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
+      MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs", node->op,
+               grads.size(), node->inputs.size());
+      for (OpObserver* observer : observers) observer->backward(node->op, *node->scope, grad_output, grads);
     }
-    if (!keep_tape) node->backward = nullptr;  // release the saved tensors now, not at the end
-    MG_CHECK(grads.size() == node->inputs.size(), "backward of {}: returned {} gradients for {} inputs", node->op,
-             grads.size(), node->inputs.size());
-    for (OpObserver* observer : observers) observer->backward(node->op, *node->scope, grad_output, grads);
 
     for (std::size_t i = 0; i < grads.size(); ++i) {
       const NodeInput& input = node->inputs[i];
@@ -338,6 +354,17 @@ NameScope::NameScope(const std::string& name) : previous_(scope) {
 }
 NameScope::~NameScope() { scope = std::move(previous_); }
 const std::string& current_scope() { return *scope; }
+
+OpSpan::OpSpan(Op op) : OpSpan(op_name(op)) {}
+OpSpan::OpSpan(const char* op) {
+  if (observers.empty() || backward_running) return;  // inside backward, the node's span covers it
+  op_ = op;
+  for (OpObserver* observer : observers) observer->begin(op, *scope, false);
+}
+OpSpan::~OpSpan() {
+  if (op_ == nullptr) return;
+  for (auto it = observers.rbegin(); it != observers.rend(); ++it) (*it)->end(op_, false);
+}
 
 void add_observer(OpObserver* observer) { observers.push_back(observer); }
 void add_grad_ready_hook(GradReadyHook* hook) { ready_hooks.push_back(hook); }

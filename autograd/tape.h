@@ -167,8 +167,29 @@ class OpObserver {
   // the bytes of distinct storage its backward function keeps, the parameters it saved excluded
   // (a tensor saved by several ops counts in each). amp::StepRecorder draws them; others ignore it.
   virtual void taped(std::size_t /*saved_bytes*/) {}
+  // The span of one op, for a clock (train/op_profile.h): begin() before the op does anything (the
+  // casts autocast inserts are ops of their own, nested inside) and end() after, whether it returned
+  // or threw. In backward, around each node's backward function (`backward` true; ops that function
+  // calls are not reported). Spans nest and close in the reverse order they opened.
+  virtual void begin(const char* /*op*/, const std::string& /*scope*/, bool /*backward*/) {}
+  virtual void end(const char* /*op*/, bool /*backward*/) {}
 };
 void add_observer(OpObserver* observer);
 void remove_observer(OpObserver* observer);
+
+// Marks one op's span for the observers' begin() and end(): the first line of every op of
+// autograd/ops.h (PyTorch's RECORD_FUNCTION). Without observers it costs one test of an empty vector.
+// Anything else a step does can be named the same way (the Trainer's "optimizer step", a user's own op).
+class OpSpan {
+ public:
+  explicit OpSpan(Op op);
+  explicit OpSpan(const char* op);
+  ~OpSpan();
+  OpSpan(const OpSpan&) = delete;
+  OpSpan& operator=(const OpSpan&) = delete;
+
+ private:
+  const char* op_ = nullptr;  // null when nobody watched it begin
+};
 
 }  // namespace mg

@@ -38,6 +38,7 @@ Tensor unit_grad(UnaryOp kind, const Tensor& g, const Tensor& saved, Scalars sca
 // names. (A unit that saves nothing gets g in the saved slot; its formula ignores it.)
 template <class Unit>
 Tensor pointwise(Op op, UnaryOp kind, const Tensor& x_in, Scalars scalars = {}) {
+  const OpSpan span(op);
   const Tensor x = autocast_input(op, x_in);
   Tensor y = unary_forward(kind, op, x, scalars);
   if constexpr (Unit::saves == Saves::Nothing) {
@@ -70,6 +71,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
 }
 
 Tensor add(const Tensor& x_in, double scalar) {
+  const OpSpan span(Op::Add);
   const Tensor x = autocast_input(Op::Add, x_in);
   Tensor y = unary_forward(UnaryOp::AddScalar, Op::Add, x, {scalar});
   record(Op::Add, {x}, y, [](const Tensor& g, const auto&) { return Grads{g}; });
@@ -88,6 +90,7 @@ Tensor rsub(double scalar, const Tensor& x) {
 }
 
 Tensor mul(const Tensor& x_in, double scalar) {
+  const OpSpan span(Op::Mul);
   const Tensor x = autocast_input(Op::Mul, x_in);
   Tensor y = unary_forward(UnaryOp::MulScalar, Op::Mul, x, {scalar});
   record(Op::Mul, {x}, y, [scalar](const Tensor& g, const auto&) { return Grads{mul(g, scalar)}; });
@@ -95,6 +98,7 @@ Tensor mul(const Tensor& x_in, double scalar) {
 }
 
 Tensor div(const Tensor& x_in, double scalar) {
+  const OpSpan span(Op::Div);
   const Tensor x = autocast_input(Op::Div, x_in);
   Tensor y = unary_forward(UnaryOp::DivScalar, Op::Div, x, {scalar});
   record(Op::Div, {x}, y, [scalar](const Tensor& g, const auto&) { return Grads{div(g, scalar)}; });
@@ -102,6 +106,7 @@ Tensor div(const Tensor& x_in, double scalar) {
 }
 
 Tensor rdiv(double scalar, const Tensor& x_in) {
+  const OpSpan span(Op::RDiv);
   const Tensor x = autocast_input(Op::RDiv, x_in);  // d(s/x) = -(s/x) / x dx: saves x and y
   Tensor y = unary_forward(UnaryOp::RDivScalar, Op::RDiv, x, {scalar});
   record(Op::RDiv, {x}, y, [x = Saved(x), y = Saved(y)](const Tensor& g, const auto&) {
@@ -113,6 +118,7 @@ Tensor rdiv(double scalar, const Tensor& x_in) {
 }
 
 Tensor pow(const Tensor& x_in, double exponent) {
+  const OpSpan span(Op::Pow);
   const Tensor x = autocast_input(Op::Pow, x_in);  // dy = p x^(p-1) dx: saves x
   Tensor y = unary_forward(UnaryOp::PowScalar, Op::Pow, x, {exponent});
   record(Op::Pow, {x}, y, [x = Saved(x), exponent](const Tensor& g, const auto&) {

@@ -4,8 +4,8 @@
 #include "torch_step.h"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/Context.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -22,12 +22,21 @@ class AutocastBf16 {
  public:
   explicit AutocastBf16(bool enabled) : enabled_(enabled) {
     if (!enabled_) return;
+#if TORCH_VERSION_MAJOR >= 2  // 2.x deprecates the CPU-only calls, and warns on every use
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+#else
     at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
     at::autocast::set_cpu_enabled(true);
+#endif
   }
   ~AutocastBf16() {
     if (!enabled_) return;
+#if TORCH_VERSION_MAJOR >= 2
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+#else
     at::autocast::set_cpu_enabled(false);
+#endif
     at::autocast::clear_cache();
   }
   AutocastBf16(const AutocastBf16&) = delete;
@@ -190,11 +199,15 @@ std::string configure_torch(int threads) {
   // Looked up at run time so that another BLAS behind libblas.so.3 still works.
   using SetThreads = void (*)(int);
   using CoreName = char* (*)();
-  std::string blas = "BLAS: not OpenBLAS";
+  // No fmt in this file: PyPI's libtorch brings fmt headers of its own, another version than mixgrad's.
+  // PyPI's x86 wheel has MKL built in; Debian's calls libblas.so.3 (mixgrad's OpenBLAS, when linked).
+  std::string blas = at::hasMKL() ? "BLAS: MKL" : "BLAS: not OpenBLAS";
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
-  if (auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename")))
-    blas = fmt::format("BLAS: OpenBLAS, core {}", core());
-  return fmt::format("libtorch {}, {} intra-op thread(s), {}", TORCH_VERSION, torch::get_num_threads(), blas);
+  auto core = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (!at::hasMKL() && core) blas = std::string("BLAS: OpenBLAS, core ") + core();
+  const std::string onednn = at::hasMKLDNN() ? ", oneDNN" : "";
+  return std::string("libtorch ") + TORCH_VERSION + ", " + std::to_string(torch::get_num_threads()) +
+         " intra-op thread(s), " + blas + onednn;
 }
 
 }  // namespace bench

@@ -11,6 +11,7 @@
 //   ... --steps 100 mlp:128 cnn:64             more timed steps; chosen models and batches
 //   ... --recipes mixed_bfloat16,fp8_block,nvfp4   mixgrad's recipes to run (any of amp::Recipe's)
 //   build/bench/train_step --device cuda       on the GPU (builds with the CUDA backend)
+//   ... --profile gpt:32                       then each mixgrad variant's step op by op (train/op_profile.h)
 //
 // The variants of one model are interleaved in every repetition so that a noisy machine slows them
 // alike; each warms up for 5 steps, then the median of --steps timed steps (default 50) is
@@ -137,23 +138,35 @@ class MixgradStep {
     return m;
   }
 
-  // Returns the bytes saved for backward by the forward pass.
-  std::size_t step() {
+  // Returns the bytes saved for backward by the forward pass. With a profile, tells it the phases
+  // (as the Trainer's StepObserver hooks do) and names the update's spans as the Trainer does.
+  std::size_t step(train::OpProfile* profile = nullptr) {
     optimizer_->zero_grad();
+    if (profile) profile->start(train::Phase::Forward);
     Tensor loss;
     {
       Autocast region = recipe_.autocast();
       loss = cast(train::mean_loss(train::Loss::CrossEntropy, (*model_)(x_), labels_), DType::F32);
     }
     const std::size_t saved = saved_tensor_bytes();
+    if (profile) profile->start(train::Phase::Backward);
     backward(scaler_.scale(loss));
-    scaler_.step(*optimizer_);
-    scaler_.update();
+    if (profile) profile->start(train::Phase::Update);
+    {
+      const OpSpan span("optimizer step");
+      scaler_.step(*optimizer_);
+    }
+    {
+      const OpSpan span("scaler update");
+      scaler_.update();
+    }
 #ifdef MG_WITH_CUDA
     if (device_.is_cuda()) mg::cuda::synchronize(device_.index);  // the step is done when the GPU is
 #endif
+    if (profile) profile->finish_step();
     return saved;
   }
+  Device device() const { return device_; }
 
  private:
   amp::Recipe recipe_;
@@ -172,10 +185,22 @@ struct Variant {
   std::size_t saved_bytes = 0;
   std::size_t peak_bytes = 0;  // mixgrad's: the most bytes its step held at once (memory, below)
   std::optional<MixgradStep::Memory> memory;  // mixgrad's: where that peak comes from
+  std::shared_ptr<MixgradStep> mixgrad;  // mixgrad's, for --profile
 };
 
+// --profile: each mixgrad variant's step op by op (train/op_profile.h), after the timed steps.
+void print_profiles(const std::vector<Variant>& variants, int steps) {
+  for (const Variant& v : variants) {
+    if (!v.mixgrad) continue;
+    train::OpProfile profile({.device = v.mixgrad->device()});
+    for (int i = 0; i < steps + 1; ++i) v.mixgrad->step(&profile);  // the first is the profile's warm-up
+    fmt::print("  {}: ", v.name);
+    fmt::print("{}", profile.table(20));
+  }
+}
+
 void run(const std::string& model, std::int64_t batch, int steps, Device device,
-         const std::vector<std::string>& chosen_recipes) {
+         const std::vector<std::string>& chosen_recipes, bool profile) {
   std::vector<Variant> variants;
   auto add = [&variants](std::string name, std::function<std::size_t()> step) {
     variants.emplace_back();
@@ -195,6 +220,7 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device,
     const std::size_t baseline = allocator_for(device).stats_on(device).allocated_bytes;
     auto trainer = std::make_shared<MixgradStep>(model, recipe, batch, device);
     add(fmt::format("mixgrad {}", recipe), [trainer] { return trainer->step(); });
+    variants.back().mixgrad = trainer;
     variants.back().step();  // once, so that the optimizer's state exists, then the breakdown
     const MixgradStep::Memory m = trainer->memory(baseline);
     variants.back().memory = m;
@@ -266,6 +292,7 @@ void run(const std::string& model, std::int64_t batch, int steps, Device device,
                median_of("libtorch bf16 autocast") / median_of("libtorch fp32"));
   }
   fmt::print("  * minor page faults per step over the second half of the timed steps\n");
+  if (profile) print_profiles(variants, std::min(steps, 20));
 }
 
 }  // namespace
@@ -289,6 +316,7 @@ int main(int argc, char** argv) try {
   Device device = Device::cpu();
   std::vector<std::pair<std::string, std::int64_t>> cases;
   std::vector<std::string> recipes;  // --recipes: mixgrad's variants (default fp32, mixed_float16, mixed_bfloat16)
+  bool profile = false;  // --profile: each mixgrad variant's step op by op, after the timings
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
@@ -303,6 +331,8 @@ int main(int argc, char** argv) try {
         recipes.emplace_back(mg::amp::Recipe::parse(list.substr(start, comma - start)).name);
         start = comma + 1;
       }
+    } else if (arg == "--profile") {
+      profile = true;
     } else if (arg == "--device" && i + 1 < argc) {
       device = std::string(argv[++i]) == "cuda" ? Device::cuda() : Device::cpu();
     } else if (const auto colon = arg.find(':');
@@ -313,7 +343,7 @@ int main(int argc, char** argv) try {
     } else {
       fmt::print(
           stderr,
-          "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [--recipes R1,R2,...] [mlp:B | cnn:B | conv:B | "
+          "usage: {} [--device cpu|cuda] [--steps N] [--threads N] [--recipes R1,R2,...] [--profile] [mlp:B | cnn:B | conv:B | "
           "wide:B | lstm:B | gpt:B ...]\n",
           argv[0]);
       return 2;
@@ -325,7 +355,7 @@ int main(int argc, char** argv) try {
     check_device_available(device, "bench/train_step --device cuda");
     cases.emplace_back("wide", 8192);
     cases.emplace_back("cnn", 512);  // activation-bound: the peak-memory ratio under AMP
-    for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes);
+    for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes, profile);
     return 0;
   }
   fmt::print("Training step, SGD with momentum 0.9, {} thread(s) (mg::num_threads).\n", mg::num_threads());
@@ -335,7 +365,7 @@ int main(int argc, char** argv) try {
   fmt::print("peer: none in this binary (train_step_vs_torch, built when CMake finds libtorch, runs it beside "
              "mixgrad; see docs/results/cpu-bench.md)\n");
 #endif
-  for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes);
+  for (const auto& [model, batch] : cases) run(model, batch, steps, device, recipes, profile);
   return 0;
 } catch (const mg::Error& error) {
   fmt::print(stderr, "error: {}\n", error.what());

@@ -13,6 +13,7 @@
 // device side of each is device memory in use, and fail as CUDA would (cudaErrorInvalidValue) when it
 // is not.
 // Functions the backend does not call are not here: a new call is a link error that says which.
+#include <chrono>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -70,7 +71,11 @@ Attributes& attributes() {
 }
 
 struct Stream {};  // work runs when it is queued: a stream is only a handle, one for all
-struct Event {};
+// When it was recorded: every launch and copy before it is done by then, so the host's clock is
+// the device's (an emulated kernel's time, not a GPU's).
+struct Event {
+  std::chrono::steady_clock::time_point recorded{};
+};
 
 bool valid_device(int device) { return device == 0; }
 
@@ -262,7 +267,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  reinterpret_cast<runtime::Event*>(event)->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto elapsed = reinterpret_cast<runtime::Event*>(end)->recorded -
+                       reinterpret_cast<runtime::Event*>(start)->recorded;
+  *ms = std::chrono::duration<float, std::milli>(elapsed).count();
+  return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // every launch and copy is done when it returns
 

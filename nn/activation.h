@@ -48,6 +48,10 @@ class Dropout : public Module {
   explicit Dropout(double p = 0.5, Generator& generator = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override;
+  // What a layer that drops inside a fused op of its own uses (nn::CausalSelfAttention): the
+  // probability while training (0 in evaluation), and the generator.
+  double active_p() const { return is_training() ? p_ : 0.0; }
+  Generator& generator() const { return *generator_; }
 
  private:
   double p_;

@@ -1,25 +1,9 @@
 #include "nn/attention.h"
 
-#include <cmath>
-#include <limits>
-
 #include "autograd/ops.h"
 #include "core/factory.h"
 
 namespace mg::nn {
-
-namespace {
-
-// i32 [T, T] on `device`: 1 where query t may attend to key s (s <= t), 0 for the future.
-Tensor causal_mask(std::int64_t steps, Device device) {
-  Tensor mask = Tensor::empty({steps, steps}, {.dtype = DType::I32});
-  std::int32_t* m = mask.data<std::int32_t>();
-  for (std::int64_t t = 0; t < steps; ++t)
-    for (std::int64_t s = 0; s < steps; ++s) m[t * steps + s] = s <= t ? 1 : 0;
-  return mask.to(device);
-}
-
-}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(std::int64_t embed_dim, std::int64_t heads, double dropout_p,
                                          Generator& generator)
@@ -42,11 +26,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto part = [&](std::int64_t i) { return reshape(slice(packed, 0, i, i + 1), {B * heads_, T, D}); };
   Tensor q = part(0), k = part(1), v = part(2);
 
-  Tensor scores = mul(matmul(q, k, {.transpose_b = true}), 1.0 / std::sqrt(static_cast<double>(D)));  // [BH, T, T]
-  Tensor future = full({1}, -std::numeric_limits<double>::infinity(),
-                       {.dtype = scores.dtype(), .device = scores.device()});
-  Tensor weights = (*dropout_)(softmax(where(causal_mask(T, scores.device()), scores, future), -1));
-  Tensor heads = matmul(weights, v);  // [BH, T, D]
+  // softmax(q k^T / sqrt(D), the future masked) v: one fused op on the CPU, no [T, T] tensor.
+  Tensor heads = scaled_dot_product_attention(q, k, v,
+                                              {.causal = true,
+                                               .dropout = dropout_->active_p(),
+                                               .fused = fused,
+                                               .generator = &dropout_->generator()});  // [BH, T, D]
   Tensor joined = reshape(permute(reshape(heads, {B, heads_, T, D}), {0, 2, 1, 3}), {B, T, C});
   return (*proj)(joined);
 }

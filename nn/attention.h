@@ -5,8 +5,10 @@
 //   q, k, v = split(x W_qkv^T + b_qkv)                      each [B * heads, T, D]
 //   scores  = q k^T / sqrt(D), future positions set to -inf   [B * heads, T, T]
 //   y       = softmax(scores) v, heads joined, then W_proj    [B, T, C]
-// Under autocast the three GEMMs run in f16 and softmax in f32 (the cast lists): the -inf mask is
-// applied in the scores' dtype, so it is exact in f16 too (-inf is an f16 value).
+// The middle two lines are one op, mg::scaled_dot_product_attention (autograd/ops.h): on the CPU a
+// fused kernel that never makes the [T, T] scores (`fused = false` runs the unfused ops, matmul,
+// mul, where, softmax, dropout, matmul, for comparison). Under autocast its GEMMs run in f16/bf16
+// and the softmax in f32.
 //
 // TransformerBlock: x + attention(layer_norm(x)), then x + mlp(layer_norm(x)) with the MLP
 // C -> 4C -> GELU -> C. The residual stream stays f32 under autocast (f32 + f16 promotes to f32).
@@ -30,6 +32,7 @@ class CausalSelfAttention : public Module {
   std::string type_name() const override;
 
   std::shared_ptr<Linear> qkv, proj;
+  bool fused = true;  // false: the attention as separate ops (AttentionOptions::fused)
 
  private:
   std::int64_t heads_;

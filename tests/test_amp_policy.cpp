@@ -42,6 +42,7 @@ std::map<Op, std::function<void()>> calls_of_every_op() {
   const Tensor b_hh = uniform_in({8}, DType::F32, 9), state = uniform_in({1, 2}, DType::F32, 10);
   const Tensor image32 = uniform_in({1, 1, 4, 4}, DType::F32, 12), filter32 = uniform_in({1, 1, 3, 3}, DType::F32, 13);
   const Tensor image = uniform_in({1, 1, 4, 4}, h, 3);
+  const Tensor heads = uniform_in({2, 3, 4}, DType::F32, 14);  // attention's q, k and v
   const Tensor labels = i32({0, 2}, {2}), mask = i32({1, 0, 1, 0, 1, 0}, {2, 3}), indices = i32({1, 0}, {2});
   const Tensor running_mean = zeros({3}), running_var = ones({3}), half_x = mul(x, 0.5);
   return {
@@ -49,6 +50,7 @@ std::map<Op, std::function<void()>> calls_of_every_op() {
       {Op::Linear, [=] { linear(x, w, b); }},
       {Op::LstmRecurrence, [=] { lstm_recurrence(gates, w_hh, b_hh, state, state); }},
       {Op::Conv2d, [=] { conv2d(image32, filter32); }},
+      {Op::ScaledDotProductAttention, [=] { scaled_dot_product_attention(heads, heads, heads, {.causal = true}); }},
       {Op::Exp, [=] { exp(xh); }},
       {Op::Log, [=] { log(xh); }},
       {Op::Pow, [=] { pow(xh, 2.0); }},

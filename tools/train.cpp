@@ -35,6 +35,7 @@
 #include "tools/run_stop.h"
 #include "train/stop_signals.h"
 #include "train/evaluation.h"
+#include "train/op_profile.h"
 #include "train/precision_inspector.h"
 #include "train/trainer.h"
 
@@ -219,6 +220,22 @@ std::unique_ptr<train::PrecisionInspector> make_inspector(const TrainOptions& o,
 }
 
 // After the run: the last update's rows, the plots, and the first inf/NaN into the summary.
+// --profile: the table on standard output (quiet or not: it is what was asked for), the trace in its file.
+void finish_profile(const train::OpProfile& profile, const TrainOptions& o) {
+  if (profile.counted_steps() == 0) {
+    fmt::print("mixgrad train: --profile: no step profiled (the first is warm-up); run 2 steps or more\n");
+    return;
+  }
+  fmt::print("{}", profile.table());
+  try {  // a trace that cannot be written must not cost the run its checkpoint and evaluation
+    profile.write_chrome_trace(o.profile);
+    fmt::print("mixgrad train: profile trace of {} step(s) in {} (open it in ui.perfetto.dev or chrome://tracing)\n",
+               std::min<std::int64_t>(profile.counted_steps(), train::OpProfileOptions{}.trace_steps), o.profile);
+  } catch (const Error& error) {
+    fmt::print(stderr, "mixgrad train: --profile: {}\n", error.what());
+  }
+}
+
 void finish_inspection(train::PrecisionInspector& inspector, const train::Trainer& trainer, const TrainOptions& o,
                        TrainSummary& summary) {
   inspector.finish();
@@ -283,6 +300,8 @@ TrainSummary train(const TrainOptions& o) {
   std::optional<StepGraphDrawing> drawing;  // --graph: the first step as a picture, drawn by rank 0
   if (lead && !o.graph.empty()) drawing.emplace(o, trainer);
   std::unique_ptr<train::PrecisionInspector> inspector = make_inspector(o, trainer, position.step + 1, lead);
+  std::optional<train::OpProfile> profile;  // --profile: on the rank that writes
+  if (lead && !o.profile.empty()) profile.emplace(train::OpProfileOptions{.device = device});
   auto take = [&](const std::vector<train::StepNumbers>& read) {  // the inspector first: a diverged run stops in take
     if (!inspector) return numbers.take(read);
     inspector->steps_read(read);
@@ -303,7 +322,8 @@ TrainSummary train(const TrainOptions& o) {
   while (position.step < total && !stop_agreed(*stop, ranks)) {
     data::Batch batch = task.next();
     // Throws when the scale collapses; null observers are passed over.
-    const train::StepResult result = trainer.step(batch, {drawing ? drawing->next(batch) : nullptr, inspector.get()});
+    const train::StepResult result = trainer.step(batch, {drawing ? drawing->next(batch) : nullptr, inspector.get(),
+                                                          profile ? &*profile : nullptr});
     ++position.step;
     const std::int64_t global_items = batch.labels.numel() / batch.labels.size(0) * batch.global_rows;
     items += global_items;
@@ -334,6 +354,7 @@ TrainSummary train(const TrainOptions& o) {
   summary.final_loss = mean_of(position.recent_losses);
   summary.final_loss_steps = static_cast<std::int64_t>(position.recent_losses.size());
   if (inspector) finish_inspection(*inspector, trainer, o, summary);
+  if (profile) finish_profile(*profile, o);
 
   if (!lead) return summary;  // the replicas are rank 0's: it saves and evaluates for all
   checkpoints.save_final(trainer, position, task.data_state());

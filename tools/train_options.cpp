@@ -141,6 +141,11 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
                "Draw the first training step in FILE as Graphviz DOT (ops with their layer scopes, tensors coloured "
                "by dtype, autocast's casts, saved bytes, loss scale, masters), and in FILE's name with .svg when "
                "the `dot` program (graphviz) is installed; docs/step-graph/ shows two");
+  c.add_option("--profile", o.profile,
+               "Profile every step after the first, op by op (train/op_profile.h): at the end, a table of each op's "
+               "calls, time and bytes per step in forward, backward and update, and the first three profiled steps "
+               "as a Chrome trace in FILE (e.g. profile.json; open it in ui.perfetto.dev or chrome://tracing). On a "
+               "GPU the ops are timed by CUDA events, read once a step: one host wait a step, so the run is slower");
   c.add_option("--inspect", o.inspect,
                fmt::format("Inspect the run's precision: every --inspect-every steps (default {}), per layer, the "
                            "activations, their gradients, the weights, their gradients and the updates: amax and the "
@@ -260,6 +265,14 @@ void finalize(TrainOptions& o) {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     MG_CHECK(parent.empty() || std::filesystem::is_directory(parent),
              "mixgrad train: cannot write {}: the directory {} does not exist", path, parent.string());
+  }
+  if (!o.profile.empty()) {  // --profile: the trace's file
+    const std::filesystem::path trace(o.profile);
+    MG_CHECK(!std::filesystem::is_directory(trace),
+             "mixgrad train: --profile {} is a directory; name the trace file to write (e.g. profile.json)", o.profile);
+    MG_CHECK(trace.parent_path().empty() || std::filesystem::is_directory(trace.parent_path()),
+             "mixgrad train: cannot write {}: the directory {} does not exist", o.profile,
+             trace.parent_path().string());
   }
   if (!o.graph.empty()) {  // --graph: the DOT file, and its .svg beside it
     const std::filesystem::path graph(o.graph);

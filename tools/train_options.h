@@ -61,6 +61,8 @@ struct TrainOptions {
   std::string summary;  // JSON summary of the run
   bool quiet = false;  // no progress output, only the closing line
   std::string graph;  // the first step drawn as Graphviz DOT here (and its .svg when `dot` is installed)
+  // The op profile (train/op_profile.h): a table per op and phase at the end, the Chrome trace here.
+  std::string profile;  // "": no profile
   // The precision inspector (train/precision_inspector.h): every inspect_every steps, per layer, the
   // shares flushed / subnormal / overflowing in f16, bf16, E4M3, E5M2, written to the CSV `inspect`
   // with plots beside it. --inspect alone inspects every kDefaultInspectEvery steps.

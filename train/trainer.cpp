@@ -192,8 +192,14 @@ StepResult Trainer::take_step(const Tensor& inputs, const Tensor& targets, std::
     backward(scaler_.scale(objective));
   }
   notify([&](StepObserver& o) { o.after_backward(*optimizer_); });
-  scaler_.step(*optimizer_);
-  scaler_.update();
+  {
+    const OpSpan span("optimizer step");  // named for a profile (train/op_profile.h): it is no op
+    scaler_.step(*optimizer_);
+  }
+  {
+    const OpSpan span("scaler update");
+    scaler_.update();
+  }
   ++steps_;
   if (scaler_.is_enabled()) {
     result.scale_used = scaler_.last_scale();
@@ -201,6 +207,7 @@ StepResult Trainer::take_step(const Tensor& inputs, const Tensor& targets, std::
   }
   readout_.push(steps_, result.lr, result.loss, result.scale_used, result.found_inf);
   if (readout_.due()) result.read = read_steps();
+  notify([](StepObserver& o) { o.after_update(); });
   return result;
 }
 

@@ -127,6 +127,8 @@ class StepObserver {
   // Around backward: the gradients exist, still multiplied by the loss scale, when after_backward runs.
   virtual void before_backward() {}
   virtual void after_backward(const optim::Optimizer& /*optimizer*/) {}
+  // The optimizer and the scaler are done (or skipped the update): the step is over.
+  virtual void after_update() {}
 };
 
 class Trainer {

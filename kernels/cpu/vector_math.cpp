@@ -229,9 +229,11 @@ Packet gelu_grad_packet(Packet x, Packet g) {
 }  // namespace
 
 void exp(const float* x, float* y, std::int64_t n) {
+  // Below -104 libm's expf is 0 (exp(-103.98) is half the smallest subnormal): answered here, not by a
+  // call per element. A masked softmax's rows are half -inf (the causal mask), and each was a call.
   blockwise(
       x, nullptr, y, n, [](Block out, Block in, Block) { out = in.exp(); }, exp_in_range,
-      [](float v, float) { return std::exp(v); });
+      [](float v, float) { return v < -104.0f ? 0.0f : std::exp(v); });
 }
 
 void log(const float* x, float* y, std::int64_t n) {
