@@ -123,14 +123,23 @@ void hand_over(std::unordered_map<std::uint64_t, std::pair<Tensor, Tensor>>& lea
   for (GradReadyHook* hook : ready_hooks) hook->ready(leaf);
 }
 
+// Tells the observers, last added first, that a span ended. It runs in destructors, also while an
+// exception unwinds: an observer's error here would end the process, so it is dropped (OpProfile
+// leaves such a span out of its table; the op's own error, if any, goes on).
+void end_spans(const char* op, bool backward) noexcept {
+  for (auto it = observers.rbegin(); it != observers.rend(); ++it) {
+    try {
+      (*it)->end(op, backward);
+    } catch (...) {}
+  }
+}
+
 // The observers' span of one node's backward function (OpObserver::begin/end, backward = true).
 struct BackwardSpan {
   explicit BackwardSpan(const Node& node) : op(node.op) {
     for (OpObserver* observer : observers) observer->begin(op, *node.scope, true);
   }
-  ~BackwardSpan() {
-    for (auto it = observers.rbegin(); it != observers.rend(); ++it) (*it)->end(op, true);
-  }
+  ~BackwardSpan() { end_spans(op, true); }
   BackwardSpan(const BackwardSpan&) = delete;
   BackwardSpan& operator=(const BackwardSpan&) = delete;
   const char* op;
@@ -362,8 +371,7 @@ OpSpan::OpSpan(const char* op) {
   for (OpObserver* observer : observers) observer->begin(op, *scope, false);
 }
 OpSpan::~OpSpan() {
-  if (op_ == nullptr) return;
-  for (auto it = observers.rbegin(); it != observers.rend(); ++it) (*it)->end(op_, false);
+  if (op_ != nullptr) end_spans(op_, false);
 }
 
 void add_observer(OpObserver* observer) { observers.push_back(observer); }

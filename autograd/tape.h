@@ -170,7 +170,8 @@ class OpObserver {
   // The span of one op, for a clock (train/op_profile.h): begin() before the op does anything (the
   // casts autocast inserts are ops of their own, nested inside) and end() after, whether it returned
   // or threw. In backward, around each node's backward function (`backward` true; ops that function
-  // calls are not reported). Spans nest and close in the reverse order they opened.
+  // calls are not reported). Spans nest and close in the reverse order they opened. end() runs in
+  // destructors: an exception from it is dropped, never passed on.
   virtual void begin(const char* /*op*/, const std::string& /*scope*/, bool /*backward*/) {}
   virtual void end(const char* /*op*/, bool /*backward*/) {}
 };

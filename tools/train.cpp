@@ -30,12 +30,12 @@
 #include "tools/inspect_plots.h"
 #include "tools/progress.h"
 #include "tools/run_graph.h"
+#include "tools/run_profile.h"
 #include "tools/run_checkpoints.h"
 #include "tools/run_setup.h"
 #include "tools/run_stop.h"
 #include "train/stop_signals.h"
 #include "train/evaluation.h"
-#include "train/op_profile.h"
 #include "train/precision_inspector.h"
 #include "train/trainer.h"
 
@@ -220,22 +220,6 @@ std::unique_ptr<train::PrecisionInspector> make_inspector(const TrainOptions& o,
 }
 
 // After the run: the last update's rows, the plots, and the first inf/NaN into the summary.
-// --profile: the table on standard output (quiet or not: it is what was asked for), the trace in its file.
-void finish_profile(const train::OpProfile& profile, const TrainOptions& o) {
-  if (profile.counted_steps() == 0) {
-    fmt::print("mixgrad train: --profile: no step profiled (the first is warm-up); run 2 steps or more\n");
-    return;
-  }
-  fmt::print("{}", profile.table());
-  try {  // a trace that cannot be written must not cost the run its checkpoint and evaluation
-    profile.write_chrome_trace(o.profile);
-    fmt::print("mixgrad train: profile trace of {} step(s) in {} (open it in ui.perfetto.dev or chrome://tracing)\n",
-               std::min<std::int64_t>(profile.counted_steps(), train::OpProfileOptions{}.trace_steps), o.profile);
-  } catch (const Error& error) {
-    fmt::print(stderr, "mixgrad train: --profile: {}\n", error.what());
-  }
-}
-
 void finish_inspection(train::PrecisionInspector& inspector, const train::Trainer& trainer, const TrainOptions& o,
                        TrainSummary& summary) {
   inspector.finish();

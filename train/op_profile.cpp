@@ -136,8 +136,9 @@ void OpProfile::begin(const char* op, const std::string& scope, bool /*backward*
 
 void OpProfile::end(const char* /*op*/, bool /*backward*/) {
   if (!in_step_ || open_.empty()) return;  // a span that began before this profile, or outside the step
-  spans_[open_.back()].end_mark = clock_->mark();
-  open_.pop_back();
+  const std::size_t span = open_.back();
+  open_.pop_back();  // first: a mark that throws leaves the span unended (not counted), the stack right
+  spans_[span].end_mark = clock_->mark();
 }
 
 void OpProfile::forward(const char* /*op*/, const std::string& /*scope*/, const std::vector<Tensor>& /*inputs*/,
