@@ -200,6 +200,7 @@ TEST_CASE("OpProfile on a GPU: CUDA events time the ops; the rows still add up t
   double sum_self = 0;
   for (const auto& [key, row] : rows) sum_self += row.self_seconds;
   CHECK(sum_self == doctest::Approx(profile.step_seconds() * 2).epsilon(1e-6));
+  CHECK(profile.step_seconds() > 0);  // the events' elapsed times were read, not left at 0
   CHECK(profile.table().find("CUDA events") != std::string::npos);
 }
 #endif

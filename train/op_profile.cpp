@@ -126,7 +126,7 @@ void OpProfile::start(Phase phase) {
   phase_mark_ = clock_->mark();
 }
 
-void OpProfile::close_phase() { phases_.push_back({phase_, {phase_mark_, clock_->mark()}}); }
+void OpProfile::close_phase() { phases_.push_back({phase_, phase_mark_, clock_->mark()}); }
 
 void OpProfile::begin(const char* op, const std::string& scope, bool /*backward*/) {
   if (!in_step_) return;  // an op outside a step: evaluation, a user's own code
@@ -191,8 +191,8 @@ void OpProfile::finish_step() {
     row.bytes += s.bytes;
     if (traced) trace_.push_back({s.op, s.scope, 1, offset + t[s.begin_mark], duration[i], s.bytes});
   }
-  for (const auto& [phase, marks] : phases_) {
-    const double seconds = t[marks.second] - t[marks.first];
+  for (const auto& [phase, begin_mark, end_mark] : phases_) {
+    const double seconds = t[end_mark] - t[begin_mark];
     phase_totals_[static_cast<int>(phase)] += seconds;
     OpRow& outside = rows_[{kOutside, static_cast<int>(phase)}];
     outside.op = kOutside;
@@ -200,7 +200,7 @@ void OpProfile::finish_step() {
     outside.self_seconds += seconds - top_level[static_cast<int>(phase)];
     outside.total_seconds = outside.self_seconds;
     top_level[static_cast<int>(phase)] = 0;  // a phase started twice in a step counts its spans once
-    if (traced) trace_.push_back({phase_name(phase), "", 0, offset + t[marks.first], seconds, 0});
+    if (traced) trace_.push_back({phase_name(phase), "", 0, offset + t[begin_mark], seconds, 0});
   }
 }
 

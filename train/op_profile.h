@@ -117,7 +117,11 @@ class OpProfile : public OpObserver, public StepObserver {
   bool in_step_ = false;
   Phase phase_ = Phase::Forward;
   std::size_t phase_mark_ = 0;
-  std::vector<std::pair<Phase, std::pair<std::size_t, std::size_t>>> phases_;  // this step's, as marks
+  struct PhaseMarks {
+    Phase phase;
+    std::size_t begin_mark, end_mark;
+  };
+  std::vector<PhaseMarks> phases_;  // this step's
   std::vector<Span> spans_;  // this step's, in the order they began
   std::vector<std::size_t> open_;  // indices into spans_ of the spans not yet ended
   std::int64_t steps_seen_ = 0, counted_steps_ = 0;

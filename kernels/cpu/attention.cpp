@@ -33,25 +33,27 @@ constexpr std::int64_t kChunk = 32;  // output columns summed in registers at on
 
 std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
 
-// One head's [rows, cols] slice of t widened to C, each row padded with zeros to `stride` columns
-// (transposed: [cols][stride], the rows padded instead). The padding lets every loop below run whole
-// blocks of fixed width, which the compiler keeps in vector registers.
+// One head's [rows, cols] slice of t widened to C, in one conversion: `widened` holds it contiguous.
 template <class C>
-void load(const Tensor& t, std::int64_t head, std::int64_t rows, std::int64_t cols, std::int64_t stride,
-          std::vector<C>& out, std::vector<C>& scratch) {
-  scratch.resize(static_cast<std::size_t>(rows * cols));
-  convert(bytes_at(t, head * rows * cols), t.dtype(), scratch.data(), dtype_of<C>(), rows * cols);  // one call
+void widen(const Tensor& t, std::int64_t head, std::int64_t rows, std::int64_t cols, std::vector<C>& widened) {
+  widened.resize(static_cast<std::size_t>(rows * cols));
+  convert(bytes_at(t, head * rows * cols), t.dtype(), widened.data(), dtype_of<C>(), rows * cols);
+}
+// The widened slice laid out for the loops below: each row padded with zeros to `stride` columns, or
+// transposed ([cols][stride], the rows padded instead). The padding lets every loop run whole blocks
+// of fixed width, which the compiler keeps in vector registers.
+template <class C>
+void pad_rows(const std::vector<C>& widened, std::int64_t rows, std::int64_t cols, std::int64_t stride,
+              std::vector<C>& out) {
   out.assign(static_cast<std::size_t>(rows * stride), C(0));
-  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(scratch.data() + r * cols, cols, out.data() + r * stride);
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(widened.data() + r * cols, cols, out.data() + r * stride);
 }
 template <class C>
-void load_transposed(const Tensor& t, std::int64_t head, std::int64_t rows, std::int64_t cols, std::int64_t stride,
-                     std::vector<C>& out, std::vector<C>& scratch) {
-  scratch.resize(static_cast<std::size_t>(rows * cols));
-  convert(bytes_at(t, head * rows * cols), t.dtype(), scratch.data(), dtype_of<C>(), rows * cols);
+void transpose(const std::vector<C>& widened, std::int64_t rows, std::int64_t cols, std::int64_t stride,
+               std::vector<C>& out) {
   out.assign(static_cast<std::size_t>(cols * stride), C(0));
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) out[c * stride + r] = scratch[r * cols + c];
+    for (std::int64_t c = 0; c < cols; ++c) out[c * stride + r] = widened[r * cols + c];
 }
 
 // The keys query t sees, [0, end): all of them, or up to t itself under the causal mask.
@@ -185,9 +187,11 @@ void forward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   std::vector<C> out_rows(static_cast<std::size_t>(s.q_len * Dv));
   C* lse_out = lse.data<C>();
   for (std::int64_t b = begin; b < end; ++b) {
-    load_transposed(k, b, s.kv_len, D, kv_stride, kt, scratch);  // K^T [D][kv_stride]
-    load(v, b, s.kv_len, Dv, v_stride, values, scratch);  // V [kv_len][v_stride]
-    load(q, b, s.q_len, D, D, queries, scratch);
+    widen(k, b, s.kv_len, D, scratch);
+    transpose(scratch, s.kv_len, D, kv_stride, kt);  // K^T [D][kv_stride]
+    widen(v, b, s.kv_len, Dv, scratch);
+    pad_rows(scratch, s.kv_len, Dv, v_stride, values);  // V [kv_len][v_stride]
+    widen(q, b, s.q_len, D, queries);  // read as it is
     for (std::int64_t t = 0; t < s.q_len; ++t) {
       C m = -std::numeric_limits<C>::infinity(), l = 0;
       std::fill(o.begin(), o.end(), C(0));
@@ -241,12 +245,17 @@ void backward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   alignas(64) C p[kBlock], dp[kBlock];
   const C* lse_in = lse.data<C>();
   for (std::int64_t b = begin; b < end; ++b) {
-    load(q, b, s.q_len, D, k_stride, queries, scratch);
-    load(k, b, s.kv_len, D, k_stride, keys, scratch);
-    load_transposed(k, b, s.kv_len, D, kv_stride, kt, scratch);
-    load_transposed(v, b, s.kv_len, Dv, kv_stride, vt, scratch);
-    load(out, b, s.q_len, Dv, v_stride, outs, scratch);
-    load(d_out, b, s.q_len, Dv, v_stride, d_outs, scratch);
+    widen(q, b, s.q_len, D, scratch);
+    pad_rows(scratch, s.q_len, D, k_stride, queries);
+    widen(k, b, s.kv_len, D, scratch);  // both layouts of K from one conversion
+    pad_rows(scratch, s.kv_len, D, k_stride, keys);
+    transpose(scratch, s.kv_len, D, kv_stride, kt);
+    widen(v, b, s.kv_len, Dv, scratch);
+    transpose(scratch, s.kv_len, Dv, kv_stride, vt);
+    widen(out, b, s.q_len, Dv, scratch);
+    pad_rows(scratch, s.q_len, Dv, v_stride, outs);
+    widen(d_out, b, s.q_len, Dv, scratch);
+    pad_rows(scratch, s.q_len, Dv, v_stride, d_outs);
     dq_rows.assign(static_cast<std::size_t>(s.q_len * k_stride), C(0));
     dk_rows.assign(static_cast<std::size_t>(s.kv_len * k_stride), C(0));
     dv_rows.assign(static_cast<std::size_t>(s.kv_len * v_stride), C(0));
