@@ -83,14 +83,16 @@ bool autocast_enabled() { return state.enabled; }
 DType autocast_dtype() { return state.dtype; }
 DType last_autocast_dtype() { return state.last_region; }
 
-void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
+namespace {
+
+// The dtype a region casts an op's castable inputs to, after checking them (no banned op, no f16 and
+// bf16 mixed). Only called inside an enabled region, for a policy other than InputDtype.
+DType cast_target(CastPolicy policy, const char* op_name, const std::vector<Tensor>& inputs) {
   using enum CastPolicy;
-  if (!state.enabled || policy == InputDtype) return;
   MG_CHECK(policy != Banned,
            "{} is banned under mg::Autocast. (If its inputs are known to be safe, run it inside "
            "mg::Autocast(dtype, /*enabled=*/false).)",
            op_name);
-
   const DType region = state.dtype;
   DType widest = region;
   for (const Tensor& x : inputs) {
@@ -101,9 +103,23 @@ void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>
              op_name, region, x.dtype(), x.dtype());
     if (x.dtype() == DType::F32) widest = DType::F32;
   }
-  DType target = region;
-  if (policy == Float32) target = DType::F32;
-  if (policy == Promote) target = widest;
+  if (policy == Float32) return DType::F32;
+  if (policy == Promote) return widest;
+  return region;
+}
+
+void check_not_banned(Op op) {
+  MG_CHECK(cast_policy(op) != CastPolicy::Banned,
+           "{} is banned under mg::Autocast: {}. (If its inputs are "
+           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)",
+           op, op_row(op).reason);
+}
+
+}  // namespace
+
+void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs) {
+  if (!state.enabled || policy == CastPolicy::InputDtype) return;
+  const DType target = cast_target(policy, op_name, inputs);
   for (Tensor& x : inputs) {
     if (x.defined() && castable(x.dtype())) x = cast_to(x, target);
   }
@@ -111,11 +127,14 @@ void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>
 
 void autocast_inputs(Op op, std::vector<Tensor>& inputs) {
   if (!state.enabled) return;
-  MG_CHECK(cast_policy(op) != CastPolicy::Banned,
-           "{} is banned under mg::Autocast: {}. (If its inputs are "
-           "known to be safe, run it inside mg::Autocast(dtype, /*enabled=*/false).)",
-           op, op_row(op).reason);
+  check_not_banned(op);
   autocast_inputs(cast_policy(op), qualified_name(op), inputs);
+}
+
+DType autocast_input_dtype(Op op, const Tensor& x) {
+  if (!state.enabled || !castable(x.dtype()) || cast_policy(op) == CastPolicy::InputDtype) return x.dtype();
+  check_not_banned(op);
+  return cast_target(cast_policy(op), qualified_name(op), {x});
 }
 
 Tensor autocast_input(Op op, const Tensor& x) {

@@ -63,6 +63,10 @@ DType last_autocast_dtype();  // the dtype of this thread's most recent enabled 
 void autocast_inputs(Op op, std::vector<Tensor>& inputs);
 // The same for a user's own op, which has no row: it names its policy (and its name, for errors).
 void autocast_inputs(CastPolicy policy, const char* op_name, std::vector<Tensor>& inputs);
+// The dtype autocast_input(op, x) would give x, after the same checks, without casting it: for an op
+// that reads a lower-precision input as it is and widens it inside its kernel (layer_norm reads bf16
+// rows into f32, the values the cast would have made, without a pass that writes them all first).
+DType autocast_input_dtype(Op op, const Tensor& x);
 // One tensor: const Tensor x = autocast_input(Op::Exp, x_in);
 Tensor autocast_input(Op op, const Tensor& x);
 // A fixed number of tensors: auto [a, b] = autocast_inputs(Op::MatMul, a_in, b_in);

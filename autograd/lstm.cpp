@@ -76,12 +76,13 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
   }
   Tensor rec = Tensor::empty({B, 4 * H}, in_c);
   Tensor h_next = Tensor::empty({B, H}, {.dtype = X, .device = h0.device()});
-  // W_hh is multiplied T times here and T times in backward: the CPU widens an f16/bf16 W_hh to f32
-  // once per pass instead of once per GEMM (kernels/gemm.h; nothing on a GPU).
-  const Tensor weight_widened = kernels::widen_gemm_operand(weight_hh);
+  // W_hh is multiplied T times here and T times in backward: the CPU packs it into its microkernel's
+  // panels (or widens an f16/bf16 W_hh to f32) once per pass instead of once per GEMM (kernels/gemm.h;
+  // nothing on a GPU).
+  const kernels::GemmShape recurrent{.m = B, .n = 4 * H, .k = H, .transpose_b = true};
+  const kernels::PreparedGemmB weight_prepared = kernels::prepare_gemm_b(weight_hh, recurrent);
   for (std::int64_t t = 0; t < T; ++t) {
-    kernels::gemm_widened_b(step(h_prev, t, B, H), weight_hh, weight_widened, rec,
-                            {.m = B, .n = 4 * H, .k = H, .transpose_b = true});
+    kernels::gemm_prepared_b(step(h_prev, t, B, H), weight_hh, weight_prepared, rec, recurrent);
     Tensor acts_t = step(acts, t, B, 4 * H), c_t = step(cs, t, B, H), out_t = step(out, t, B, 2 * H);
     Tensor h_x = t + 1 < T ? step(h_prev, t + 1, B, H) : h_next;
     kernels::lstm_cell(step(gates_x, t, B, 4 * H), rec, bias_hh, t == 0 ? c_first : step(cs, t - 1, B, H), acts_t, c_t,
@@ -96,12 +97,13 @@ Tensor lstm_recurrence(const Tensor& gates_x_in, const Tensor& weight_hh_in, con
            const TensorOptions in_c{.dtype = C, .device = g.device()};
            Tensor dgates = Tensor::empty({T, B, 4 * H}, {.dtype = X, .device = g.device()});
            Tensor dh_rec = zeros({B, H}, in_c), dc = zeros({B, H}, in_c), db = zeros({4 * H}, in_c);
-           const Tensor w_widened = kernels::widen_gemm_operand(w);
+           const kernels::GemmShape recurrent{.m = B, .n = H, .k = 4 * H};
+           const kernels::PreparedGemmB w_prepared = kernels::prepare_gemm_b(w, recurrent);
            for (std::int64_t t = T; t-- > 0;) {
              Tensor dgates_t = step(dgates, t, B, 4 * H);
              kernels::lstm_cell_backward(step(acts, t, B, 4 * H), t == 0 ? c_first.get() : step(cs, t - 1, B, H),
                                          step(cs, t, B, H), step(g, t, B, 2 * H), dh_rec, dc, dgates_t, db);
-             kernels::gemm_widened_b(dgates_t, w, w_widened, dh_rec, {.m = B, .n = H, .k = 4 * H});  // dh_{t-1}, f32
+             kernels::gemm_prepared_b(dgates_t, w, w_prepared, dh_rec, recurrent);  // dh_{t-1}, f32
            }
            Grads grads(5);
            grads[0] = dgates;

@@ -75,7 +75,18 @@ int main(int argc, char** argv) try {
   std::vector<std::int64_t> sizes{256, 512, 1024, 2048};
   if (argc > 1) {
     sizes.clear();
-    for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+    for (int i = 1; i < argc; ++i) {
+      // A size is a whole number from 1 on: "--help", "abc" or "-5" print how to call the benchmark.
+      const std::string arg = argv[i];
+      const bool number = !arg.empty() && arg.size() <= 6 &&
+                          std::all_of(arg.begin(), arg.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!number || std::stoll(arg) < 1) {
+        fmt::print(stderr, "usage: {} [N ...]   square sizes m = n = k, each 1 to 999999 (default 256 512 1024 2048)\n",
+                   argv[0]);
+        return arg == "--help" || arg == "-h" ? 0 : 2;
+      }
+      sizes.push_back(std::stoll(arg));
+    }
   }
   mg::NoGradGuard no_grad;
   fmt::print("{}\n", bench::machine_lines());

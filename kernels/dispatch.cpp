@@ -94,12 +94,22 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape, c
   MG_ROUTE(c, gemm, a, b, c, shape, epilogue);
 }
 
-Tensor widen_gemm_operand(const Tensor& b) {
-  return b.device().is_cpu() ? cpu::widen_gemm_operand(b) : Tensor();  // a GPU multiplies f16 itself
+PreparedGemmB prepare_gemm_b(const Tensor& b, const GemmShape& shape) {
+  MG_CHECK(shape.batch == 1 && b.numel() == shape.k * shape.n,
+           "kernels::prepare_gemm_b: needs one B of k x n = {} x {} elements, got batch {} and {} elements", shape.k,
+           shape.n, shape.batch, b.numel());
+  if (!b.device().is_cpu()) return {.shape = shape};  // a GPU multiplies f16 itself, and packs nothing
+  return cpu::prepare_gemm_b(b, shape);
 }
 
-void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape) {
-  if (c.device().is_cpu()) return cpu::gemm_widened_b(a, b, b_widened, c, shape);
+void gemm_prepared_b(const Tensor& a, const Tensor& b, const PreparedGemmB& prepared, Tensor& c,
+                     const GemmShape& shape) {
+  const GemmShape& p = prepared.shape;
+  MG_CHECK(shape.batch == 1 && p.n == shape.n && p.k == shape.k && p.transpose_b == shape.transpose_b,
+           "kernels::gemm_prepared_b: B was prepared for n {}, k {}{}, not for n {}, k {}{} (batch {})", p.n, p.k,
+           p.transpose_b ? " (transposed)" : "", shape.n, shape.k, shape.transpose_b ? " (transposed)" : "",
+           shape.batch);
+  if (c.device().is_cpu()) return cpu::gemm_prepared_b(a, b, prepared, c, shape);
   gemm(a, b, c, shape);
 }
 

@@ -17,12 +17,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/tensor.h"
 #include "kernels/backends.h"
 
 namespace mg::kernels {
+
+namespace cpu {
+struct PackedPanels;  // kernels/cpu/gemm_packed.h
+}  // namespace cpu
 
 struct GemmShape {
   std::int64_t batch = 1;
@@ -87,13 +92,23 @@ class GemmAccumulationGuard {
 MG_KERNELS(void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
                      const GemmEpilogue& epilogue = {});)
 
-// For a B that is multiplied many times (the LSTM's recurrent weight: 2T GEMMs per training step).
-// The CPU multiplies f16/bf16 in f32, so each gemm call widens its f16/bf16 operands into f32 copies;
-// widen_gemm_operand(b) makes B's copy once, and gemm_widened_b multiplies with it instead of
-// widening B again. The arithmetic is the same (the copy holds B's values exactly). On a GPU, and for
-// f32/f64, widen_gemm_operand returns an undefined tensor and gemm_widened_b is gemm(a, b, ...).
-Tensor widen_gemm_operand(const Tensor& b);
-void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape);
+// For a B multiplied many times with one shape (the LSTM's recurrent weight: 2T GEMMs per training
+// step). prepare_gemm_b does B's share of a GEMM's work once: on a CPU microkernel it packs B into the
+// kernel's micro-panels (bf16 pairs for the dot kernel, f32 for the FMA ones: kernels/cpu/gemm_packed.h),
+// without one it widens an f16/bf16 B to f32. gemm_prepared_b multiplies with what it made instead of
+// packing or widening B again. f16 and bf16 give gemm's bits (the panels hold what gemm would pack).
+// An f32 B is packed for AVX-512's FMA kernel where the CPU has it, as a convolution's is, even where
+// gemm's f32 runs on the library (which would pack B again on every call): the microkernel's bits, an
+// f32 sum in k order. On a GPU, and for f64, there is nothing to prepare and gemm_prepared_b is gemm.
+struct PreparedGemmB {
+  GemmShape shape = {};  // the shape it was prepared for (batch 1; m is free)
+  Tensor widened = {};  // the library's f32 copy of an f16/bf16 B
+  std::shared_ptr<const cpu::PackedPanels> panels = {};  // a microkernel's panels of B
+};
+PreparedGemmB prepare_gemm_b(const Tensor& b, const GemmShape& shape);
+// An mg::Error when prepared was made for another n, k or layout of B.
+void gemm_prepared_b(const Tensor& a, const Tensor& b, const PreparedGemmB& prepared, Tensor& c,
+                     const GemmShape& shape);
 
 namespace cpu {
 // The two libraries that can multiply f32/f64 matrices on the CPU; kernels/cpu/blas_choice.h picks one
@@ -103,9 +118,9 @@ enum class GemmLibrary : std::uint8_t { Eigen, OpenBlas };
 // contract. GemmLibrary::OpenBlas in a build without it throws mg::Error.
 void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
              const GemmEpilogue& epilogue = {});
-// gemm with B's f32 values given (kernels::widen_gemm_operand), or b itself when b_widened is undefined.
-void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& shape);
-Tensor widen_gemm_operand(const Tensor& b);
+PreparedGemmB prepare_gemm_b(const Tensor& b, const GemmShape& shape);
+void gemm_prepared_b(const Tensor& a, const Tensor& b, const PreparedGemmB& prepared, Tensor& c,
+                     const GemmShape& shape);
 // What multiplies f32/f64 matrices in this process, and why, in one line: "OpenBLAS 0.3.21 SkylakeX
 // (AVX-512 kernels, one thread)", or "Eigen 3.4.0 AVX-512 (OpenBLAS 0.3.21 would run its generic
 // Prescott kernels on this AVX-512 CPU; MG_GEMM=openblas forces it)". Makes the choice if no GEMM

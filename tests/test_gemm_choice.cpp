@@ -164,7 +164,9 @@ TEST_CASE("gemm choice: this process's choice is the rule applied to its inputs"
 
 namespace {
 
-const kernels::cpu::MicroCpu kAllMicro{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true};
+const kernels::cpu::MicroCpu kAllMicro{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true, .bf16_dot_pays = true};
+// An Intel CPU with AVX512_BF16 (Cooper Lake, Sapphire Rapids): vdpbf16ps at half the FMA's rate.
+const kernels::cpu::MicroCpu kSlowBf16Dot{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true};
 const kernels::cpu::MicroCpu kAvx512NoBf16{.avx2_fma = true, .avx512f = true};
 const kernels::cpu::MicroCpu kAvx2Micro{.avx2_fma = true};
 
@@ -187,6 +189,11 @@ TEST_CASE("gemm choice: f16 and bf16 run on AVX-512's microkernels where the CPU
   CHECK(all.microkernels == "f16 avx512-fma, bf16 avx512-bf16-dot");
   const auto no_bf16 = choose_gemm(on(kAvx512NoBf16));
   CHECK(no_bf16.bf16 == MicroKernelId::Avx512Fma);  // bf16 widened by a shift as it is packed
+  // Where vdpbf16ps does fewer multiply-adds than the FMA, bf16 runs on the FMA too, unless MG_GEMM asks.
+  const auto slow_dot = choose_gemm(on(kSlowBf16Dot));
+  CHECK(slow_dot.bf16 == MicroKernelId::Avx512Fma);
+  CHECK(slow_dot.microkernels == "f16 avx512-fma, bf16 avx512-fma");
+  CHECK(choose_gemm(on(kSlowBf16Dot, "avx512-bf16-dot")).bf16 == MicroKernelId::Avx512Bf16Dot);
   // AVX2 alone widens (its FMA kernel was slower than OpenBLAS's AVX2 GEMM), unless MG_GEMM asks.
   const auto avx2 = choose_gemm(on(kAvx2Micro));
   CHECK_FALSE(avx2.f16.has_value());

@@ -154,6 +154,7 @@ TEST_CASE("microkernels: the table names every kernel, the models run everywhere
   }
   const MicroCpu& cpu = micro_cpu();
   CHECK((microkernel(MicroKernelId::Avx512Bf16Dot) != nullptr) == cpu.avx512_bf16);
+  CHECK((!cpu.bf16_dot_pays || cpu.avx512_bf16));  // whether the instruction pays, only where it exists
   CHECK((microkernel(MicroKernelId::Avx512Fma) != nullptr) == cpu.avx512f);
   CHECK((microkernel(MicroKernelId::Avx2Fma) != nullptr) == cpu.avx2_fma);
   CHECK(microkernel_name(MicroKernelId::Avx512Bf16Dot) == "avx512-bf16-dot");

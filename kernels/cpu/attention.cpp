@@ -1,4 +1,5 @@
-// CPU fused attention (kernels/attention.h): FlashAttention-2's loops, one query row at a time.
+// CPU fused attention (kernels/attention.h): FlashAttention-2's loops, a few query rows at a time;
+// the loops over registers they call are in kernels/cpu/attention_rows.h.
 //
 // A head's keys and values are widened to the compute type C once, into buffers laid out for the
 // loops that read them: K transposed ([head_dim][kv_len]) so that a row's scores for a block of
@@ -11,10 +12,17 @@
 // The scores of one row are made a block of kBlock keys at a time, the online softmax carrying the
 // running max m and sum l across blocks (so the scratch is a block, whatever kv_len is); with the
 // causal mask a row's blocks end at its own position: the keys it cannot see are never computed.
+// Query rows are taken kRows at a time, so that each row of K^T (or V^T) loaded feeds kRows rows'
+// scores. The backward keeps the weights and dS of a block of kQueryBlock query rows ([row][key], 0
+// where a row sees no key) and then adds that block's share of dV = P^T dO and dK = dS^T Q a few keys
+// at a time, each key's sums in registers down the rows the mask lets see it (added row by row, every
+// (query, key) pair loaded and stored a row of dK and one of dV; the tiny GPT's attention backward
+// took 13.9 ms a step then, 10.7 now).
 // Run its tests: build/tests/test_ops_attention.
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -22,14 +30,15 @@
 
 #include "core/philox.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/compute_type.h"
 
 namespace mg::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kBlock = 64;  // keys per block of the online softmax: 4 AVX-512 registers of f32 scores
-constexpr std::int64_t kChunk = 32;  // output columns summed in registers at once (two registers of f32)
+using namespace attention_rows;
+constexpr std::int64_t kQueryBlock = 64;  // query rows whose weights and dS the backward keeps for dK and dV
 
 std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
 
@@ -75,114 +84,12 @@ void dropout_factors(const AttentionShape& s, std::int64_t b, std::int64_t t, st
   }
 }
 
-// The loops below keep their sums in vector registers, as Eigen's packets (16 f32 or 8 f64 lanes with
-// AVX-512): an array of plain floats would be kept in memory, each add a store and a reload.
-namespace ei = Eigen::internal;
-template <class C>
-using Packet = typename ei::packet_traits<C>::type;
-template <class C>
-constexpr int kLanes = ei::unpacket_traits<Packet<C>>::size;
-template <class C>
-constexpr int kParts = static_cast<int>(kBlock) / kLanes<C>;
-
-// One query row's kBlock scores (then weights) for the keys [s0, s0 + kBlock), in registers.
-template <class C>
-struct Row {
-  Packet<C> part[kParts<C>];
-};
-
-// row = a . column (s0 + j) of m for each j: m is [rows][stride] (K^T or V^T), a has `rows` elements.
-// Only the first P packets are summed (the lanes a causal row can see); the rest are 0.
-template <class C, int P>
-void dots(const C* a, const C* m, std::int64_t rows, std::int64_t stride, Row<C>& row) {
-  Packet<C> acc[P];
-  for (auto& x : acc) x = ei::pset1<Packet<C>>(C(0));
-  for (std::int64_t d = 0; d < rows; ++d) {
-    const Packet<C> ad = ei::pset1<Packet<C>>(a[d]);
-    for (int i = 0; i < P; ++i) acc[i] = ei::pmadd(ad, ei::ploadu<Packet<C>>(m + d * stride + i * kLanes<C>), acc[i]);
-  }
-  for (int i = 0; i < kParts<C>; ++i) row.part[i] = i < P ? acc[i] : ei::pset1<Packet<C>>(C(0));
-}
-template <class C, int P = kParts<C>>
-void block_dots(const C* a, const std::vector<C>& m, std::int64_t rows, std::int64_t stride, std::int64_t s0,
-                std::int64_t n, Row<C>& row) {
-  if constexpr (P > 1) {
-    if (n <= (P - 1) * kLanes<C>) return block_dots<C, P - 1>(a, m, rows, stride, s0, n, row);
-  }
-  dots<C, P>(a, m.data() + s0, rows, stride, row);
-}
-
-// row * scale - shift, and -inf in the lanes [n, kBlock) the query does not see.
-template <class C>
-void scale_and_mask(Row<C>& row, C scale, C shift, std::int64_t n) {
-  const Packet<C> none = ei::pset1<Packet<C>>(-std::numeric_limits<C>::infinity());
-  for (int i = 0; i < kParts<C>; ++i) {
-    const Packet<C> lane = ei::plset<Packet<C>>(static_cast<C>(i * kLanes<C>));
-    const Packet<C> x = ei::psub(ei::pmul(row.part[i], ei::pset1<Packet<C>>(scale)), ei::pset1<Packet<C>>(shift));
-    row.part[i] = ei::pselect(ei::pcmp_lt(lane, ei::pset1<Packet<C>>(static_cast<C>(n))), x, none);
-  }
-}
-
-// exp of every lane (each <= 0 here): Eigen's packet exp, and 0 below -87 (f32; -708 for f64), where
-// it stops being accurate: such a weight is below 2^-125 of the row's largest, which is 1.
-template <class C>
-void exp_lanes(Row<C>& row) {
-  const Packet<C> floor = ei::pset1<Packet<C>>(std::is_same_v<C, float> ? C(-87) : C(-708));
-  for (auto& x : row.part) x = ei::pselect(ei::pcmp_lt(x, floor), ei::pset1<Packet<C>>(C(0)), ei::pexp(x));
-}
-
-template <class C>
-C row_max(const Row<C>& row) {
-  Packet<C> m = row.part[0];
-  for (int i = 1; i < kParts<C>; ++i) m = ei::pmax(m, row.part[i]);
-  return ei::predux_max(m);
-}
-template <class C>
-C row_sum(const Row<C>& row) {
-  Packet<C> sum = row.part[0];
-  for (int i = 1; i < kParts<C>; ++i) sum = ei::padd(sum, row.part[i]);
-  return ei::predux(sum);
-}
-template <class C>
-void store_row(const Row<C>& row, C* out) {
-  for (int i = 0; i < kParts<C>; ++i) ei::pstoreu(out + i * kLanes<C>, row.part[i]);
-}
-
-// out[0, stride) += sum_{j < n} w[j] rows[j], rows [n][stride] (stride a multiple of kChunk):
-// kChunk columns at a time, in two register sets for alternate j (two chains of adds).
-template <class C>
-void add_weighted_rows(const C* w, const C* rows, std::int64_t n, std::int64_t stride, C* out) {
-  constexpr int kChunkParts = static_cast<int>(kChunk) / kLanes<C>;
-  for (std::int64_t c0 = 0; c0 < stride; c0 += kChunk) {
-    Packet<C> even[kChunkParts], odd[kChunkParts];
-    for (int i = 0; i < kChunkParts; ++i) even[i] = odd[i] = ei::pset1<Packet<C>>(C(0));
-    std::int64_t j = 0;
-    for (; j + 1 < n; j += 2) {
-      const C* r0 = rows + j * stride + c0;
-      const Packet<C> w0 = ei::pset1<Packet<C>>(w[j]), w1 = ei::pset1<Packet<C>>(w[j + 1]);
-      for (int i = 0; i < kChunkParts; ++i) {
-        even[i] = ei::pmadd(w0, ei::ploadu<Packet<C>>(r0 + i * kLanes<C>), even[i]);
-        odd[i] = ei::pmadd(w1, ei::ploadu<Packet<C>>(r0 + stride + i * kLanes<C>), odd[i]);
-      }
-    }
-    if (j < n) {
-      const Packet<C> wj = ei::pset1<Packet<C>>(w[j]);
-      for (int i = 0; i < kChunkParts; ++i)
-        even[i] = ei::pmadd(wj, ei::ploadu<Packet<C>>(rows + j * stride + c0 + i * kLanes<C>), even[i]);
-    }
-    for (int i = 0; i < kChunkParts; ++i) {
-      C* o = out + c0 + i * kLanes<C>;
-      ei::pstoreu(o, ei::padd(ei::ploadu<Packet<C>>(o), ei::padd(even[i], odd[i])));
-    }
-  }
-}
-
 template <class C>
 void forward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out, Tensor& lse,
                    std::int64_t begin, std::int64_t end) {
   const std::int64_t D = s.head_dim, Dv = s.value_dim, kv_stride = round_up(s.kv_len, kBlock),
                      v_stride = round_up(Dv, kChunk);
-  std::vector<C> kt, values, queries, scratch, factor(kBlock), o(static_cast<std::size_t>(v_stride));
+  std::vector<C> kt, values, queries, scratch, factor(kBlock), o(static_cast<std::size_t>(kRows<C> * v_stride));
   alignas(64) C p[kBlock];
   std::vector<C> out_rows(static_cast<std::size_t>(s.q_len * Dv));
   C* lse_out = lse.data<C>();
@@ -192,34 +99,44 @@ void forward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
     widen(v, b, s.kv_len, Dv, scratch);
     pad_rows(scratch, s.kv_len, Dv, v_stride, values);  // V [kv_len][v_stride]
     widen(q, b, s.q_len, D, queries);  // read as it is
-    for (std::int64_t t = 0; t < s.q_len; ++t) {
-      C m = -std::numeric_limits<C>::infinity(), l = 0;
+    for (std::int64_t t = 0; t < s.q_len; t += kRows<C>) {  // a group of rows: their scores made together
+      const std::int64_t group = std::min<std::int64_t>(kRows<C>, s.q_len - t);
+      const auto rows = group_rows(queries.data(), D, t, s.q_len - 1);
+      C m[kRows<C>], l[kRows<C>];
+      std::fill_n(m, kRows<C>, -std::numeric_limits<C>::infinity());
+      std::fill_n(l, kRows<C>, C(0));
       std::fill(o.begin(), o.end(), C(0));
-      const std::int64_t seen = keys_seen(s, t);
-      for (std::int64_t s0 = 0; s0 < seen; s0 += kBlock) {
-        const std::int64_t n = std::min(kBlock, seen - s0);
-        Row<C> scores;
-        block_dots(queries.data() + t * D, kt, D, kv_stride, s0, n, scores);
-        scale_and_mask(scores, static_cast<C>(s.scale), C(0), n);
-        const C new_max = std::max(m, row_max(scores));
-        // The online softmax: what was summed against the old max is rescaled to the new one.
-        const C rescale = m == new_max ? C(1) : std::exp(m - new_max);
-        l *= rescale;
-        for (C& x : o) x *= rescale;
-        m = new_max;
-        scale_and_mask(scores, C(1), m, n);
-        exp_lanes(scores);  // 0 past n
-        l += row_sum(scores);
-        store_row(scores, p);
-        if (s.dropout > 0) {
-          dropout_factors(s, b, t, s0, n, factor.data());
-          for (std::int64_t j = 0; j < n; ++j) p[j] *= factor[j];
+      const std::int64_t group_seen = keys_seen(s, t + group - 1);  // the last row sees the most
+      for (std::int64_t s0 = 0; s0 < group_seen; s0 += kBlock) {
+        Row<C> scores[kRows<C>];
+        block_dots(rows.data(), kt, D, kv_stride, s0, std::min(kBlock, group_seen - s0), scores);
+        for (std::int64_t r = 0; r < group; ++r) {
+          const std::int64_t n = std::min(kBlock, keys_seen(s, t + r) - s0);
+          if (n <= 0) continue;  // a causal row that sees none of this block
+          C* o_r = o.data() + r * v_stride;
+          scale_and_mask(scores[r], static_cast<C>(s.scale), C(0), n);
+          const C new_max = std::max(m[r], row_max(scores[r]));
+          // The online softmax: what was summed against the old max is rescaled to the new one.
+          const C rescale = m[r] == new_max ? C(1) : std::exp(m[r] - new_max);
+          l[r] *= rescale;
+          for (std::int64_t d = 0; d < v_stride; ++d) o_r[d] *= rescale;
+          m[r] = new_max;
+          scale_and_mask(scores[r], C(1), m[r], n);
+          exp_lanes(scores[r]);  // 0 past n
+          l[r] += row_sum(scores[r]);
+          store_row(scores[r], p);
+          if (s.dropout > 0) {
+            dropout_factors(s, b, t + r, s0, n, factor.data());
+            for (std::int64_t j = 0; j < n; ++j) p[j] *= factor[j];
+          }
+          add_weighted_rows(p, values.data() + s0 * v_stride, n, v_stride, o_r);
         }
-        add_weighted_rows(p, values.data() + s0 * v_stride, n, v_stride, o.data());
       }
-      const C inv_l = C(1) / l;
-      for (std::int64_t d = 0; d < Dv; ++d) out_rows[t * Dv + d] = o[d] * inv_l;
-      lse_out[b * s.q_len + t] = m + std::log(l);
+      for (std::int64_t r = 0; r < group; ++r) {
+        const C inv_l = C(1) / l[r];
+        for (std::int64_t d = 0; d < Dv; ++d) out_rows[(t + r) * Dv + d] = o[r * v_stride + d] * inv_l;
+        lse_out[b * s.q_len + t + r] = m[r] + std::log(l[r]);
+      }
     }
     convert(out_rows.data(), dtype_of<C>(), bytes_at(out, b * s.q_len * Dv), out.dtype(), s.q_len * Dv);
   }
@@ -241,14 +158,15 @@ void backward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const std::int64_t D = s.head_dim, Dv = s.value_dim, kv_stride = round_up(s.kv_len, kBlock),
                      k_stride = round_up(D, kChunk), v_stride = round_up(Dv, kChunk);
   const C scale = static_cast<C>(s.scale);
-  std::vector<C> queries, keys, kt, vt, outs, d_outs, scratch, factor(kBlock), dq_rows, dk_rows, dv_rows;
+  std::vector<C> queries, keys_padded, kt, vt, outs, d_outs, scratch, factor(kBlock), dq_rows, dk_rows, dv_rows;
+  std::vector<C> kept_rows, ds_rows;
   alignas(64) C p[kBlock], dp[kBlock];
   const C* lse_in = lse.data<C>();
   for (std::int64_t b = begin; b < end; ++b) {
     widen(q, b, s.q_len, D, scratch);
     pad_rows(scratch, s.q_len, D, k_stride, queries);
     widen(k, b, s.kv_len, D, scratch);  // both layouts of K from one conversion
-    pad_rows(scratch, s.kv_len, D, k_stride, keys);
+    pad_rows(scratch, s.kv_len, D, k_stride, keys_padded);
     transpose(scratch, s.kv_len, D, kv_stride, kt);
     widen(v, b, s.kv_len, Dv, scratch);
     transpose(scratch, s.kv_len, Dv, kv_stride, vt);
@@ -259,37 +177,52 @@ void backward_heads(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     dq_rows.assign(static_cast<std::size_t>(s.q_len * k_stride), C(0));
     dk_rows.assign(static_cast<std::size_t>(s.kv_len * k_stride), C(0));
     dv_rows.assign(static_cast<std::size_t>(s.kv_len * v_stride), C(0));
-    for (std::int64_t t = 0; t < s.q_len; ++t) {
-      const C* qt = queries.data() + t * k_stride;
-      const C* dot = d_outs.data() + t * v_stride;
-      C row_dot = 0;  // D_t = dO_t . O_t: the softmax backward's sum_s P_ts dP_ts, dropout included
-      for (std::int64_t d = 0; d < Dv; ++d) row_dot += dot[d] * outs[t * v_stride + d];
-      const C row_lse = lse_in[b * s.q_len + t];
-      const std::int64_t seen = keys_seen(s, t);
-      for (std::int64_t s0 = 0; s0 < seen; s0 += kBlock) {
-        const std::int64_t n = std::min(kBlock, seen - s0);
-        Row<C> weights, d_weights;
-        block_dots(qt, kt, D, kv_stride, s0, n, weights);  // P recomputed from the saved log-sum-exp
-        scale_and_mask(weights, scale, row_lse, n);
-        exp_lanes(weights);  // 0 past n
-        store_row(weights, p);
-        block_dots(dot, vt, Dv, kv_stride, s0, n, d_weights);  // dO_t . v_s
-        store_row(d_weights, dp);
-        if (s.dropout > 0) dropout_factors(s, b, t, s0, n, factor.data());
-        C kept[kBlock], ds[kBlock];
-        for (std::int64_t j = 0; j < kBlock; ++j) {
-          const C f = s.dropout > 0 && j < n ? factor[j] : C(1);
-          kept[j] = p[j] * f;  // the weight O used
-          ds[j] = scale * p[j] * (dp[j] * f - row_dot);  // dS, times the scale of q k^T
+    for (std::int64_t t0 = 0; t0 < s.q_len; t0 += kQueryBlock) {
+      const std::int64_t rows = std::min(kQueryBlock, s.q_len - t0);
+      // The block's kept weights and dS, [row][key]: 0 wherever a row sees no key (causal).
+      kept_rows.assign(static_cast<std::size_t>(kQueryBlock * kv_stride), C(0));
+      ds_rows.assign(kept_rows.size(), C(0));
+      std::int64_t keys = 0;  // the keys some row of the block sees
+      for (std::int64_t t = t0; t < t0 + rows; t += kRows<C>) {  // a group of rows: their scores made together
+        const std::int64_t group = std::min<std::int64_t>(kRows<C>, t0 + rows - t);
+        const auto q_group = group_rows(queries.data(), k_stride, t, s.q_len - 1);
+        const auto d_out_group = group_rows(d_outs.data(), v_stride, t, s.q_len - 1);
+        C row_dot[kRows<C>];  // D_t = dO_t . O_t: the softmax backward's sum_s P_ts dP_ts, dropout included
+        for (std::int64_t r = 0; r < group; ++r) {
+          row_dot[r] = 0;
+          for (std::int64_t d = 0; d < Dv; ++d) row_dot[r] += d_out_group[r][d] * outs[(t + r) * v_stride + d];
         }
-        for (std::int64_t j = 0; j < n; ++j) {
-          C* dvj = dv_rows.data() + (s0 + j) * v_stride;
-          for (std::int64_t d = 0; d < v_stride; ++d) dvj[d] += kept[j] * dot[d];
-          C* dkj = dk_rows.data() + (s0 + j) * k_stride;
-          for (std::int64_t d = 0; d < k_stride; ++d) dkj[d] += ds[j] * qt[d];
+        const std::int64_t group_seen = keys_seen(s, t + group - 1);  // the last row sees the most
+        keys = std::max(keys, group_seen);
+        for (std::int64_t s0 = 0; s0 < group_seen; s0 += kBlock) {
+          const std::int64_t block = std::min(kBlock, group_seen - s0);
+          Row<C> weights[kRows<C>], d_weights[kRows<C>];
+          block_dots(q_group.data(), kt, D, kv_stride, s0, block, weights);  // P recomputed from the saved lse
+          block_dots(d_out_group.data(), vt, Dv, kv_stride, s0, block, d_weights);  // dO_t . v_s
+          for (std::int64_t r = 0; r < group; ++r) {
+            const std::int64_t n = std::min(kBlock, keys_seen(s, t + r) - s0);
+            if (n <= 0) continue;  // a causal row that sees none of this block: its kept and dS stay 0
+            scale_and_mask(weights[r], scale, lse_in[b * s.q_len + t + r], n);
+            exp_lanes(weights[r]);  // 0 past n
+            store_row(weights[r], p);
+            store_row(d_weights[r], dp);
+            if (s.dropout > 0) dropout_factors(s, b, t + r, s0, n, factor.data());
+            C* kept = kept_rows.data() + (t + r - t0) * kv_stride + s0;
+            C* ds = ds_rows.data() + (t + r - t0) * kv_stride + s0;
+            for (std::int64_t j = 0; j < kBlock; ++j) {  // 0 past n, where p is
+              const C f = s.dropout > 0 && j < n ? factor[j] : C(1);
+              kept[j] = p[j] * f;  // the weight O used
+              ds[j] = scale * p[j] * (dp[j] * f - row_dot[r]);  // dS, times the scale of q k^T
+            }
+            add_weighted_rows(ds, keys_padded.data() + s0 * k_stride, n, k_stride, dq_rows.data() + (t + r) * k_stride);
+          }
         }
-        add_weighted_rows(ds, keys.data() + s0 * k_stride, n, k_stride, dq_rows.data() + t * k_stride);
       }
+      const std::int64_t diagonal = s.causal ? t0 : keys;  // row t of the block sees keys up to t0 + t
+      add_transposed_products(kept_rows.data(), kv_stride, rows, keys, d_outs.data() + t0 * v_stride, v_stride,
+                              diagonal, dv_rows.data());
+      add_transposed_products(ds_rows.data(), kv_stride, rows, keys, queries.data() + t0 * k_stride, k_stride, diagonal,
+                              dk_rows.data());
     }
     store(dq_rows, b, s.q_len, D, k_stride, dq, scratch);
     store(dk_rows, b, s.kv_len, D, k_stride, dk, scratch);

@@ -192,7 +192,10 @@ GemmChoice choose_gemm(const GemmChoiceInputs& in) {
   const MicroCpu& cpu = in.micro;
   const std::optional<MicroKernelId> fma = cpu.avx512f ? std::optional(MicroKernelId::Avx512Fma) : std::nullopt;
   choice.f16 = fma;
-  choice.bf16 = cpu.avx512_bf16 ? std::optional(MicroKernelId::Avx512Bf16Dot) : fma;
+  // bf16 on vdpbf16ps only where it outruns the FMA (MicroCpu::bf16_dot_pays): on a Xeon whose
+  // vdpbf16ps did 0.48x the FMA's multiply-adds, bf16 GEMMs ran at 79-91 GFLOP/s on it and at
+  // 126-152 on avx512-fma (n = 128 to 1024, one thread, bench/matmul; docs/cpu-gemm.md).
+  choice.bf16 = cpu.avx512_bf16 && cpu.bf16_dot_pays ? std::optional(MicroKernelId::Avx512Bf16Dot) : fma;
   for (const KernelWord* kernel : kernels) {
     for (std::optional<MicroKernelId> id : {kernel->f32, kernel->f16, kernel->bf16})
       MG_CHECK(!id || cpu_runs(cpu, *id),

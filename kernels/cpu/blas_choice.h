@@ -37,7 +37,8 @@
 // above, and gemm_backend() says what happened.
 //
 // The microkernels for f16 and bf16 (and f32 when asked), rule choose_gemm also applies:
-//   bf16: avx512-bf16-dot where the CPU has AVX512_BF16, else avx512-fma, else "widen";
+//   bf16: avx512-bf16-dot where the CPU has AVX512_BF16 and its vdpbf16ps outruns the FMA (AMD's;
+//         MicroCpu::bf16_dot_pays), else avx512-fma, else "widen";
 //   f16:  avx512-fma, else "widen";
 //   f32:  the library above.
 // (avx2-fma runs only when MG_GEMM names it: on an AVX2 CPU it was slower than widening for

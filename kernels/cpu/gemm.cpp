@@ -9,8 +9,8 @@
 // (docs/results/cpu-bench.md). The cores share a product as tiles of C cut by its shape alone
 // (plan_tiles), each tile one single-threaded GEMM, so results never depend on the thread count.
 // f16 and bf16 follow the Tensor Core contract on mixgrad's own microkernels (kernels/cpu/
-// gemm_packed.h): packing widens f16 with F16C (or interleaves bf16 pairs for AVX512_BF16's
-// vdpbf16ps), the products are accumulated in f32, and the result is rounded once on store, with the
+// gemm_packed.h): packing widens f16 with F16C and bf16 by a shift (or interleaves bf16 pairs for
+// vdpbf16ps where it pays), the products are accumulated in f32, and the result is rounded once, with the
 // epilogue fused into that store. A product of two f16 (or bf16) values is exact in f32, so this is
 // the same arithmetic as the hardware's, up to the order of the f32 additions (and, for vdpbf16ps,
 // subnormals: kernels/cpu/microkernel.h). Which microkernel runs is kernels/cpu/blas_choice.h's
@@ -246,8 +246,8 @@ GemmOperand operand(const Tensor& t, std::int64_t item, std::int64_t lines, std:
   return line_major ? GemmOperand{matrix, t.dtype(), k, 1} : GemmOperand{matrix, t.dtype(), 1, lines};
 }
 
-// The GEMM on `library`, with B's f32 values taken from b_widened when it is defined (else widened
-// here, like A).
+// The GEMM on `library` (or on the microkernel blas_choice.h picked for the dtype), with B's f32 values
+// taken from b_widened when it is defined (else widened here, like A).
 void multiply(GemmLibrary library, const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c,
               const GemmShape& s, const GemmEpilogue& epilogue) {
   // What matmul has checked: one input dtype, and element counts that match the shape; the caller
@@ -311,11 +311,20 @@ PackedPlan plan_packed(const MicroKernel& kernel, const GemmShape& s) {
   return {cut_rows, parts, Chunks{panels, parts}, panel};
 }
 
+// The microkernel a prepared B is packed for: the dtype's (blas_choice.h), and for an f32 B that the
+// library multiplies, AVX-512's FMA kernel where the CPU has it (as a convolution's: the library would
+// pack B again on every call); nullptr where none runs, or where an f16 GEMM accumulates in f16.
+const MicroKernel* prepared_kernel(DType dtype) {
+  if (dtype == DType::F16 && gemm_accumulation() == Accumulation::F16) return nullptr;
+  return dtype == DType::F32 ? convolution_microkernel(dtype) : gemm_microkernel(dtype);
+}
+
 }  // namespace
 
 // Every tile of every product of the batch, in parallel.
 void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,
-                 const GemmEpilogue& epilogue) {
+                 const GemmEpilogue& epilogue, const PackedPanels* b_panels) {
+  assert(!b_panels || (s.batch == 1 && b_panels->n == s.n && b_panels->k == s.k));
   assert(kernel.arith == MicroArith::Fma ? a.dtype() != DType::F64 : a.dtype() == DType::BF16);
   assert(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::F32));
   if (c.numel() == 0) return;
@@ -332,7 +341,8 @@ void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Te
                             .c_dtype = c.dtype(),
                             .ldc = s.n,
                             .bias = bias.defined() ? bias.data<float>() : nullptr,
-                            .activation = epilogue.activation};
+                            .activation = epilogue.activation,
+                            .b_panels = b_panels};
       const Tile tile = plan.tile(s, item % plan.parts);
       packed_gemm_tile(gemm, tile.row0, tile.row1, tile.col0, tile.col1);
     }
@@ -371,15 +381,22 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s, const
   gemm_on(gemm_choice().library, a, b, c, s, epilogue);
 }
 
-Tensor widen_gemm_operand(const Tensor& b) {
-  // A microkernel widens as it packs: nothing to keep.
-  if (b.dtype() != DType::F16 && b.dtype() != DType::BF16) return Tensor();
-  return gemm_microkernel(b.dtype()) ? Tensor() : widened<float>(b);
+PreparedGemmB prepare_gemm_b(const Tensor& b, const GemmShape& s) {
+  assert(s.batch == 1 && b.numel() == s.k * s.n);
+  PreparedGemmB prepared{.shape = s};
+  if (const MicroKernel* kernel = prepared_kernel(b.dtype()))
+    prepared.panels = std::make_shared<const PackedPanels>(
+        pack_panels(*kernel, operand(b, 0, s.n, s.k, s.transpose_b), s.n, s.k));
+  else if (is_low_precision(b.dtype()))
+    prepared.widened = widened<float>(b);
+  return prepared;
 }
 
-void gemm_widened_b(const Tensor& a, const Tensor& b, const Tensor& b_widened, Tensor& c, const GemmShape& s) {
-  assert(!b_widened.defined() || (b_widened.dtype() == DType::F32 && b_widened.numel() == b.numel()));
-  multiply(gemm_choice().library, a, b, b_widened, c, s, {});
+void gemm_prepared_b(const Tensor& a, const Tensor& b, const PreparedGemmB& prepared, Tensor& c, const GemmShape& s) {
+  if (const MicroKernel* kernel = prepared_kernel(a.dtype());
+      kernel && prepared.panels && prepared.panels->kernel == kernel)
+    return gemm_packed(*kernel, a, b, c, s, {}, prepared.panels.get());
+  multiply(gemm_choice().library, a, b, prepared.widened, c, s, {});
 }
 
 void gemm_on(GemmLibrary library, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& s,

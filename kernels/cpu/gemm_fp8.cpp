@@ -23,7 +23,10 @@
 namespace mg::kernels::cpu {
 
 const MicroKernel& code_gemm_microkernel() {
-  for (MicroKernelId id : {MicroKernelId::Avx512Bf16Dot, MicroKernelId::Avx512Fma, MicroKernelId::Avx2Fma})
+  // The dot kernel where it outruns the FMA, as for bf16 GEMMs (blas_choice.h).
+  if (micro_cpu().bf16_dot_pays)
+    if (const MicroKernel* kernel = microkernel(MicroKernelId::Avx512Bf16Dot)) return *kernel;
+  for (MicroKernelId id : {MicroKernelId::Avx512Fma, MicroKernelId::Avx2Fma})
     if (const MicroKernel* kernel = microkernel(id)) return *kernel;
   return *microkernel(MicroKernelId::ModelFma);
 }

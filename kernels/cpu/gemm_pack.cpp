@@ -8,7 +8,7 @@
 #include <cstring>
 #include <span>
 #include <vector>
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
 
@@ -57,6 +57,31 @@ template <class Bits>
 void copy_clamped(const Bits* row, std::int64_t width, std::int64_t iw0, std::int64_t count, Bits* out) {
   const std::int64_t begin = std::clamp<std::int64_t>(-iw0, 0, count),
                      end = std::clamp<std::int64_t>(width - iw0, 0, count);
+#if defined(__AVX512BW__)
+  // A run of a panel (at most 32 positions, often a row of 14 or 28) is one or two masked moves: the
+  // padding's lanes are masked off the load (a masked-off lane is never read, so row + iw0 may point
+  // before the row) and come out as zeros. Scalar loops over runs this short cost 30% of a conv step.
+  static constexpr std::int64_t kLanes = 64 / sizeof(Bits);
+  if (count <= 2 * kLanes) {
+    const auto lanes = [](std::int64_t from, std::int64_t to) {  // bits [from, to) of a kLanes-bit mask
+      const auto bits = [](std::int64_t n) {
+        return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << std::max<std::int64_t>(n, 0)) - 1;
+      };
+      return bits(std::min(to, kLanes)) & ~bits(std::min(from, kLanes));
+    };
+    for (std::int64_t part = 0; part < count; part += kLanes) {
+      const std::uint64_t valid = lanes(begin - part, end - part), all = lanes(0, count - part);
+      if constexpr (sizeof(Bits) == 2) {
+        const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(valid), row + iw0 + part);
+        _mm512_mask_storeu_epi16(out + part, static_cast<__mmask32>(all), v);
+      } else {
+        const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>(valid), row + iw0 + part);
+        _mm512_mask_storeu_ps(out + part, static_cast<__mmask16>(all), v);
+      }
+    }
+    return;
+  }
+#endif
   // Plain loops, not std::copy: runs are a few elements long, shorter than a call to memmove.
   for (std::int64_t i = 0; i < begin; ++i) out[i] = Bits{0};
   for (std::int64_t i = begin; i < end; ++i) out[i] = row[iw0 + i];
@@ -97,23 +122,30 @@ void line_along_k(const GemmOperand& x, std::int64_t line, std::int64_t k0, std:
   }
 }
 
-// The elements (line0 + l, k0 + k), l < lines, k < kc, of a runs or window operand (gemm_packed.h) as
-// they are stored, into raw[k * width + l]; 0 past `lines`. Bits is the element's type as stored
-// (uint16_t for f16 and bf16 bits, float for f32): gathering moves values without converting them.
-// Windows have stride 1 (kernels/conv.h's conv2d_implicit), so along a row of output positions the
-// input is contiguous too: every value is moved by a run copy, never found by a division.
+// A runs operand, or a window operand with the positions along k, has each line contiguous along k
+// (runs of a row of dy; one tap over every output row): its lines are copied out one after another
+// into buffer ([lines][kc]), and packed from there as any K-major operand, by 8 x 8 transposes in
+// registers (a store per value across the panel took a third of a convolution's weight gradient).
+bool lines_along_k(const GemmOperand& x) { return x.k_run > 0 || (x.window && x.positions_along_k); }
+template <class Bits>
+GemmOperand lines_copied(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc,
+                         std::vector<Bits>& buffer) {
+  Bits* values = reserve(buffer, lines * kc);
+  for (std::int64_t l = 0; l < lines; ++l) line_along_k(x, line0 + l, k0, kc, values + l * kc);
+  return GemmOperand{.data = values, .dtype = x.dtype, .line_stride = kc, .k_stride = 1};
+}
+
+// The elements (line0 + l, k0 + k), l < lines, k < kc, of a window operand whose lines are the
+// positions of one image (gemm_packed.h) as they are stored, into raw[k * width + l]; 0 past `lines`.
+// Bits is the element's type as stored (uint16_t for f16 and bf16 bits, float for f32): gathering
+// moves values without converting them. Windows have stride 1 (kernels/conv.h's conv2d_implicit),
+// so along a row of output positions the input is contiguous too: every value is moved by a run
+// copy, never found by a division.
 template <class Bits>
 void gather(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std::int64_t k0, std::int64_t kc, int width,
-            Bits* raw, std::vector<Bits>& line_buffer) {
+            Bits* raw) {
+  assert(x.window && !x.positions_along_k);
   for (std::int64_t k = 0; k < kc; ++k) std::fill(raw + k * width + lines, raw + (k + 1) * width, Bits{0});
-  if (!x.window || x.positions_along_k) {  // each line contiguous along k: copy it, then lay it across the panel
-    Bits* values = reserve(line_buffer, kc);
-    for (std::int64_t l = 0; l < lines; ++l) {
-      line_along_k(x, line0 + l, k0, kc, values);
-      for (std::int64_t k = 0; k < kc; ++k) raw[k * width + l] = values[k];
-    }
-    return;
-  }
   // Lines are the positions of one image, k its taps: at each tap the panel's positions are runs
   // along output rows, each a contiguous run of the input row it reads.
   const Window2d& w = *x.window;
@@ -214,10 +246,15 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   if (is_code_operand(x))
     return pack_f32(decode_codes(x, line0, lines, k0, kc, buffers), 0, lines, 0, kc, width, out, buffers);
   std::vector<float>& line_buffer = buffers.line;
-  if (x.window || x.k_run > 0) {  // gather the bits, then widen them in place, one k at a time
-    if (x.dtype == DType::F32) return gather(x, line0, lines, k0, kc, width, out, line_buffer);
+  if (lines_along_k(x)) {
+    const GemmOperand copied = x.dtype == DType::F32 ? lines_copied(x, line0, lines, k0, kc, buffers.lines_f32)
+                                                     : lines_copied(x, line0, lines, k0, kc, buffers.lines_bits);
+    return pack_f32(copied, 0, lines, 0, kc, width, out, buffers);
+  }
+  if (x.window) {  // gather the bits, then widen them in place, one k at a time
+    if (x.dtype == DType::F32) return gather(x, line0, lines, k0, kc, width, out);
     std::uint16_t* raw = reserve(buffers.raw, kc * width);
-    gather(x, line0, lines, k0, kc, width, raw, buffers.raw_line);
+    gather(x, line0, lines, k0, kc, width, raw);
     for (std::int64_t k = 0; k < kc; ++k)
       widen_run(reinterpret_cast<const std::byte*>(raw + k * width), x.dtype, out + k * width, width);
     return;
@@ -250,9 +287,13 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
   if (is_code_operand(x))
     return pack_bf16_pairs(decode_codes(x, line0, lines, k0, kc, buffers), 0, lines, 0, kc, width, out, buffers);
   assert(x.dtype == DType::BF16);
-  if (x.window || x.k_run > 0) {  // gather the bits, then interleave pairs of k
+  if (lines_along_k(x)) {
+    const GemmOperand copied = lines_copied(x, line0, lines, k0, kc, buffers.lines_bits);
+    return pack_bf16_pairs(copied, 0, lines, 0, kc, width, out, buffers);
+  }
+  if (x.window) {  // gather the bits, then interleave pairs of k
     std::uint16_t* raw = reserve(buffers.raw, (kc + 1) * width);
-    gather(x, line0, lines, k0, kc, width, raw, buffers.raw_line);
+    gather(x, line0, lines, k0, kc, width, raw);
     if (kc % 2) std::fill(raw + kc * width, raw + (kc + 1) * width, std::uint16_t{0});
     for (std::int64_t s = 0; s < (kc + 1) / 2; ++s)
       for (int l = 0; l < width; ++l)

@@ -22,7 +22,9 @@ namespace mg::kernels::cpu {
 // A thread's working memory for packing, reused from one panel to the next.
 struct PackBuffers {
   std::vector<float> line;  // one line of an operand, widened
-  std::vector<std::uint16_t> raw, raw_line;  // gathered f16/bf16 bits of a window or runs operand
+  std::vector<std::uint16_t> raw;  // gathered f16/bf16 bits of a window operand
+  std::vector<float> lines_f32;  // a runs operand's lines (or a window's, positions along k) copied out
+  std::vector<std::uint16_t> lines_bits;  // the same for f16 and bf16 bits
   std::vector<std::uint16_t> decoded;  // an FP8 or FP4 operand's lines, decoded into bf16
 };
 

@@ -159,23 +159,56 @@ void add_scaled_chunk(const float* chunk, float* sums, int rows, int cols, int w
 
 }  // namespace
 
+std::int64_t k_block_size(const MicroKernel& kernel, std::int64_t k, std::int64_t k_chunk) {
+  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
+  const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma,
+                     k_blocks = std::max<std::int64_t>(1, (k + max_k - 1) / max_k);
+  if (k_chunk == 0) return std::max<std::int64_t>(2, ((k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
+  // FP8 chunks of k with their own scales: a block of k holds whole chunks (as many as fit in KC), each
+  // summed by its own kernel call; an odd chunk of pairs is a block of its own (padded like a last one).
+  const std::int64_t chunks_per_block = !(pairs && k_chunk % 2) ? std::max<std::int64_t>(1, max_k / k_chunk) : 1;
+  return k_chunk * chunks_per_block;
+}
+
+PackedPanels pack_panels(const MicroKernel& kernel, const GemmOperand& b, std::int64_t n, std::int64_t k) {
+  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
+  const int nr = kernel.nr;
+  PackedPanels p{.kernel = &kernel, .n = n, .k = k, .block_k = k_block_size(kernel, k, 0)};
+  const std::int64_t panels = (n + nr - 1) / nr;
+  for (std::int64_t pc = 0; pc == 0 || pc < k; pc += p.block_k) {  // the blocks packed_gemm_tile walks
+    const std::int64_t kc = std::min(p.block_k, k - pc), steps = pairs ? (kc + 1) / 2 : kc;
+    p.block_start.push_back(static_cast<std::int64_t>(p.entries.size()));
+    p.entries.resize(p.entries.size() + static_cast<std::size_t>(panels * steps * nr));
+    std::uint32_t* block = p.entries.data() + p.block_start.back();
+    PackBuffers& packing = scratch.packing;
+    for (std::int64_t panel = 0; panel < panels; ++panel) {
+      const std::int64_t lines = std::min<std::int64_t>(nr, n - panel * nr);
+      std::uint32_t* out = block + panel * steps * nr;
+      if (pairs)
+        pack_bf16_pairs(b, panel * nr, lines, pc, kc, nr, out, packing);
+      else
+        pack_f32(b, panel * nr, lines, pc, kc, nr, reinterpret_cast<float*>(out), packing);
+    }
+  }
+  return p;
+}
+
+const std::byte* PackedPanels::block(std::int64_t jc, std::int64_t pc) const {
+  assert(jc % kernel->nr == 0 && pc % block_k == 0);
+  const std::int64_t kc = std::min(block_k, k - pc);
+  const std::int64_t steps = kernel->arith == MicroArith::Bf16Dot ? (kc + 1) / 2 : kc;
+  const std::uint32_t* first = entries.data() + block_start[static_cast<std::size_t>(pc / block_k)];
+  return reinterpret_cast<const std::byte*>(first + jc / kernel->nr * steps * kernel->nr);
+}
+
 void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1, std::int64_t col0, std::int64_t col1) {
   const MicroKernel& kernel = *g.kernel;
   const int mr = kernel.mr, nr = kernel.nr;
   assert(mr * nr <= kMaxTile && nr <= 32);
   const bool pairs = kernel.arith == MicroArith::Bf16Dot;
-  // k in as few blocks as KC allows, all of one even size (784 is two blocks of 392, not 384, 384 and
-  // a last one of 16 that would pay a block's overheads for 2% of the work); likewise the rows.
-  const std::int64_t max_k = pairs ? kBlockKPairs : kBlockKFma,
-                     k_blocks = std::max<std::int64_t>(1, (g.k + max_k - 1) / max_k);
-  // FP8 chunks of k with their own scales: a block of k holds whole chunks (as many as fit in KC), each
-  // summed by its own kernel call; an odd chunk of pairs is a block of its own (padded like a last one).
   const bool chunked = g.k_chunk > 0;
-  const std::int64_t chunks_per_block = chunked && !(pairs && g.k_chunk % 2)
-                                            ? std::max<std::int64_t>(1, max_k / g.k_chunk)
-                                            : 1;
-  const std::int64_t block_k = chunked ? g.k_chunk * chunks_per_block
-                                       : std::max<std::int64_t>(2, ((g.k + k_blocks - 1) / k_blocks + 1) / 2 * 2);
+  const std::int64_t block_k = k_block_size(kernel, g.k, g.k_chunk);
+  assert(!g.b_panels || (!chunked && g.b_panels->kernel == &kernel && g.b_panels->block_k == block_k));
   // Rows in whole micro-panels: 128 rows are 72 + 56 (one partial panel), not 64 + 64 (two).
   const std::int64_t row_panels = (row1 - row0 + mr - 1) / mr, max_panels = std::max<std::int64_t>(1, kBlockRows / mr);
   const std::int64_t row_blocks = std::max<std::int64_t>(1, (row_panels + max_panels - 1) / max_panels);
@@ -203,7 +236,9 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
       const std::int64_t kc = std::min(block_k, g.k - pc), steps = pairs ? (kc + 1) / 2 : kc;
       const bool first = pc == 0, last = pc + block_k >= g.k;
       const std::int64_t b_panel = steps * nr, a_panel = steps * mr;  // elements (or pairs) per micro-panel
-      const std::byte* b_block = pack_block(g.b, pairs, jc, nc, pc, kc, nr, b_panel, s.b, s.b_pairs, s.packing);
+      const std::byte* b_block = g.b_panels
+                                     ? g.b_panels->block(jc, pc)
+                                     : pack_block(g.b, pairs, jc, nc, pc, kc, nr, b_panel, s.b, s.b_pairs, s.packing);
       for (std::int64_t ic = row0; ic < row1; ic += block_rows) {
         const std::int64_t mc = std::min(block_rows, row1 - ic);
         const std::byte* a_block = pack_block(g.a, pairs, ic, mc, pc, kc, mr, a_panel, s.a, s.a_pairs, s.packing);

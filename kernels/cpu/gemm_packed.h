@@ -24,7 +24,9 @@
 // Tests: build/tests/test_gemm_packed. Benchmark: build/bench/matmul (FP8 and FP4: build/bench/fp8_gemm).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -78,6 +80,24 @@ struct GemmOperand {
   Fp4Format fp4_format = Fp4Format::Nv;
 };
 
+// op(B) packed once for many GEMMs of one shape (kernels::prepare_gemm_b): for each block of k that
+// packed_gemm_tile cuts (k_block_size), every micro-panel of B, one after another; a tile then finds
+// the block it would have packed at (jc, pc) instead of packing it.
+struct PackedPanels {
+  const MicroKernel* kernel = nullptr;
+  std::int64_t n = 0, k = 0, block_k = 0;
+  std::vector<std::uint32_t> entries = {};  // 4 bytes an entry: an f32, or a pair of bf16
+  std::vector<std::int64_t> block_start = {};  // where each block of k starts in `entries`
+  // The micro-panels of columns [jc, ...) for the block of k starting at pc (jc a multiple of NR).
+  const std::byte* block(std::int64_t jc, std::int64_t pc) const;
+};
+// B (n lines of k, as GemmOperand's op(B)) packed for `kernel`, for GEMMs without FP8 chunks.
+PackedPanels pack_panels(const MicroKernel& kernel, const GemmOperand& b, std::int64_t n, std::int64_t k);
+// The length of packed_gemm_tile's blocks of k: as few as KC allows, all of one even size (784 is two
+// blocks of 392, not 384, 384 and a last one of 16 that would pay a block's overheads for 2% of the
+// work); with FP8 chunks (k_chunk > 0), as many whole chunks as fit.
+std::int64_t k_block_size(const MicroKernel& kernel, std::int64_t k, std::int64_t k_chunk);
+
 // One rectangle of C = act(op(A) op(B) + bias): rows [row0, row1), columns [col0, col1).
 struct PackedGemm {
   const MicroKernel* kernel = nullptr;
@@ -95,13 +115,15 @@ struct PackedGemm {
   std::int64_t k_chunk = 0;
   BlockGrid a_scales = {}, b_scales = {};
   float alpha = 1.0f;  // multiplies the sum before the bias: operands' per-tensor scales (FP8, FP4)
+  const PackedPanels* b_panels = nullptr;  // b packed already (no FP8 chunks), or nullptr: pack it
 };
 
 // The whole GEMM of kernels/gemm.h (every product of the batch, the epilogue) on that microkernel,
 // whatever kernels/cpu/blas_choice.h chose: how the tests hold every kernel to one contract. Requires
 // what kernels::gemm requires, and a kernel whose arithmetic takes a's dtype (Bf16Dot: bf16 only).
+// b_panels: B packed already (batch 1), or nullptr.
 void gemm_packed(const MicroKernel& kernel, const Tensor& a, const Tensor& b, Tensor& c, const GemmShape& shape,
-                 const GemmEpilogue& epilogue = {});
+                 const GemmEpilogue& epilogue = {}, const PackedPanels* b_panels = nullptr);
 
 // The microkernel that multiplies operands of this dtype in this process (kernels/cpu/blas_choice.h),
 // or nullptr for the library (f32 unless MG_GEMM names a kernel, f64) and "widen".
@@ -115,8 +137,9 @@ const MicroKernel* convolution_microkernel(DType dtype);
 void packed_gemm_tile(const PackedGemm& gemm, std::int64_t row0, std::int64_t row1, std::int64_t col0,
                       std::int64_t col1);
 
-// The microkernel of the FP8 and FP4 GEMMs: the bf16 dot product where the CPU has it (every FP8 value,
-// and every FP4 value times its block scale, is a bf16 value), else the best FMA kernel (on f32 panels).
+// The microkernel of the FP8 and FP4 GEMMs: the bf16 dot product where the CPU has it and it outruns the
+// FMA (MicroCpu::bf16_dot_pays; every FP8 value, and every FP4 value times its block scale, is a bf16
+// value), else the best FMA kernel (on f32 panels).
 const MicroKernel& code_gemm_microkernel();
 
 // An FP4 operand [lines, k] (k along its rows) as the packed GEMM walks it: its codes and its grid of

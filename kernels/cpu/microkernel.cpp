@@ -56,6 +56,7 @@ const MicroCpu& micro_cpu() {
     features.avx512f = __builtin_cpu_supports("avx512f");
     features.avx512_bf16 = features.avx512f && __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    features.bf16_dot_pays = features.avx512_bf16 && !__builtin_cpu_is("intel");
 #endif
     return features;
   }();

@@ -82,6 +82,10 @@ struct MicroCpu {
   bool avx2_fma = false;  // AVX2 and FMA (Haswell, Zen 1 onwards)
   bool avx512f = false;  // AVX-512 Foundation
   bool avx512_bf16 = false;  // AVX512_BF16 with AVX512BW/VL (Cooper Lake, Sapphire Rapids, Zen 4 onwards)
+  // Whether vdpbf16ps does more multiply-adds a cycle than an f32 FMA, so that bf16 GEMMs gain by it.
+  // AMD's do (Zen 4: 2.0x the FMA's, bench/instruction_peak.h); Intel's run it on one port where FMAs
+  // have two (0.45-0.48x on a Xeon of family 6, model 207): there the FMA kernel multiplies bf16.
+  bool bf16_dot_pays = false;
 };
 const MicroCpu& micro_cpu();
 // Whether a CPU with those features runs that kernel (the models run anywhere).
