@@ -281,7 +281,7 @@ TEST_CASE("a manifest keeps the section as the report shows it: report.md made f
   CHECK(find_earlier_run(out.string(), identity_of("E4")).why == "e4_a.png is missing");
 }
 
-TEST_CASE("--experiment takes a list, run in E1..E11's order; an unknown one is refused before anything runs") {
+TEST_CASE("--experiment takes a list, run in E1..E14's order; an unknown one is refused before anything runs") {
   TempDir tmp;
   std::map<std::string, int> runs;
   run_repro(ReproOptions{.experiment = "E2,E1", .out = tmp / "out", .quiet = true}, counting_experiments(runs));

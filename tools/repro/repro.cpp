@@ -287,13 +287,13 @@ void add_repro_flags(CLI::App& c, ReproOptions& o) {
             for (const std::string& id : asked_ids(text)) {
               if (id == "all") return "all stands alone: give it, or E1..E14 separated by commas (E4,E5)";
               if (std::find(ids.begin(), ids.end(), id) == ids.end())
-                return fmt::format("{} is not an experiment: give E1..E11, several separated by commas (E4,E5), "
+                return fmt::format("{} is not an experiment: give E1..E14, several separated by commas (E4,E5), "
                                    "or all",
                                    id.empty() ? "''" : id);
             }
             return "";
           },
-          "E1..E11[,..]|all"))
+          "E1..E14[,..]|all"))
       ->capture_default_str();
   c.add_option("--preset", o.preset, "quick (minutes on 2 CPU cores, small subsets) or full (the GPU-sized version)")
       ->check(CLI::IsMember({"quick", "full"}))
