@@ -7,6 +7,8 @@
 // then bias, activation and one rounding into C's dtype. Shapes cross every block (k past KC, m past
 // MC, n past NC), every edge (1, odd sizes), all four layouts, a batch, and k = 0. That the chain is
 // the Tensor Core contract (within f32 accumulation error of an f64 reference) is test_ops_matmul's.
+// B packed once for many GEMMs (kernels::prepare_gemm_b, the LSTM's W_hh) gives the same bits as
+// packing it every time, on 1 and 2 threads.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "core/convert.h"
 #include "kernels/cpu/blas_choice.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/gemm.h"
 #include "kernels/pointwise.h"
 #include "kernels/threads.h"
 #include "tests/testing.h"
@@ -196,4 +199,58 @@ TEST_CASE("packed GEMM: mg::matmul of f16 and bf16 runs the chosen microkernel")
     INFO(dtype_name(dtype) << " on " << microkernel_name(*id));
     CHECK(matmul(a, b).to_vector<double>() == direct.to_vector<double>());
   }
+}
+
+TEST_CASE("prepare_gemm_b: B packed (or widened) once gives the microkernel's bits, for f16, bf16 and f32") {
+  // n = 50 is not a whole number of micro-panels; k = 2201 is several blocks of k (kernels/cpu/gemm_packed.h),
+  // and odd k leaves the last bf16 pair of a block half empty (each panel's offset counts pairs); m = 200 > n
+  // cuts the product along its rows, m = 1 and 45 along its columns.
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    for (std::int64_t k : {70, 71, 2201}) {
+      for (bool transpose_b : {true, false}) {
+        CAPTURE(dtype);
+        CAPTURE(k);
+        CAPTURE(transpose_b);
+        const Tensor b = mg::testing::uniform_in(transpose_b ? Shape{50, k} : Shape{k, 50}, dtype, 2, -1, 1);
+        const kernels::GemmShape shape{.m = 33, .n = 50, .k = k, .transpose_b = transpose_b};
+        const kernels::PreparedGemmB prepared = kernels::prepare_gemm_b(b, shape);
+        // A microkernel's panels where one runs (blas_choice.h; for f32 AVX-512's FMA kernel, as a
+        // convolution's), else the library's f32 copy of f16/bf16.
+        const kernels::cpu::MicroKernel* kernel = dtype == DType::F32 ? kernels::cpu::convolution_microkernel(dtype)
+                                                                      : kernels::cpu::gemm_microkernel(dtype);
+        CHECK((prepared.panels != nullptr) == (kernel != nullptr));
+        CHECK(prepared.widened.defined() == (!kernel && dtype != DType::F32));
+        for (std::int64_t m : {1, 45, 200}) {
+          CAPTURE(m);
+          const Tensor a = mg::testing::uniform_in({m, k}, dtype, 1, -1, 1);
+          Tensor expected = Tensor::empty({m, 50}, {.dtype = DType::F32}),
+                 got = Tensor::empty({m, 50}, {.dtype = DType::F32});
+          kernels::GemmShape with_m = shape;
+          with_m.m = m;
+          if (kernel)  // the microkernel's bits (gemm's own for f16 and bf16)
+            kernels::cpu::gemm_packed(*kernel, a, b, expected, with_m);
+          else
+            kernels::gemm(a, b, expected, with_m);
+          // On 2 threads a product with m < n and work for two tiles (45 x 50 x 2201) is cut between
+          // its micro-panels: the second tile reads the prepared panels from the second one on.
+          for (int threads : {1, 2}) {
+            CAPTURE(threads);
+            const int before = num_threads();
+            set_num_threads(threads);
+            kernels::gemm_prepared_b(a, b, prepared, got, with_m);
+            set_num_threads(before);
+            CHECK(got.to_vector<float>() == expected.to_vector<float>());
+          }
+        }
+      }
+    }
+  }
+  const Tensor b = mg::testing::uniform_in({50, 70}, DType::BF16, 2, -1, 1),
+               a = mg::testing::uniform_in({4, 70}, DType::BF16, 1);
+  const kernels::PreparedGemmB prepared = kernels::prepare_gemm_b(b, {.m = 4, .n = 50, .k = 70, .transpose_b = true});
+  Tensor c = Tensor::empty({4, 50}, {.dtype = DType::F32});
+  mg::testing::check_error([&] { kernels::gemm_prepared_b(a, b, prepared, c, {.m = 4, .n = 50, .k = 70}); },
+                           "kernels::gemm_prepared_b: B was prepared for n 50, k 70 (transposed), not for n 50, k 70");
+  mg::testing::check_error([&] { kernels::prepare_gemm_b(b, {.m = 4, .n = 50, .k = 71}); },
+                           "kernels::prepare_gemm_b: needs one B of k x n = 71 x 50 elements");
 }

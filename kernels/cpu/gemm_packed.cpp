@@ -20,6 +20,10 @@ namespace mg::kernels::cpu {
 
 namespace {
 
+// The steps of a micro-panel over kc values of k: pairs of k on the dot kernel (the last one padded
+// with a zero), single k on the FMA kernels. Packing, a prepared B's offsets and the tiles agree on it.
+std::int64_t panel_steps(bool pairs, std::int64_t kc) { return pairs ? (kc + 1) / 2 : kc; }
+
 // Cache blocking (the header's KC, MC and NC), for this project's AMD EPYC (Zen 4: 32 KiB L1d, 1 MiB
 // L2 per core). KC steps of k of one micro-panel of B (48 KiB in f32, 32 KiB in bf16 pairs) stream
 // through L1 for every micro-panel of A; A's block (MC x KC: 180 KiB f32) stays in L2; B's block
@@ -176,7 +180,7 @@ PackedPanels pack_panels(const MicroKernel& kernel, const GemmOperand& b, std::i
   PackedPanels p{.kernel = &kernel, .n = n, .k = k, .block_k = k_block_size(kernel, k, 0)};
   const std::int64_t panels = (n + nr - 1) / nr;
   for (std::int64_t pc = 0; pc == 0 || pc < k; pc += p.block_k) {  // the blocks packed_gemm_tile walks
-    const std::int64_t kc = std::min(p.block_k, k - pc), steps = pairs ? (kc + 1) / 2 : kc;
+    const std::int64_t kc = std::min(p.block_k, k - pc), steps = panel_steps(pairs, kc);
     p.block_start.push_back(static_cast<std::int64_t>(p.entries.size()));
     p.entries.resize(p.entries.size() + static_cast<std::size_t>(panels * steps * nr));
     std::uint32_t* block = p.entries.data() + p.block_start.back();
@@ -196,7 +200,7 @@ PackedPanels pack_panels(const MicroKernel& kernel, const GemmOperand& b, std::i
 const std::byte* PackedPanels::block(std::int64_t jc, std::int64_t pc) const {
   assert(jc % kernel->nr == 0 && pc % block_k == 0);
   const std::int64_t kc = std::min(block_k, k - pc);
-  const std::int64_t steps = kernel->arith == MicroArith::Bf16Dot ? (kc + 1) / 2 : kc;
+  const std::int64_t steps = panel_steps(kernel->arith == MicroArith::Bf16Dot, kc);
   const std::uint32_t* first = entries.data() + block_start[static_cast<std::size_t>(pc / block_k)];
   return reinterpret_cast<const std::byte*>(first + jc / kernel->nr * steps * kernel->nr);
 }
@@ -233,7 +237,7 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
       return {nullptr, 0};  // one block of k: no sums kept between blocks
     };
     for (std::int64_t pc = 0; pc == 0 || pc < g.k; pc += block_k) {  // k = 0 still stores the epilogue of 0
-      const std::int64_t kc = std::min(block_k, g.k - pc), steps = pairs ? (kc + 1) / 2 : kc;
+      const std::int64_t kc = std::min(block_k, g.k - pc), steps = panel_steps(pairs, kc);
       const bool first = pc == 0, last = pc + block_k >= g.k;
       const std::int64_t b_panel = steps * nr, a_panel = steps * mr;  // elements (or pairs) per micro-panel
       const std::byte* b_block = g.b_panels
