@@ -39,10 +39,15 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 
 // The implicit GEMMs are the CPU's alone (a GPU runs im2col and a GEMM).
+// The forward pass and dx have two forms (kernels/cpu/conv_shifted.h): Best picks per shape; the tests
+// name one to hold both to the same results.
 namespace cpu {
+enum class ConvForm : std::uint8_t { Best, Window, Shifted };
 bool conv2d_implicit(const Tensor& x, const Window2d& window);
-void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y);
-void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx);
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window, Tensor& y,
+                    ConvForm form = ConvForm::Best);
+void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx,
+                       ConvForm form = ConvForm::Best);
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 }  // namespace cpu
 

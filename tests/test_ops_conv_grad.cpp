@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/threads.h"
 #include "tests/testing.h"
 
 using namespace mg;
@@ -167,4 +168,64 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
       check(weight.grad().to_vector<double>(), dw, dw_abs);
       check(bias.grad().to_vector<double>(), db, db_abs);
     }
+}
+
+TEST_CASE("conv2d: the shifted and window forms agree: the forward's bits, dx within 0.5 ulp of the f64 sum") {
+  // kernels/cpu/conv_shifted.h: the forward pass over a zero-padded copy of each image sums the same
+  // products in the same order as the window form (the same bits); dx, the mirrored forward pass over
+  // the padded dy, is one f32 sum per element rounded once, held to the f64 loop as the first case here.
+  // Geometries: the benchmark's 3x3 pad 1, a 5x5 pad 2 (junk columns past a quarter: Best keeps the
+  // window form), no padding, padding K - 1 (dy padded by 0), a 1x1, a 2x3 kernel; batch 1 on 2 threads
+  // cuts an image's positions between the threads.
+  struct Case {
+    std::int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, padding;
+  };
+  const std::vector<Case> cases{{2, 3, 7, 6, 4, 3, 3, 1}, {1, 2, 9, 9, 5, 5, 5, 2}, {3, 4, 5, 11, 6, 3, 3, 0},
+                                {2, 2, 6, 5, 3, 3, 3, 2}, {1, 5, 4, 4, 7, 1, 1, 0}, {1, 3, 8, 7, 2, 2, 3, 1}};
+  const int threads = num_threads();
+  std::uint64_t seed = 90;
+  for (const int thread_count : {1, 2})
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+      for (const Case& g : cases) {
+        set_num_threads(thread_count);
+        const kernels::Window2d w{.batch = g.batch,
+                                  .channels = g.channels,
+                                  .height = g.height,
+                                  .width = g.width,
+                                  .kernel_h = g.kernel_h,
+                                  .kernel_w = g.kernel_w,
+                                  .pad_h = g.padding,
+                                  .pad_w = g.padding};
+        INFO(fmt::format("{} on {} thread(s): x [{}, {}, {}, {}], kernel {} x {}, {} out channels, padding {}",
+                         dtype_name(dtype), thread_count, g.batch, g.channels, g.height, g.width, g.kernel_h,
+                         g.kernel_w, g.out_channels, g.padding));
+        const Tensor x = uniform_in({g.batch, g.channels, g.height, g.width}, dtype, seed++, -1.0, 1.0);
+        const Tensor weight = uniform_in({g.out_channels, g.channels, g.kernel_h, g.kernel_w}, dtype, seed++, -1.0,
+                                         1.0);
+        const Tensor bias = uniform_in({g.out_channels}, DType::F32, seed++, -1.0, 1.0);
+        const Shape y_shape{g.batch, g.out_channels, w.out_h(), w.out_w()};
+        Tensor window_y = full(y_shape, 7.0, {.dtype = dtype}), shifted_y = full(y_shape, 7.0, {.dtype = dtype});
+        kernels::cpu::conv2d_forward(x, weight, bias, w, window_y, kernels::cpu::ConvForm::Window);
+        kernels::cpu::conv2d_forward(x, weight, bias, w, shifted_y, kernels::cpu::ConvForm::Shifted);
+        CHECK(shifted_y.to_vector<double>() == window_y.to_vector<double>());
+
+        const Tensor dy = uniform_in(y_shape, dtype, seed++, -1.0, 1.0);
+        const InputGradient r = reference_input_gradient(dy, weight, x.shape(), 1, g.padding);
+        const double terms = static_cast<double>(g.out_channels * g.kernel_h * g.kernel_w + 2);
+        const double atol = dtype == DType::F16 ? 0x1p-25 : 0.0;
+        for (const auto form : {kernels::cpu::ConvForm::Window, kernels::cpu::ConvForm::Shifted}) {
+          Tensor dx = full(x.shape(), 7.0, {.dtype = dtype});
+          kernels::cpu::conv2d_input_grad(dy, weight, w, dx, form);
+          const std::vector<double> got = dx.to_vector<double>();
+          int wrong = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const double bound = tolerance(dtype, 0.5) * std::fabs(r.dx[i]) + terms * 0x1p-24 * r.abs_sum[i] + atol;
+            if (!(std::fabs(got[i] - r.dx[i]) <= bound) && wrong++ < 3)
+              MESSAGE((form == kernels::cpu::ConvForm::Shifted ? "shifted" : "window")
+                      << " dx element " << i << ": got " << got[i] << ", f64 " << r.dx[i]);
+          }
+          CHECK(wrong == 0);
+        }
+      }
+  set_num_threads(threads);
 }

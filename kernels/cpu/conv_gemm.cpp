@@ -19,6 +19,7 @@
 #include "core/convert.h"
 #include "kernels/conv.h"
 #include "kernels/cpu/compute_type.h"
+#include "kernels/cpu/conv_shifted.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/threads.h"
 
@@ -75,6 +76,15 @@ void add_window_shares(const float* shares, const Window2d& w, float* sum) {
       }
 }
 
+// Whether the shifted form (kernels/cpu/conv_shifted.h) beats the window form for a pass whose output
+// rows are `out_width` wide: it computes kernel_w - 1 junk columns per output row (the padded input's
+// width less the output's), and saves the window form's gather, which cuts every panel of positions
+// into runs clamped to the padding at the ends of rows. Kept where the junk is at most a quarter of
+// the columns (3x3 on 14- and 28-wide maps: 12.5% and 7%; measured in docs/results/cpu-bench.md).
+bool shifted_pays(const Window2d& w, std::int64_t out_width) {
+  return 4 * (w.kernel_w - 1) <= out_width + w.kernel_w - 1;
+}
+
 }  // namespace
 
 bool conv2d_implicit(const Tensor& x, const Window2d& w) {
@@ -83,15 +93,23 @@ bool conv2d_implicit(const Tensor& x, const Window2d& w) {
   return convolution_microkernel(x.dtype()) != nullptr && w.stride_h == 1 && w.stride_w == 1;
 }
 
-void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, Tensor& y) {
+void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w, Tensor& y,
+                    ConvForm form) {
   if (y.numel() == 0) return;
   const Tensor bias_f32 = bias.defined() ? widened<float>(bias) : Tensor();  // exact
-  convolve(*convolution_microkernel(x.dtype()), x, weight, bias_f32.defined() ? bias_f32.data<float>() : nullptr, w, y);
+  const MicroKernel& kernel = *convolution_microkernel(x.dtype());
+  const float* bias_values = bias_f32.defined() ? bias_f32.data<float>() : nullptr;
+  if (form == ConvForm::Shifted || (form == ConvForm::Best && shifted_pays(w, w.out_w())))
+    return conv2d_forward_shifted(kernel, x, weight, bias_values, w, y);
+  convolve(kernel, x, weight, bias_values, w, y);
 }
 
-void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w, Tensor& dx) {
+void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w, Tensor& dx, ConvForm form) {
   if (dx.numel() == 0) return;
   const MicroKernel& kernel = *convolution_microkernel(dy.dtype());
+  if (form == ConvForm::Shifted ||
+      (form == ConvForm::Best && conv2d_shifted_input_grad_applies(w) && shifted_pays(w, w.width)))
+    return conv2d_input_grad_shifted(kernel, dy, weight, w, dx);
   const std::int64_t out_channels = weight.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t positions = w.out_h() * w.out_w(), image = w.channels * w.height * w.width;
   parallel_for(w.batch, 1, [&](std::int64_t begin, std::int64_t end) {

@@ -25,8 +25,8 @@ T* reserve(std::vector<T>& buffer, std::int64_t count) {
 }
 
 const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k) {
-  return static_cast<const std::byte*>(x.data) +
-         (line * x.line_stride + k * x.k_stride) * static_cast<std::int64_t>(dtype_size(x.dtype));
+  const std::int64_t at = line * x.line_stride + (x.k_offsets ? x.k_offsets[k] : k * x.k_stride);
+  return static_cast<const std::byte*>(x.data) + at * static_cast<std::int64_t>(dtype_size(x.dtype));
 }
 
 // n values of a run of x as f32: loops the compiler vectorises for f32 and bf16 (a shift), F16C for f16
@@ -215,16 +215,21 @@ std::int64_t pack_transposed_8x8(const GemmOperand& x, std::int64_t line0, std::
                                  std::int64_t kc, int width, float* out) {
   const std::int64_t steps = Pairs ? kc / 2 : kc;  // whole steps (an odd last k is the caller's)
   const std::int64_t blocked_lines = lines / 8 * 8, blocked_steps = steps / 8 * 8;
-  const auto load = [&](std::int64_t line, std::int64_t step) {
-    if constexpr (Pairs)
-      return _mm256_loadu_ps(reinterpret_cast<const float*>(element(x, line, k0 + 2 * step)));
-    else
-      return load_8(element(x, line, k0 + step), x.dtype);
-  };
+  // A step is 4 bytes (a pair, or an f32) or 2 (an f16 or bf16 to widen): the 8 lines' starts are
+  // found once per block of lines, not per load (element() per load cost a fifth of a conv's packing).
+  const std::int64_t step_bytes = Pairs ? 4 : static_cast<std::int64_t>(dtype_size(x.dtype));
   for (std::int64_t l = 0; l < blocked_lines; l += 8) {
+    const std::byte* starts[8];
+    for (int i = 0; i < 8; ++i) starts[i] = element(x, line0 + l + i, k0);
     for (std::int64_t step = 0; step < blocked_steps; step += 8) {
       __m256 r[8];
-      for (int i = 0; i < 8; ++i) r[i] = load(line0 + l + i, step);
+      for (int i = 0; i < 8; ++i) {
+        const std::byte* at = starts[i] + step * step_bytes;
+        if constexpr (Pairs)
+          r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(at));
+        else
+          r[i] = load_8(at, x.dtype);
+      }
       store_transposed_8x8(r, out + step * width + l, width);
     }
     for (std::int64_t step = blocked_steps; step < steps; ++step)
@@ -261,6 +266,20 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   }
   if (lines < width)
     for (std::int64_t k = 0; k < kc; ++k) std::fill(out + k * width + lines, out + (k + 1) * width, 0.0f);
+  if (x.k_offsets) {  // shifted (line_stride 1): each k one run of lines from its own start
+    assert(x.line_stride == 1);
+    const auto size = static_cast<std::int64_t>(dtype_size(x.dtype));
+    const std::byte* first = static_cast<const std::byte*>(x.data) + line0 * size;
+    if (x.dtype == DType::F32)  // a copy the compiler vectorises, no call per k
+      for (std::int64_t k = 0; k < kc; ++k) {
+        const float* run = reinterpret_cast<const float*>(first + x.k_offsets[k0 + k] * size);
+        for (std::int64_t l = 0; l < lines; ++l) out[k * width + l] = run[l];
+      }
+    else
+      for (std::int64_t k = 0; k < kc; ++k)
+        widen_run(first + x.k_offsets[k0 + k] * size, x.dtype, out + k * width, lines);
+    return;
+  }
   if (x.line_stride == 1) {  // the lines are contiguous at each k: one conversion per k
     for (std::int64_t k = 0; k < kc; ++k) widen_run(element(x, line0, k0 + k), x.dtype, out + k * width, lines);
     return;
@@ -304,10 +323,11 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
   const auto* bits = static_cast<const std::uint16_t*>(x.data);
   if (lines < width)
     for (std::int64_t s = 0; s < steps; ++s) std::fill(out + s * width + lines, out + (s + 1) * width, 0u);
+  assert(!x.k_offsets || x.line_stride == 1);
   if (x.line_stride == 1) {  // contiguous lines: interleave two rows of k, a vector loop
     for (std::int64_t s = 0; s < whole; ++s) {
-      const std::uint16_t* even = bits + line0 + (k0 + 2 * s) * x.k_stride;
-      const std::uint16_t* odd = even + x.k_stride;
+      const auto* even = reinterpret_cast<const std::uint16_t*>(element(x, line0, k0 + 2 * s));
+      const auto* odd = reinterpret_cast<const std::uint16_t*>(element(x, line0, k0 + 2 * s + 1));
       for (std::int64_t line = 0; line < lines; ++line)
         out[s * width + line] = std::uint32_t{even[line]} | std::uint32_t{odd[line]} << 16;
     }

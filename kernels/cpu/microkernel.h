@@ -65,6 +65,11 @@ struct MicroKernel {
   // `accumulate` (else the sums start from +0), written at the end. a, b: the packed micro-panels
   // (layouts above); steps: how many steps of k they hold (pairs for Bf16Dot).
   void (*run)(std::int64_t steps, const void* a, const void* b, float* acc, std::int64_t ld, bool accumulate);
+  // The same steps with B read in place, not packed (the Fma kernels): step s's NR f32 values at
+  // b + offsets[s], a shifted operand (kernels/cpu/gemm_packed.h; a stride-1 convolution's padded
+  // image, which packing copied nine times over). nullptr where B must be packed.
+  void (*run_shifted)(std::int64_t steps, const void* a, const float* b, const std::int64_t* offsets, float* acc,
+                      std::int64_t ld, bool accumulate) = nullptr;
 };
 
 // The kernel with that id, or nullptr when this CPU lacks its instructions (models: never null).
