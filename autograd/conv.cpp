@@ -1,10 +1,12 @@
 // conv2d: a convolution, on one of two paths.
 //
 // On the CPU, where a GEMM microkernel runs for the dtype (kernels/conv.h, conv2d_implicit), as
-// implicit GEMMs that read each window straight from the image and write channels-first:
+// implicit GEMMs that read each window straight from the image (or from a zero-padded copy of it,
+// kernels/cpu/conv_shifted.h) and write channels-first:
 //   y  = conv2d_forward(x, W, bias)        [N, O, OH, OW]   each element one f32 sum + bias, rounded once
-//   dx = conv2d_input_grad(dy, W)          [N, C, H, W]     each window's share in f32 (dy^T W, one image
-//                                                           at a time), summed in f32 (col2im), rounded once
+//   dx = conv2d_input_grad(dy, W)          [N, C, H, W]     one f32 sum per element (the forward pass of
+//                                                           the padded dy with W mirrored), rounded once;
+//                                                           or windows' shares summed in f32 (col2im)
 //   dW = conv2d_weight_grad(dy, x)         [O, C, KH, KW]   summed over every image in f32, rounded once
 //   db = dy summed over N, OH, OW                           (in f32, rounded once: mg::sum_to)
 // Saved for backward: x and W (under autocast their f16/bf16 copies), no window matrix at all.

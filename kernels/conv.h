@@ -39,8 +39,9 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
 
 // The implicit GEMMs are the CPU's alone (a GPU runs im2col and a GEMM).
-// The forward pass and dx have two forms (kernels/cpu/conv_shifted.h): Best picks per shape; the tests
-// name one to hold both to the same results.
+// Each pass has two forms: Window (the implicit GEMMs above) and Shifted (over zero-padded copies of the
+// images, kernels/cpu/conv_shifted.h; dW there only on kernels that read both operands in place, else
+// Window). Best picks per shape; the tests name one to hold both to the same results.
 namespace cpu {
 enum class ConvForm : std::uint8_t { Best, Window, Shifted };
 bool conv2d_implicit(const Tensor& x, const Window2d& window);
@@ -48,7 +49,8 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
                     ConvForm form = ConvForm::Best);
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& window, Tensor& dx,
                        ConvForm form = ConvForm::Best);
-void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw);
+void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& window, Tensor& dw,
+                        ConvForm form = ConvForm::Best);
 }  // namespace cpu
 
 }  // namespace mg::kernels

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/cpu/conv_shifted.h"
 #include "kernels/threads.h"
 #include "tests/testing.h"
 
@@ -170,13 +171,16 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
     }
 }
 
-TEST_CASE("conv2d: the shifted and window forms agree: the forward's bits, dx within 0.5 ulp of the f64 sum") {
-  // kernels/cpu/conv_shifted.h: the forward pass over a zero-padded copy of each image sums the same
-  // products in the same order as the window form (the same bits); dx, the mirrored forward pass over
-  // the padded dy, is one f32 sum per element rounded once, held to the f64 loop as the first case here.
-  // Geometries: the benchmark's 3x3 pad 1, a 5x5 pad 2 (junk columns past a quarter: Best keeps the
-  // window form), no padding, padding K - 1 (dy padded by 0), a 1x1, a 2x3 kernel; batch 1 on 2 threads
-  // cuts an image's positions between the threads.
+TEST_CASE("conv2d: the padded-image forms agree with the window form on every kernel: y's and dW's bits, dx's bound") {
+  // kernels/cpu/conv_shifted.h, on every microkernel this CPU runs (the scalar models too, so both the
+  // in-place path of the Fma kernels and the packed path of the dot kernel run on any machine):
+  // - on an Fma kernel the forward pass and dW read the padded images in place and sum the same
+  //   products in the same order as the window form: the same bits (dW's values are held to f64 by the
+  //   case above); on the dot kernel (its own arithmetic) y is held to the f64 loop;
+  // - dx, the mirrored forward pass over the padded dy, is one f32 sum per element rounded once, held to
+  //   the f64 loop as the first case here.
+  // Geometries: the benchmark's 3x3 pad 1, a 5x5 pad 2, no padding, padding K - 1 (dy padded by 0), a
+  // 1x1, a 2x3 kernel; batch 1 on 2 threads cuts an image's positions between the threads.
   struct Case {
     std::int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, padding;
   };
@@ -185,46 +189,78 @@ TEST_CASE("conv2d: the shifted and window forms agree: the forward's bits, dx wi
   const int threads = num_threads();
   std::uint64_t seed = 90;
   for (const int thread_count : {1, 2})
-    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
-      for (const Case& g : cases) {
-        set_num_threads(thread_count);
-        const kernels::Window2d w{.batch = g.batch,
-                                  .channels = g.channels,
-                                  .height = g.height,
-                                  .width = g.width,
-                                  .kernel_h = g.kernel_h,
-                                  .kernel_w = g.kernel_w,
-                                  .pad_h = g.padding,
-                                  .pad_w = g.padding};
-        INFO(fmt::format("{} on {} thread(s): x [{}, {}, {}, {}], kernel {} x {}, {} out channels, padding {}",
-                         dtype_name(dtype), thread_count, g.batch, g.channels, g.height, g.width, g.kernel_h,
-                         g.kernel_w, g.out_channels, g.padding));
-        const Tensor x = uniform_in({g.batch, g.channels, g.height, g.width}, dtype, seed++, -1.0, 1.0);
-        const Tensor weight = uniform_in({g.out_channels, g.channels, g.kernel_h, g.kernel_w}, dtype, seed++, -1.0,
-                                         1.0);
-        const Tensor bias = uniform_in({g.out_channels}, DType::F32, seed++, -1.0, 1.0);
-        const Shape y_shape{g.batch, g.out_channels, w.out_h(), w.out_w()};
-        Tensor window_y = full(y_shape, 7.0, {.dtype = dtype}), shifted_y = full(y_shape, 7.0, {.dtype = dtype});
-        kernels::cpu::conv2d_forward(x, weight, bias, w, window_y, kernels::cpu::ConvForm::Window);
-        kernels::cpu::conv2d_forward(x, weight, bias, w, shifted_y, kernels::cpu::ConvForm::Shifted);
-        CHECK(shifted_y.to_vector<double>() == window_y.to_vector<double>());
-
-        const Tensor dy = uniform_in(y_shape, dtype, seed++, -1.0, 1.0);
-        const InputGradient r = reference_input_gradient(dy, weight, x.shape(), 1, g.padding);
-        const double terms = static_cast<double>(g.out_channels * g.kernel_h * g.kernel_w + 2);
-        const double atol = dtype == DType::F16 ? 0x1p-25 : 0.0;
-        for (const auto form : {kernels::cpu::ConvForm::Window, kernels::cpu::ConvForm::Shifted}) {
-          Tensor dx = full(x.shape(), 7.0, {.dtype = dtype});
-          kernels::cpu::conv2d_input_grad(dy, weight, w, dx, form);
-          const std::vector<double> got = dx.to_vector<double>();
-          int wrong = 0;
-          for (std::size_t i = 0; i < got.size(); ++i) {
-            const double bound = tolerance(dtype, 0.5) * std::fabs(r.dx[i]) + terms * 0x1p-24 * r.abs_sum[i] + atol;
-            if (!(std::fabs(got[i] - r.dx[i]) <= bound) && wrong++ < 3)
-              MESSAGE((form == kernels::cpu::ConvForm::Shifted ? "shifted" : "window")
-                      << " dx element " << i << ": got " << got[i] << ", f64 " << r.dx[i]);
+    for (const kernels::cpu::MicroKernel* kernel : kernels::cpu::runnable_microkernels())
+      for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+        const bool dot = kernel->arith == kernels::cpu::MicroArith::Bf16Dot;
+        if (dot && dtype != DType::BF16) continue;
+        for (const Case& g : cases) {
+          set_num_threads(thread_count);
+          const kernels::Window2d w{.batch = g.batch,
+                                    .channels = g.channels,
+                                    .height = g.height,
+                                    .width = g.width,
+                                    .kernel_h = g.kernel_h,
+                                    .kernel_w = g.kernel_w,
+                                    .pad_h = g.padding,
+                                    .pad_w = g.padding};
+          INFO(fmt::format("{} {} on {} thread(s): x [{}, {}, {}, {}], kernel {} x {}, {} out channels, padding {}",
+                           kernel->name, dtype_name(dtype), thread_count, g.batch, g.channels, g.height, g.width,
+                           g.kernel_h, g.kernel_w, g.out_channels, g.padding));
+          const Tensor x = uniform_in({g.batch, g.channels, g.height, g.width}, dtype, seed++, -1.0, 1.0);
+          const Tensor weight = uniform_in({g.out_channels, g.channels, g.kernel_h, g.kernel_w}, dtype, seed++, -1.0,
+                                           1.0);
+          const Tensor bias = uniform_in({g.out_channels}, DType::F32, seed++, -1.0, 1.0);
+          const Shape y_shape{g.batch, g.out_channels, w.out_h(), w.out_w()};
+          Tensor window_y = full(y_shape, 7.0, {.dtype = dtype}), padded_y = full(y_shape, 7.0, {.dtype = dtype});
+          kernels::cpu::conv2d_forward(x, weight, bias, w, window_y, kernels::cpu::ConvForm::Window);
+          kernels::cpu::conv2d_forward_shifted(*kernel, x, weight, bias.data<float>(), w, padded_y);
+          if (!dot) {
+            CHECK(padded_y.to_vector<double>() == window_y.to_vector<double>());
+          } else {  // the f64 convolution of the same values, and of their magnitudes (the error's scale)
+            const Conv2dOptions o{.padding = g.padding};
+            const std::vector<double> want =
+                conv2d(x.to(DType::F64), weight.to(DType::F64), bias.to(DType::F64), o).to_vector<double>();
+            const std::vector<double> scale = conv2d(abs(x.to(DType::F64)), abs(weight.to(DType::F64)),
+                                                     abs(bias.to(DType::F64)), o)
+                                                  .to_vector<double>();
+            const std::vector<double> got = padded_y.to_vector<double>();
+            const double terms = static_cast<double>(g.channels * g.kernel_h * g.kernel_w + 2);
+            int wrong = 0;
+            for (std::size_t i = 0; i < got.size(); ++i)
+              if (!(std::fabs(got[i] - want[i]) <=
+                    tolerance(dtype, 0.5) * std::fabs(want[i]) + terms * 0x1p-24 * scale[i]))
+                ++wrong;
+            CHECK(wrong == 0);
           }
-          CHECK(wrong == 0);
+
+          const Tensor dy = uniform_in(y_shape, dtype, seed++, -1.0, 1.0);
+          if (kernel->run_gathered) {
+            Tensor window_dw = full(weight.shape(), 7.0, {.dtype = dtype}),
+                   gathered_dw = full(weight.shape(), 7.0, {.dtype = dtype});
+            kernels::cpu::conv2d_weight_grad(dy, x, w, window_dw, kernels::cpu::ConvForm::Window);
+            kernels::cpu::conv2d_weight_grad_gathered(*kernel, dy, x, w, gathered_dw);
+            CHECK(gathered_dw.to_vector<double>() == window_dw.to_vector<double>());
+          }
+
+          const InputGradient r = reference_input_gradient(dy, weight, x.shape(), 1, g.padding);
+          const double terms = static_cast<double>(g.out_channels * g.kernel_h * g.kernel_w + 2);
+          const double atol = dtype == DType::F16 ? 0x1p-25 : 0.0;
+          for (const bool padded : {false, true}) {
+            Tensor dx = full(x.shape(), 7.0, {.dtype = dtype});
+            if (padded)
+              kernels::cpu::conv2d_input_grad_shifted(*kernel, dy, weight, w, dx);
+            else
+              kernels::cpu::conv2d_input_grad(dy, weight, w, dx, kernels::cpu::ConvForm::Window);
+            const std::vector<double> got = dx.to_vector<double>();
+            int wrong = 0;
+            for (std::size_t i = 0; i < got.size(); ++i) {
+              const double bound = tolerance(dtype, 0.5) * std::fabs(r.dx[i]) + terms * 0x1p-24 * r.abs_sum[i] + atol;
+              if (!(std::fabs(got[i] - r.dx[i]) <= bound) && wrong++ < 3)
+                MESSAGE((padded ? "padded" : "window")
+                        << " dx element " << i << ": got " << got[i] << ", f64 " << r.dx[i]);
+            }
+            CHECK(wrong == 0);
+          }
         }
       }
   set_num_threads(threads);

@@ -1,7 +1,9 @@
-// Convolution on the CPU as implicit GEMMs (kernels/conv.h): the packed GEMM (kernels/cpu/
-// gemm_packed.h) reads each window straight from the image as it packs, so no im2col matrix is
-// written, and its output is already channels-first. Shapes, for x [N, C, H, W], weight [O, C, KH, KW],
-// P = OH * OW output positions and T = C * KH * KW taps:
+// Convolution on the CPU as implicit GEMMs (kernels/conv.h), in two forms. This file is the window form,
+// and the choice: where the padded-image forms of kernels/cpu/conv_shifted.h pay (on the Fma kernels,
+// every stride-1 pass but a dx with padding >= the kernel), they run instead (ConvForm::Best).
+// The window form: the packed GEMM (kernels/cpu/gemm_packed.h) reads each window straight from the
+// image as it packs, so no im2col matrix is written, and its output is already channels-first. Shapes,
+// for x [N, C, H, W], weight [O, C, KH, KW], P = OH * OW output positions and T = C * KH * KW taps:
 //
 //   forward   y[n]  [O, P]   = W [O, T]  x  im2col(x[n])^T [T, P]   + bias per row   one product per image
 //   dW        dW    [O, T]   = dy [O, N * P] x im2col(x) [N * P, T]                   k runs over every image
@@ -12,7 +14,7 @@
 // microkernel contract); dx is f32 shares summed in f32 and rounded once, as col2im's always were.
 // Threads: the images of a batch (forward, dx), the columns of dW.
 // Tests: build/tests/test_ops_conv (forward against f64 loops), build/tests/test_ops_conv_grad (dx, dW
-// and db against f64 references). Benchmark: build/bench/train_step conv:128 cnn:128.
+// and db against f64 references; both forms on every kernel). Benchmark: build/bench/train_step conv:128 cnn:128.
 #include <algorithm>
 #include <vector>
 
@@ -76,13 +78,14 @@ void add_window_shares(const float* shares, const Window2d& w, float* sum) {
       }
 }
 
-// Whether the shifted form (kernels/cpu/conv_shifted.h) beats the window form for a pass whose output
-// rows are `out_width` wide: it computes kernel_w - 1 junk columns per output row (the padded input's
-// width less the output's), and saves the window form's gather, which cuts every panel of positions
-// into runs clamped to the padding at the ends of rows. Kept where the junk is at most a quarter of
-// the columns (3x3 on 14- and 28-wide maps: 12.5% and 7%; measured in docs/results/cpu-bench.md).
-bool shifted_pays(const Window2d& w, std::int64_t out_width) {
-  return 4 * (w.kernel_w - 1) <= out_width + w.kernel_w - 1;
+// Whether the padded-image forms (kernels/cpu/conv_shifted.h) beat the window form for a pass whose output
+// rows are `out_width` wide. On a kernel that reads both operands in place (the Fma kernels) always:
+// nothing is packed and no junk computed. On the dot kernel the shifted form packs a panel of positions
+// as one copy per tap and computes kernel_w - 1 junk columns per output row; the window form cuts every
+// panel into runs clamped to the padding at the ends of rows. There it is kept where the junk is at
+// most a quarter of the columns (3x3 on 14- and 28-wide maps: 12.5% and 7%).
+bool padded_pays(const MicroKernel& kernel, const Window2d& w, std::int64_t out_width) {
+  return kernel.run_gathered || 4 * (w.kernel_w - 1) <= out_width + w.kernel_w - 1;
 }
 
 }  // namespace
@@ -99,7 +102,7 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const Tensor bias_f32 = bias.defined() ? widened<float>(bias) : Tensor();  // exact
   const MicroKernel& kernel = *convolution_microkernel(x.dtype());
   const float* bias_values = bias_f32.defined() ? bias_f32.data<float>() : nullptr;
-  if (form == ConvForm::Shifted || (form == ConvForm::Best && shifted_pays(w, w.out_w())))
+  if (form == ConvForm::Shifted || (form == ConvForm::Best && padded_pays(kernel, w, w.out_w())))
     return conv2d_forward_shifted(kernel, x, weight, bias_values, w, y);
   convolve(kernel, x, weight, bias_values, w, y);
 }
@@ -108,7 +111,7 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
   if (dx.numel() == 0) return;
   const MicroKernel& kernel = *convolution_microkernel(dy.dtype());
   if (form == ConvForm::Shifted ||
-      (form == ConvForm::Best && conv2d_shifted_input_grad_applies(w) && shifted_pays(w, w.width)))
+      (form == ConvForm::Best && conv2d_shifted_input_grad_applies(w) && padded_pays(kernel, w, w.width)))
     return conv2d_input_grad_shifted(kernel, dy, weight, w, dx);
   const std::int64_t out_channels = weight.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t positions = w.out_h() * w.out_w(), image = w.channels * w.height * w.width;
@@ -135,9 +138,12 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
   });
 }
 
-void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& w, Tensor& dw) {
+void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& w, Tensor& dw, ConvForm form) {
   if (dw.numel() == 0) return;
   const MicroKernel& kernel = *convolution_microkernel(x.dtype());
+  // Both operands read in place, nothing packed (kernels/cpu/conv_shifted.h), where the kernel can (the
+  // Fma kernels; the dot kernel packs bf16 pairs): Shifted and Best alike.
+  if (form != ConvForm::Window && kernel.run_gathered) return conv2d_weight_grad_gathered(kernel, dy, x, w, dw);
   const std::int64_t out_channels = dw.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t positions = w.out_h() * w.out_w();
   // Columns (taps) per thread; every tile packs all of dy again, so as few tiles as threads.

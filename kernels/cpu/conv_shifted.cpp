@@ -22,6 +22,8 @@ struct Images {
   std::int64_t batch = 0, channels = 0, height = 0, width = 0;
 };
 
+constexpr int kMaxMicroRows = 12;  // the largest MR of kernels/cpu/microkernel.h
+
 // Each thread's padded image and GEMM result, kept from call to call (fresh pages cost ~10 us each).
 thread_local std::vector<std::byte> padded_buffer, result_buffer;
 
@@ -67,11 +69,8 @@ void keep_columns(const std::byte* result, std::int64_t ld, std::int64_t rows, s
 void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
                       std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
                       const float* bias, Tensor& out) {
-  // The FMA kernels read the padded image in place (MicroKernel::run_shifted), so it is made f32 as it is
-  // copied (exact); the dot kernel packs its bf16 pairs from the bits.
-  const DType padded_dtype = kernel.arith == MicroArith::Fma ? DType::F32 : in.dtype;
-  const std::int64_t size = static_cast<std::int64_t>(dtype_size(padded_dtype));
-  const std::int64_t in_size = static_cast<std::int64_t>(dtype_size(in.dtype));
+  const DType padded_dtype = in.dtype;  // packing converts
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(padded_dtype)), in_size = size;
   const std::int64_t padded_h = in.height + 2 * pad_h, padded_w = in.width + 2 * pad_w, plane = padded_h * padded_w;
   const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1;
   assert(out.numel() == in.batch * rows * out_h * out_w);
@@ -83,9 +82,8 @@ void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::by
       for (std::int64_t kw = 0; kw < kernel_w; ++kw)
         offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
   // The last position of the last tap reads (channels - 1) * plane + (kernel_h - 1 + out_h) * padded_w +
-  // kernel_w - 2 = channels * plane + kernel_w - 2: a few zeros past the last channel's plane, and a
-  // kernel reading in place reads a whole micro-panel, up to nr - 1 positions past the last.
-  const std::int64_t padded_elements = in.channels * plane + kernel_w - 1 + kernel.nr;
+  // kernel_w - 2 = channels * plane + kernel_w - 2: a few zeros past the last channel's plane.
+  const std::int64_t padded_elements = in.channels * plane + kernel_w - 1;
   const std::int64_t out_size = static_cast<std::int64_t>(dtype_size(out.dtype()));
   assert(out_size == 4 || out_size == 2);  // f32, f16 or bf16 (no microkernel multiplies f64)
   // Whole images per thread; a batch smaller than the pool is also cut along positions.
@@ -133,6 +131,96 @@ void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::by
   });
 }
 
+// The same convolution on a kernel that reads both operands in place (MicroKernel::run_gathered): the
+// rows of a tile are MR output positions, each a line of the padded image starting where its window
+// does; a step is a tap, at the tap's offset on every line; B is the weight transposed, [taps, rows]
+// (rows padded to whole micro-panels of NR with zeros). So no junk columns and no packing: the tile
+// [positions, rows] is stored transposed into out[n] [rows, positions], with the bias added to the f32
+// sum and one rounding, as the window form's epilogue (the same chain over the taps: the same bits).
+void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
+                       std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
+                       const float* bias, Tensor& out) {
+  const int mr = kernel.mr, nr = kernel.nr;
+  assert(mr <= kMaxMicroRows && mr * nr <= kMaxMicroRows * 32);
+  const std::int64_t padded_h = in.height + 2 * pad_h, padded_w = in.width + 2 * pad_w, plane = padded_h * padded_w;
+  const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1, positions = out_h * out_w;
+  assert(out.numel() == in.batch * rows * positions);
+  const std::int64_t taps = in.channels * kernel_h * kernel_w;
+  std::vector<std::int64_t> tap_offsets(static_cast<std::size_t>(taps)),
+      position_offsets(static_cast<std::size_t>(positions));
+  for (std::int64_t c = 0, t = 0; c < in.channels; ++c)
+    for (std::int64_t kh = 0; kh < kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < kernel_w; ++kw)
+        tap_offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
+  for (std::int64_t oh = 0; oh < out_h; ++oh)
+    for (std::int64_t ow = 0; ow < out_w; ++ow)
+      position_offsets[static_cast<std::size_t>(oh * out_w + ow)] = oh * padded_w + ow;
+  // The weight transposed and widened once: [taps, row_width], zeros past the last row.
+  const std::int64_t row_width = (rows + nr - 1) / nr * nr, in_size = static_cast<std::int64_t>(dtype_size(in.dtype));
+  std::vector<float> transposed(static_cast<std::size_t>(taps * row_width), 0.0f), line(static_cast<std::size_t>(taps));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    copy_row(weight + r * taps * in_size, in.dtype, reinterpret_cast<std::byte*>(line.data()), DType::F32, taps);
+    for (std::int64_t t = 0; t < taps; ++t)
+      transposed[static_cast<std::size_t>(t * row_width + r)] = line[static_cast<std::size_t>(t)];
+  }
+  const bool direct = out.dtype() == DType::F32;  // else f32 sums, rounded per row of the part
+  // Whole images per thread; a batch smaller than the pool is also cut along positions.
+  const std::int64_t panels = (positions + mr - 1) / mr;
+  const std::int64_t parts = std::clamp<std::int64_t>((num_threads() + in.batch - 1) / in.batch, 1, panels);
+  const Chunks cut{panels, parts};
+  parallel_for(in.batch * parts, 1, [&](std::int64_t begin, std::int64_t end) {
+    auto* padded = reinterpret_cast<float*>(reserve_bytes(padded_buffer, in.channels * plane * 4));
+    auto* sums = reinterpret_cast<float*>(reserve_bytes(result_buffer, direct ? 0 : rows * positions * 4));
+    std::fill(padded, padded + in.channels * plane, 0.0f);  // the border stays zero from here on
+    alignas(64) float tile[kMaxMicroRows * 32];
+    std::int64_t copied = -1;  // the image now in `padded`
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t n = item / parts, part = item % parts;
+      if (n != copied) {
+        for (std::int64_t c = 0; c < in.channels; ++c)
+          for (std::int64_t ih = 0; ih < in.height; ++ih)
+            copy_row(in.data + (((n * in.channels + c) * in.height + ih) * in.width) * in_size, in.dtype,
+                     reinterpret_cast<std::byte*>(padded + c * plane + (ih + pad_h) * padded_w + pad_w), DType::F32,
+                     in.width);
+        copied = n;
+      }
+      float* image = direct ? reinterpret_cast<float*>(bytes_at(out, n * rows * positions)) : sums;
+      const std::int64_t p_begin = cut.begin(part) * mr, p_end = std::min(positions, cut.end(part) * mr);
+      for (std::int64_t p0 = p_begin; p0 < p_end; p0 += mr) {
+        const std::int64_t valid = std::min<std::int64_t>(mr, p_end - p0);
+        const float* lines[kMaxMicroRows];
+        for (int i = 0; i < mr; ++i)  // rows past the last position repeat it; their sums are dropped
+          lines[i] = padded + position_offsets[static_cast<std::size_t>(p0 + std::min<std::int64_t>(i, valid - 1))];
+        for (std::int64_t j = 0; j < rows; j += nr) {
+          kernel.run_gathered(taps, lines, tap_offsets.data(), transposed.data() + j, row_width, tile, nr, false);
+          const std::int64_t count = std::min<std::int64_t>(nr, rows - j);
+          for (std::int64_t r = 0; r < count; ++r) {
+            float* to = image + (j + r) * positions + p0;
+            const float b = bias ? bias[j + r] : 0.0f;
+            if (bias)
+              for (std::int64_t i = 0; i < valid; ++i) to[i] = tile[i * nr + r] + b;
+            else
+              for (std::int64_t i = 0; i < valid; ++i) to[i] = tile[i * nr + r];
+          }
+        }
+      }
+      if (!direct)  // this part's positions of every row, rounded once
+        for (std::int64_t r = 0; r < rows; ++r)
+          convert(sums + r * positions + p_begin, DType::F32, bytes_at(out, (n * rows + r) * positions + p_begin),
+                  out.dtype(), p_end - p_begin);
+    }
+  });
+}
+
+// The convolution of both passes on the padded images: read in place where the kernel can, else packed.
+void convolve_padded(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
+                     std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
+                     const float* bias, Tensor& out) {
+  if (kernel.run_gathered)
+    return convolve_gathered(kernel, in, weight, rows, kernel_h, kernel_w, pad_h, pad_w, bias, out);
+  convolve_shifted(kernel, in, weight, rows, kernel_h, kernel_w, pad_h, pad_w, bias, out);
+}
+
 }  // namespace
 
 bool conv2d_shifted_forward_applies(const Window2d& w) { return w.stride_h == 1 && w.stride_w == 1; }
@@ -150,8 +238,8 @@ void conv2d_forward_shifted(const MicroKernel& kernel, const Tensor& x, const Te
                       .channels = w.channels,
                       .height = w.height,
                       .width = w.width};
-  convolve_shifted(kernel, images, reinterpret_cast<const std::byte*>(weight.data_ptr()), weight.size(0), w.kernel_h,
-                   w.kernel_w, w.pad_h, w.pad_w, bias, y);
+  convolve_padded(kernel, images, reinterpret_cast<const std::byte*>(weight.data_ptr()), weight.size(0), w.kernel_h,
+                  w.kernel_w, w.pad_h, w.pad_w, bias, y);
 }
 
 void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, const Tensor& weight, const Window2d& w,
@@ -175,8 +263,77 @@ void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, cons
                          .channels = out_channels,
                          .height = w.out_h(),
                          .width = w.out_w()};
-  convolve_shifted(kernel, gradients, mirrored.data(), w.channels, kh, kw, kh - 1 - w.pad_h, kw - 1 - w.pad_w, nullptr,
-                   dx);
+  convolve_padded(kernel, gradients, mirrored.data(), w.channels, kh, kw, kh - 1 - w.pad_h, kw - 1 - w.pad_w, nullptr,
+                  dx);
+}
+
+void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, const Tensor& x, const Window2d& w,
+                                 Tensor& dw) {
+  assert(kernel.run_gathered && conv2d_shifted_forward_applies(w));
+  const std::int64_t out_channels = dw.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
+  const std::int64_t out_h = w.out_h(), out_w = w.out_w(), positions = out_h * out_w;
+  const std::int64_t padded_w = w.width + 2 * w.pad_w, plane = (w.height + 2 * w.pad_h) * padded_w;
+  const int mr = kernel.mr, nr = kernel.nr;
+  assert(mr <= kMaxMicroRows);
+  // Where a tap's line starts in the padded image, and where an output position sits on every line.
+  std::vector<std::int64_t> tap_offsets(static_cast<std::size_t>(taps)),
+      position_offsets(static_cast<std::size_t>(positions));
+  for (std::int64_t c = 0, t = 0; c < w.channels; ++c)
+    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
+        tap_offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
+  for (std::int64_t oh = 0; oh < out_h; ++oh)
+    for (std::int64_t ow = 0; ow < out_w; ++ow)
+      position_offsets[static_cast<std::size_t>(oh * out_w + ow)] = oh * padded_w + ow;
+  // dy of one image as [positions, channels], each row whole micro-panels of NR (zeros past the last channel).
+  const std::int64_t panels = (out_channels + nr - 1) / nr, row_width = panels * nr;
+  const std::int64_t x_size = static_cast<std::int64_t>(dtype_size(x.dtype()));
+  const std::int64_t dy_size = static_cast<std::int64_t>(dtype_size(dy.dtype()));
+  const std::int64_t row_panels = (taps + mr - 1) / mr;
+  // Taps (rows of the transposed dW) per thread; each thread reads every image.
+  const Chunks cut{row_panels, std::clamp<std::int64_t>(num_threads(), 1, row_panels)};
+  parallel_for(cut.count, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t part = begin; part < end; ++part) {
+      const std::int64_t first = cut.begin(part) * mr, last = std::min(taps, cut.end(part) * mr);
+      const std::int64_t rows = (cut.end(part) - cut.begin(part)) * mr;
+      // The f32 sums, [taps of this part, channels]: one chain per element over every image's positions,
+      // from +0 (as the window form's), so the same bits.
+      std::vector<float> sums(static_cast<std::size_t>(rows * row_width), 0.0f);
+      auto* padded = reinterpret_cast<float*>(reserve_bytes(padded_buffer, w.channels * plane * 4));
+      auto* gradient = reinterpret_cast<float*>(reserve_bytes(result_buffer, positions * (row_width + 1) * 4));
+      std::fill(padded, padded + w.channels * plane, 0.0f);
+      std::fill(gradient, gradient + positions * row_width, 0.0f);
+      float* row = gradient + positions * row_width;  // one row of dy widened, before it is spread
+      for (std::int64_t n = 0; n < w.batch; ++n) {
+        for (std::int64_t c = 0; c < w.channels; ++c)
+          for (std::int64_t ih = 0; ih < w.height; ++ih)
+            copy_row(reinterpret_cast<const std::byte*>(x.data_ptr()) +
+                         (((n * w.channels + c) * w.height + ih) * w.width) * x_size,
+                     x.dtype(), reinterpret_cast<std::byte*>(padded + c * plane + (ih + w.pad_h) * padded_w + w.pad_w),
+                     DType::F32, w.width);
+        for (std::int64_t o = 0; o < out_channels; ++o) {
+          copy_row(reinterpret_cast<const std::byte*>(dy.data_ptr()) + (n * out_channels + o) * positions * dy_size,
+                   dy.dtype(), reinterpret_cast<std::byte*>(row), DType::F32, positions);
+          for (std::int64_t p = 0; p < positions; ++p) gradient[p * row_width + o] = row[p];
+        }
+        for (std::int64_t panel = cut.begin(part); panel < cut.end(part); ++panel) {
+          const float* lines[kMaxMicroRows];
+          for (int i = 0; i < mr; ++i)  // rows past the last tap repeat it; their sums are dropped
+            lines[i] = padded + tap_offsets[static_cast<std::size_t>(std::min(panel * mr + i, taps - 1))];
+          for (std::int64_t j = 0; j < row_width; j += nr)
+            kernel.run_gathered(positions, lines, position_offsets.data(), gradient + j, row_width,
+                                sums.data() + (panel * mr - first) * row_width + j, row_width, true);
+        }
+      }
+      // dW[o, t] for this part's taps, rounded once from the f32 sums.
+      std::vector<float> column(static_cast<std::size_t>(last - first));
+      for (std::int64_t o = 0; o < out_channels; ++o) {
+        for (std::int64_t t = first; t < last; ++t)
+          column[static_cast<std::size_t>(t - first)] = sums[static_cast<std::size_t>((t - first) * row_width + o)];
+        convert(column.data(), DType::F32, bytes_at(dw, o * taps + first), dw.dtype(), last - first);
+      }
+    }
+  });
 }
 
 }  // namespace mg::kernels::cpu

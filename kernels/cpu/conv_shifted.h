@@ -1,26 +1,32 @@
-// A stride-1 convolution as GEMMs over zero-padded copies of the images ("shifted" operands): the
-// forward pass and the input gradient of kernels/cpu/conv_gemm.cpp where they apply.
+// A stride-1 convolution over zero-padded copies of the images: the forward pass, the input gradient
+// and the weight gradient of kernels/cpu/conv_gemm.cpp where they pay (its ConvForm::Best).
 //
-// Copy image n of x [C, H, W] into a zero-bordered buffer [C, H + 2 pad_h, W + 2 pad_w] (Wp wide) and
-// number the output positions as the buffer's, p = oh * Wp + ow with ow running over all Wp columns.
-// Then the input a tap (c, kh, kw) reads for position p is buffer[p + c * Hp * Wp + kh * Wp + kw]: for
-// every tap the positions are one contiguous run, shifted by the tap's offset. So packing a panel of
-// positions for the GEMM copies one run per tap (GemmOperand's `shifted` form), where the window form
-// (kernels/cpu/gemm_pack.cpp's gather) cuts every panel into runs at the end of each output row and
-// clamps each run to the padding. The price: Wp - OW columns of junk per output row (2 of 16 for a
-// 3x3 kernel on a 14-wide map), computed and dropped when the result is copied into y.
+// Copy image n of x [C, H, W] into a zero-bordered f32 buffer [C, Hp = H + 2 pad_h, Wp = W + 2 pad_w].
+// The window of output position (oh, ow) then starts at oh * Wp + ow, and tap (c, kh, kw) sits at the
+// offset c * Hp * Wp + kh * Wp + kw from every window's start: no clamping to the padding, no
+// division, one add. Tap t of position p is padded[position_offset[p] + tap_offset[t]].
 //
-//   forward  y[n] [O, OH * Wp] = W [O, T] x shifted(x[n]) [T, OH * Wp] + bias, then the first OW columns
-//            of each row copied into y: each element the same f32 sum in the same order of taps as the
-//            window form, so the same bits.
-//   dx       the input gradient is the forward convolution of dy, padded by KH - 1 - pad_h and
-//            KW - 1 - pad_w, with the weight's taps mirrored and its channels swapped:
-//            dx[n] [C, H * Wq] = W' [C, O * KH * KW] x shifted(dy[n]), W'[c, (o, kh, kw)] =
-//            W[o, c, KH - 1 - kh, KW - 1 - kw]: one f32 sum per element (over o, then the taps),
-//            rounded once, where the window form summed each tap's shares (col2im). Needs pad <= K - 1.
+// On the Fma kernels both GEMM operands are read in place, nothing is packed (MicroKernel::run_gathered;
+// the window form packed every value of an image nine times over, once per tap):
+//   forward  a tile is MR output positions x NR output channels: row i's value at step t is
+//            padded[position_offset[p0 + i] + tap_offset[t]], B's row t is the weight transposed
+//            [T, O] (made once a call); the tile is stored transposed into y [O, P], bias added to
+//            the f32 sum, rounded once. The same products in the same order of taps as the window
+//            form: the same bits.
+//   dx       the forward convolution of dy, padded by KH - 1 - pad_h and KW - 1 - pad_w, with the
+//            weight's taps mirrored and its channels swapped: W'[c, (o, kh, kw)] = W[o, c, KH - 1 - kh,
+//            KW - 1 - kw]. One f32 sum per element (over o, then the taps), rounded once, where the
+//            window form summed each tap's shares (col2im). Needs pad <= K - 1.
+//   dW       a tile is MR taps x NR output channels: row i's value at step p is padded[tap_offset[t0 +
+//            i] + position_offset[p]], B's row p is dy of that position over the channels (dy[n]
+//            transposed once per image); the steps run over every position of every image in order:
+//            the window form's chain, the same bits.
+// On the dot kernel (bf16 pairs) the forward pass and dx pack instead (GemmOperand's `shifted` form):
+// a panel of positions is one copy per tap over positions numbered oh * Wp + ow, with Wp - OW junk
+// columns per output row computed and dropped; dW keeps the window form.
 //
-// Tests: build/tests/test_ops_conv (both forms against f64 loops, and the forward's bits against the
-// window form's), build/tests/test_ops_conv_grad. Benchmark: build/bench/train_step conv:128.
+// Tests: build/tests/test_ops_conv_grad (every form on every kernel, the models included, against the
+// window form's bits and the f64 loops). Benchmark: build/bench/train_step conv:128.
 #pragma once
 
 #include "core/tensor.h"
@@ -29,15 +35,18 @@
 
 namespace mg::kernels::cpu {
 
-// Whether the shifted form computes that window's forward pass, or its input gradient.
+// Whether the padded-image forms compute that window's forward pass (stride 1), or its input gradient.
 bool conv2d_shifted_forward_applies(const Window2d& w);
 bool conv2d_shifted_input_grad_applies(const Window2d& w);
 
-// As kernels::cpu::conv2d_forward and conv2d_input_grad (kernels/conv.h), on that microkernel; bias: O
-// f32 values or nullptr.
+// As kernels::cpu::conv2d_forward and conv2d_input_grad (kernels/conv.h), on that microkernel (in place
+// where it has run_gathered, else packed); bias: O f32 values or nullptr.
 void conv2d_forward_shifted(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, const float* bias,
                             const Window2d& w, Tensor& y);
 void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, const Tensor& weight, const Window2d& w,
                                Tensor& dx);
+// As kernels::cpu::conv2d_weight_grad, on a kernel with run_gathered (the Fma kernels), stride 1.
+void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, const Tensor& x, const Window2d& w,
+                                 Tensor& dw);
 
 }  // namespace mg::kernels::cpu

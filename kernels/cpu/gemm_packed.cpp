@@ -227,8 +227,6 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
   const std::int64_t partial_ld = block_cols + 16;
   float* partial = g.k > block_k && !c_holds_sums ? reserve(s.partial, (row1 - row0) * partial_ld) : nullptr;
   alignas(64) float tile[kMaxTile];
-  // A shifted f32 B on a kernel that reads it in place is never packed (MicroKernel::run_shifted).
-  const bool b_in_place = g.b.k_offsets && g.b.dtype == DType::F32 && kernel.run_shifted && !g.b_panels && !chunked;
 
   for (std::int64_t jc = col0; jc < col1; jc += block_cols) {
     const std::int64_t nc = std::min(block_cols, col1 - jc);
@@ -242,23 +240,15 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
       const std::int64_t kc = std::min(block_k, g.k - pc), steps = panel_steps(pairs, kc);
       const bool first = pc == 0, last = pc + block_k >= g.k;
       const std::int64_t b_panel = steps * nr, a_panel = steps * mr;  // elements (or pairs) per micro-panel
-      const std::byte* b_block = b_in_place ? nullptr
-                                 : g.b_panels
+      const std::byte* b_block = g.b_panels
                                      ? g.b_panels->block(jc, pc)
                                      : pack_block(g.b, pairs, jc, nc, pc, kc, nr, b_panel, s.b, s.b_pairs, s.packing);
-      // The microkernel on micro-panel j of B (columns jc + j on): packed, or read in place.
-      const auto run = [&](const std::byte* a_micro, std::int64_t j, float* out, std::int64_t ld, bool accumulate) {
-        if (b_in_place)
-          kernel.run_shifted(steps, a_micro, static_cast<const float*>(g.b.data) + jc + j, g.b.k_offsets + pc, out, ld,
-                             accumulate);
-        else
-          kernel.run(steps, a_micro, b_block + j / nr * b_panel * kPanelEntry, out, ld, accumulate);
-      };
       for (std::int64_t ic = row0; ic < row1; ic += block_rows) {
         const std::int64_t mc = std::min(block_rows, row1 - ic);
         const std::byte* a_block = pack_block(g.a, pairs, ic, mc, pc, kc, mr, a_panel, s.a, s.a_pairs, s.packing);
         for (std::int64_t j = 0; j < nc; j += nr) {
           const int cols = static_cast<int>(std::min<std::int64_t>(nr, nc - j));
+          const std::byte* b_micro = b_block + j / nr * b_panel * kPanelEntry;
           for (std::int64_t i = 0; i < mc; i += mr) {
             const int rows = static_cast<int>(std::min<std::int64_t>(mr, mc - i));
             const std::byte* a_micro = a_block + i / mr * a_panel * kPanelEntry;
@@ -271,7 +261,7 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
               for (std::int64_t q = 0; q < kc; q += g.k_chunk) {
                 const std::int64_t length = std::min(g.k_chunk, kc - q), at = pairs ? q / 2 : q;
                 kernel.run(pairs ? (length + 1) / 2 : length, a_micro + at * mr * kPanelEntry,
-                           b_block + (j / nr * b_panel + at * nr) * kPanelEntry, tile, nr, false);
+                           b_micro + at * nr * kPanelEntry, tile, nr, false);
                 add_scaled_chunk(tile, running, rows, cols, nr, first && q == 0, g, ic + i, jc + j, pc + q);
               }
               if (last)
@@ -282,7 +272,7 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
               continue;
             }
             if (rows == mr && cols == nr && sums) {  // a whole tile: the kernel adds into the sums in place
-              run(a_micro, j, sums, ld, !first);
+              kernel.run(steps, a_micro, b_micro, sums, ld, !first);
               if (last && !direct) store_result(sums, ld, rows, cols, g, ic + i, jc + j);
               continue;
             }
@@ -291,7 +281,7 @@ void packed_gemm_tile(const PackedGemm& g, std::int64_t row0, std::int64_t row1,
             if (!first)
               for (int r = 0; r < rows; ++r)
                 std::memcpy(tile + r * nr, sums + r * ld, sizeof(float) * static_cast<std::size_t>(cols));
-            run(a_micro, j, tile, nr, !first);
+            kernel.run(steps, a_micro, b_micro, tile, nr, !first);
             if (last) {
               store_result(tile, nr, rows, cols, g, ic + i, jc + j);
             } else {

@@ -53,9 +53,8 @@ namespace mg::kernels::cpu {
 //             the positions of every image; else the lines are the positions of image `image` and k the taps.
 //   shifted   data + line + k_offsets[k] (line_stride 1): each k its own start, the lines contiguous from
 //             there; a stride-1 convolution over a zero-padded copy of an image, whose taps are shifts of
-//             one run of positions (kernels/cpu/conv_shifted.cpp). An f32 B of this form is not packed
-//             where the kernel reads it in place (MicroKernel::run_shifted), a whole micro-panel at a
-//             time: the data must hold NR - 1 more values past each k's last line.
+//             one run of positions (kernels/cpu/conv_shifted.cpp, for the dot kernel; the Fma kernels
+//             read such images in place, MicroKernel::run_gathered)
 // Packing gathers windows straight from the image: no im2col matrix is ever written.
 //
 // An FP8 or FP4 operand (dtype E4M3, E5M2 or E2M1) is strided over its codes (E2M1: two a byte, the

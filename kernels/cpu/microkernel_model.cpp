@@ -61,23 +61,22 @@ void bf16_dot_tile(std::int64_t steps, const void* a_panel, const void* b_panel,
                                         static_cast<std::uint16_t>(b[j] >> 16));
 }
 
-// The same chain with B read in place (MicroKernel::run_shifted): step s's NR values at b + offsets[s].
+// The same chain with both operands read in place (MicroKernel::run_gathered): row i's value of step s at a_lines[i][offsets[s]].
 template <int MR, int NR>
-void fma_tile_shifted(std::int64_t steps, const void* a_panel, const float* b, const std::int64_t* offsets, float* acc,
-                      std::int64_t ld, bool accumulate) {
-  const auto* a = static_cast<const float*>(a_panel);
+void fma_tile_gathered(std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets, const float* b,
+                       std::int64_t b_stride, float* acc, std::int64_t ld, bool accumulate) {
   if (!accumulate)
     for (int i = 0; i < MR; ++i) std::fill(acc + i * ld, acc + i * ld + NR, 0.0f);
-  for (std::int64_t s = 0; s < steps; ++s, a += MR)
+  for (std::int64_t s = 0; s < steps; ++s, b += b_stride)
     for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) acc[i * ld + j] = std::fma(a[i], b[offsets[s] + j], acc[i * ld + j]);
+      for (int j = 0; j < NR; ++j) acc[i * ld + j] = std::fma(a_lines[i][offsets[s]], b[j], acc[i * ld + j]);
 }
 
 template void fma_tile<12, 32>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
-template void fma_tile_shifted<12, 32>(std::int64_t, const void*, const float*, const std::int64_t*, float*,
-                                       std::int64_t, bool);
-template void fma_tile_shifted<6, 16>(std::int64_t, const void*, const float*, const std::int64_t*, float*,
-                                      std::int64_t, bool);
+template void fma_tile_gathered<12, 32>(std::int64_t, const float* const*, const std::int64_t*, const float*,
+                                        std::int64_t, float*, std::int64_t, bool);
+template void fma_tile_gathered<6, 16>(std::int64_t, const float* const*, const std::int64_t*, const float*,
+                                       std::int64_t, float*, std::int64_t, bool);
 template void fma_tile<6, 16>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
 template void bf16_dot_tile<12, 32>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
 

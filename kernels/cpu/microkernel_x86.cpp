@@ -18,28 +18,19 @@
 
 namespace mg::kernels::cpu::x86 {
 
-// B's row of step s: the packed panel's (offsets null: b advances NR a step) or, read in place from a
-// shifted operand, b + offsets[s] (run_shifted).
-template <int NR>
-inline const float* b_row(const float* b, const std::int64_t* offsets, std::int64_t s) {
-  return offsets ? b + offsets[s] : b + s * NR;
-}
-
-template <bool Shifted>
-__attribute__((target("avx2,fma"))) inline void avx2_fma_6x16_tile(std::int64_t steps, const void* a_panel,
-                                                                   const float* b, const std::int64_t* offsets,
-                                                                   float* acc, std::int64_t ld, bool accumulate) {
+__attribute__((target("avx2,fma"))) void avx2_fma_6x16(std::int64_t steps, const void* a_panel, const void* b_panel,
+                                                       float* acc, std::int64_t ld, bool accumulate) {
   constexpr int MR = 6, NR = 16;
   const auto* a = static_cast<const float*>(a_panel);
+  const auto* b = static_cast<const float*>(b_panel);
   __m256 c[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
     c[i][0] = accumulate ? _mm256_loadu_ps(acc + i * ld) : _mm256_setzero_ps();
     c[i][1] = accumulate ? _mm256_loadu_ps(acc + i * ld + 8) : _mm256_setzero_ps();
   }
-  for (std::int64_t s = 0; s < steps; ++s, a += MR) {
-    const float* row = b_row<NR>(b, Shifted ? offsets : nullptr, s);
-    const __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps(row + 8);
+  for (std::int64_t s = 0; s < steps; ++s, a += MR, b += NR) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i);
@@ -51,32 +42,19 @@ __attribute__((target("avx2,fma"))) inline void avx2_fma_6x16_tile(std::int64_t 
   for (int i = 0; i < MR; ++i) _mm256_storeu_ps(acc + i * ld, c[i][0]), _mm256_storeu_ps(acc + i * ld + 8, c[i][1]);
 }
 
-__attribute__((target("avx2,fma"))) void avx2_fma_6x16(std::int64_t steps, const void* a_panel, const void* b_panel,
-                                                       float* acc, std::int64_t ld, bool accumulate) {
-  avx2_fma_6x16_tile<false>(steps, a_panel, static_cast<const float*>(b_panel), nullptr, acc, ld, accumulate);
-}
-
-__attribute__((target("avx2,fma"))) void avx2_fma_6x16_shifted(std::int64_t steps, const void* a_panel, const float* b,
-                                                               const std::int64_t* offsets, float* acc, std::int64_t ld,
-                                                               bool accumulate) {
-  avx2_fma_6x16_tile<true>(steps, a_panel, b, offsets, acc, ld, accumulate);
-}
-
-template <bool Shifted>
-__attribute__((target("avx512f"))) inline void avx512_fma_12x32_tile(std::int64_t steps, const void* a_panel,
-                                                                     const float* b, const std::int64_t* offsets,
-                                                                     float* acc, std::int64_t ld, bool accumulate) {
+__attribute__((target("avx512f"))) void avx512_fma_12x32(std::int64_t steps, const void* a_panel, const void* b_panel,
+                                                         float* acc, std::int64_t ld, bool accumulate) {
   constexpr int MR = 12, NR = 32;
   const auto* a = static_cast<const float*>(a_panel);
+  const auto* b = static_cast<const float*>(b_panel);
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) {
     c[i][0] = accumulate ? _mm512_loadu_ps(acc + i * ld) : _mm512_setzero_ps();
     c[i][1] = accumulate ? _mm512_loadu_ps(acc + i * ld + 16) : _mm512_setzero_ps();
   }
-  for (std::int64_t s = 0; s < steps; ++s, a += MR) {
-    const float* row = b_row<NR>(b, Shifted ? offsets : nullptr, s);
-    const __m512 b0 = _mm512_loadu_ps(row), b1 = _mm512_loadu_ps(row + 16);
+  for (std::int64_t s = 0; s < steps; ++s, a += MR, b += NR) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
@@ -88,15 +66,57 @@ __attribute__((target("avx512f"))) inline void avx512_fma_12x32_tile(std::int64_
   for (int i = 0; i < MR; ++i) _mm512_storeu_ps(acc + i * ld, c[i][0]), _mm512_storeu_ps(acc + i * ld + 16, c[i][1]);
 }
 
-__attribute__((target("avx512f"))) void avx512_fma_12x32(std::int64_t steps, const void* a_panel, const void* b_panel,
-                                                         float* acc, std::int64_t ld, bool accumulate) {
-  avx512_fma_12x32_tile<false>(steps, a_panel, static_cast<const float*>(b_panel), nullptr, acc, ld, accumulate);
+// The same tiles with both operands read in place (MicroKernel::run_gathered): A's MR values of a
+// step from MR lines of a padded image at the step's offset, B's NR from a row of b; the same
+// multiply-adds in the same order as the packed kernels above.
+__attribute__((target("avx2,fma"))) void avx2_fma_6x16_gathered(std::int64_t steps, const float* const* a_lines,
+                                                                const std::int64_t* offsets, const float* b,
+                                                                std::int64_t b_stride, float* acc, std::int64_t ld,
+                                                                bool accumulate) {
+  constexpr int MR = 6;
+  __m256 c[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    c[i][0] = accumulate ? _mm256_loadu_ps(acc + i * ld) : _mm256_setzero_ps();
+    c[i][1] = accumulate ? _mm256_loadu_ps(acc + i * ld + 8) : _mm256_setzero_ps();
+  }
+  for (std::int64_t s = 0; s < steps; ++s, b += b_stride) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    const std::int64_t at = offsets[s];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a_lines[i] + at);
+      c[i][0] = _mm256_fmadd_ps(ai, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(ai, b1, c[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) _mm256_storeu_ps(acc + i * ld, c[i][0]), _mm256_storeu_ps(acc + i * ld + 8, c[i][1]);
 }
 
-__attribute__((target("avx512f"))) void avx512_fma_12x32_shifted(std::int64_t steps, const void* a_panel,
-                                                                 const float* b, const std::int64_t* offsets,
-                                                                 float* acc, std::int64_t ld, bool accumulate) {
-  avx512_fma_12x32_tile<true>(steps, a_panel, b, offsets, acc, ld, accumulate);
+__attribute__((target("avx512f"))) void avx512_fma_12x32_gathered(std::int64_t steps, const float* const* a_lines,
+                                                                  const std::int64_t* offsets, const float* b,
+                                                                  std::int64_t b_stride, float* acc, std::int64_t ld,
+                                                                  bool accumulate) {
+  constexpr int MR = 12;
+  __m512 c[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    c[i][0] = accumulate ? _mm512_loadu_ps(acc + i * ld) : _mm512_setzero_ps();
+    c[i][1] = accumulate ? _mm512_loadu_ps(acc + i * ld + 16) : _mm512_setzero_ps();
+  }
+  for (std::int64_t s = 0; s < steps; ++s, b += b_stride) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    const std::int64_t at = offsets[s];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a_lines[i][at]);
+      c[i][0] = _mm512_fmadd_ps(ai, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(ai, b1, c[i][1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) _mm512_storeu_ps(acc + i * ld, c[i][0]), _mm512_storeu_ps(acc + i * ld + 16, c[i][1]);
 }
 
 // The same tile with vdpbf16ps: each step is a pair of k, so one instruction does the work of two
