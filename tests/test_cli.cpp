@@ -69,6 +69,9 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
       {"train --steps 1 --keep 3", "--keep requires --save-every"},
       {"train --steps 1 --save-every 0", "--save-every: 0 is not allowed"},
       {"train --steps 1 --save-every 5 --checkpoint-dir /nonexistent-dir/run", "does not exist"},
+      {"train --steps 1 --test-subset 1", "--test-subset: 1 is not allowed: give a whole number >= 2"},
+      {"train --steps 1 --data text --model lstm --test-subset 64",
+       "--test-subset 64: text is scored in windows of --context + 1 = 65 characters; give at least 65"},
   };
   if (cuda_device_count() == 0)  // without a GPU, asking for one is refused before any data is read
     cases.push_back({"train --steps 1 --device cuda", "mixgrad train --device cuda: cuda:0 is not available"});
@@ -81,6 +84,21 @@ TEST_CASE("bad flags are refused with one error line and status 1 before any wor
     CHECK(std::count(run.output.begin(), run.output.end(), '\n') == 1);  // one line
     CHECK(run.output.find("step 1/") == std::string::npos);  // no training happened
   }
+}
+
+TEST_CASE("--test-subset N scores the first N test images: an accuracy in steps of 1 / N, the same model's") {
+  TempDir tmp;
+  const auto accuracy = [&](const std::string& flags) {
+    const auto summary = tmp / "summary.json";
+    REQUIRE(mixgrad(kSmallRun + " --steps 3" + flags + fmt::format(" --summary {}", summary)).status == 0);
+    std::ifstream file(summary);
+    return nlohmann::json::parse(file)["test_accuracy"].get<double>();
+  };
+  const double all = accuracy(""), part = accuracy(" --test-subset 200");
+  CHECK(part * 200 == doctest::Approx(std::round(part * 200)).epsilon(1e-9));
+  CHECK(all * 10000 == doctest::Approx(std::round(all * 10000)).epsilon(1e-9));
+  CHECK(part > 0.3);  // the same trained model: far above chance (0.1) on either set
+  CHECK(all > 0.3);
 }
 
 TEST_CASE("a flag given twice takes its last value, so scripts can pass defaults the user overrides") {
@@ -221,7 +239,8 @@ TEST_CASE("a resume that does not fit the run is refused and says why") {
 TEST_CASE("--device cuda trains the MLP as the CPU does: the same losses step by step, scale and accuracy") {
   if (!mg::testing::have_gpu()) return;
   TempDir tmp;
-  const std::string base = kSmallRun + " --steps 20 --precision mixed_float16";
+  // --test-subset: the emulator (CI's GPU) scores 1,000 test images in a tenth of 10,000's time.
+  const std::string base = kSmallRun + " --steps 20 --precision mixed_float16 --test-subset 1000";
   struct Row {
     double loss, scale;
     int skipped;
@@ -268,7 +287,9 @@ TEST_CASE("--device cuda: the host waits once per 16 steps, for the steps' numbe
   // a Trainer's waits under fp32, mixed_float16 and float16_master.
   TempDir tmp;
   const auto summary = tmp / "summary.json";
-  REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 40 --precision mixed_float16 --device cuda --summary {}", summary))
+  REQUIRE(mixgrad(kSmallRun + fmt::format(" --steps 40 --precision mixed_float16 --device cuda --test-subset 1000 "
+                                          "--summary {}",
+                                          summary))
               .status == 0);
   std::ifstream json(summary);
   CHECK(nlohmann::json::parse(json)["host_waits"].get<int>() == 3);  // after steps 16, 32 and 40
@@ -281,7 +302,7 @@ TEST_CASE("--device cuda --tf32 runs the f32 GEMMs in TF32") {
   TempDir tmp;
   // Not --quiet: the header names the GEMMs' precision.
   const std::string base = "train --data fashion-mnist --model mlp --subset 512 --batch 64 --steps 1 --precision fp32 "
-                           "--device cuda";
+                           "--device cuda --test-subset 1000";
   const auto first_loss = [&](const std::string& flags, const char* name) {
     const auto log = tmp / fmt::format("{}.csv", name);
     Run run = mixgrad(base + flags + fmt::format(" --log {}", log));

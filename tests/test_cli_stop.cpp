@@ -201,7 +201,7 @@ TEST_CASE("a second signal ends the run at once, in the middle of its save, leav
 TEST_CASE("--device cuda: a stopped run saves the device's state and resumes to the same bits") {
   if (!have_gpu()) return;
   TempDir tmp;
-  const std::string run = kSmallRun + " --device cuda --precision mixed_float16 --steps 4";
+  const std::string run = kSmallRun + " --device cuda --precision mixed_float16 --steps 4 --test-subset 1000";
   REQUIRE(mixgrad(run + " --save " + tmp / "straight.safetensors").status == 0);
   auto stopped = spawn_mixgrad("step:2", run + " --save " + tmp / "stopped.safetensors");
   const int pid = stopped->wait_for_pause();

@@ -67,7 +67,7 @@ DType wire_dtype(const std::string& name) {
 }
 
 Task image_task(const TrainOptions& o, data::Shard shard) {
-  std::shared_ptr<const ImageData> images = load_fashion_mnist_subset(o.subset, 0);  // every test image
+  std::shared_ptr<const ImageData> images = load_fashion_mnist_subset(o.subset, o.test_subset);  // 0: every one
   auto loader = std::make_shared<data::DataLoader>(images->train_images, images->train_labels,
                                                    data::DataLoaderOptions{.batch_size = o.batch,
                                                                            .seed = o.seed,
@@ -89,9 +89,13 @@ Task image_task(const TrainOptions& o, data::Shard shard) {
 }
 
 Task text_task(const TrainOptions& o, data::Shard shard) {
+  MG_CHECK(
+      o.test_subset == 0 || o.test_subset > o.context,
+      "mixgrad train --test-subset {}: text is scored in windows of --context + 1 = {} characters; give at least {}",
+      o.test_subset, o.context + 1, o.context + 1);
   const data::TextCorpus corpus(o.text_file.empty() ? data::kjv_corpus() : data::load_text_file(o.text_file));
   std::shared_ptr<const TextData> text = text_subset(corpus, o.subset > 0 ? o.subset : corpus.train().numel(),
-                                                     corpus.validation().numel());
+                                                     o.test_subset > 0 ? o.test_subset : corpus.validation().numel());
   auto batcher = std::make_shared<data::TextBatcher>(text->train, o.batch, o.context, o.seed, shard);
   Task task;
   task.model = model_kind(o.model).make(text->vocab, o.context, default_generator());

@@ -107,6 +107,9 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
       ->capture_default_str();
   c.add_option("--subset", o.subset, "Train on the first N examples only (characters, for text)")
       ->check(whole_number_in(1));
+  c.add_option("--test-subset", o.test_subset,
+               "Score on the first N test images only (validation characters, for text; default: all)")
+      ->check(whole_number_in(2));
   c.add_option("--text-file", o.text_file, "Text: train on this plain-text file instead of the King James Bible")
       ->check(CLI::ExistingFile);
   c.add_option("--log", o.log, "Write one CSV row per step: step, loss, lr, scale, skipped, seconds");
@@ -171,14 +174,15 @@ void add_train_flags(CLI::App& c, TrainOptions& o) {
 }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
-                     "--context {} --optimizer {} --lr {} --momentum {} --update-rounding {} --seed {} --subset {} "
-                     "--text-file '{}' --resume '{}' --bucket-kb {} --allreduce-dtype {} --state-dtype {} "
-                     "--fp4-hadamard {} --fp4-gradient-rounding {} --fp4-weight-blocks {} --bf16-last-layers {}",
-                     o.data, o.model, o.precision, o.device, o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer,
-                     o.lr.value_or(0), o.momentum, o.update_rounding, o.seed, o.subset, o.text_file, o.resume,
-                     o.bucket_kb, o.allreduce_dtype, o.state_dtype, o.fp4_hadamard, o.fp4_gradient_rounding,
-                     o.fp4_weight_blocks, o.bf16_last_layers.value_or(-1));
+  return fmt::format(
+      "--data {} --model {} --precision {} --device {} --tf32 {} --epochs {} --steps {} --batch {} "
+      "--context {} --optimizer {} --lr {} --momentum {} --update-rounding {} --seed {} --subset {} "
+      "--test-subset {} --text-file '{}' --resume '{}' --bucket-kb {} --allreduce-dtype {} --state-dtype {} "
+      "--fp4-hadamard {} --fp4-gradient-rounding {} --fp4-weight-blocks {} --bf16-last-layers {}",
+      o.data, o.model, o.precision, o.device, o.tf32, o.epochs, o.steps, o.batch, o.context, o.optimizer,
+      o.lr.value_or(0), o.momentum, o.update_rounding, o.seed, o.subset, o.test_subset, o.text_file, o.resume,
+      o.bucket_kb, o.allreduce_dtype, o.state_dtype, o.fp4_hadamard, o.fp4_gradient_rounding, o.fp4_weight_blocks,
+      o.bf16_last_layers.value_or(-1));
 }
 
 amp::Recipe recipe_for(const TrainOptions& o) {

@@ -50,6 +50,7 @@ struct TrainOptions {
   std::optional<std::int64_t> bf16_last_layers;  // unset: the recipe's (the head)
   std::uint64_t seed = 0;
   std::int64_t subset = 0;  // train on the first N examples (characters, for text); 0: all
+  std::int64_t test_subset = 0;  // score on the first N test images (validation characters, for text); 0: all
   std::string text_file;  // text: a plain-text file instead of the King James Bible
   std::string log;  // CSV: one row per step
   std::string save;  // checkpoint written at the end, and when a signal stops the run
