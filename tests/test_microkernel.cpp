@@ -2,7 +2,8 @@
 // by hand-made cases (odd element first, two roundings, DAZ on every input, FTZ on every result), and
 // every instruction kernel this CPU runs against its model, bit for bit, on panels that hold zeros,
 // subnormals, huge values, infinities and NaN. On a CPU without an instruction its case says so and
-// checks the models alone; tests/test_gemm_packed checks the whole GEMM around them.
+// checks the models alone; tests/test_gemm_packed checks the whole GEMM around them. The Fma kernels'
+// second entry, run_gathered (both operands read in place), against run on the same values packed.
 #include <array>
 #include <bit>
 #include <cmath>
@@ -188,4 +189,47 @@ TEST_CASE("microkernels: every instruction kernel this CPU runs matches its mode
         }
   }
   MESSAGE(compared << " runs compared with their model");
+}
+
+TEST_CASE("microkernels: run_gathered reads in place what run reads from packed panels, bit for bit") {
+  // kernels/cpu/conv_shifted.h's operands: row i's value of step s at lines[i][offsets[s]] (lines
+  // overlapping, offsets in no order), B's row s at b + s * b_stride. Packed into run's panels, the
+  // same values must give the same tile, on every kernel that has the entry (the Fma kernels).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  std::vector<float> image(600), b_rows(300 * 40);
+  for (float& v : image) v = value(rng);
+  for (float& v : b_rows) v = value(rng);
+  int compared = 0;
+  for (const MicroKernel* kernel : runnable_microkernels()) {
+    if (!kernel->run_gathered) continue;
+    for (std::int64_t steps : {0, 1, 5, 257})
+      for (bool accumulate : {false, true}) {
+        const int mr = kernel->mr, nr = kernel->nr;
+        const std::int64_t b_stride = nr + 5, ld = nr + 3;
+        std::vector<const float*> lines(static_cast<std::size_t>(mr));
+        for (int i = 0; i < mr; ++i) lines[static_cast<std::size_t>(i)] = image.data() + 17 * i;
+        std::vector<std::int64_t> offsets(static_cast<std::size_t>(steps));
+        for (std::int64_t s = 0; s < steps; ++s) offsets[static_cast<std::size_t>(s)] = (s * 29) % 300;
+        std::vector<float> a(static_cast<std::size_t>(steps * mr)), b(static_cast<std::size_t>(steps * nr));
+        for (std::int64_t s = 0; s < steps; ++s) {
+          for (int i = 0; i < mr; ++i)
+            a[static_cast<std::size_t>(s * mr + i)] =
+                lines[static_cast<std::size_t>(i)][offsets[static_cast<std::size_t>(s)]];
+          for (int j = 0; j < nr; ++j)
+            b[static_cast<std::size_t>(s * nr + j)] = b_rows[static_cast<std::size_t>(s * b_stride + j)];
+        }
+        std::vector<float> packed(static_cast<std::size_t>(mr * ld)), in_place(packed.size());
+        for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = in_place[i] = value(rng);  // the sums to add to
+        kernel->run(steps, a.data(), b.data(), packed.data(), ld, accumulate);
+        kernel->run_gathered(steps, lines.data(), offsets.data(), b_rows.data(), b_stride, in_place.data(), ld,
+                             accumulate);
+        int mismatches = 0;
+        for (std::size_t i = 0; i < packed.size(); ++i) mismatches += !same_bits(packed[i], in_place[i]);
+        INFO(kernel->name << ": " << steps << " steps, accumulate " << accumulate);
+        CHECK(mismatches == 0);
+        ++compared;
+      }
+  }
+  CHECK(compared >= 8);  // the two models at least, on any CPU
 }

@@ -64,23 +64,59 @@ void keep_columns(const std::byte* result, std::int64_t ld, std::int64_t rows, s
   }
 }
 
+// x [N, C, H, W] of a convolution's window as a stack of images.
+Images input_images(const Tensor& x, const Window2d& w) {
+  return {.data = reinterpret_cast<const std::byte*>(x.data_ptr()),
+          .dtype = x.dtype(),
+          .batch = w.batch,
+          .channels = w.channels,
+          .height = w.height,
+          .width = w.width};
+}
+
+// Where each tap (c, kh, kw) sits from a window's start in a padded image [channels, padded_h, padded_w].
+std::vector<std::int64_t> tap_offsets(std::int64_t channels, std::int64_t kernel_h, std::int64_t kernel_w,
+                                      std::int64_t padded_h, std::int64_t padded_w) {
+  std::vector<std::int64_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(channels * kernel_h * kernel_w));
+  for (std::int64_t c = 0; c < channels; ++c)
+    for (std::int64_t kh = 0; kh < kernel_h; ++kh)
+      for (std::int64_t kw = 0; kw < kernel_w; ++kw) offsets.push_back((c * padded_h + kh) * padded_w + kw);
+  return offsets;
+}
+
+// Where the window of each output position (oh, ow) starts in a padded image padded_w wide.
+std::vector<std::int64_t> position_offsets(std::int64_t out_h, std::int64_t out_w, std::int64_t padded_w) {
+  std::vector<std::int64_t> offsets;
+  offsets.reserve(static_cast<std::size_t>(out_h * out_w));
+  for (std::int64_t oh = 0; oh < out_h; ++oh)
+    for (std::int64_t ow = 0; ow < out_w; ++ow) offsets.push_back(oh * padded_w + ow);
+  return offsets;
+}
+
+// Image n of `in` into the inside of a zero-bordered buffer of dtype `to` (its border left as it is).
+void pad_image(const Images& in, std::int64_t n, std::int64_t pad_h, std::int64_t pad_w, std::byte* padded, DType to) {
+  const std::int64_t in_size = static_cast<std::int64_t>(dtype_size(in.dtype)),
+                     to_size = static_cast<std::int64_t>(dtype_size(to));
+  const std::int64_t padded_w = in.width + 2 * pad_w, padded_h = in.height + 2 * pad_h;
+  for (std::int64_t c = 0; c < in.channels; ++c)
+    for (std::int64_t ih = 0; ih < in.height; ++ih)
+      copy_row(in.data + (((n * in.channels + c) * in.height + ih) * in.width) * in_size, in.dtype,
+               padded + ((c * padded_h + ih + pad_h) * padded_w + pad_w) * to_size, to, in.width);
+}
+
 // out[n] [rows, OH, OW] = weight [rows, channels * kh * kw] (+ bias per row) convolved with image n of
 // `in`, zero-padded by (pad_h, pad_w), stride 1; weight has in's dtype. The heart of both passes.
 void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
                       std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
                       const float* bias, Tensor& out) {
-  const DType padded_dtype = in.dtype;  // packing converts
-  const std::int64_t size = static_cast<std::int64_t>(dtype_size(padded_dtype)), in_size = size;
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(in.dtype));  // padded as it is: packing converts
   const std::int64_t padded_h = in.height + 2 * pad_h, padded_w = in.width + 2 * pad_w, plane = padded_h * padded_w;
   const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1;
   assert(out.numel() == in.batch * rows * out_h * out_w);
   const std::int64_t taps = in.channels * kernel_h * kernel_w;
   const std::int64_t cols = out_h * padded_w;  // positions in the padded image's numbering
-  std::vector<std::int64_t> offsets(static_cast<std::size_t>(taps));
-  for (std::int64_t c = 0, t = 0; c < in.channels; ++c)
-    for (std::int64_t kh = 0; kh < kernel_h; ++kh)
-      for (std::int64_t kw = 0; kw < kernel_w; ++kw)
-        offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
+  const std::vector<std::int64_t> offsets = tap_offsets(in.channels, kernel_h, kernel_w, padded_h, padded_w);
   // The last position of the last tap reads (channels - 1) * plane + (kernel_h - 1 + out_h) * padded_w +
   // kernel_w - 2 = channels * plane + kernel_w - 2: a few zeros past the last channel's plane.
   const std::int64_t padded_elements = in.channels * plane + kernel_w - 1;
@@ -97,18 +133,12 @@ void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::by
     std::int64_t copied = -1;  // the image now in `padded`
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t n = item / parts, part = item % parts;
-      if (n != copied) {
-        for (std::int64_t c = 0; c < in.channels; ++c)
-          for (std::int64_t ih = 0; ih < in.height; ++ih)
-            copy_row(in.data + (((n * in.channels + c) * in.height + ih) * in.width) * in_size, in.dtype,
-                     padded + (c * plane + (ih + pad_h) * padded_w + pad_w) * size, padded_dtype, in.width);
-        copied = n;
-      }
+      if (n != copied) pad_image(in, n, pad_h, pad_w, padded, in.dtype), copied = n;
       const std::int64_t col0 = std::min(cols, cut.begin(part) * kernel.nr),
                          col1 = std::min(cols, cut.end(part) * kernel.nr);
       PackedGemm gemm{.kernel = &kernel,
                       .a = {.data = weight, .dtype = in.dtype, .line_stride = taps, .k_stride = 1},
-                      .b = {.data = padded, .dtype = padded_dtype, .line_stride = 1, .k_offsets = offsets.data()},
+                      .b = {.data = padded, .dtype = in.dtype, .line_stride = 1, .k_offsets = offsets.data()},
                       .k = taps,
                       .c = result,
                       .c_dtype = out.dtype(),
@@ -146,15 +176,8 @@ void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::b
   const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1, positions = out_h * out_w;
   assert(out.numel() == in.batch * rows * positions);
   const std::int64_t taps = in.channels * kernel_h * kernel_w;
-  std::vector<std::int64_t> tap_offsets(static_cast<std::size_t>(taps)),
-      position_offsets(static_cast<std::size_t>(positions));
-  for (std::int64_t c = 0, t = 0; c < in.channels; ++c)
-    for (std::int64_t kh = 0; kh < kernel_h; ++kh)
-      for (std::int64_t kw = 0; kw < kernel_w; ++kw)
-        tap_offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
-  for (std::int64_t oh = 0; oh < out_h; ++oh)
-    for (std::int64_t ow = 0; ow < out_w; ++ow)
-      position_offsets[static_cast<std::size_t>(oh * out_w + ow)] = oh * padded_w + ow;
+  const std::vector<std::int64_t> taps_at = tap_offsets(in.channels, kernel_h, kernel_w, padded_h, padded_w),
+                                  windows_at = position_offsets(out_h, out_w, padded_w);
   // The weight transposed and widened once: [taps, row_width], zeros past the last row.
   const std::int64_t row_width = (rows + nr - 1) / nr * nr, in_size = static_cast<std::int64_t>(dtype_size(in.dtype));
   std::vector<float> transposed(static_cast<std::size_t>(taps * row_width), 0.0f), line(static_cast<std::size_t>(taps));
@@ -176,23 +199,16 @@ void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::b
     std::int64_t copied = -1;  // the image now in `padded`
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t n = item / parts, part = item % parts;
-      if (n != copied) {
-        for (std::int64_t c = 0; c < in.channels; ++c)
-          for (std::int64_t ih = 0; ih < in.height; ++ih)
-            copy_row(in.data + (((n * in.channels + c) * in.height + ih) * in.width) * in_size, in.dtype,
-                     reinterpret_cast<std::byte*>(padded + c * plane + (ih + pad_h) * padded_w + pad_w), DType::F32,
-                     in.width);
-        copied = n;
-      }
+      if (n != copied) pad_image(in, n, pad_h, pad_w, reinterpret_cast<std::byte*>(padded), DType::F32), copied = n;
       float* image = direct ? reinterpret_cast<float*>(bytes_at(out, n * rows * positions)) : sums;
       const std::int64_t p_begin = cut.begin(part) * mr, p_end = std::min(positions, cut.end(part) * mr);
       for (std::int64_t p0 = p_begin; p0 < p_end; p0 += mr) {
         const std::int64_t valid = std::min<std::int64_t>(mr, p_end - p0);
         const float* lines[kMaxMicroRows];
         for (int i = 0; i < mr; ++i)  // rows past the last position repeat it; their sums are dropped
-          lines[i] = padded + position_offsets[static_cast<std::size_t>(p0 + std::min<std::int64_t>(i, valid - 1))];
+          lines[i] = padded + windows_at[static_cast<std::size_t>(p0 + std::min<std::int64_t>(i, valid - 1))];
         for (std::int64_t j = 0; j < rows; j += nr) {
-          kernel.run_gathered(taps, lines, tap_offsets.data(), transposed.data() + j, row_width, tile, nr, false);
+          kernel.run_gathered(taps, lines, taps_at.data(), transposed.data() + j, row_width, tile, nr, false);
           const std::int64_t count = std::min<std::int64_t>(nr, rows - j);
           for (std::int64_t r = 0; r < count; ++r) {
             float* to = image + (j + r) * positions + p0;
@@ -232,12 +248,7 @@ bool conv2d_shifted_input_grad_applies(const Window2d& w) {
 void conv2d_forward_shifted(const MicroKernel& kernel, const Tensor& x, const Tensor& weight, const float* bias,
                             const Window2d& w, Tensor& y) {
   assert(conv2d_shifted_forward_applies(w) && weight.dtype() == x.dtype());
-  const Images images{.data = reinterpret_cast<const std::byte*>(x.data_ptr()),
-                      .dtype = x.dtype(),
-                      .batch = w.batch,
-                      .channels = w.channels,
-                      .height = w.height,
-                      .width = w.width};
+  const Images images = input_images(x, w);
   convolve_padded(kernel, images, reinterpret_cast<const std::byte*>(weight.data_ptr()), weight.size(0), w.kernel_h,
                   w.kernel_w, w.pad_h, w.pad_w, bias, y);
 }
@@ -272,22 +283,15 @@ void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, co
   assert(kernel.run_gathered && conv2d_shifted_forward_applies(w));
   const std::int64_t out_channels = dw.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t out_h = w.out_h(), out_w = w.out_w(), positions = out_h * out_w;
-  const std::int64_t padded_w = w.width + 2 * w.pad_w, plane = (w.height + 2 * w.pad_h) * padded_w;
+  const std::int64_t padded_h = w.height + 2 * w.pad_h, padded_w = w.width + 2 * w.pad_w, plane = padded_h * padded_w;
   const int mr = kernel.mr, nr = kernel.nr;
   assert(mr <= kMaxMicroRows);
   // Where a tap's line starts in the padded image, and where an output position sits on every line.
-  std::vector<std::int64_t> tap_offsets(static_cast<std::size_t>(taps)),
-      position_offsets(static_cast<std::size_t>(positions));
-  for (std::int64_t c = 0, t = 0; c < w.channels; ++c)
-    for (std::int64_t kh = 0; kh < w.kernel_h; ++kh)
-      for (std::int64_t kw = 0; kw < w.kernel_w; ++kw)
-        tap_offsets[static_cast<std::size_t>(t++)] = c * plane + kh * padded_w + kw;
-  for (std::int64_t oh = 0; oh < out_h; ++oh)
-    for (std::int64_t ow = 0; ow < out_w; ++ow)
-      position_offsets[static_cast<std::size_t>(oh * out_w + ow)] = oh * padded_w + ow;
+  const std::vector<std::int64_t> taps_at = tap_offsets(w.channels, w.kernel_h, w.kernel_w, padded_h, padded_w),
+                                  windows_at = position_offsets(out_h, out_w, padded_w);
+  const Images images = input_images(x, w);
   // dy of one image as [positions, channels], each row whole micro-panels of NR (zeros past the last channel).
   const std::int64_t panels = (out_channels + nr - 1) / nr, row_width = panels * nr;
-  const std::int64_t x_size = static_cast<std::int64_t>(dtype_size(x.dtype()));
   const std::int64_t dy_size = static_cast<std::int64_t>(dtype_size(dy.dtype()));
   const std::int64_t row_panels = (taps + mr - 1) / mr;
   // Taps (rows of the transposed dW) per thread; each thread reads every image.
@@ -305,12 +309,7 @@ void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, co
       std::fill(gradient, gradient + positions * row_width, 0.0f);
       float* row = gradient + positions * row_width;  // one row of dy widened, before it is spread
       for (std::int64_t n = 0; n < w.batch; ++n) {
-        for (std::int64_t c = 0; c < w.channels; ++c)
-          for (std::int64_t ih = 0; ih < w.height; ++ih)
-            copy_row(reinterpret_cast<const std::byte*>(x.data_ptr()) +
-                         (((n * w.channels + c) * w.height + ih) * w.width) * x_size,
-                     x.dtype(), reinterpret_cast<std::byte*>(padded + c * plane + (ih + w.pad_h) * padded_w + w.pad_w),
-                     DType::F32, w.width);
+        pad_image(images, n, w.pad_h, w.pad_w, reinterpret_cast<std::byte*>(padded), DType::F32);
         for (std::int64_t o = 0; o < out_channels; ++o) {
           copy_row(reinterpret_cast<const std::byte*>(dy.data_ptr()) + (n * out_channels + o) * positions * dy_size,
                    dy.dtype(), reinterpret_cast<std::byte*>(row), DType::F32, positions);
@@ -319,9 +318,9 @@ void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, co
         for (std::int64_t panel = cut.begin(part); panel < cut.end(part); ++panel) {
           const float* lines[kMaxMicroRows];
           for (int i = 0; i < mr; ++i)  // rows past the last tap repeat it; their sums are dropped
-            lines[i] = padded + tap_offsets[static_cast<std::size_t>(std::min(panel * mr + i, taps - 1))];
+            lines[i] = padded + taps_at[static_cast<std::size_t>(std::min(panel * mr + i, taps - 1))];
           for (std::int64_t j = 0; j < row_width; j += nr)
-            kernel.run_gathered(positions, lines, position_offsets.data(), gradient + j, row_width,
+            kernel.run_gathered(positions, lines, windows_at.data(), gradient + j, row_width,
                                 sums.data() + (panel * mr - first) * row_width + j, row_width, true);
         }
       }

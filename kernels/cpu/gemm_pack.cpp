@@ -266,20 +266,7 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   }
   if (lines < width)
     for (std::int64_t k = 0; k < kc; ++k) std::fill(out + k * width + lines, out + (k + 1) * width, 0.0f);
-  if (x.k_offsets) {  // shifted (line_stride 1): each k one run of lines from its own start
-    assert(x.line_stride == 1);
-    const auto size = static_cast<std::int64_t>(dtype_size(x.dtype));
-    const std::byte* first = static_cast<const std::byte*>(x.data) + line0 * size;
-    if (x.dtype == DType::F32)  // a copy the compiler vectorises, no call per k
-      for (std::int64_t k = 0; k < kc; ++k) {
-        const float* run = reinterpret_cast<const float*>(first + x.k_offsets[k0 + k] * size);
-        for (std::int64_t l = 0; l < lines; ++l) out[k * width + l] = run[l];
-      }
-    else
-      for (std::int64_t k = 0; k < kc; ++k)
-        widen_run(first + x.k_offsets[k0 + k] * size, x.dtype, out + k * width, lines);
-    return;
-  }
+  assert(!x.k_offsets || x.line_stride == 1);  // a shifted operand: element() finds each k's start
   if (x.line_stride == 1) {  // the lines are contiguous at each k: one conversion per k
     for (std::int64_t k = 0; k < kc; ++k) widen_run(element(x, line0, k0 + k), x.dtype, out + k * width, lines);
     return;
