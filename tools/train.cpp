@@ -89,10 +89,6 @@ Task image_task(const TrainOptions& o, data::Shard shard) {
 }
 
 Task text_task(const TrainOptions& o, data::Shard shard) {
-  MG_CHECK(
-      o.test_subset == 0 || o.test_subset > o.context,
-      "mixgrad train --test-subset {}: text is scored in windows of --context + 1 = {} characters; give at least {}",
-      o.test_subset, o.context + 1, o.context + 1);
   const data::TextCorpus corpus(o.text_file.empty() ? data::kjv_corpus() : data::load_text_file(o.text_file));
   std::shared_ptr<const TextData> text = text_subset(corpus, o.subset > 0 ? o.subset : corpus.train().numel(),
                                                      o.test_subset > 0 ? o.test_subset : corpus.validation().numel());

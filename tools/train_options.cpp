@@ -205,6 +205,10 @@ void finalize(TrainOptions& o) {
   MG_CHECK(images || o.epochs == 0, "mixgrad train: --epochs needs fashion-mnist; train text with --steps N");
   if (o.epochs == 0 && o.steps == 0) (images ? o.epochs : o.steps) = images ? 1 : kDefaultTextSteps;
   MG_CHECK(o.text_file.empty() || !images, "mixgrad train: --text-file needs --data text");
+  MG_CHECK(
+      images || o.test_subset == 0 || o.test_subset > o.context,
+      "mixgrad train --test-subset {}: text is scored in windows of --context + 1 = {} characters; give at least {}",
+      o.test_subset, o.context + 1, o.context + 1);
   MG_CHECK(!o.tf32 || o.device == "cuda", "mixgrad train: --tf32 changes only the f32 GEMMs of a GPU (the CPU "
                                           "multiplies in f32); add --device cuda, or drop --tf32");
   if (optim::parse_update_rounding(o.update_rounding) != optim::UpdateRounding::Nearest) {
