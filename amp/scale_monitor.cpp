@@ -11,10 +11,10 @@ namespace mg::amp {
 
 namespace {
 
-constexpr const char* kName = "amp::ScaleMonitor";
+constexpr const char* kMonitorName = "amp::ScaleMonitor";
 
 void check_options(const ScaleMonitorOptions& o) {
-  MG_CHECK(o.collapse_patience >= 0, "{}: collapse_patience must be >= 0 (0 turns the alarm off), got {}", kName,
+  MG_CHECK(o.collapse_patience >= 0, "{}: collapse_patience must be >= 0 (0 turns the alarm off), got {}", kMonitorName,
            o.collapse_patience);
 }
 
@@ -67,7 +67,7 @@ StateDict ScaleMonitor::state_dict() const {
 }
 
 void ScaleMonitor::load_state_dict(const StateDict& state) {
-  const ScaleState read = read_scale_state(state, true, std::string(kName) + "::load_state_dict");
+  const ScaleState read = read_scale_state(state, true, std::string(kMonitorName) + "::load_state_dict");
   scaler_.load_state(read);
   counters_ = *read.counters;
 }

@@ -24,7 +24,7 @@ namespace mg {
 
 namespace {
 
-constexpr Op kOp = Op::ScaledDotProductAttention;
+constexpr Op kAttentionOp = Op::ScaledDotProductAttention;
 
 // i32 [q_len, kv_len] on `device`: 1 where query t may see key s (s <= t). Made once per size and
 // device on this thread and kept: a mask is never written, and making it means a host-to-device copy.
@@ -55,12 +55,12 @@ Tensor unfused(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     AttentionOptions options) {
-  const OpSpan span(kOp);
-  for (const Tensor* t : {&q_in, &k_in, &v_in}) check::floating(kOp, *t);
+  const OpSpan span(kAttentionOp);
+  for (const Tensor* t : {&q_in, &k_in, &v_in}) check::floating(kAttentionOp, *t);
   MG_CHECK(q_in.dim() >= 2 && k_in.dim() == q_in.dim() && v_in.dim() == q_in.dim(),
            "{}: needs q [..., q_len, head_dim], k [..., kv_len, head_dim] and v [..., kv_len, value_dim] with the "
            "same leading dims, got {}, {} and {}",
-           kOp, q_in.shape(), k_in.shape(), v_in.shape());
+           kAttentionOp, q_in.shape(), k_in.shape(), v_in.shape());
   const std::int64_t rank = q_in.dim();
   const Shape lead(q_in.shape().begin(), q_in.shape().end() - 2);
   MG_CHECK(Shape(k_in.shape().begin(), k_in.shape().end() - 2) == lead &&
@@ -68,18 +68,19 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                v_in.size(-2) == k_in.size(-2),
            "{}: q {}, k {} and v {} do not fit: k needs q's leading dims and head_dim, v k's leading dims and kv_len "
            "(no broadcasting)",
-           kOp, q_in.shape(), k_in.shape(), v_in.shape());
+           kAttentionOp, q_in.shape(), k_in.shape(), v_in.shape());
   MG_CHECK(k_in.size(-2) >= 1 && q_in.size(-1) >= 1 && v_in.size(-1) >= 1,
            "{}: needs at least one key and head_dim, value_dim >= 1 (a softmax over no keys is undefined), got k {} "
            "and v {}",
-           kOp, k_in.shape(), v_in.shape());
-  MG_CHECK(options.dropout >= 0 && options.dropout < 1, "{}: dropout must be in [0, 1), got {}", kOp, options.dropout);
+           kAttentionOp, k_in.shape(), v_in.shape());
+  MG_CHECK(options.dropout >= 0 && options.dropout < 1, "{}: dropout must be in [0, 1), got {}", kAttentionOp,
+           options.dropout);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q_in.size(-1))));
-  MG_CHECK(std::isfinite(scale), "{}: the scale must be finite, got {}", kOp, scale);
-  auto [q, k, v] = autocast_inputs(kOp, q_in, k_in, v_in);
-  check::same_device(kOp, {q, k, v});
-  check::same_dtype(kOp, q, k);
-  check::same_dtype(kOp, q, v);
+  MG_CHECK(std::isfinite(scale), "{}: the scale must be finite, got {}", kAttentionOp, scale);
+  auto [q, k, v] = autocast_inputs(kAttentionOp, q_in, k_in, v_in);
+  check::same_device(kAttentionOp, {q, k, v});
+  check::same_dtype(kAttentionOp, q, k);
+  check::same_dtype(kAttentionOp, q, v);
   Generator& generator = options.generator ? *options.generator : default_generator();
   if (!options.fused || !q.device().is_cpu()) return unfused(q, k, v, options, scale, generator);
 
@@ -100,7 +101,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor out = Tensor::empty(out_shape, check::like(q));
   Tensor lse = Tensor::empty({shape.batch, shape.q_len}, {.dtype = q.dtype() == DType::F64 ? DType::F64 : DType::F32});
   kernels::attention_forward(q, k, v, shape, out, lse);
-  record(kOp, {q, k, v}, out,
+  record(kAttentionOp, {q, k, v}, out,
          [q = Saved(q), k = Saved(k), v = Saved(v), out = Saved(out), lse = Saved(lse), shape](const Tensor& g,
                                                                                                const auto&) {
            Tensor dq = Tensor::empty(q.get().shape(), check::like(q.get()));

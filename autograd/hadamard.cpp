@@ -12,12 +12,12 @@ namespace mg {
 
 namespace {
 
-constexpr const char* kOp = "mg::hadamard";
+constexpr const char* kHadamardOp = "mg::hadamard";
 constexpr std::uint32_t kSignTag = 0x48440000u;  // "HD": these words are not mg::Generator's under the same seed
 
 void check_block(std::int64_t block) {
   MG_CHECK(block >= 1 && block <= 256 && (block & (block - 1)) == 0,
-           "{}: the block must be a power of two from 1 to 256, got {}", kOp, block);
+           "{}: the block must be a power of two from 1 to 256, got {}", kHadamardOp, block);
 }
 
 // Sign i of a random transform: the low bit of Philox word i under the seed.
@@ -47,15 +47,15 @@ Tensor hadamard_matrix(const HadamardOptions& options) {
 }
 
 Tensor hadamard(const Tensor& x, const HadamardOptions& options) {
-  const OpSpan span(kOp);
+  const OpSpan span(kHadamardOp);
   check_block(options.block);
   MG_CHECK(x.defined() && x.dim() >= 1 && is_floating(x.dtype()),
-           "{}: needs a floating tensor with at least one dimension, got {}", kOp,
+           "{}: needs a floating tensor with at least one dimension, got {}", kHadamardOp,
            x.defined() ? fmt::format("{} {}", x.dtype(), x.shape()) : std::string("an undefined tensor"));
   MG_CHECK(x.size(-1) % options.block == 0,
            "{}: the last dimension ({}) of x {} must be a multiple of the block ({}); pad x first (mg::cat with "
            "zeros), as FP4's weight gradient does",
-           kOp, x.size(-1), x.shape(), options.block);
+           kHadamardOp, x.size(-1), x.shape(), options.block);
   const Autocast off(DType::F16, /*enabled=*/false);  // the transform is f32 math, whatever region calls it
   const DType compute = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const Tensor m = hadamard_matrix(options).to(x.device()).to(compute);

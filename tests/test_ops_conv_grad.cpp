@@ -53,6 +53,20 @@ struct Geometry {
   std::int64_t batch, channels, height, width, out_channels, kernel, stride, padding;
 };
 
+// dW and db of conv2d in f64 through autograd (gradchecked in test_ops_conv), at the weight's and the
+// bias's own values, for the input x64 and the output gradient dy64; db is empty without a bias.
+struct ParameterGradients {
+  std::vector<double> dw, db;
+};
+
+ParameterGradients f64_parameter_gradients(const Tensor& x64, const Tensor& weight, const Tensor& bias,
+                                           const Tensor& dy64, const Conv2dOptions& o) {
+  Tensor w64 = weight.detach().to(DType::F64).set_requires_grad(true);
+  Tensor b64 = bias.defined() ? bias.detach().to(DType::F64).set_requires_grad(true) : Tensor();
+  backward(conv2d(x64, w64, b64, o), dy64);
+  return {w64.grad().to_vector<double>(), b64.defined() ? b64.grad().to_vector<double>() : std::vector<double>{}};
+}
+
 }  // namespace
 
 TEST_CASE("conv2d: the f16 and bf16 input gradient is rounded once, within 0.5 ulp of the f64 sum") {
@@ -151,14 +165,9 @@ TEST_CASE("conv2d: the weight and bias gradients in f32, f16 and bf16 are one f3
                                                     .pad_h = g.padding,
                                                     .pad_w = g.padding})));
       REQUIRE(weight.grad().dtype() == dtype);
-      const auto f64_grads = [&](const Tensor& x64, const Tensor& dy64) {
-        Tensor w64 = weight.detach().to(DType::F64).set_requires_grad(true);
-        Tensor b64 = bias.detach().to(DType::F64).set_requires_grad(true);
-        backward(conv2d(x64, w64, b64, o), dy64);
-        return std::pair{w64.grad().to_vector<double>(), b64.grad().to_vector<double>()};
-      };
-      const auto [dw, db] = f64_grads(x.to(DType::F64), dy.to(DType::F64));
-      const auto [dw_abs, db_abs] = f64_grads(abs(x.to(DType::F64)), abs(dy.to(DType::F64)));
+      const auto [dw, db] = f64_parameter_gradients(x.to(DType::F64), weight, bias, dy.to(DType::F64), o);
+      const auto [dw_abs, db_abs] = f64_parameter_gradients(abs(x.to(DType::F64)), weight, bias, abs(dy.to(DType::F64)),
+                                                            o);
       const double terms = static_cast<double>(g.batch * y.size(2) * y.size(3) + 2);
       const auto check = [&](const std::vector<double>& got, const std::vector<double>& want,
                              const std::vector<double>& scale) {
@@ -252,13 +261,10 @@ TEST_CASE("conv2d: the padded-image forms agree with the window form on every ke
               kernels::cpu::conv2d_weight_grad(dy, x, w, window_dw, kernels::cpu::ConvForm::Window);
               CHECK(gathered_dw.to_vector<double>() == window_dw.to_vector<double>());
             } else {  // dW in f64 through autograd, of the values and of their magnitudes
-              const auto f64_dw = [&](const Tensor& x64, const Tensor& dy64) {
-                Tensor w64 = weight.to(DType::F64).set_requires_grad(true);
-                backward(conv2d(x64, w64, Tensor(), o), dy64);
-                return w64.grad().to_vector<double>();
-              };
-              const std::vector<double> want = f64_dw(x.to(DType::F64), dy.to(DType::F64));
-              const std::vector<double> scale = f64_dw(abs(x.to(DType::F64)), abs(dy.to(DType::F64)));
+              const std::vector<double> want =
+                  f64_parameter_gradients(x.to(DType::F64), weight, Tensor(), dy.to(DType::F64), o).dw;
+              const std::vector<double> scale =
+                  f64_parameter_gradients(abs(x.to(DType::F64)), weight, Tensor(), abs(dy.to(DType::F64)), o).dw;
               CHECK(wrong_against_f64(gathered_dw, want, scale, g.batch * w.out_h() * w.out_w() + 2) == 0);
             }
           }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "tools/repro/e3_histograms.h"
 #include "tools/repro/report.h"
+#include "tools/shell_quoted.h"
 
 namespace mg::tools {
 
@@ -36,13 +37,6 @@ std::string plot_stem(const std::string& csv_path) {
   for (char& ch : stem)
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') ch = '_';
   return stem.empty() ? std::string("inspect") : stem;
-}
-
-// The shell quoting of a path for std::system: single quotes, with any single quote closed and escaped.
-std::string shell_quoted(const std::string& path) {
-  std::string out = "'";
-  for (char ch : path) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
 }
 
 std::string quoted(const std::string& text) {

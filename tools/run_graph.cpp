@@ -7,17 +7,11 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tools/shell_quoted.h"
 
 namespace mg::tools {
 
 namespace {
-
-// A word for /bin/sh: in single quotes, each quote inside written as '\''.
-std::string shell_quoted(const std::string& word) {
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 bool dot_installed() { return std::system("command -v dot >/dev/null 2>&1") == 0; }
 

@@ -5,7 +5,7 @@
 //      dim (0 where it is broadcast), and dims contiguous for every operand are merged, so same-shape
 //      ops become one flat loop and a bias add becomes [rows] x [cols] with the bias's row stride 0.
 //   2. Rows of the plan (or, for one flat row, its elements) are cut into chunks for the thread pool.
-//   3. The innermost dim is walked in chunks of kChunk elements. Each input chunk is converted to
+//   3. The innermost dim is walked in chunks of kElementwiseChunk elements. Each input chunk is converted to
 //      the compute type C (f32, or f64 for f64) into a small buffer (a broadcast input is filled
 //      with its single value), the functor runs over plain arrays, which the compiler vectorises
 //      (exp, log, tanh, sigmoid and GELU call their vectorised float twins in vector_math.h), and
@@ -26,8 +26,8 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kChunk = 256;  // elements per buffer: 4 buffers of f64 stay within 8 KiB of L1
-constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
+constexpr std::int64_t kElementwiseChunk = 256;  // elements per buffer: 4 buffers of f64 stay within 8 KiB of L1
+constexpr std::int64_t kElementwiseGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Converts `count` elements of an operand into the compute-type buffer. A broadcast operand
 // (stride 0) repeats its single element.
@@ -78,8 +78,8 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
 
   // Rows [row_begin, row_end), and of each row the elements [inner_begin, inner_end).
   auto run_range = [&](std::int64_t row_begin, std::int64_t row_end, std::int64_t inner_begin, std::int64_t inner_end) {
-    alignas(64) C in[N][kChunk];
-    alignas(64) C result[kChunk];
+    alignas(64) C in[N][kElementwiseChunk];
+    alignas(64) C result[kElementwiseChunk];
     std::vector<std::int64_t> index(rank, 0);  // odometer over the outer dims
     std::array<std::int64_t, N + 1> offset{};  // element offset of the current row per operand
     for (std::int64_t d = static_cast<std::int64_t>(rank) - 2, rest = row_begin; d >= 0; --d) {
@@ -88,8 +88,8 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
       for (std::size_t k = 0; k <= N; ++k) offset[k] += index[d] * plan.strides[d][k];
     }
     for (std::int64_t row = row_begin; row < row_end; ++row) {
-      for (std::int64_t start = inner_begin; start < inner_end; start += kChunk) {
-        std::int64_t count = std::min(kChunk, inner_end - start);
+      for (std::int64_t start = inner_begin; start < inner_end; start += kElementwiseChunk) {
+        std::int64_t count = std::min(kElementwiseChunk, inner_end - start);
         // An operand already in the compute type and contiguous is read (or, for out, written) in
         // place; the others go through the buffers.
         std::array<const C*, N> x{};
@@ -129,9 +129,9 @@ void elementwise_loop(Tensor& out, const std::array<const Tensor*, N>& inputs, c
   // row); every element is computed alone, so the chunks do not change the results.
   const std::int64_t rows = out.numel() / inner;
   if (rows == 1) {
-    parallel_for(inner, kGrain, [&](std::int64_t begin, std::int64_t end) { run_range(0, 1, begin, end); });
+    parallel_for(inner, kElementwiseGrain, [&](std::int64_t begin, std::int64_t end) { run_range(0, 1, begin, end); });
   } else {
-    parallel_for(rows, std::max<std::int64_t>(1, kGrain / inner),
+    parallel_for(rows, std::max<std::int64_t>(1, kElementwiseGrain / inner),
                  [&](std::int64_t begin, std::int64_t end) { run_range(begin, end, 0, inner); });
   }
 }

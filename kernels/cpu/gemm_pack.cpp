@@ -18,12 +18,6 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-template <class T>
-T* reserve(std::vector<T>& buffer, std::int64_t count) {
-  if (buffer.size() < static_cast<std::size_t>(count)) buffer.resize(static_cast<std::size_t>(count));
-  return buffer.data();
-}
-
 const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k) {
   const std::int64_t at = line * x.line_stride + (x.k_offsets ? x.k_offsets[k] : k * x.k_stride);
   return static_cast<const std::byte*>(x.data) + at * static_cast<std::int64_t>(dtype_size(x.dtype));

@@ -28,6 +28,13 @@ struct PackBuffers {
   std::vector<std::uint16_t> decoded;  // an FP8 or FP4 operand's lines, decoded into bf16
 };
 
+// buffer's data, grown to at least count elements first (a thread's buffers are kept: they only grow).
+template <class T>
+T* reserve(std::vector<T>& buffer, std::int64_t count) {
+  if (buffer.size() < static_cast<std::size_t>(count)) buffer.resize(static_cast<std::size_t>(count));
+  return buffer.data();
+}
+
 // Whether x holds FP8 or FP4 codes (gemm_packed.h), which pack_f32 and pack_bf16_pairs decode first.
 bool is_code_operand(const GemmOperand& x);
 // `lines` lines of such an x from line0, over k in [k0, k0 + kc), decoded into bf16 (exact: FP8 values

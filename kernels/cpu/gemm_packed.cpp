@@ -45,11 +45,6 @@ struct Scratch {
   PackBuffers packing;
 };
 thread_local Scratch scratch;
-template <class T>
-T* reserve(std::vector<T>& buffer, std::int64_t count) {
-  if (buffer.size() < static_cast<std::size_t>(count)) buffer.resize(static_cast<std::size_t>(count));
-  return buffer.data();
-}
 
 // n f32 values rounded into C's dtype (to nearest even, NaN kept quiet, subnormals kept: core/convert.h's
 // rules), inline for the same reason as widen_run: C is stored one tile row of at most 32 at a time.

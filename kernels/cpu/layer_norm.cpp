@@ -28,7 +28,7 @@ namespace mg::kernels::cpu {
 namespace {
 
 constexpr std::int64_t kSumBlock = 256;  // values per block of a row's sum: 16 per lane of an AVX-512 f32 sum
-constexpr std::int64_t kGrain = 16 * 1024;  // elements per chunk of the thread pool (parallel.h)
+constexpr std::int64_t kLayerNormGrain = 16 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 template <class C>
 using Buffer = Eigen::Array<C, Eigen::Dynamic, 1>;  // aligned
@@ -56,8 +56,8 @@ std::vector<C> affine_values(const Tensor& t) {
   return values;
 }
 
-// The rows' grain: about kGrain elements a chunk, at least one row.
-std::int64_t row_grain(const LayerNormShape& s) { return std::max<std::int64_t>(1, kGrain / s.features); }
+// The rows' grain: about kLayerNormGrain elements a chunk, at least one row.
+std::int64_t row_grain(const LayerNormShape& s) { return std::max<std::int64_t>(1, kLayerNormGrain / s.features); }
 
 template <class C>
 void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const LayerNormShape& s, Tensor& y,

@@ -13,10 +13,12 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kGrain = 16 * 1024;  // elements of the [B, 4H] gates per chunk of the thread pool
+constexpr std::int64_t kLstmGrain = 16 * 1024;  // elements of the [B, 4H] gates per chunk of the thread pool
 
 // Rows of the batch per chunk of the thread pool: a function of the shape alone (parallel.h).
-Chunks row_chunks(std::int64_t B, std::int64_t H) { return chunks_of(B, std::max<std::int64_t>(1, kGrain / (4 * H))); }
+Chunks row_chunks(std::int64_t B, std::int64_t H) {
+  return chunks_of(B, std::max<std::int64_t>(1, kLstmGrain / (4 * H)));
+}
 
 template <class C>
 void cell(const Tensor& gates_x, const Tensor& recurrent, const Tensor& bias, const Tensor& c_prev, Tensor& acts,

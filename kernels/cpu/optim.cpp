@@ -22,8 +22,8 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kChunk = 256;
-constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
+constexpr std::int64_t kOptimChunk = 256;
+constexpr std::int64_t kOptimGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 // Whether the GradScaler found an inf or NaN for this step: then the update writes nothing.
 bool skipped(const FusedStep& fused) {
@@ -51,7 +51,7 @@ void round_for_store(const FusedStep& fused, DType dtype, std::int64_t start, st
     }
   } else if (fused.rounding == UpdateRounding::Kahan) {
     Tensor& compensation = *fused.compensation;  // in the parameter's dtype
-    float debt[kChunk];
+    float debt[kOptimChunk];
     convert(bytes_at(compensation, start), compensation.dtype(), debt, DType::F32, n);
     const auto round = [dtype](float x) { return round_nearest(x, dtype); };
     for (std::int64_t i = 0; i < n; ++i)
@@ -71,13 +71,14 @@ void update_chunks(Tensor& param, const Tensor& grad, std::array<Tensor*, S> sta
   const DType c = dtype_of<C>();
   const C inv_scale = fused.scaling.inv_scale ? C(*fused.scaling.inv_scale->data<float>()) : C(1);
   std::atomic<std::int64_t> total_nonzero{0}, total_lost{0};
-  // Every element is updated alone: the thread pool takes chunks of kGrain elements.
-  parallel_for(param.numel(), kGrain, [&](std::int64_t chunk_begin, std::int64_t chunk_end) {
-    C p_buffer[kChunk], g_buffer[kChunk], s_buffer[S > 0 ? S : 1][kChunk], old[kChunk], stored[kChunk];
-    unsigned char changed[kChunk];
+  // Every element is updated alone: the thread pool takes chunks of kOptimGrain elements.
+  parallel_for(param.numel(), kOptimGrain, [&](std::int64_t chunk_begin, std::int64_t chunk_end) {
+    C p_buffer[kOptimChunk], g_buffer[kOptimChunk], s_buffer[S > 0 ? S : 1][kOptimChunk], old[kOptimChunk],
+        stored[kOptimChunk];
+    unsigned char changed[kOptimChunk];
     std::int64_t nonzero = 0, lost = 0;
-    for (std::int64_t start = chunk_begin; start < chunk_end; start += kChunk) {
-      const std::int64_t n = std::min(kChunk, chunk_end - start);
+    for (std::int64_t start = chunk_begin; start < chunk_end; start += kOptimChunk) {
+      const std::int64_t n = std::min(kOptimChunk, chunk_end - start);
       C* p = values_at(param, start, n, p_buffer);
       const C* g = values_at(grad, start, n, g_buffer);
       std::array<C*, S> s;

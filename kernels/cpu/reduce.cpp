@@ -25,16 +25,16 @@ namespace mg::kernels::cpu {
 
 namespace {
 
-constexpr std::int64_t kChunk = 512;
-constexpr int kLanes = 8;
+constexpr std::int64_t kReduceChunk = 512;
+constexpr int kReduceLanes = 8;
 constexpr std::int64_t kLeaf = 128;  // contiguous elements summed in eight lanes: 16 additions a lane
 constexpr std::int64_t kLeafRows = 16;  // strided rows added in order before they join the pairwise sum
-// A contiguous row is reduced in blocks of kBlock elements, each into its own partial result, and
+// A contiguous row is reduced in blocks of kReduceBlock elements, each into its own partial result, and
 // the partials are combined in block order (pairwise, for sums): the blocks are the thread pool's
 // chunks, and they are cut by n alone, so the result is the same on any thread count. A row of at
-// most kBlock elements is one block.
-constexpr std::int64_t kBlock = 64 * 1024;
-constexpr std::int64_t kGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
+// most kReduceBlock elements is one block.
+constexpr std::int64_t kReduceBlock = 64 * 1024;
+constexpr std::int64_t kReduceGrain = 32 * 1024;  // elements per chunk of the thread pool (parallel.h)
 
 template <class C>
 bool greater_or_nan(C value, C best) {
@@ -76,10 +76,10 @@ class PairwiseSum {
 // A row of at most kLeaf elements is one leaf, summed as this file always summed it.
 template <class C>
 C leaf_sum(const C* values, std::int64_t count) {
-  C lanes[kLanes] = {};
+  C lanes[kReduceLanes] = {};
   std::int64_t i = 0;
-  for (; i + kLanes <= count; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] += values[i + l];
+  for (; i + kReduceLanes <= count; i += kReduceLanes)
+    for (int l = 0; l < kReduceLanes; ++l) lanes[l] += values[i + l];
   for (; i < count; ++i) lanes[0] += values[i];
   C sum = 0;
   for (C lane : lanes) sum += lane;
@@ -96,11 +96,11 @@ struct Partial {
 
 template <class C>
 Partial<C> reduce_block(bool is_max, const char* first, DType dtype, std::int64_t begin, std::int64_t end) {
-  C buffer[kChunk];
+  C buffer[kReduceChunk];
   PairwiseSum<C> leaves(1);
   Partial<C> best;
-  for (std::int64_t start = begin; start < end; start += kChunk) {
-    const std::int64_t count = std::min(kChunk, end - start);
+  for (std::int64_t start = begin; start < end; start += kReduceChunk) {
+    const std::int64_t count = std::min(kReduceChunk, end - start);
     convert(first + dtype_bytes(dtype, start), dtype, buffer, dtype_of<C>(), count);
     if (is_max) {
       for (std::int64_t i = 0; i < count; ++i) {
@@ -126,8 +126,8 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
     acc[o] = result.value;
     if (index) index[o] = static_cast<std::int32_t>(std::max<std::int64_t>(result.at, 0));
   };
-  if (s.n <= kBlock) {  // one block per row: the rows are the chunks
-    parallel_for(s.outer, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.n)),
+  if (s.n <= kReduceBlock) {  // one block per row: the rows are the chunks
+    parallel_for(s.outer, std::max<std::int64_t>(1, kReduceGrain / std::max<std::int64_t>(1, s.n)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t o = begin; o < end; ++o)
                      store(o,
@@ -137,14 +137,14 @@ void reduce_rows(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std
   }
   // Long rows: every block of every row is a chunk; then each row's blocks are combined (a block is
   // 512 leaves, a power of two: the blocks' pairwise sum continues the blocks' own trees).
-  const std::int64_t blocks = (s.n + kBlock - 1) / kBlock;
+  const std::int64_t blocks = (s.n + kReduceBlock - 1) / kReduceBlock;
   std::vector<Partial<C>> partials(static_cast<std::size_t>(s.outer * blocks));
   parallel_for(s.outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t o = item / blocks, b = item % blocks;
       partials[static_cast<std::size_t>(item)] = reduce_block<C>(is_max, base + static_cast<std::size_t>(o) * row_bytes,
-                                                                 x.dtype(), b * kBlock,
-                                                                 std::min(s.n, (b + 1) * kBlock));
+                                                                 x.dtype(), b * kReduceBlock,
+                                                                 std::min(s.n, (b + 1) * kReduceBlock));
     }
   });
   for (std::int64_t o = 0; o < s.outer; ++o) {
@@ -169,15 +169,15 @@ template <class C>
 void reduce_columns(bool is_max, const Tensor& x, const ReduceShape& s, C* acc, std::int32_t* index) {
   const auto* base = static_cast<const char*>(x.data_ptr());
   const std::size_t element = dtype_size(x.dtype());
-  const std::int64_t slice_grain = std::max<std::int64_t>(kChunk, kGrain / std::max<std::int64_t>(1, s.n));
+  const std::int64_t slice_grain = std::max<std::int64_t>(kReduceChunk, kReduceGrain / std::max<std::int64_t>(1, s.n));
   const std::int64_t slices = (s.inner + slice_grain - 1) / slice_grain;
   parallel_for(s.outer * slices, 1, [&](std::int64_t begin, std::int64_t end) {
-    C buffer[kChunk];
+    C buffer[kReduceChunk];
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t o = item / slices;
       for (std::int64_t first = (item % slices) * slice_grain, stop = std::min(s.inner, first + slice_grain);
-           first < stop; first += kChunk) {
-        const std::int64_t count = std::min(kChunk, stop - first);
+           first < stop; first += kReduceChunk) {
+        const std::int64_t count = std::min(kReduceChunk, stop - first);
         C* out = acc + o * s.inner + first;
         std::int32_t* out_index = index ? index + o * s.inner + first : nullptr;
         PairwiseSum<C> leaves(count);
