@@ -35,9 +35,11 @@
 
 namespace mg::kernels::cpu {
 
+// The helpers sit in attention_rows, beside the header's (kBlock, dots, ...), so that a name they use is
+// found there before any file-local name of mg::kernels::cpu: in a unity build (scripts/test) several
+// files share a translation unit, and their unnamed namespaces of mg::kernels::cpu are one namespace.
+namespace attention_rows {
 namespace {
-
-using namespace attention_rows;
 constexpr std::int64_t kQueryBlock = 64;  // query rows whose weights and dS the backward keeps for dK and dV
 
 std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
@@ -237,13 +239,15 @@ std::int64_t head_grain(const AttentionShape& s) {
 }
 
 }  // namespace
+}  // namespace attention_rows
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out,
                        Tensor& lse) {
   visit_floating(q.dtype(), "attention_forward", [&](auto zero) {
     using C = compute_t<decltype(zero)>;
-    parallel_for(s.batch, head_grain(s),
-                 [&](std::int64_t begin, std::int64_t end) { forward_heads<C>(q, k, v, s, out, lse, begin, end); });
+    parallel_for(s.batch, attention_rows::head_grain(s), [&](std::int64_t begin, std::int64_t end) {
+      attention_rows::forward_heads<C>(q, k, v, s, out, lse, begin, end);
+    });
   });
 }
 
@@ -251,8 +255,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv) {
   visit_floating(q.dtype(), "attention_backward", [&](auto zero) {
     using C = compute_t<decltype(zero)>;
-    parallel_for(s.batch, head_grain(s), [&](std::int64_t begin, std::int64_t end) {
-      backward_heads<C>(q, k, v, out, d_out, lse, s, dq, dk, dv, begin, end);
+    parallel_for(s.batch, attention_rows::head_grain(s), [&](std::int64_t begin, std::int64_t end) {
+      attention_rows::backward_heads<C>(q, k, v, out, d_out, lse, s, dq, dk, dv, begin, end);
     });
   });
 }
