@@ -40,8 +40,8 @@ void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& windo
 
 // The implicit GEMMs are the CPU's alone (a GPU runs im2col and a GEMM).
 // Each pass has two forms: Window (the implicit GEMMs above) and Shifted (over zero-padded copies of the
-// images, kernels/cpu/conv_shifted.h; dW there only on kernels that read both operands in place, else
-// Window). Best picks per shape; the tests name one to hold both to the same results.
+// images read in place, kernels/cpu/conv_shifted.h; the dot kernel's bf16 dW on its family's Fma kernel
+// where an output row is odd in length). Best is Shifted wherever it applies; the tests name each form.
 namespace cpu {
 enum class ConvForm : std::uint8_t { Best, Window, Shifted };
 bool conv2d_implicit(const Tensor& x, const Window2d& window);

@@ -209,9 +209,15 @@ inline Tensor transposed_codes(const Tensor& codes) {
   return out;
 }
 
-// The GPU's own accumulator (kernels/fp8.h: by compute capability), promoted every `promote_every`.
+// The GPU's own accumulator (kernels/fp8.h: by compute capability), promoted every `promote_every`. A
+// build without CUDA (-DMG_CUDA=OFF) has no fp8_mma_accumulator to link; there the GPU cases return
+// before they ask (have_gpu() is false).
 inline Fp8Accumulator device_accumulator(int promote_every) {
+#ifdef MG_WITH_CUDA
   Fp8Accumulator accumulator = kernels::cuda::fp8_mma_accumulator(Device::cuda());
+#else
+  Fp8Accumulator accumulator;
+#endif
   accumulator.promote_every = promote_every;
   return accumulator;
 }

@@ -179,25 +179,30 @@ GemmChoiceInputs on(kernels::cpu::MicroCpu micro, const std::string& mg_gemm = "
 
 }  // namespace
 
-TEST_CASE("gemm choice: f16 and bf16 run on AVX-512's microkernels where the CPU has them; f32 stays on the library") {
+TEST_CASE("gemm choice: f16, bf16 and f32 run on AVX-512's microkernels where the CPU has them") {
   using kernels::cpu::MicroKernelId;
   const auto all = choose_gemm(on(kAllMicro));
   CHECK(all.bf16 == MicroKernelId::Avx512Bf16Dot);
   CHECK(all.f16 == MicroKernelId::Avx512Fma);
-  CHECK_FALSE(all.f32.has_value());
-  CHECK(all.library == GemmLibrary::OpenBlas);
-  CHECK(all.microkernels == "f16 avx512-fma, bf16 avx512-bf16-dot");
+  CHECK(all.f32 == MicroKernelId::Avx512Fma);
+  CHECK(all.library == GemmLibrary::OpenBlas);  // f64's
+  CHECK(all.microkernels == "f16 avx512-fma, bf16 avx512-bf16-dot, f32 avx512-fma");
+  // A library MG_GEMM names multiplies f32 too, unless a kernel word says otherwise.
+  CHECK_FALSE(choose_gemm(on(kAllMicro, "eigen")).f32.has_value());
+  CHECK_FALSE(choose_gemm(on(kAllMicro, "openblas,avx512-bf16-dot")).f32.has_value());
+  CHECK(choose_gemm(on(kAllMicro, "avx512-bf16-dot")).f32 == MicroKernelId::Avx512Fma);
   const auto no_bf16 = choose_gemm(on(kAvx512NoBf16));
   CHECK(no_bf16.bf16 == MicroKernelId::Avx512Fma);  // bf16 widened by a shift as it is packed
   // Where vdpbf16ps does fewer multiply-adds than the FMA, bf16 runs on the FMA too, unless MG_GEMM asks.
   const auto slow_dot = choose_gemm(on(kSlowBf16Dot));
   CHECK(slow_dot.bf16 == MicroKernelId::Avx512Fma);
-  CHECK(slow_dot.microkernels == "f16 avx512-fma, bf16 avx512-fma");
+  CHECK(slow_dot.microkernels == "f16 avx512-fma, bf16 avx512-fma, f32 avx512-fma");
   CHECK(choose_gemm(on(kSlowBf16Dot, "avx512-bf16-dot")).bf16 == MicroKernelId::Avx512Bf16Dot);
   // AVX2 alone widens (its FMA kernel was slower than OpenBLAS's AVX2 GEMM), unless MG_GEMM asks.
   const auto avx2 = choose_gemm(on(kAvx2Micro));
   CHECK_FALSE(avx2.f16.has_value());
   CHECK_FALSE(avx2.bf16.has_value());
+  CHECK_FALSE(avx2.f32.has_value());  // the library
   const auto none = choose_gemm(on({}));
   CHECK_FALSE(none.f16.has_value());
   CHECK_FALSE(none.bf16.has_value());

@@ -255,39 +255,3 @@ TEST_CASE("prepare_gemm_b: B packed (or widened) once gives the microkernel's bi
   mg::testing::check_error([&] { kernels::prepare_gemm_b(b, {.m = 4, .n = 50, .k = 71}); },
                            "kernels::prepare_gemm_b: needs one B of k x n = 71 x 50 elements");
 }
-
-TEST_CASE("packed GEMM: a shifted operand (each k its own start) gives the bits of the matrix it stands for") {
-  // A stride-1 convolution's image as kernels/cpu/conv_shifted.cpp reads it: line j of step p at
-  // data[j + offsets[p]], offsets in no particular order and overlapping. The same values copied out
-  // as a plain [k, n] matrix must give the same bits on every kernel (the dot kernel's pairs of k
-  // included: an odd k leaves a last step of one). k = 515 crosses a block of k, n = 70 leaves an edge.
-  for (const std::int64_t k : {7, 515})
-    for (const MicroKernel* kernel : runnable_microkernels())
-      for (DType dtype : dtypes_of(*kernel)) {
-        const std::int64_t m = 13, n = 70;
-        Generator generator(static_cast<std::uint64_t>(k));
-        std::vector<std::int64_t> offsets(static_cast<std::size_t>(k));
-        for (std::int64_t p = 0; p < k; ++p) offsets[static_cast<std::size_t>(p)] = (p * 37) % 101;
-        // 32 values past the last line: a kernel reading B in place reads whole micro-panels.
-        const Tensor data = randn({101 + n + 32}, generator).to(dtype), a = randn({m, k}, generator).to(dtype);
-        Tensor plain = Tensor::empty({k, n}, {.dtype = dtype});
-        const auto size = static_cast<std::int64_t>(dtype_size(dtype));
-        for (std::int64_t p = 0; p < k; ++p)
-          std::memcpy(static_cast<std::byte*>(plain.data_ptr()) + p * n * size,
-                      static_cast<const std::byte*>(data.data_ptr()) + offsets[static_cast<std::size_t>(p)] * size,
-                      static_cast<std::size_t>(n * size));
-        std::vector<float> shifted_c(static_cast<std::size_t>(m * n)), plain_c(shifted_c.size());
-        PackedGemm gemm{.kernel = kernel,
-                        .a = {.data = a.data_ptr(), .dtype = dtype, .line_stride = k, .k_stride = 1},
-                        .b = {.data = data.data_ptr(), .dtype = dtype, .line_stride = 1, .k_offsets = offsets.data()},
-                        .k = k,
-                        .c = shifted_c.data(),
-                        .ldc = n};
-        packed_gemm_tile(gemm, 0, m, 0, n);
-        gemm.b = {.data = plain.data_ptr(), .dtype = dtype, .line_stride = 1, .k_stride = n};
-        gemm.c = plain_c.data();
-        packed_gemm_tile(gemm, 0, m, 0, n);
-        INFO(kernel->name << " " << dtype_name(dtype) << " k " << k);
-        CHECK(shifted_c == plain_c);
-      }
-}

@@ -196,6 +196,11 @@ GemmChoice choose_gemm(const GemmChoiceInputs& in) {
   // vdpbf16ps did 0.48x the FMA's multiply-adds, bf16 GEMMs ran at 79-91 GFLOP/s on it and at
   // 126-152 on avx512-fma (n = 128 to 1024, one thread, bench/matmul; docs/cpu-gemm.md).
   choice.bf16 = cpu.avx512_bf16 && cpu.bf16_dot_pays ? std::optional(MicroKernelId::Avx512Bf16Dot) : fma;
+  // f32 on the FMA kernel too where the CPU has AVX-512, unless MG_GEMM names a library: at 1.2-1.4x
+  // the GFLOP/s of Eigen's AVX-512 GEMM on a Zen 5 (n = 256 to 2048, bench/matmul_vs_torch), 1.07-1.3x
+  // OpenBLAS's AVX-512 kernels on a Zen 4 (docs/results/cpu-bench.md), and the GPT's fp32 step 12%
+  // faster. It is also one chain per element in a fixed order, the same bits on any thread count.
+  if (library.empty()) choice.f32 = fma;
   for (const KernelWord* kernel : kernels) {
     for (std::optional<MicroKernelId> id : {kernel->f32, kernel->f16, kernel->bf16})
       MG_CHECK(!id || cpu_runs(cpu, *id),

@@ -1,6 +1,7 @@
-// What multiplies matrices on the CPU, decided once per process: which library multiplies f32/f64
-// matrices, OpenBLAS or Eigen (the rule below), and which of mixgrad's own microkernels multiplies
-// f16 and bf16 ones (kernels/cpu/microkernel.h; the rule at the end).
+// What multiplies matrices on the CPU, decided once per process: which library multiplies f64
+// matrices (and f32 ones on a CPU without AVX-512), OpenBLAS or Eigen (the rule below), and which of
+// mixgrad's own microkernels multiplies f16, bf16 and f32 ones (kernels/cpu/microkernel.h; the rule
+// at the end).
 //
 // Why a decision at all: OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's family and
 // model numbers when the library loads. On a CPU it does not know (seen: a VM whose CPU calls itself
@@ -36,11 +37,13 @@
 // know (a newer OpenBLAS): in a -march=native build that costs about the equal-width difference
 // above, and gemm_backend() says what happened.
 //
-// The microkernels for f16 and bf16 (and f32 when asked), rule choose_gemm also applies:
+// The microkernels, rule choose_gemm also applies:
 //   bf16: avx512-bf16-dot where the CPU has AVX512_BF16 and its vdpbf16ps outruns the FMA (AMD's;
 //         MicroCpu::bf16_dot_pays), else avx512-fma, else "widen";
 //   f16:  avx512-fma, else "widen";
-//   f32:  the library above.
+//   f32:  avx512-fma, else the library above; the library also where MG_GEMM names one (eigen,
+//         openblas) and no kernel for f32. The FMA kernel ran at 1.2-1.4x Eigen's AVX-512 GEMM on a
+//         Zen 5 and 1.07-1.3x OpenBLAS's AVX-512 kernels on a Zen 4 (docs/cpu-gemm.md).
 // (avx2-fma runs only when MG_GEMM names it: on an AVX2 CPU it was slower than widening for
 // OpenBLAS's AVX2 kernels, blas_choice.cpp.)
 // "widen" is the path without a microkernel: both operands widened to f32 in a pass of their own and
@@ -94,8 +97,7 @@ struct GemmChoice {
   // "Eigen 3.4.0 AVX-512 (OpenBLAS 0.3.21 would run its generic Prescott kernels on this AVX-512
   // CPU; MG_GEMM=openblas forces it)".
   std::string description;
-  // The microkernel of each low-precision dtype (and of f32 when MG_GEMM names one), or nullopt for
-  // "widen" (f16, bf16) and the library (f32).
+  // The microkernel of each dtype, or nullopt for "widen" (f16, bf16) and the library (f32).
   std::optional<MicroKernelId> f32, f16, bf16;
   std::string microkernels;  // "f16 avx512-fma, bf16 avx512-bf16-dot"
 };

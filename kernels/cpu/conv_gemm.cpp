@@ -1,6 +1,7 @@
 // Convolution on the CPU as implicit GEMMs (kernels/conv.h), in two forms. This file is the window form,
-// and the choice: where the padded-image forms of kernels/cpu/conv_shifted.h pay (on the Fma kernels,
-// every stride-1 pass but a dx with padding >= the kernel), they run instead (ConvForm::Best).
+// and the choice: the padded-image forms of kernels/cpu/conv_shifted.h run instead wherever they apply
+// (every microkernel reads them in place: every stride-1 pass but a dx with padding >= the kernel;
+// ConvForm::Best), since they pack nothing and compute no junk.
 // The window form: the packed GEMM (kernels/cpu/gemm_packed.h) reads each window straight from the
 // image as it packs, so no im2col matrix is written, and its output is already channels-first. Shapes,
 // for x [N, C, H, W], weight [O, C, KH, KW], P = OH * OW output positions and T = C * KH * KW taps:
@@ -78,14 +79,14 @@ void add_window_shares(const float* shares, const Window2d& w, float* sum) {
       }
 }
 
-// Whether the padded-image forms (kernels/cpu/conv_shifted.h) beat the window form for a pass whose output
-// rows are `out_width` wide. On a kernel that reads both operands in place (the Fma kernels) always:
-// nothing is packed and no junk computed. On the dot kernel the shifted form packs a panel of positions
-// as one copy per tap and computes kernel_w - 1 junk columns per output row; the window form cuts every
-// panel into runs clamped to the padding at the ends of rows. There it is kept where the junk is at
-// most a quarter of the columns (3x3 on 14- and 28-wide maps: 12.5% and 7%).
-bool padded_pays(const MicroKernel& kernel, const Window2d& w, std::int64_t out_width) {
-  return kernel.run_gathered || 4 * (w.kernel_w - 1) <= out_width + w.kernel_w - 1;
+// The kernel dW reads both operands in place on, or nullptr: the convolution's own where it can (an
+// Fma kernel; the dot kernel where each output row holds whole pairs of positions), else, for the dot
+// kernel's bf16, the Fma kernel of its family (the images and dy widened to f32 as they are laid out,
+// exactly): one f32 FMA chain per element, as that kernel's bf16 GEMMs.
+const MicroKernel* weight_grad_kernel(const MicroKernel& kernel, const Window2d& w) {
+  if (!kernel.run_gathered) return nullptr;
+  if (kernel.arith == MicroArith::Fma || conv2d_weight_grad_pairs_apply(w)) return &kernel;
+  return microkernel(kernel.id == MicroKernelId::ModelBf16Dot ? MicroKernelId::ModelFma : MicroKernelId::Avx512Fma);
 }
 
 }  // namespace
@@ -102,7 +103,7 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const Tensor bias_f32 = bias.defined() ? widened<float>(bias) : Tensor();  // exact
   const MicroKernel& kernel = *convolution_microkernel(x.dtype());
   const float* bias_values = bias_f32.defined() ? bias_f32.data<float>() : nullptr;
-  if (form == ConvForm::Shifted || (form == ConvForm::Best && padded_pays(kernel, w, w.out_w())))
+  if (form != ConvForm::Window && kernel.run_gathered)
     return conv2d_forward_shifted(kernel, x, weight, bias_values, w, y);
   convolve(kernel, x, weight, bias_values, w, y);
 }
@@ -110,8 +111,7 @@ void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w, Tensor& dx, ConvForm form) {
   if (dx.numel() == 0) return;
   const MicroKernel& kernel = *convolution_microkernel(dy.dtype());
-  if (form == ConvForm::Shifted ||
-      (form == ConvForm::Best && conv2d_shifted_input_grad_applies(w) && padded_pays(kernel, w, w.width)))
+  if (form != ConvForm::Window && kernel.run_gathered && conv2d_shifted_input_grad_applies(w))
     return conv2d_input_grad_shifted(kernel, dy, weight, w, dx);
   const std::int64_t out_channels = weight.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t positions = w.out_h() * w.out_w(), image = w.channels * w.height * w.width;
@@ -141,9 +141,9 @@ void conv2d_input_grad(const Tensor& dy, const Tensor& weight, const Window2d& w
 void conv2d_weight_grad(const Tensor& dy, const Tensor& x, const Window2d& w, Tensor& dw, ConvForm form) {
   if (dw.numel() == 0) return;
   const MicroKernel& kernel = *convolution_microkernel(x.dtype());
-  // Both operands read in place, nothing packed (kernels/cpu/conv_shifted.h), where the kernel can (the
-  // Fma kernels; the dot kernel packs bf16 pairs): Shifted and Best alike.
-  if (form != ConvForm::Window && kernel.run_gathered) return conv2d_weight_grad_gathered(kernel, dy, x, w, dw);
+  // Both operands read in place, nothing packed (kernels/cpu/conv_shifted.h): Shifted and Best alike.
+  if (const MicroKernel* in_place = weight_grad_kernel(kernel, w); in_place && form != ConvForm::Window)
+    return conv2d_weight_grad_gathered(*in_place, dy, x, w, dw);
   const std::int64_t out_channels = dw.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t positions = w.out_h() * w.out_w();
   // Columns (taps) per thread; every tile packs all of dy again, so as few tiles as threads.

@@ -2,6 +2,7 @@
 #include "kernels/cpu/conv_shifted.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <vector>
@@ -52,18 +53,6 @@ void copy_row(const std::byte* src, DType from, std::byte* dst, DType to, std::i
   }
 }
 
-// Columns [from, to) of each of `rows` rows of the GEMM's result (ld apart) into out (out_ld apart):
-// the valid positions of an output row.
-template <class Bits>
-void keep_columns(const std::byte* result, std::int64_t ld, std::int64_t rows, std::int64_t count, std::byte* out,
-                  std::int64_t out_ld) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const auto* s = reinterpret_cast<const Bits*>(result) + r * ld;
-    auto* d = reinterpret_cast<Bits*>(out) + r * out_ld;
-    for (std::int64_t i = 0; i < count; ++i) d[i] = s[i];
-  }
-}
-
 // x [N, C, H, W] of a convolution's window as a stack of images.
 Images input_images(const Tensor& x, const Window2d& w) {
   return {.data = reinterpret_cast<const std::byte*>(x.data_ptr()),
@@ -105,101 +94,100 @@ void pad_image(const Images& in, std::int64_t n, std::int64_t pad_h, std::int64_
                padded + ((c * padded_h + ih + pad_h) * padded_w + pad_w) * to_size, to, in.width);
 }
 
-// out[n] [rows, OH, OW] = weight [rows, channels * kh * kw] (+ bias per row) convolved with image n of
-// `in`, zero-padded by (pad_h, pad_w), stride 1; weight has in's dtype. The heart of both passes.
-void convolve_shifted(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
-                      std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
-                      const float* bias, Tensor& out) {
-  const std::int64_t size = static_cast<std::int64_t>(dtype_size(in.dtype));  // padded as it is: packing converts
-  const std::int64_t padded_h = in.height + 2 * pad_h, padded_w = in.width + 2 * pad_w, plane = padded_h * padded_w;
-  const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1;
-  assert(out.numel() == in.batch * rows * out_h * out_w);
-  const std::int64_t taps = in.channels * kernel_h * kernel_w;
-  const std::int64_t cols = out_h * padded_w;  // positions in the padded image's numbering
-  const std::vector<std::int64_t> offsets = tap_offsets(in.channels, kernel_h, kernel_w, padded_h, padded_w);
-  // The last position of the last tap reads (channels - 1) * plane + (kernel_h - 1 + out_h) * padded_w +
-  // kernel_w - 2 = channels * plane + kernel_w - 2: a few zeros past the last channel's plane.
-  const std::int64_t padded_elements = in.channels * plane + kernel_w - 1;
-  const std::int64_t out_size = static_cast<std::int64_t>(dtype_size(out.dtype()));
-  assert(out_size == 4 || out_size == 2);  // f32, f16 or bf16 (no microkernel multiplies f64)
-  // Whole images per thread; a batch smaller than the pool is also cut along positions.
-  const std::int64_t panels = (cols + kernel.nr - 1) / kernel.nr;
-  const std::int64_t parts = std::clamp<std::int64_t>((num_threads() + in.batch - 1) / in.batch, 1, panels);
-  const Chunks cut{panels, parts};
-  parallel_for(in.batch * parts, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::byte* padded = reserve_bytes(padded_buffer, padded_elements * size);
-    std::byte* result = reserve_bytes(result_buffer, rows * cols * out_size);
-    std::fill(padded, padded + padded_elements * size, std::byte{0});  // the border stays zero from here on
-    std::int64_t copied = -1;  // the image now in `padded`
-    for (std::int64_t item = begin; item < end; ++item) {
-      const std::int64_t n = item / parts, part = item % parts;
-      if (n != copied) pad_image(in, n, pad_h, pad_w, padded, in.dtype), copied = n;
-      const std::int64_t col0 = std::min(cols, cut.begin(part) * kernel.nr),
-                         col1 = std::min(cols, cut.end(part) * kernel.nr);
-      PackedGemm gemm{.kernel = &kernel,
-                      .a = {.data = weight, .dtype = in.dtype, .line_stride = taps, .k_stride = 1},
-                      .b = {.data = padded, .dtype = in.dtype, .line_stride = 1, .k_offsets = offsets.data()},
-                      .k = taps,
-                      .c = result,
-                      .c_dtype = out.dtype(),
-                      .ldc = cols,
-                      .bias = bias,
-                      .bias_per_row = true};
-      packed_gemm_tile(gemm, 0, rows, col0, col1);
-      // The first out_w positions of each output row this part computed, into out[n].
-      for (std::int64_t oh = 0; oh < out_h; ++oh) {
-        const std::int64_t from = std::max(col0, oh * padded_w), to = std::min(col1, oh * padded_w + out_w);
-        if (from >= to) continue;
-        std::byte* first = reinterpret_cast<std::byte*>(
-            bytes_at(out, (n * rows * out_h + oh) * out_w + (from - oh * padded_w)));
-        if (out_size == 4)
-          keep_columns<std::uint32_t>(result + from * out_size, cols, rows, to - from, first, out_h * out_w);
-        else
-          keep_columns<std::uint16_t>(result + from * out_size, cols, rows, to - from, first, out_h * out_w);
-      }
+// Image n of a bf16 stack into the inside of a zero-bordered buffer of channel pairs [ceil(C / 2), Hp, Wp]
+// for the dot kernel: each 32-bit value holds channel 2q in its low half and 2q + 1 in its high half
+// (zero past the last channel), a pair of k as vdpbf16ps takes it. Stored as floats (the type of
+// MicroKernel::run_gathered's lines), copied as bits.
+void pad_image_pairs(const Images& in, std::int64_t n, std::int64_t pad_h, std::int64_t pad_w, float* padded) {
+  assert(in.dtype == DType::BF16);
+  const std::int64_t padded_w = in.width + 2 * pad_w, padded_h = in.height + 2 * pad_h, plane = in.height * in.width;
+  const auto* image = reinterpret_cast<const std::uint16_t*>(in.data) + n * in.channels * plane;
+  for (std::int64_t q = 0; 2 * q < in.channels; ++q) {
+    const std::uint16_t* even = image + 2 * q * plane;
+    const std::uint16_t* odd = 2 * q + 1 < in.channels ? even + plane : nullptr;
+    for (std::int64_t ih = 0; ih < in.height; ++ih) {
+      float* to = padded + (q * padded_h + ih + pad_h) * padded_w + pad_w;
+      const std::int64_t row = ih * in.width;
+      for (std::int64_t iw = 0; iw < in.width; ++iw)
+        to[iw] = std::bit_cast<float>(std::uint32_t{even[row + iw]} |
+                                      (odd ? std::uint32_t{odd[row + iw]} << 16 : std::uint32_t{0}));
     }
-  });
+  }
+}
+
+// The weight [rows, channels, KH, KW] as the gathered kernels' B, [steps, row_width] (zeros past the last
+// row): an Fma kernel's step is a tap (c, kh, kw), widened to f32; the dot kernel's a tap of a pair of
+// channels (q, kh, kw), channel 2q in the low half (bf16 bits).
+std::vector<float> gathered_weight(const std::byte* weight, DType dtype, std::int64_t rows, std::int64_t channels,
+                                   std::int64_t kernel_taps, std::int64_t row_width, bool pairs) {
+  const std::int64_t steps = (pairs ? (channels + 1) / 2 : channels) * kernel_taps, taps = channels * kernel_taps;
+  std::vector<float> b(static_cast<std::size_t>(steps * row_width), 0.0f);
+  if (pairs) {
+    assert(dtype == DType::BF16);
+    const auto* w = reinterpret_cast<const std::uint16_t*>(weight);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < channels; c += 2)
+        for (std::int64_t k = 0; k < kernel_taps; ++k) {
+          const std::uint16_t* even = w + r * taps + c * kernel_taps + k;
+          const std::uint32_t pair = std::uint32_t{*even} |
+                                     (c + 1 < channels ? std::uint32_t{even[kernel_taps]} << 16 : 0u);
+          b[static_cast<std::size_t>(((c / 2) * kernel_taps + k) * row_width + r)] = std::bit_cast<float>(pair);
+        }
+    return b;
+  }
+  std::vector<float> line(static_cast<std::size_t>(taps));
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(dtype));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    copy_row(weight + r * taps * size, dtype, reinterpret_cast<std::byte*>(line.data()), DType::F32, taps);
+    for (std::int64_t t = 0; t < taps; ++t)
+      b[static_cast<std::size_t>(t * row_width + r)] = line[static_cast<std::size_t>(t)];
+  }
+  return b;
 }
 
 // The same convolution on a kernel that reads both operands in place (MicroKernel::run_gathered): the
 // rows of a tile are MR output positions, each a line of the padded image starting where its window
-// does; a step is a tap, at the tap's offset on every line; B is the weight transposed, [taps, rows]
-// (rows padded to whole micro-panels of NR with zeros). So no junk columns and no packing: the tile
-// [positions, rows] is stored transposed into out[n] [rows, positions], with the bias added to the f32
-// sum and one rounding, as the window form's epilogue (the same chain over the taps: the same bits).
+// does; a step is a tap (on the dot kernel a tap of a pair of channels, the image padded as pairs), at
+// the tap's offset on every line; B is the weight transposed, [steps, rows] (rows padded to whole
+// micro-panels of NR with zeros). So no junk columns and no packing: the tile [positions, rows] is
+// stored transposed into out[n] [rows, positions], with the bias added to the f32 sum and one rounding,
+// as the window form's epilogue (on an Fma kernel the same chain over the taps: the same bits; on the
+// dot kernel its own chain, pairs of channels where the window form pairs neighbouring taps).
 void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
                        std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
                        const float* bias, Tensor& out) {
   const int mr = kernel.mr, nr = kernel.nr;
-  assert(mr <= kMaxMicroRows && mr * nr <= kMaxMicroRows * 32);
+  assert(kernel.run_gathered && mr <= kMaxMicroRows && mr * nr <= kMaxMicroRows * 32);
+  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
   const std::int64_t padded_h = in.height + 2 * pad_h, padded_w = in.width + 2 * pad_w, plane = padded_h * padded_w;
   const std::int64_t out_h = padded_h - kernel_h + 1, out_w = padded_w - kernel_w + 1, positions = out_h * out_w;
   assert(out.numel() == in.batch * rows * positions);
-  const std::int64_t taps = in.channels * kernel_h * kernel_w;
-  const std::vector<std::int64_t> taps_at = tap_offsets(in.channels, kernel_h, kernel_w, padded_h, padded_w),
+  const std::int64_t planes = pairs ? (in.channels + 1) / 2 : in.channels, steps = planes * kernel_h * kernel_w;
+  const std::vector<std::int64_t> steps_at = tap_offsets(planes, kernel_h, kernel_w, padded_h, padded_w),
                                   windows_at = position_offsets(out_h, out_w, padded_w);
-  // The weight transposed and widened once: [taps, row_width], zeros past the last row.
-  const std::int64_t row_width = (rows + nr - 1) / nr * nr, in_size = static_cast<std::int64_t>(dtype_size(in.dtype));
-  std::vector<float> transposed(static_cast<std::size_t>(taps * row_width), 0.0f), line(static_cast<std::size_t>(taps));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    copy_row(weight + r * taps * in_size, in.dtype, reinterpret_cast<std::byte*>(line.data()), DType::F32, taps);
-    for (std::int64_t t = 0; t < taps; ++t)
-      transposed[static_cast<std::size_t>(t * row_width + r)] = line[static_cast<std::size_t>(t)];
-  }
+  const std::int64_t row_width = (rows + nr - 1) / nr * nr;
+  const std::vector<float> transposed = gathered_weight(weight, in.dtype, rows, in.channels, kernel_h * kernel_w,
+                                                        row_width, pairs);
   const bool direct = out.dtype() == DType::F32;  // else f32 sums, rounded per row of the part
   // Whole images per thread; a batch smaller than the pool is also cut along positions.
   const std::int64_t panels = (positions + mr - 1) / mr;
   const std::int64_t parts = std::clamp<std::int64_t>((num_threads() + in.batch - 1) / in.batch, 1, panels);
   const Chunks cut{panels, parts};
   parallel_for(in.batch * parts, 1, [&](std::int64_t begin, std::int64_t end) {
-    auto* padded = reinterpret_cast<float*>(reserve_bytes(padded_buffer, in.channels * plane * 4));
+    auto* padded = reinterpret_cast<float*>(reserve_bytes(padded_buffer, planes * plane * 4));
     auto* sums = reinterpret_cast<float*>(reserve_bytes(result_buffer, direct ? 0 : rows * positions * 4));
-    std::fill(padded, padded + in.channels * plane, 0.0f);  // the border stays zero from here on
+    std::fill(padded, padded + planes * plane, 0.0f);  // the border stays zero from here on
     alignas(64) float tile[kMaxMicroRows * 32];
     std::int64_t copied = -1;  // the image now in `padded`
     for (std::int64_t item = begin; item < end; ++item) {
       const std::int64_t n = item / parts, part = item % parts;
-      if (n != copied) pad_image(in, n, pad_h, pad_w, reinterpret_cast<std::byte*>(padded), DType::F32), copied = n;
+      if (n != copied) {
+        if (pairs)
+          pad_image_pairs(in, n, pad_h, pad_w, padded);
+        else
+          pad_image(in, n, pad_h, pad_w, reinterpret_cast<std::byte*>(padded), DType::F32);
+        copied = n;
+      }
       float* image = direct ? reinterpret_cast<float*>(bytes_at(out, n * rows * positions)) : sums;
       const std::int64_t p_begin = cut.begin(part) * mr, p_end = std::min(positions, cut.end(part) * mr);
       for (std::int64_t p0 = p_begin; p0 < p_end; p0 += mr) {
@@ -208,7 +196,7 @@ void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::b
         for (int i = 0; i < mr; ++i)  // rows past the last position repeat it; their sums are dropped
           lines[i] = padded + windows_at[static_cast<std::size_t>(p0 + std::min<std::int64_t>(i, valid - 1))];
         for (std::int64_t j = 0; j < rows; j += nr) {
-          kernel.run_gathered(taps, lines, taps_at.data(), transposed.data() + j, row_width, tile, nr, false);
+          kernel.run_gathered(steps, lines, steps_at.data(), transposed.data() + j, row_width, tile, nr, false);
           const std::int64_t count = std::min<std::int64_t>(nr, rows - j);
           for (std::int64_t r = 0; r < count; ++r) {
             float* to = image + (j + r) * positions + p0;
@@ -228,15 +216,6 @@ void convolve_gathered(const MicroKernel& kernel, const Images& in, const std::b
   });
 }
 
-// The convolution of both passes on the padded images: read in place where the kernel can, else packed.
-void convolve_padded(const MicroKernel& kernel, const Images& in, const std::byte* weight, std::int64_t rows,
-                     std::int64_t kernel_h, std::int64_t kernel_w, std::int64_t pad_h, std::int64_t pad_w,
-                     const float* bias, Tensor& out) {
-  if (kernel.run_gathered)
-    return convolve_gathered(kernel, in, weight, rows, kernel_h, kernel_w, pad_h, pad_w, bias, out);
-  convolve_shifted(kernel, in, weight, rows, kernel_h, kernel_w, pad_h, pad_w, bias, out);
-}
-
 }  // namespace
 
 bool conv2d_shifted_forward_applies(const Window2d& w) { return w.stride_h == 1 && w.stride_w == 1; }
@@ -249,8 +228,8 @@ void conv2d_forward_shifted(const MicroKernel& kernel, const Tensor& x, const Te
                             const Window2d& w, Tensor& y) {
   assert(conv2d_shifted_forward_applies(w) && weight.dtype() == x.dtype());
   const Images images = input_images(x, w);
-  convolve_padded(kernel, images, reinterpret_cast<const std::byte*>(weight.data_ptr()), weight.size(0), w.kernel_h,
-                  w.kernel_w, w.pad_h, w.pad_w, bias, y);
+  convolve_gathered(kernel, images, reinterpret_cast<const std::byte*>(weight.data_ptr()), weight.size(0), w.kernel_h,
+                    w.kernel_w, w.pad_h, w.pad_w, bias, y);
 }
 
 void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, const Tensor& weight, const Window2d& w,
@@ -274,23 +253,35 @@ void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, cons
                          .channels = out_channels,
                          .height = w.out_h(),
                          .width = w.out_w()};
-  convolve_padded(kernel, gradients, mirrored.data(), w.channels, kh, kw, kh - 1 - w.pad_h, kw - 1 - w.pad_w, nullptr,
-                  dx);
+  convolve_gathered(kernel, gradients, mirrored.data(), w.channels, kh, kw, kh - 1 - w.pad_h, kw - 1 - w.pad_w, nullptr,
+                    dx);
+}
+
+bool conv2d_weight_grad_pairs_apply(const Window2d& w) {
+  return conv2d_shifted_forward_applies(w) && w.out_w() % 2 == 0;
 }
 
 void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, const Tensor& x, const Window2d& w,
                                  Tensor& dw) {
   assert(kernel.run_gathered && conv2d_shifted_forward_applies(w));
+  // On the dot kernel a step is a pair of neighbouring positions of one output row.
+  const bool pairs = kernel.arith == MicroArith::Bf16Dot;
+  assert(!pairs || (conv2d_weight_grad_pairs_apply(w) && x.dtype() == DType::BF16 && dy.dtype() == DType::BF16));
   const std::int64_t out_channels = dw.size(0), taps = w.channels * w.kernel_h * w.kernel_w;
   const std::int64_t out_h = w.out_h(), out_w = w.out_w(), positions = out_h * out_w;
+  const std::int64_t steps = pairs ? positions / 2 : positions;
   const std::int64_t padded_h = w.height + 2 * w.pad_h, padded_w = w.width + 2 * w.pad_w, plane = padded_h * padded_w;
   const int mr = kernel.mr, nr = kernel.nr;
   assert(mr <= kMaxMicroRows);
-  // Where a tap's line starts in the padded image, and where an output position sits on every line.
+  // Where a tap's line starts in the padded image, and where each step's position (the first of a pair)
+  // sits on every line.
   const std::vector<std::int64_t> taps_at = tap_offsets(w.channels, w.kernel_h, w.kernel_w, padded_h, padded_w),
                                   windows_at = position_offsets(out_h, out_w, padded_w);
+  std::vector<std::int64_t> steps_at(static_cast<std::size_t>(steps));
+  for (std::int64_t s = 0; s < steps; ++s)
+    steps_at[static_cast<std::size_t>(s)] = windows_at[static_cast<std::size_t>(pairs ? 2 * s : s)];
   const Images images = input_images(x, w);
-  // dy of one image as [positions, channels], each row whole micro-panels of NR (zeros past the last channel).
+  // dy of one image as [steps, channels], each row whole micro-panels of NR (zeros past the last channel).
   const std::int64_t panels = (out_channels + nr - 1) / nr, row_width = panels * nr;
   const std::int64_t dy_size = static_cast<std::int64_t>(dtype_size(dy.dtype()));
   const std::int64_t row_panels = (taps + mr - 1) / mr;
@@ -301,26 +292,44 @@ void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, co
       const std::int64_t first = cut.begin(part) * mr, last = std::min(taps, cut.end(part) * mr);
       const std::int64_t rows = (cut.end(part) - cut.begin(part)) * mr;
       // The f32 sums, [taps of this part, channels]: one chain per element over every image's positions,
-      // from +0 (as the window form's), so the same bits.
+      // from +0 (as the window form's; on an Fma kernel the same bits).
       std::vector<float> sums(static_cast<std::size_t>(rows * row_width), 0.0f);
       auto* padded = reinterpret_cast<float*>(reserve_bytes(padded_buffer, w.channels * plane * 4));
-      auto* gradient = reinterpret_cast<float*>(reserve_bytes(result_buffer, positions * (row_width + 1) * 4));
+      auto* gradient = reinterpret_cast<float*>(reserve_bytes(result_buffer, steps * row_width * 4));
       std::fill(padded, padded + w.channels * plane, 0.0f);
-      std::fill(gradient, gradient + positions * row_width, 0.0f);
-      float* row = gradient + positions * row_width;  // one row of dy widened, before it is spread
+      std::fill(gradient, gradient + steps * row_width, 0.0f);
+      // The dot kernel's image: the bf16 padded image (one zero past its end), then each value paired with
+      // the next, so that a pair of positions at any offset is one aligned 32-bit word.
+      std::vector<std::uint16_t> staging(pairs ? static_cast<std::size_t>(w.channels * plane + 1) : 0, 0);
+      std::vector<float> row(pairs ? 0 : static_cast<std::size_t>(positions));  // a row of dy widened
       for (std::int64_t n = 0; n < w.batch; ++n) {
-        pad_image(images, n, w.pad_h, w.pad_w, reinterpret_cast<std::byte*>(padded), DType::F32);
-        for (std::int64_t o = 0; o < out_channels; ++o) {
-          copy_row(reinterpret_cast<const std::byte*>(dy.data_ptr()) + (n * out_channels + o) * positions * dy_size,
-                   dy.dtype(), reinterpret_cast<std::byte*>(row), DType::F32, positions);
-          for (std::int64_t p = 0; p < positions; ++p) gradient[p * row_width + o] = row[p];
+        const std::byte* dy_image = reinterpret_cast<const std::byte*>(dy.data_ptr()) +
+                                    n * out_channels * positions * dy_size;
+        if (pairs) {
+          pad_image(images, n, w.pad_h, w.pad_w, reinterpret_cast<std::byte*>(staging.data()), DType::BF16);
+          for (std::int64_t i = 0; i < w.channels * plane; ++i)
+            padded[i] = std::bit_cast<float>(std::uint32_t{staging[static_cast<std::size_t>(i)]} |
+                                             std::uint32_t{staging[static_cast<std::size_t>(i + 1)]} << 16);
+          for (std::int64_t o = 0; o < out_channels; ++o) {
+            const auto* line = reinterpret_cast<const std::uint16_t*>(dy_image) + o * positions;
+            for (std::int64_t s = 0; s < steps; ++s)
+              gradient[s * row_width + o] = std::bit_cast<float>(std::uint32_t{line[2 * s]} |
+                                                                 std::uint32_t{line[2 * s + 1]} << 16);
+          }
+        } else {
+          pad_image(images, n, w.pad_h, w.pad_w, reinterpret_cast<std::byte*>(padded), DType::F32);
+          for (std::int64_t o = 0; o < out_channels; ++o) {
+            copy_row(dy_image + o * positions * dy_size, dy.dtype(), reinterpret_cast<std::byte*>(row.data()),
+                     DType::F32, positions);
+            for (std::int64_t p = 0; p < positions; ++p) gradient[p * row_width + o] = row[static_cast<std::size_t>(p)];
+          }
         }
         for (std::int64_t panel = cut.begin(part); panel < cut.end(part); ++panel) {
           const float* lines[kMaxMicroRows];
           for (int i = 0; i < mr; ++i)  // rows past the last tap repeat it; their sums are dropped
             lines[i] = padded + taps_at[static_cast<std::size_t>(std::min(panel * mr + i, taps - 1))];
           for (std::int64_t j = 0; j < row_width; j += nr)
-            kernel.run_gathered(positions, lines, windows_at.data(), gradient + j, row_width,
+            kernel.run_gathered(steps, lines, steps_at.data(), gradient + j, row_width,
                                 sums.data() + (panel * mr - first) * row_width + j, row_width, true);
         }
       }

@@ -21,9 +21,17 @@
 //            i] + position_offset[p]], B's row p is dy of that position over the channels (dy[n]
 //            transposed once per image); the steps run over every position of every image in order:
 //            the window form's chain, the same bits.
-// On the dot kernel (bf16 pairs) the forward pass and dx pack instead (GemmOperand's `shifted` form):
-// a panel of positions is one copy per tap over positions numbered oh * Wp + ow, with Wp - OW junk
-// columns per output row computed and dropped; dW keeps the window form.
+// On the dot kernel (vdpbf16ps: a step is a pair of k, one 32-bit word of two bf16) the forward pass
+// and dx read in place too, over an image padded as channel pairs, [ceil(C / 2), Hp, Wp] words with
+// channel 2q in the low half: a step is a tap of a pair of channels, (q, kh, kw), at one offset as
+// before, and B is the weight as pairs [steps, O]. Its chain pairs channels where the window form
+// pairs neighbouring taps: its own bits, held to the f64 loops. dW's steps are positions: on the dot
+// kernel a step is a pair of neighbouring positions of one output row, read as one word from the
+// padded bf16 image with each value paired with the next, dy laid out as pairs [positions / 2, O];
+// where an output row is odd in length the dot kernel hands dW to the Fma kernel of its family
+// (kernels/cpu/conv_gemm.cpp). (Before, the dot kernel packed a panel of positions as one copy per
+// tap, junk columns included: the bf16 conv step of bench/train_step conv:128 took 19.2-19.8 ms then
+// and 11.8-13.1 ms so, one thread of a Zen 5.)
 //
 // Tests: build/tests/test_ops_conv_grad (every form on every kernel, the models included, against the
 // window form's bits and the f64 loops). Benchmark: build/bench/train_step conv:128.
@@ -45,7 +53,9 @@ void conv2d_forward_shifted(const MicroKernel& kernel, const Tensor& x, const Te
                             const Window2d& w, Tensor& y);
 void conv2d_input_grad_shifted(const MicroKernel& kernel, const Tensor& dy, const Tensor& weight, const Window2d& w,
                                Tensor& dx);
-// As kernels::cpu::conv2d_weight_grad, on a kernel with run_gathered (the Fma kernels), stride 1.
+// As kernels::cpu::conv2d_weight_grad, on a kernel with run_gathered, stride 1; on the dot kernel (bf16
+// x and dy) only where conv2d_weight_grad_pairs_apply: each output row holds whole pairs of positions.
+bool conv2d_weight_grad_pairs_apply(const Window2d& w);
 void conv2d_weight_grad_gathered(const MicroKernel& kernel, const Tensor& dy, const Tensor& x, const Window2d& w,
                                  Tensor& dw);
 

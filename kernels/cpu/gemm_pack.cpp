@@ -19,7 +19,7 @@ namespace mg::kernels::cpu {
 namespace {
 
 const std::byte* element(const GemmOperand& x, std::int64_t line, std::int64_t k) {
-  const std::int64_t at = line * x.line_stride + (x.k_offsets ? x.k_offsets[k] : k * x.k_stride);
+  const std::int64_t at = line * x.line_stride + k * x.k_stride;
   return static_cast<const std::byte*>(x.data) + at * static_cast<std::int64_t>(dtype_size(x.dtype));
 }
 
@@ -260,7 +260,6 @@ void pack_f32(const GemmOperand& x, std::int64_t line0, std::int64_t lines, std:
   }
   if (lines < width)
     for (std::int64_t k = 0; k < kc; ++k) std::fill(out + k * width + lines, out + (k + 1) * width, 0.0f);
-  assert(!x.k_offsets || x.line_stride == 1);  // a shifted operand: element() finds each k's start
   if (x.line_stride == 1) {  // the lines are contiguous at each k: one conversion per k
     for (std::int64_t k = 0; k < kc; ++k) widen_run(element(x, line0, k0 + k), x.dtype, out + k * width, lines);
     return;
@@ -304,7 +303,6 @@ void pack_bf16_pairs(const GemmOperand& x, std::int64_t line0, std::int64_t line
   const auto* bits = static_cast<const std::uint16_t*>(x.data);
   if (lines < width)
     for (std::int64_t s = 0; s < steps; ++s) std::fill(out + s * width + lines, out + (s + 1) * width, 0u);
-  assert(!x.k_offsets || x.line_stride == 1);
   if (x.line_stride == 1) {  // contiguous lines: interleave two rows of k, a vector loop
     for (std::int64_t s = 0; s < whole; ++s) {
       const auto* even = reinterpret_cast<const std::uint16_t*>(element(x, line0, k0 + 2 * s));

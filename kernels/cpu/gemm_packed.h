@@ -51,10 +51,6 @@ namespace mg::kernels::cpu {
 //             (n, oh, ow) and a tap (c, kh, kw) give x[n, c, oh * stride_h - pad_h + kh, ow * stride_w -
 //             pad_w + kw], 0 in the padding. With positions_along_k the lines are taps and k runs over
 //             the positions of every image; else the lines are the positions of image `image` and k the taps.
-//   shifted   data + line + k_offsets[k] (line_stride 1): each k its own start, the lines contiguous from
-//             there; a stride-1 convolution over a zero-padded copy of an image, whose taps are shifts of
-//             one run of positions (kernels/cpu/conv_shifted.cpp, for the dot kernel; the Fma kernels
-//             read such images in place, MicroKernel::run_gathered)
 // Packing gathers windows straight from the image: no im2col matrix is ever written.
 //
 // An FP8 or FP4 operand (dtype E4M3, E5M2 or E2M1) is strided over its codes (E2M1: two a byte, the
@@ -77,7 +73,6 @@ struct GemmOperand {
   DType dtype = DType::F32;  // f32, f16 or bf16 (bf16 only, for a Bf16Dot kernel); E4M3, E5M2, E2M1 codes
   std::int64_t line_stride = 0, k_stride = 0;
   std::int64_t k_run = 0, k_run_stride = 0;  // runs (k_run > 0)
-  const std::int64_t* k_offsets = nullptr;  // shifted (non-null): where each k starts, in elements
   const Window2d* window = nullptr;  // window (non-null)
   bool positions_along_k = false;
   std::int64_t image = 0;

@@ -16,6 +16,7 @@ constexpr auto kAvx512Fma = &x86::avx512_fma_12x32;
 constexpr auto kAvx512Bf16Dot = &x86::avx512_bf16_dot_12x32;
 constexpr auto kAvx2FmaGathered = &x86::avx2_fma_6x16_gathered;
 constexpr auto kAvx512FmaGathered = &x86::avx512_fma_12x32_gathered;
+constexpr auto kAvx512Bf16DotGathered = &x86::avx512_bf16_dot_12x32_gathered;
 #else
 constexpr void (*kAvx2Fma)(std::int64_t, const void*, const void*, float*, std::int64_t, bool) = nullptr;
 constexpr auto kAvx512Fma = kAvx2Fma;
@@ -23,17 +24,20 @@ constexpr auto kAvx512Bf16Dot = kAvx2Fma;
 constexpr void (*kAvx2FmaGathered)(std::int64_t, const float* const*, const std::int64_t*, const float*, std::int64_t,
                                    float*, std::int64_t, bool) = nullptr;
 constexpr auto kAvx512FmaGathered = kAvx2FmaGathered;
+constexpr auto kAvx512Bf16DotGathered = kAvx2FmaGathered;
 #endif
 
 constexpr std::array<MicroKernel, 6> kKernels{{
     {MicroKernelId::ModelFma, "model-fma", MicroArith::Fma, 12, 32, &models::fma_tile<12, 32>,
      &models::fma_tile_gathered<12, 32>},
-    {MicroKernelId::ModelBf16Dot, "model-bf16-dot", MicroArith::Bf16Dot, 12, 32, &models::bf16_dot_tile<12, 32>},
+    {MicroKernelId::ModelBf16Dot, "model-bf16-dot", MicroArith::Bf16Dot, 12, 32, &models::bf16_dot_tile<12, 32>,
+     &models::bf16_dot_tile_gathered<12, 32>},
     {MicroKernelId::ModelFma6x16, "model-fma-6x16", MicroArith::Fma, 6, 16, &models::fma_tile<6, 16>,
      &models::fma_tile_gathered<6, 16>},
     {MicroKernelId::Avx2Fma, "avx2-fma", MicroArith::Fma, 6, 16, kAvx2Fma, kAvx2FmaGathered},
     {MicroKernelId::Avx512Fma, "avx512-fma", MicroArith::Fma, 12, 32, kAvx512Fma, kAvx512FmaGathered},
-    {MicroKernelId::Avx512Bf16Dot, "avx512-bf16-dot", MicroArith::Bf16Dot, 12, 32, kAvx512Bf16Dot},
+    {MicroKernelId::Avx512Bf16Dot, "avx512-bf16-dot", MicroArith::Bf16Dot, 12, 32, kAvx512Bf16Dot,
+     kAvx512Bf16DotGathered},
 }};
 
 }  // namespace

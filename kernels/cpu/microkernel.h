@@ -65,12 +65,14 @@ struct MicroKernel {
   // `accumulate` (else the sums start from +0), written at the end. a, b: the packed micro-panels
   // (layouts above); steps: how many steps of k they hold (pairs for Bf16Dot).
   void (*run)(std::int64_t steps, const void* a, const void* b, float* acc, std::int64_t ld, bool accumulate);
-  // The same steps with both operands read in place, nothing packed (the Fma kernels; nullptr for the
-  // others): step s multiplies row i's value a_lines[i][offsets[s]] into the NR f32 values at
-  // b + s * b_stride. A stride-1 convolution over zero-padded images (kernels/cpu/conv_shifted.h), where
-  // packing copied every value of an image nine times over: in y and dx the rows are output positions,
-  // each a line of the padded image from where its window starts, the steps taps, b the transposed
-  // weight; in dW the rows are taps, the steps positions, b the output gradient as [positions, channels].
+  // The same steps with both operands read in place, nothing packed (nullptr where a kernel has no such
+  // entry): step s multiplies row i's value a_lines[i][offsets[s]] into the NR values at b + s * b_stride.
+  // On the Bf16Dot kernels each of those 32-bit values is a pair of bf16, element 2s in its low half, as
+  // in their packed panels. A stride-1 convolution over zero-padded images (kernels/cpu/conv_shifted.h),
+  // where packing copied every value of an image nine times over: in y and dx the rows are output
+  // positions, each a line of the padded image from where its window starts, the steps taps (pairs of
+  // channels at one tap on the Bf16Dot kernels), b the transposed weight; in dW (the Fma kernels) the rows
+  // are taps, the steps positions, b the output gradient as [positions, channels].
   void (*run_gathered)(std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets, const float* b,
                        std::int64_t b_stride, float* acc, std::int64_t ld, bool accumulate) = nullptr;
 };

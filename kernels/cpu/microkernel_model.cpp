@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/microkernel.h"
 #include "kernels/cpu/microkernel_models.h"
@@ -72,6 +73,27 @@ void fma_tile_gathered(std::int64_t steps, const float* const* a_lines, const st
       for (int j = 0; j < NR; ++j) acc[i * ld + j] = std::fma(a_lines[i][offsets[s]], b[j], acc[i * ld + j]);
 }
 
+// The dot chain with both operands read in place: each 32-bit value of the lines and of b's rows is a
+// pair of bf16, as in the packed panels (copied as bits, never as a float value).
+template <int MR, int NR>
+void bf16_dot_tile_gathered(std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets,
+                            const float* b, std::int64_t b_stride, float* acc, std::int64_t ld, bool accumulate) {
+  if (!accumulate)
+    for (int i = 0; i < MR; ++i) std::fill(acc + i * ld, acc + i * ld + NR, 0.0f);
+  for (std::int64_t s = 0; s < steps; ++s, b += b_stride)
+    for (int i = 0; i < MR; ++i) {
+      std::uint32_t a = 0;
+      std::memcpy(&a, a_lines[i] + offsets[s], sizeof a);
+      for (int j = 0; j < NR; ++j) {
+        std::uint32_t pair = 0;
+        std::memcpy(&pair, b + j, sizeof pair);
+        acc[i * ld + j] = bf16_dot_step(acc[i * ld + j], static_cast<std::uint16_t>(a),
+                                        static_cast<std::uint16_t>(a >> 16), static_cast<std::uint16_t>(pair),
+                                        static_cast<std::uint16_t>(pair >> 16));
+      }
+    }
+}
+
 template void fma_tile<12, 32>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
 template void fma_tile_gathered<12, 32>(std::int64_t, const float* const*, const std::int64_t*, const float*,
                                         std::int64_t, float*, std::int64_t, bool);
@@ -79,6 +101,8 @@ template void fma_tile_gathered<6, 16>(std::int64_t, const float* const*, const 
                                        std::int64_t, float*, std::int64_t, bool);
 template void fma_tile<6, 16>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
 template void bf16_dot_tile<12, 32>(std::int64_t, const void*, const void*, float*, std::int64_t, bool);
+template void bf16_dot_tile_gathered<12, 32>(std::int64_t, const float* const*, const std::int64_t*, const float*,
+                                             std::int64_t, float*, std::int64_t, bool);
 
 }  // namespace models
 

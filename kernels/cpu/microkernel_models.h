@@ -18,6 +18,9 @@ void fma_tile_gathered(std::int64_t steps, const float* const* a_lines, const st
 template <int MR, int NR>
 void bf16_dot_tile(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
                    bool accumulate);
+template <int MR, int NR>
+void bf16_dot_tile_gathered(std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets,
+                            const float* b, std::int64_t b_stride, float* acc, std::int64_t ld, bool accumulate);
 }  // namespace models
 
 namespace x86 {
@@ -33,6 +36,9 @@ void avx512_fma_12x32_gathered(std::int64_t steps, const float* const* a_lines, 
                                const float* b, std::int64_t b_stride, float* acc, std::int64_t ld, bool accumulate);
 void avx512_bf16_dot_12x32(std::int64_t steps, const void* a_panel, const void* b_panel, float* acc, std::int64_t ld,
                            bool accumulate);
+void avx512_bf16_dot_12x32_gathered(std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets,
+                                    const float* b, std::int64_t b_stride, float* acc, std::int64_t ld,
+                                    bool accumulate);
 }  // namespace x86
 
 }  // namespace mg::kernels::cpu

@@ -147,5 +147,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void avx512_bf16
   for (int i = 0; i < MR; ++i) _mm512_storeu_ps(acc + i * ld, c[i][0]), _mm512_storeu_ps(acc + i * ld + 16, c[i][1]);
 }
 
+// The dot tile with both operands read in place (MicroKernel::run_gathered): a step is a pair of k, so
+// each 32-bit value of the lines and of b's rows is a pair of bf16 (element 2s in its low half), as in
+// the packed panels above. A's pair for row i is broadcast straight from its line; the same
+// instructions in the same order as avx512_bf16_dot_12x32.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void avx512_bf16_dot_12x32_gathered(
+    std::int64_t steps, const float* const* a_lines, const std::int64_t* offsets, const float* b, std::int64_t b_stride,
+    float* acc, std::int64_t ld, bool accumulate) {
+  constexpr int MR = 12;
+  __m512 c[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    c[i][0] = accumulate ? _mm512_loadu_ps(acc + i * ld) : _mm512_setzero_ps();
+    c[i][1] = accumulate ? _mm512_loadu_ps(acc + i * ld + 16) : _mm512_setzero_ps();
+  }
+  for (std::int64_t s = 0; s < steps; ++s, b += b_stride) {
+    const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_ps(b));
+    const auto b1 = reinterpret_cast<__m512bh>(_mm512_loadu_ps(b + 16));
+    const std::int64_t at = offsets[s];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const auto ai = reinterpret_cast<__m512bh>(_mm512_set1_ps(a_lines[i][at]));
+      c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
+      c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) _mm512_storeu_ps(acc + i * ld, c[i][0]), _mm512_storeu_ps(acc + i * ld + 16, c[i][1]);
+}
+
 }  // namespace mg::kernels::cpu::x86
 #endif
