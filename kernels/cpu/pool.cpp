@@ -180,9 +180,7 @@ void avg_pool2d(const Tensor& x, const Window2d& w, Tensor& out) {
       const C* pixels = plane_values<C>(x, plane, plane_size);
       PlaneResult<C> result(out, plane, out_plane);
       for_each_window(w, [&](std::int64_t position, std::int64_t ih0, std::int64_t iw0) {
-        C total = 0;
-        for_each_pixel(w, ih0, iw0, [&](std::int64_t at) { total += pixels[at]; });
-        result.data()[position] = total / divisor;
+        result.data()[position] = window_sum<C>(pixels, w, ih0, iw0, [](C v) { return v; }) / divisor;
       });
       result.store();
     });

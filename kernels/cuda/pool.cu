@@ -5,8 +5,9 @@
 //
 // Forward: one thread per output element reads its window row by row, as the CPU does, so the max,
 // its argmax (ih * width + iw of the first maximum; a NaN wins and stays; padding never wins) and the
-// window sum are the CPU's to the bit. The average divides by kernel_h * kernel_w (padding counts as
-// zeros: count_include_pad).
+// window sum (kernels/pool.h's window_sum, shared with the CPU: four lanes by window column) are the
+// CPU's to the bit. The average divides by kernel_h * kernel_w (padding counts as zeros:
+// count_include_pad).
 //
 // Backward is a gather, not a scatter: one thread per input pixel visits the windows that cover it,
 // (oh, ow) in increasing order, and adds their share in f32 (max: dout where argmax names this pixel;
@@ -38,6 +39,12 @@ __device__ __forceinline__ void for_each_pixel(const Window2d& w, std::int64_t o
       visit(ih * w.width + iw);
 }
 
+// A pixel as f32, for window_sum.
+template <class T>
+struct Widen {
+  __device__ float operator()(T v) const { return to_float(v); }
+};
+
 template <class T>
 __global__ void __launch_bounds__(kBlock) max_pool_forward(const T* x, Geometry g, T* out, std::int32_t* argmax) {
   const std::int64_t out_plane = g.out_h * g.out_w;
@@ -65,9 +72,9 @@ __global__ void __launch_bounds__(kBlock) avg_pool_forward(const T* x, Geometry 
   for (std::int64_t t = first_index(); t < g.planes() * out_plane; t += grid_stride()) {
     const std::int64_t position = t % out_plane;
     const T* pixels = x + t / out_plane * g.w.height * g.w.width;
-    float total = 0.0f;
-    for_each_pixel(g.w, position / g.out_w, position % g.out_w,
-                   [&](std::int64_t at) { total += to_float(pixels[at]); });
+    const std::int64_t oh = position / g.out_w, ow = position % g.out_w;
+    const float total = window_sum<float>(pixels, g.w, oh * g.w.stride_h - g.w.pad_h, ow * g.w.stride_w - g.w.pad_w,
+                                          Widen<T>{});  // the CPU's order (kernels/pool.h)
     out[t] = from_float<T>(total / divisor);
   }
 }
