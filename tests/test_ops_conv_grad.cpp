@@ -296,3 +296,47 @@ TEST_CASE("conv2d: the padded-image forms agree with the window form on every ke
       }
   set_num_threads(threads);
 }
+
+TEST_CASE("conv2d: bf16 dW on the dot kernel pairs positions, or runs on its family's Fma kernel where a row is odd") {
+  // kernels/cpu/conv_gemm.cpp's choice for the bf16 dW of ConvForm::Best, where bf16 convolutions run on
+  // the dot kernel (AMD's CPUs with AVX512_BF16; everywhere under MG_GEMM=model, as ctest runs this case
+  // again: test_ops_conv_grad_models): an output row even in length, pairs of positions on the dot
+  // kernel; odd, the Fma kernel of its family. The same bits as that path called directly.
+  using kernels::cpu::MicroKernelId;
+  const kernels::cpu::MicroKernel* kernel = kernels::cpu::convolution_microkernel(DType::BF16);
+  if (!kernel || kernel->arith != kernels::cpu::MicroArith::Bf16Dot) {
+    MESSAGE("skipped: bf16 convolutions run on " << (kernel ? kernel->name : "im2col")
+                                                 << " here; ctest's test_ops_conv_grad_models runs it on the models");
+    return;
+  }
+  const kernels::cpu::MicroKernel* fma = kernels::cpu::microkernel(
+      kernel->id == MicroKernelId::ModelBf16Dot ? MicroKernelId::ModelFma : MicroKernelId::Avx512Fma);
+  REQUIRE(fma != nullptr);
+  for (const std::int64_t width : {6, 7}) {  // 3x3, padding 1: output rows of 6 and 7
+    const kernels::Window2d w{.batch = 2,
+                              .channels = 3,
+                              .height = 5,
+                              .width = width,
+                              .kernel_h = 3,
+                              .kernel_w = 3,
+                              .stride_h = 1,
+                              .stride_w = 1,
+                              .pad_h = 1,
+                              .pad_w = 1};
+    INFO(kernel->name << ", output rows of " << w.out_w());
+    CHECK(kernels::cpu::conv2d_weight_grad_pairs_apply(w) == (width % 2 == 0));
+    // x all ones, and one row of dy whose f32 sums round: dW[0, c, 1, 1] sums 2^25, 1, 1, 1, 1, -2^25 (and
+    // zeros). An Fma chain, position by position, gives 0 (each 1 is lost against 2^25); the dot kernel,
+    // a pair at a time with its odd position first, gives 1 (the last pair subtracts 2^25 first).
+    const Tensor x = full({2, 3, 5, width}, 1.0, {.dtype = DType::BF16});
+    std::vector<double> gradient(static_cast<std::size_t>(2 * 4 * 5 * width), 0.0);
+    const double row[6] = {0x1p25, 1.0, 1.0, 1.0, 1.0, -0x1p25};
+    std::copy(row, row + 6, gradient.begin());
+    const Tensor dy = from_vector(gradient, {2, 4, 5, width}, {.dtype = DType::BF16});
+    Tensor best = full({4, 3, 3, 3}, 7.0, {.dtype = DType::BF16}), want = best.clone();
+    kernels::cpu::conv2d_weight_grad(dy, x, w, best, kernels::cpu::ConvForm::Best);
+    kernels::cpu::conv2d_weight_grad_gathered(width % 2 == 0 ? *kernel : *fma, dy, x, w, want);
+    CHECK(best.to_vector<double>() == want.to_vector<double>());
+    CHECK(best.to_vector<double>()[4] == (width % 2 == 0 ? 1.0 : 0.0));  // dW[0, 0, 1, 1]: which chain ran
+  }
+}
